@@ -1,0 +1,26 @@
+// The accelerator registry and "auto" resolution.
+#include <arc/accelerators/accelerator_backend.h>
+
+#include <arc/accelerators/cpu_accelerator.h>
+#include <arc/accelerators/cuda_accelerator.h>
+
+namespace arc {
+
+Registry<AcceleratorBackend>& accelerator_registry() {
+  static Registry<AcceleratorBackend> registry = [] {
+    Registry<AcceleratorBackend> r("accelerator");
+    r.add("cpu", [] { return std::make_shared<CpuAccelerator>(); });
+    r.add("cuda", [] { return std::make_shared<CudaAccelerator>(); });
+    r.add("gpu", [] { return std::make_shared<CudaAccelerator>(); });
+    return r;
+  }();
+  return registry;
+}
+
+std::shared_ptr<AcceleratorBackend> resolve_accelerator(const std::string& name) {
+  if (name != "auto") return accelerator_registry().create(name);
+  auto cuda = accelerator_registry().create("cuda");
+  return cuda->available() ? cuda : accelerator_registry().create("cpu");
+}
+
+}  // namespace arc

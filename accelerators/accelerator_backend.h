@@ -1,0 +1,36 @@
+// AcceleratorBackend: the hardware a process computes on (cpu, cuda). Named apart from
+// arc::Accelerator, the facade for users who write their own loop.
+#pragma once
+
+#include <arc/core/registry.h>
+#include <arc/core/trainer_options.h>
+
+#include <c10/core/Device.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace arc {
+
+/// Where tensors live: availability, device count and the device of each local rank.
+class AcceleratorBackend {
+ public:
+  virtual ~AcceleratorBackend() = default;
+  virtual std::string name() const = 0;
+  virtual bool available() const = 0;
+  /// Devices one node offers (processes for cpu).
+  virtual int64_t device_count() const = 0;
+  /// The devices selected by the `devices` option; an error when they cannot be had.
+  virtual std::vector<c10::Device> select(const Devices& devices) const = 0;
+  /// Makes `device` current for this process (e.g. cudaSetDevice).
+  virtual void setup_device(c10::Device) {}
+};
+
+/// Accelerators by name: "cpu", "cuda" (alias "gpu").
+Registry<AcceleratorBackend>& accelerator_registry();
+
+/// The accelerator for the `accelerator` option; "auto" picks cuda when a device is present.
+std::shared_ptr<AcceleratorBackend> resolve_accelerator(const std::string& name);
+
+}  // namespace arc

@@ -1,0 +1,19 @@
+// CudaAccelerator: NVIDIA GPUs through LibTorch's CUDA build. Compiled in CPU-only builds too,
+// where it reports that no CUDA device is available.
+#pragma once
+
+#include <arc/accelerators/accelerator_backend.h>
+
+namespace arc {
+
+/// cuda:<index> devices; honours CUDA_VISIBLE_DEVICES through the CUDA runtime.
+class CudaAccelerator : public AcceleratorBackend {
+ public:
+  std::string name() const override { return "cuda"; }
+  bool available() const override;
+  int64_t device_count() const override;
+  std::vector<c10::Device> select(const Devices& devices) const override;
+  void setup_device(c10::Device device) override;
+};
+
+}  // namespace arc

@@ -1,0 +1,92 @@
+// RunReport.
+#include <arc/apps/examples/run_report.h>
+
+#include <arc/apps/examples/workload.h>
+#include <arc/core/trainer.h>
+
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+namespace arc::examples {
+namespace {
+
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+// Process start in Unix seconds: boot time (/proc/stat btime) + start ticks (/proc/self/stat).
+double process_start_unix() {
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+  }
+  const double start_ticks = std::stod(field);
+  std::ifstream proc_stat("/proc/stat");
+  std::string key;
+  double boot = 0;
+  while (proc_stat >> key)
+    if (key == "btime" && proc_stat >> boot) break;
+  return boot + start_ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace
+
+double RunReport::seconds_since_command_start() {
+  const char* t0 = std::getenv("BENCH_T0");
+  const double start = t0 != nullptr ? std::strtod(t0, nullptr) : process_start_unix();
+  return unix_now() - start;
+}
+
+void RunReport::on_train_epoch_start(Trainer&, TrainModule&) {
+  if (!start_) start_ = Clock::now();
+}
+
+void RunReport::on_train_batch_end(Trainer&, TrainModule&, const torch::Tensor& loss, Batch& batch, int64_t) {
+  samples_ += batch.batch_size();
+  step_ends_.push_back(Clock::now());
+  if (step_ends_.size() == 1) first_step_s_ = seconds_since_command_start();
+  if (loss.defined()) losses_.push_back(loss.item<float>());
+}
+
+nlohmann::json RunReport::report(const Trainer& trainer, const TrainModule& module) const {
+  const auto samples = static_cast<double>(samples_ * trainer.world_size());
+  nlohmann::json out;
+  const double train_time =
+      step_ends_.empty() ? 0.0 : std::chrono::duration<double>(step_ends_.back() - *start_).count();
+  std::vector<double> intervals;
+  for (size_t i = 1; i < step_ends_.size(); ++i)
+    intervals.push_back(std::chrono::duration<double, std::milli>(step_ends_[i] - step_ends_[i - 1]).count());
+  double median = 0, mean = 0;
+  if (!intervals.empty()) {
+    mean = std::accumulate(intervals.begin(), intervals.end(), 0.0) / static_cast<double>(intervals.size());
+    std::vector<double> sorted = intervals;
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
+    median = sorted[sorted.size() / 2];
+  }
+  const size_t tail = std::min<size_t>(100, losses_.size());
+  double last100 = 0;
+  for (size_t i = losses_.size() - tail; i < losses_.size(); ++i) last100 += losses_[i];
+  out["train_time_s"] = train_time;
+  out["train_sps"] = train_time > 0 ? samples / train_time : 0.0;
+  out["median_step_ms"] = median;
+  out["mean_step_ms"] = mean;
+  out["t_first_step_s"] = first_step_s_;
+  out["train_loss_last100"] = tail > 0 ? last100 / static_cast<double>(tail) : 0.0;
+  const auto& metrics = trainer.callback_metrics();
+  for (const char* name : {"val_loss", "val_acc"}) {
+    const auto found = metrics.find(name);
+    out[name] = found == metrics.end() ? nlohmann::json(nullptr) : nlohmann::json(found->second);
+  }
+  out["final_param_sha256"] = workload::parameter_sha256(module);
+  out["world_size"] = trainer.world_size();
+  out["threads"] = torch::get_num_threads();
+  out["steps"] = step_ends_.size();
+  return out;
+}
+
+}  // namespace arc::examples

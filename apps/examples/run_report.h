@@ -1,0 +1,36 @@
+// RunReport: the figures of WORKLOAD.md §6 for any fit, printed as one `RESULT {json}` line.
+#pragma once
+
+#include <arc/callbacks/callback.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <vector>
+
+namespace arc::examples {
+
+/// Times the training steps and keeps the losses; report() gives the RESULT fields.
+class RunReport : public Callback {
+ public:
+  std::string state_key() const override { return "RunReport"; }
+  void on_train_epoch_start(Trainer& trainer, TrainModule& module) override;
+  void on_train_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& loss, Batch& batch,
+                          int64_t batch_idx) override;
+
+  /// train_time_s, train_sps, step times, t_first_step_s, losses, val metrics, parameter digest.
+  nlohmann::json report(const Trainer& trainer, const TrainModule& module) const;
+
+  /// Seconds since the command started: BENCH_T0 (Unix seconds) if set, else the process start.
+  static double seconds_since_command_start();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> start_;
+  std::vector<Clock::time_point> step_ends_;
+  std::vector<float> losses_;
+  int64_t samples_ = 0;
+  double first_step_s_ = 0;
+};
+
+}  // namespace arc::examples

@@ -1,0 +1,50 @@
+// Helpers shared by the bench apps: the environment header and timing.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace arc::bench {
+
+/// Which BLAS libraries this process maps (from /proc/self/maps), e.g. openblas-openmp.
+inline std::string mapped_blas() {
+  std::ifstream maps("/proc/self/maps");
+  std::set<std::string> found;
+  std::string line;
+  while (std::getline(maps, line)) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    if (path.find("blas") != std::string::npos || path.find("mkl") != std::string::npos) found.insert(path);
+  }
+  std::string out;
+  for (const auto& path : found) out += (out.empty() ? "" : ", ") + path;
+  return out.empty() ? "none mapped" : out;
+}
+
+inline void print_header(const std::string& title) {
+  std::cout << "== " << title << " ==\n"
+            << "LibTorch " << TORCH_VERSION << ", intra-op threads " << torch::get_num_threads() << "\n"
+            << "BLAS mapped: " << mapped_blas() << "\n\n";
+}
+
+inline double seconds(const std::function<void()>& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+inline double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+}  // namespace arc::bench

@@ -1,0 +1,188 @@
+// Per-step framework overhead: the Trainer against a hand-written LibTorch loop in the same
+// process, on a tiny model and on the canonical MLP; and the CNN with and without malloc tuning.
+// Prints a table with ratios against the hand loop, which runs in the same invocation.
+#include "bench_util.h"
+
+#include <arc/apps/examples/canonical_data.h>
+#include <arc/apps/examples/classifier.h>
+#include <arc/apps/examples/hand_loop.h>
+#include <arc/apps/examples/workload.h>
+#include <arc/arc.h>
+
+#include <nlohmann/json.hpp>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <iomanip>
+
+namespace arc::bench {
+namespace {
+
+constexpr int64_t kTinySteps = 4000;
+constexpr int64_t kTinyBatch = 8;
+
+class Tiny : public TrainModule {
+ public:
+  explicit Tiny(bool log_loss) : log_loss_(log_loss) { linear = register_module("linear", torch::nn::Linear(32, 2)); }
+  torch::Tensor training_step(Batch& batch, int64_t) override {
+    auto loss = torch::nn::functional::cross_entropy(linear(batch[0]), batch[1]);
+    if (log_loss_) log("train_loss", loss);
+    return loss;
+  }
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    return {std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.01))};
+  }
+  torch::nn::Linear linear{nullptr};
+
+ private:
+  bool log_loss_;
+};
+
+struct TinyData {
+  torch::Tensor x = torch::randn({kTinySteps * kTinyBatch, 32});
+  torch::Tensor y = torch::randint(0, 2, {kTinySteps * kTinyBatch}, torch::kLong);
+};
+
+double tiny_hand(const TinyData& data) {
+  Tiny model(false);
+  torch::optim::SGD sgd(model.parameters(), torch::optim::SGDOptions(0.01));
+  std::vector<int64_t> order(static_cast<size_t>(kTinySteps * kTinyBatch));
+  std::iota(order.begin(), order.end(), 0);
+  return seconds([&] {
+    for (int64_t step = 0; step < kTinySteps; ++step) {
+      const auto index = torch::from_blob(order.data() + step * kTinyBatch, {kTinyBatch}, torch::kLong);
+      const auto x = data.x.index_select(0, index);
+      const auto y = data.y.index_select(0, index);
+      sgd.zero_grad();
+      auto loss = torch::nn::functional::cross_entropy(model.linear(x), y);
+      loss.backward();
+      sgd.step();
+    }
+  });
+}
+
+double tiny_trainer(const TinyData& data, bool log_loss, bool defaults) {
+  Tiny model(log_loss);
+  auto options = TrainerOptions().max_epochs(1).num_threads(1);
+  if (!defaults) options.enable_progress_bar(false).enable_model_summary(false);
+  Trainer trainer(options);
+  DataSource source(std::make_shared<TensorDataset>(std::vector<torch::Tensor>{data.x, data.y}),
+                    DataLoaderOptions(kTinyBatch));
+  return seconds([&] { trainer.fit(model, source); });
+}
+
+double mlp_hand() {
+  examples::MlpClassifier model(Config(nlohmann::json::object(), "module"));
+  const auto& all = workload::data();
+  const auto order = workload::epoch_order(workload::kTrainSamples, 0);
+  return seconds([&] {
+    examples::train_by_hand(
+        model, [&](const torch::Tensor& x) { return model.forward(x); }, all.x.slice(0, 0, workload::kTrainSamples),
+        all.y.slice(0, 0, workload::kTrainSamples), order, 64, 0.05, 0.9);
+  });
+}
+
+double mlp_trainer(bool defaults) {
+  examples::MlpClassifier model(Config(nlohmann::json::object(), "module"));
+  examples::CanonicalData data(Config(nlohmann::json::object(), "data"));
+  auto options = TrainerOptions().max_epochs(1).num_threads(1).limit_val_batches(BatchAmount::fraction(0.0));
+  if (!defaults) options.enable_progress_bar(false).enable_model_summary(false);
+  Trainer trainer(options);
+  return seconds([&] { trainer.fit(model, data); });
+}
+
+struct ChildRun {
+  double sps = 0;
+  long minor_faults = 0;
+};
+
+// Runs `arc train` on the CNN in a fresh process: malloc settings are per process.
+ChildRun cnn_child(bool tune_malloc, int64_t batches) {
+  const std::string command = std::string(ARC_BINARY) +
+                              " train --set module.name=cnn_classifier --set trainer.num_threads=1"
+                              " --set trainer.enable_progress_bar=false --set trainer.limit_val_batches=0"
+                              " --set trainer.limit_train_batches=" +
+                              std::to_string(batches) + " --set trainer.tune_malloc=" + (tune_malloc ? "true" : "false") +
+                              " 2>/dev/null";
+  rusage before{};
+  getrusage(RUSAGE_CHILDREN, &before);
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  pclose(pipe);
+  rusage after{};
+  getrusage(RUSAGE_CHILDREN, &after);
+  const auto at = output.find("RESULT ");
+  if (at == std::string::npos) throw std::runtime_error("arc train printed no RESULT line: " + output);
+  const auto result = nlohmann::json::parse(output.substr(at + 7));
+  return {result["train_sps"].get<double>(), after.ru_minflt - before.ru_minflt};
+}
+
+void row(const std::string& name, double value, const std::string& unit, double ratio) {
+  std::cout << std::left << std::setw(44) << name << std::right << std::setw(12) << std::fixed << std::setprecision(2)
+            << value << " " << std::setw(10) << std::left << unit << std::right << std::setw(8) << std::setprecision(3)
+            << ratio << "\n";
+}
+
+}  // namespace
+}  // namespace arc::bench
+
+int main(int argc, char** argv) {
+  using namespace arc::bench;
+  const int repeats = argc > 1 ? std::atoi(argv[1]) : 5;
+  const int64_t cnn_batches = argc > 2 ? std::atoll(argv[2]) : 400;
+  torch::set_num_threads(1);
+  print_header("Trainer overhead vs a hand-written LibTorch loop (1 thread, " + std::to_string(repeats) + " runs, median)");
+  arc::console().set_level(spdlog::level::warn);
+
+  TinyData tiny;
+  std::vector<double> hand, bare, logged, defaults;
+  for (int r = 0; r < repeats; ++r) {
+    hand.push_back(tiny_hand(tiny));
+    bare.push_back(tiny_trainer(tiny, false, false));
+    logged.push_back(tiny_trainer(tiny, true, false));
+    defaults.push_back(tiny_trainer(tiny, true, true));
+  }
+  const auto per_step_us = [](const std::vector<double>& runs) { return median(runs) / kTinySteps * 1e6; };
+  const double hand_us = per_step_us(hand);
+  std::cout << std::left << std::setw(44) << "case" << std::right << std::setw(12) << "value" << " " << std::setw(10)
+            << std::left << "unit" << std::right << std::setw(8) << "ratio" << "\n";
+  row("tiny Linear(32,2) b8: hand loop", hand_us, "us/step", 1.0);
+  row("tiny: Trainer, no callbacks", per_step_us(bare), "us/step", per_step_us(bare) / hand_us);
+  row("tiny: Trainer + log() per step", per_step_us(logged), "us/step", per_step_us(logged) / hand_us);
+  row("tiny: Trainer + log() + default callbacks", per_step_us(defaults), "us/step", per_step_us(defaults) / hand_us);
+  row("tiny: overhead, no callbacks", per_step_us(bare) - hand_us, "us/step", 0);
+  row("tiny: overhead, log() + default callbacks", per_step_us(defaults) - hand_us, "us/step", 0);
+
+  std::vector<double> mlp_h, mlp_t, mlp_d;
+  for (int r = 0; r < std::max(1, repeats / 2); ++r) {
+    mlp_h.push_back(mlp_hand());
+    mlp_t.push_back(mlp_trainer(false));
+    mlp_d.push_back(mlp_trainer(true));
+  }
+  const double hand_sps = 60000 / median(mlp_h);
+  row("MLP epoch: hand loop", hand_sps, "samples/s", 1.0);
+  row("MLP epoch: Trainer, no callbacks", 60000 / median(mlp_t), "samples/s", 60000 / median(mlp_t) / hand_sps);
+  row("MLP epoch: Trainer, default callbacks", 60000 / median(mlp_d), "samples/s", 60000 / median(mlp_d) / hand_sps);
+
+  std::vector<ChildRun> plain, tuned;
+  for (int r = 0; r < std::max(1, repeats / 2); ++r) {
+    plain.push_back(cnn_child(false, cnn_batches));
+    tuned.push_back(cnn_child(true, cnn_batches));
+  }
+  const auto sps = [](const std::vector<ChildRun>& runs) {
+    std::vector<double> v;
+    for (const auto& run : runs) v.push_back(run.sps);
+    return median(v);
+  };
+  const double plain_sps = sps(plain);
+  row("CNN " + std::to_string(cnn_batches) + " steps: glibc malloc defaults", plain_sps, "samples/s", 1.0);
+  row("CNN: tune_malloc (Trainer default)", sps(tuned), "samples/s", sps(tuned) / plain_sps);
+  row("CNN: minor page faults, defaults", static_cast<double>(plain.front().minor_faults), "faults", 1.0);
+  row("CNN: minor page faults, tune_malloc", static_cast<double>(tuned.front().minor_faults), "faults",
+      static_cast<double>(tuned.front().minor_faults) / static_cast<double>(plain.front().minor_faults));
+  return 0;
+}

@@ -1,0 +1,62 @@
+// Callback: code that runs at the Trainer's hooks without touching the module, as Lightning's.
+#pragma once
+
+#include <arc/core/batch.h>
+
+#include <torch/types.h>
+
+#include <exception>
+#include <string>
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace arc {
+
+class Trainer;
+class TrainModule;
+
+/// Override the hooks you need; every hook defaults to doing nothing.
+class Callback {
+ public:
+  virtual ~Callback() = default;
+
+  /// Identifies the callback's state in checkpoints; the class name by default.
+  virtual std::string state_key() const = 0;
+
+  virtual void on_fit_start(Trainer&, TrainModule&) {}
+  virtual void on_fit_end(Trainer&, TrainModule&) {}
+  virtual void on_sanity_check_start(Trainer&, TrainModule&) {}
+  virtual void on_sanity_check_end(Trainer&, TrainModule&) {}
+  virtual void on_train_start(Trainer&, TrainModule&) {}
+  virtual void on_train_end(Trainer&, TrainModule&) {}
+  virtual void on_validation_start(Trainer&, TrainModule&) {}
+  virtual void on_validation_end(Trainer&, TrainModule&) {}
+  virtual void on_test_start(Trainer&, TrainModule&) {}
+  virtual void on_test_end(Trainer&, TrainModule&) {}
+  virtual void on_predict_start(Trainer&, TrainModule&) {}
+  virtual void on_predict_end(Trainer&, TrainModule&) {}
+  virtual void on_train_epoch_start(Trainer&, TrainModule&) {}
+  virtual void on_train_epoch_end(Trainer&, TrainModule&) {}
+  virtual void on_validation_epoch_start(Trainer&, TrainModule&) {}
+  virtual void on_validation_epoch_end(Trainer&, TrainModule&) {}
+  virtual void on_test_epoch_start(Trainer&, TrainModule&) {}
+  virtual void on_test_epoch_end(Trainer&, TrainModule&) {}
+  virtual void on_train_batch_start(Trainer&, TrainModule&, Batch&, int64_t) {}
+  /// `loss` is what training_step returned (undefined when it returned nothing).
+  virtual void on_train_batch_end(Trainer&, TrainModule&, const torch::Tensor&, Batch&, int64_t) {}
+  virtual void on_validation_batch_start(Trainer&, TrainModule&, Batch&, int64_t) {}
+  virtual void on_validation_batch_end(Trainer&, TrainModule&, Batch&, int64_t) {}
+  virtual void on_test_batch_start(Trainer&, TrainModule&, Batch&, int64_t) {}
+  virtual void on_test_batch_end(Trainer&, TrainModule&, Batch&, int64_t) {}
+  virtual void on_predict_batch_end(Trainer&, TrainModule&, const torch::Tensor&, Batch&, int64_t) {}
+  virtual void on_before_backward(Trainer&, TrainModule&, const torch::Tensor&) {}
+  virtual void on_after_backward(Trainer&, TrainModule&) {}
+  virtual void on_before_optimizer_step(Trainer&, TrainModule&, torch::optim::Optimizer&) {}
+  virtual void on_before_zero_grad(Trainer&, TrainModule&, torch::optim::Optimizer&) {}
+  /// Called when fit, validate, test or predict fails, before the error leaves the Trainer.
+  virtual void on_exception(Trainer&, TrainModule&, const std::exception&) {}
+};
+
+}  // namespace arc

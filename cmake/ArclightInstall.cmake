@@ -1,0 +1,26 @@
+# Install rules and the exported package: find_package(Arclight) gives arc::arclight.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(ARC_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Arclight)
+
+foreach(dir core accelerators strategies callbacks loggers)
+  install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/arc/${dir}
+          FILES_MATCHING PATTERN "*.h")
+endforeach()
+install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/arc.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/arc)
+
+install(TARGETS arclight arc_deps EXPORT ArclightTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(EXPORT ArclightTargets NAMESPACE arc:: DESTINATION ${ARC_CMAKE_DIR})
+
+configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/ArclightConfig.cmake.in
+                              ${CMAKE_CURRENT_BINARY_DIR}/ArclightConfig.cmake
+                              INSTALL_DESTINATION ${ARC_CMAKE_DIR})
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/ArclightConfigVersion.cmake
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/ArclightConfig.cmake
+              ${CMAKE_CURRENT_BINARY_DIR}/ArclightConfigVersion.cmake
+              ${CMAKE_CURRENT_SOURCE_DIR}/cmake/ArclightDependencies.cmake
+        DESTINATION ${ARC_CMAKE_DIR})

@@ -1,0 +1,17 @@
+// Rank-aware console output through spdlog: rank 0 speaks, other ranks only warn, and lines are
+// tagged with the rank when several processes run.
+#pragma once
+
+#include <spdlog/logger.h>
+
+#include <cstdint>
+
+namespace arc {
+
+/// The console logger; `console().info(...)` is the rank-0 idiom.
+spdlog::logger& console();
+
+/// Tags lines with the rank and quiets ranks other than 0 (they keep warnings and errors).
+void set_console_rank(int64_t rank, int64_t world_size);
+
+}  // namespace arc

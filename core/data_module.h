@@ -1,0 +1,61 @@
+// DataModule and DataSource: where the Trainer's loaders get their datasets and settings.
+#pragma once
+
+#include <arc/core/arg.h>
+#include <arc/core/dataset.h>
+#include <arc/core/sampler.h>
+
+#include <memory>
+#include <string>
+
+namespace arc {
+
+/// How a dataset is batched and fetched.
+class DataLoaderOptions {
+ public:
+  explicit DataLoaderOptions(int64_t batch_size = 1) : batch_size_(batch_size) {}
+  ARC_ARG(int64_t, batch_size);
+  /// Shuffle with a RandomSampler (ignored when the source has its own sampler).
+  ARC_ARG(bool, shuffle) = false;
+  ARC_ARG(bool, drop_last) = false;
+  /// Threads that fetch batches ahead of the training loop; 0 fetches in the loop itself.
+  ARC_ARG(int64_t, num_workers) = 0;
+  /// Batches each worker may fetch ahead.
+  ARC_ARG(int64_t, prefetch_factor) = 2;
+  /// When several ranks read, pad the order so every rank gets as many samples (else drop).
+  ARC_ARG(bool, even_pad) = true;
+};
+
+/// A dataset with its loader options and, optionally, a sampler that defines the order.
+struct DataSource {
+  std::shared_ptr<Dataset> dataset;
+  DataLoaderOptions options;
+  std::shared_ptr<Sampler> sampler;
+
+  DataSource() = default;
+  DataSource(std::shared_ptr<Dataset> data, DataLoaderOptions loader_options = DataLoaderOptions(),
+             std::shared_ptr<Sampler> order = nullptr)
+      : dataset(std::move(data)), options(loader_options), sampler(std::move(order)) {}
+
+  explicit operator bool() const { return dataset != nullptr; }
+};
+
+/// What the Trainer is doing; passed to DataModule::setup and teardown.
+enum class Stage { fit, validate, test, predict };
+const char* to_string(Stage stage);
+
+/// Owns the data of an experiment, as Lightning's LightningDataModule.
+class DataModule {
+ public:
+  virtual ~DataModule() = default;
+  /// Called once per process before setup.
+  virtual void prepare_data() {}
+  virtual void setup(Stage) {}
+  virtual DataSource train_dataloader() { return {}; }
+  virtual DataSource val_dataloader() { return {}; }
+  virtual DataSource test_dataloader() { return {}; }
+  virtual DataSource predict_dataloader() { return {}; }
+  virtual void teardown(Stage) {}
+};
+
+}  // namespace arc

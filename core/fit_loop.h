@@ -1,0 +1,46 @@
+// FitLoop: epochs of training batches, the optimization step (accumulation, clipping,
+// schedulers), validation at the configured interval, and the stopping rules.
+#pragma once
+
+#include <arc/core/batch.h>
+#include <arc/core/train_module.h>
+
+#include <memory>
+
+namespace arc {
+
+class DataLoader;
+class Trainer;
+
+/// Runs Trainer::fit's training.
+class FitLoop {
+ public:
+  FitLoop(Trainer& trainer, TrainModule& module, std::unique_ptr<DataLoader> train, std::unique_ptr<DataLoader> val);
+  ~FitLoop();
+  void run();
+
+ private:
+  bool epochs_done() const;
+  bool steps_done() const;
+  bool stop_requested() const;
+  void run_epoch();
+  void run_batch(Batch& batch, int64_t batch_idx);
+  void automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& loss);
+  void optimizer_step();
+  void clip_gradients();
+  void step_schedulers(Interval interval);
+  bool validation_due(int64_t batch_idx) const;
+  void validate();
+  void sanity_check();
+  void log_step();
+
+  Trainer& trainer_;
+  TrainModule& module_;
+  std::unique_ptr<DataLoader> train_;
+  std::unique_ptr<DataLoader> val_;
+  int64_t max_epochs_ = -1;
+  int64_t val_batches_ = 0;
+  int64_t val_every_ = 0;
+};
+
+}  // namespace arc

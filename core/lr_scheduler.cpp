@@ -1,0 +1,181 @@
+// Learning-rate schedulers.
+#include <arc/core/lr_scheduler.h>
+
+#include <arc/core/error.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace arc {
+
+LRScheduler::LRScheduler(torch::optim::Optimizer& optimizer) : optimizer_(optimizer) {
+  for (const auto& group : optimizer_.param_groups()) base_lrs_.push_back(group.options().get_lr());
+}
+
+void LRScheduler::step(std::optional<double>) {
+  ++last_epoch_;
+  apply();
+}
+
+void LRScheduler::apply() {
+  std::vector<double> lrs;
+  for (const double base : base_lrs_) lrs.push_back(lr_at(base, last_epoch_));
+  set_lrs(lrs);
+}
+
+void LRScheduler::set_lrs(const std::vector<double>& lrs) {
+  auto& groups = optimizer_.param_groups();
+  for (size_t i = 0; i < groups.size() && i < lrs.size(); ++i) groups[i].options().set_lr(lrs[i]);
+}
+
+std::vector<double> LRScheduler::last_lr() const {
+  std::vector<double> out;
+  for (const auto& group : optimizer_.param_groups()) out.push_back(group.options().get_lr());
+  return out;
+}
+
+nlohmann::json LRScheduler::state_dict() const { return {{"last_epoch", last_epoch_}, {"base_lrs", base_lrs_}}; }
+
+void LRScheduler::load_state_dict(const nlohmann::json& state) {
+  last_epoch_ = state.at("last_epoch").get<int64_t>();
+  base_lrs_ = state.at("base_lrs").get<std::vector<double>>();
+  apply();
+}
+
+StepLR::StepLR(torch::optim::Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
+  ARC_CHECK(step_size >= 1, "StepLR step_size must be >= 1, got ", step_size);
+  apply();
+}
+
+double StepLR::lr_at(double base, int64_t epoch) const {
+  return base * std::pow(gamma_, static_cast<double>(epoch / step_size_));
+}
+
+MultiStepLR::MultiStepLR(torch::optim::Optimizer& optimizer, std::vector<int64_t> milestones, double gamma)
+    : LRScheduler(optimizer), milestones_(std::move(milestones)), gamma_(gamma) {
+  ARC_CHECK(std::is_sorted(milestones_.begin(), milestones_.end()), "MultiStepLR milestones must be increasing");
+  apply();
+}
+
+double MultiStepLR::lr_at(double base, int64_t epoch) const {
+  const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin();
+  return base * std::pow(gamma_, static_cast<double>(passed));
+}
+
+ExponentialLR::ExponentialLR(torch::optim::Optimizer& optimizer, double gamma) : LRScheduler(optimizer), gamma_(gamma) {
+  apply();
+}
+
+double ExponentialLR::lr_at(double base, int64_t epoch) const {
+  return base * std::pow(gamma_, static_cast<double>(epoch));
+}
+
+CosineAnnealingLR::CosineAnnealingLR(torch::optim::Optimizer& optimizer, int64_t t_max, double eta_min)
+    : LRScheduler(optimizer), t_max_(t_max), eta_min_(eta_min) {
+  ARC_CHECK(t_max >= 1, "CosineAnnealingLR t_max must be >= 1, got ", t_max);
+  apply();
+}
+
+double CosineAnnealingLR::lr_at(double base, int64_t epoch) const {
+  const double pi = std::acos(-1.0);
+  return eta_min_ +
+         (base - eta_min_) * (1 + std::cos(pi * static_cast<double>(epoch) / static_cast<double>(t_max_))) / 2;
+}
+
+LinearWarmup::LinearWarmup(torch::optim::Optimizer& optimizer, int64_t total_iters, double start_factor,
+                           double end_factor)
+    : LRScheduler(optimizer), total_iters_(total_iters), start_factor_(start_factor), end_factor_(end_factor) {
+  ARC_CHECK(total_iters >= 1, "LinearWarmup total_iters must be >= 1, got ", total_iters);
+  ARC_CHECK(start_factor > 0 && start_factor <= 1, "LinearWarmup start_factor must be in (0, 1], got ", start_factor);
+  apply();
+}
+
+double LinearWarmup::lr_at(double base, int64_t epoch) const {
+  const double progress = static_cast<double>(std::min(epoch, total_iters_)) / static_cast<double>(total_iters_);
+  return base * (start_factor_ + (end_factor_ - start_factor_) * progress);
+}
+
+SequentialLR::SequentialLR(torch::optim::Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
+                           std::vector<int64_t> milestones)
+    : LRScheduler(optimizer), schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {
+  ARC_CHECK(!schedulers_.empty() && milestones_.size() + 1 == schedulers_.size(), "SequentialLR needs ",
+            "one milestone fewer than schedulers, got ", schedulers_.size(), " schedulers and ", milestones_.size(),
+            " milestones");
+  ARC_CHECK(std::is_sorted(milestones_.begin(), milestones_.end()), "SequentialLR milestones must be increasing");
+  // The phases were made on the same optimizer and already changed its rates: start from the
+  // rates the first phase saw.
+  base_lrs_ = schedulers_.front()->base_lrs();
+  apply();
+}
+
+double SequentialLR::lr_at(double base, int64_t epoch) const {
+  const auto phase =
+      static_cast<size_t>(std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin());
+  const int64_t start = phase == 0 ? 0 : milestones_[phase - 1];
+  return schedulers_[phase]->lr_at(base, epoch - start);
+}
+
+ReduceLROnPlateau::ReduceLROnPlateau(torch::optim::Optimizer& optimizer, Mode mode, double factor, int64_t patience,
+                                     double threshold, int64_t cooldown, double min_lr)
+    : LRScheduler(optimizer),
+      mode_(mode),
+      factor_(factor),
+      patience_(patience),
+      threshold_(threshold),
+      cooldown_(cooldown),
+      min_lr_(min_lr) {
+  ARC_CHECK(factor > 0 && factor < 1, "ReduceLROnPlateau factor must be in (0, 1), got ", factor);
+  ARC_CHECK(patience >= 0, "ReduceLROnPlateau patience must be >= 0, got ", patience);
+}
+
+double ReduceLROnPlateau::lr_at(double base, int64_t) const { return base; }
+
+bool ReduceLROnPlateau::improves(double metric) const {
+  if (!best_) return true;
+  return mode_ == Mode::min ? metric < *best_ * (1 - threshold_) : metric > *best_ * (1 + threshold_);
+}
+
+void ReduceLROnPlateau::step(std::optional<double> metric) {
+  ARC_CHECK(metric.has_value(), "ReduceLROnPlateau needs the monitored metric; set `monitor` in its scheduler config");
+  ++last_epoch_;
+  if (improves(*metric)) {
+    best_ = *metric;
+    bad_epochs_ = 0;
+  } else {
+    ++bad_epochs_;
+  }
+  if (cooldown_left_ > 0) {
+    --cooldown_left_;
+    bad_epochs_ = 0;
+  }
+  if (bad_epochs_ > patience_) {
+    std::vector<double> lrs = last_lr();
+    for (double& lr : lrs) lr = std::max(lr * factor_, min_lr_);
+    set_lrs(lrs);
+    cooldown_left_ = cooldown_;
+    bad_epochs_ = 0;
+  }
+}
+
+nlohmann::json ReduceLROnPlateau::state_dict() const {
+  auto state = LRScheduler::state_dict();
+  state["best"] = best_ ? nlohmann::json(*best_) : nlohmann::json(nullptr);
+  state["bad_epochs"] = bad_epochs_;
+  state["cooldown_left"] = cooldown_left_;
+  state["lrs"] = last_lr();
+  return state;
+}
+
+void ReduceLROnPlateau::load_state_dict(const nlohmann::json& state) {
+  last_epoch_ = state.at("last_epoch").get<int64_t>();
+  base_lrs_ = state.at("base_lrs").get<std::vector<double>>();
+  best_ = state.at("best").is_null() ? std::nullopt : std::optional<double>(state.at("best").get<double>());
+  bad_epochs_ = state.at("bad_epochs").get<int64_t>();
+  cooldown_left_ = state.at("cooldown_left").get<int64_t>();
+  set_lrs(state.at("lrs").get<std::vector<double>>());
+}
+
+}  // namespace arc

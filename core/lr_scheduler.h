@@ -1,0 +1,147 @@
+// Learning-rate schedulers over any torch::optim optimizer (LibTorch 1.13 ships only StepLR).
+// Closed forms of PyTorch's schedulers: the rate at step e depends only on e and the base rate.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace arc {
+
+/// Sets the learning rate of every parameter group of an optimizer, step by step.
+class LRScheduler {
+ public:
+  explicit LRScheduler(torch::optim::Optimizer& optimizer);
+  virtual ~LRScheduler() = default;
+
+  /// Advances one step (an epoch or a batch, as configured); `metric` feeds ReduceLROnPlateau.
+  virtual void step(std::optional<double> metric = std::nullopt);
+  /// The rates of the parameter groups after the last step.
+  std::vector<double> last_lr() const;
+  int64_t last_epoch() const { return last_epoch_; }
+  /// The rates the groups had when the scheduler was made.
+  const std::vector<double>& base_lrs() const { return base_lrs_; }
+  /// Whether step() needs a monitored metric.
+  virtual bool needs_metric() const { return false; }
+
+  virtual nlohmann::json state_dict() const;
+  virtual void load_state_dict(const nlohmann::json& state);
+
+  /// The rate of a group with base rate `base` at step `epoch`.
+  virtual double lr_at(double base, int64_t epoch) const = 0;
+
+ protected:
+  /// Applies lr_at(base, last_epoch) to every group.
+  void apply();
+  void set_lrs(const std::vector<double>& lrs);
+
+  torch::optim::Optimizer& optimizer_;
+  std::vector<double> base_lrs_;
+  int64_t last_epoch_ = 0;
+};
+
+/// base · gamma^(epoch / step_size).
+class StepLR : public LRScheduler {
+ public:
+  StepLR(torch::optim::Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
+  double lr_at(double base, int64_t epoch) const override;
+
+ private:
+  int64_t step_size_;
+  double gamma_;
+};
+
+/// base · gamma^(number of milestones <= epoch).
+class MultiStepLR : public LRScheduler {
+ public:
+  MultiStepLR(torch::optim::Optimizer& optimizer, std::vector<int64_t> milestones, double gamma = 0.1);
+  double lr_at(double base, int64_t epoch) const override;
+
+ private:
+  std::vector<int64_t> milestones_;
+  double gamma_;
+};
+
+/// base · gamma^epoch.
+class ExponentialLR : public LRScheduler {
+ public:
+  ExponentialLR(torch::optim::Optimizer& optimizer, double gamma);
+  double lr_at(double base, int64_t epoch) const override;
+
+ private:
+  double gamma_;
+};
+
+/// eta_min + (base - eta_min) · (1 + cos(pi · epoch / t_max)) / 2.
+class CosineAnnealingLR : public LRScheduler {
+ public:
+  CosineAnnealingLR(torch::optim::Optimizer& optimizer, int64_t t_max, double eta_min = 0.0);
+  double lr_at(double base, int64_t epoch) const override;
+
+ private:
+  int64_t t_max_;
+  double eta_min_;
+};
+
+/// Linear ramp of the factor from start_factor to end_factor over total_iters steps (PyTorch's
+/// LinearLR), the usual warm-up.
+class LinearWarmup : public LRScheduler {
+ public:
+  LinearWarmup(torch::optim::Optimizer& optimizer, int64_t total_iters, double start_factor = 1.0 / 3,
+               double end_factor = 1.0);
+  double lr_at(double base, int64_t epoch) const override;
+
+ private:
+  int64_t total_iters_;
+  double start_factor_;
+  double end_factor_;
+};
+
+/// Runs schedulers one after another, switching at the milestones (PyTorch's SequentialLR):
+/// `SequentialLR(opt, {warmup, cosine}, {100})`. Each phase counts its steps from 0.
+class SequentialLR : public LRScheduler {
+ public:
+  SequentialLR(torch::optim::Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
+               std::vector<int64_t> milestones);
+  double lr_at(double base, int64_t epoch) const override;
+
+ private:
+  std::vector<std::shared_ptr<LRScheduler>> schedulers_;
+  std::vector<int64_t> milestones_;
+};
+
+/// Multiplies the rate by `factor` when the monitored metric stops improving for `patience`
+/// steps (PyTorch's ReduceLROnPlateau).
+class ReduceLROnPlateau : public LRScheduler {
+ public:
+  enum class Mode { min, max };
+  ReduceLROnPlateau(torch::optim::Optimizer& optimizer, Mode mode = Mode::min, double factor = 0.1,
+                    int64_t patience = 10, double threshold = 1e-4, int64_t cooldown = 0, double min_lr = 0.0);
+
+  void step(std::optional<double> metric) override;
+  bool needs_metric() const override { return true; }
+  double lr_at(double base, int64_t epoch) const override;
+  nlohmann::json state_dict() const override;
+  void load_state_dict(const nlohmann::json& state) override;
+
+ private:
+  bool improves(double metric) const;
+
+  Mode mode_;
+  double factor_;
+  int64_t patience_;
+  double threshold_;
+  int64_t cooldown_;
+  double min_lr_;
+  std::optional<double> best_;
+  int64_t bad_epochs_ = 0;
+  int64_t cooldown_left_ = 0;
+};
+
+}  // namespace arc

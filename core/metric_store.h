@@ -1,0 +1,76 @@
+// MetricStore: values logged by a module's steps, kept per step and aggregated per epoch
+// (mean weighted by batch size, sum, max, min), named as Lightning names them.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+namespace arc {
+
+/// How epoch values are aggregated.
+enum class Reduce { mean, sum, max, min };
+
+/// Options of TrainModule::log, as Lightning's self.log. Unset on_step/on_epoch take
+/// Lightning's defaults: per step in training, per epoch in validation and test.
+struct LogOptions {
+  std::optional<bool> on_step = std::nullopt;
+  std::optional<bool> on_epoch = std::nullopt;
+  bool prog_bar = false;
+  bool logger = true;
+  Reduce reduce = Reduce::mean;
+  /// Reduced across ranks when several processes train.
+  bool sync_dist = false;
+  /// Weight for the epoch mean; defaults to the batch's size.
+  std::optional<int64_t> batch_size = std::nullopt;
+};
+
+using Metrics = std::map<std::string, double>;
+
+/// Logged values of one stage (training, or evaluation).
+class MetricStore {
+ public:
+  /// Records `value` logged at the current step. `training` selects the on_step/on_epoch
+  /// defaults; `batch_size` weighs the epoch mean when options.batch_size is unset.
+  void log(const std::string& name, const torch::Tensor& value, const LogOptions& options, bool training,
+           int64_t batch_size);
+
+  /// Values logged at the last step for loggers ("loss", or "loss_step" when also per epoch).
+  Metrics step_logger_metrics() const;
+  /// Values for the progress bar (latest step value, else the epoch value).
+  Metrics prog_bar_metrics() const;
+  /// Step and epoch values under every name callbacks may monitor.
+  Metrics callback_metrics() const;
+  /// Closes the epoch: aggregates epoch values and returns them for loggers.
+  Metrics end_epoch();
+  /// Forgets everything (a new stage starts).
+  void clear() { entries_.clear(); }
+  bool empty() const { return entries_.empty(); }
+
+ private:
+  struct Entry {
+    bool on_step = false;
+    bool on_epoch = false;
+    bool prog_bar = false;
+    bool logger = true;
+    Reduce reduce = Reduce::mean;
+    torch::Tensor step_value;
+    double weighted_sum = 0;
+    double weight = 0;
+    double extreme = 0;
+    int64_t count = 0;
+    std::optional<double> epoch_value;
+  };
+
+  static std::string step_name(const std::string& name, const Entry& entry);
+  static std::string epoch_name(const std::string& name, const Entry& entry);
+  static double aggregate(const Entry& entry);
+
+  std::unordered_map<std::string, Entry> entries_;
+};
+
+}  // namespace arc

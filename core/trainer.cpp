@@ -1,0 +1,333 @@
+// Trainer: option resolution, stage set-up and tear-down, and the glue between module,
+// callbacks, loggers and metric stores. The loops live in fit_loop.cpp and evaluation_loop.cpp.
+#include <arc/core/trainer.h>
+
+#include <arc/accelerators/accelerator_backend.h>
+#include <arc/callbacks/model_summary.h>
+#include <arc/callbacks/progress_bar.h>
+#include <arc/core/console.h>
+#include <arc/core/data_loader.h>
+#include <arc/core/evaluation_loop.h>
+#include <arc/core/fit_loop.h>
+#include <arc/strategies/strategy.h>
+
+#include <malloc.h>
+#include <torch/torch.h>
+
+#include <thread>
+
+namespace arc {
+namespace {
+
+// fast_dev_run runs n batches of every stage once, as Lightning does.
+TrainerOptions apply_fast_dev_run(TrainerOptions options) {
+  const int64_t n = options.fast_dev_run();
+  if (n == 0) return options;
+  const auto batches = BatchAmount::count(n);
+  options.limit_train_batches(batches).limit_val_batches(batches).limit_test_batches(batches);
+  options.limit_predict_batches(batches).max_steps(n).max_epochs(1).num_sanity_val_steps(0);
+  options.val_check_interval(BatchAmount::fraction(1.0)).check_val_every_n_epoch(1).enable_checkpointing(false);
+  return options;
+}
+
+TrainerOptions apply_overfit_batches(TrainerOptions options) {
+  if (options.overfit_batches().is_zero()) return options;
+  options.limit_train_batches(options.overfit_batches()).limit_val_batches(options.overfit_batches());
+  return options;
+}
+
+// glibc returns large freed blocks to the OS at once; a training step then page-faults its
+// activation buffers back in every time. Keeping them in the heap removes those faults.
+void keep_large_buffers_in_heap() {
+  static const bool done = [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    return true;
+  }();
+  (void)done;
+}
+
+}  // namespace
+
+const char* to_string(Stage stage) {
+  switch (stage) {
+    case Stage::fit:
+      return "fit";
+    case Stage::validate:
+      return "validate";
+    case Stage::test:
+      return "test";
+    case Stage::predict:
+      return "predict";
+  }
+  return "fit";
+}
+
+Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks,
+                 std::vector<std::shared_ptr<Logger>> loggers)
+    : options_(apply_overfit_batches(apply_fast_dev_run(std::move(options)))),
+      callbacks_(std::move(callbacks)),
+      loggers_(std::move(loggers)) {
+  options_.validate();
+  if (options_.fast_dev_run() > 0) loggers_.clear();
+  accelerator_ = resolve_accelerator(options_.accelerator());
+  strategy_ =
+      resolve_strategy(options_.strategy(), static_cast<int64_t>(accelerator_->select(options_.devices()).size()));
+  strategy_->setup(*accelerator_, options_);
+  set_console_rank(strategy_->global_rank(), strategy_->world_size());
+  add_default_callbacks();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::add_default_callbacks() {
+  const auto has = [&](auto* probe) {
+    using T = std::remove_pointer_t<decltype(probe)>;
+    for (const auto& callback : callbacks_)
+      if (std::dynamic_pointer_cast<T>(callback)) return true;
+    return false;
+  };
+  if (options_.enable_model_summary() && !has(static_cast<ModelSummary*>(nullptr)))
+    callbacks_.push_back(std::make_shared<ModelSummary>());
+  if (options_.enable_progress_bar() && !has(static_cast<ProgressBar*>(nullptr)))
+    callbacks_.push_back(std::make_shared<ProgressBar>());
+}
+
+Strategy& Trainer::strategy() const { return *strategy_; }
+AcceleratorBackend& Trainer::accelerator() const { return *accelerator_; }
+torch::Device Trainer::device() const { return strategy_->root_device(); }
+int64_t Trainer::world_size() const { return strategy_->world_size(); }
+int64_t Trainer::global_rank() const { return strategy_->global_rank(); }
+bool Trainer::is_global_zero() const { return strategy_->is_global_zero(); }
+
+std::string Trainer::log_dir() const {
+  for (const auto& logger : loggers_)
+    if (!logger->log_dir().empty()) return logger->log_dir();
+  return options_.default_root_dir();
+}
+
+double Trainer::elapsed_seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - stage_start_).count();
+}
+
+void Trainer::request_stop(const std::string& reason) {
+  should_stop_ = true;
+  stop_reason_ = reason;
+}
+
+Metrics Trainer::progress_bar_metrics() const {
+  auto metrics = eval_metrics_.prog_bar_metrics();
+  for (const auto& [name, value] : train_metrics_.prog_bar_metrics()) metrics[name] = value;
+  return metrics;
+}
+
+void Trainer::setup_environment() {
+  const int64_t threads = options_.num_threads() > 0
+                              ? options_.num_threads()
+                              : std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) /
+                                                         strategy_->local_world_size());
+  torch::set_num_threads(static_cast<int>(threads));
+  if (options_.tune_malloc()) keep_large_buffers_in_heap();
+  if (options_.seed()) torch::manual_seed(*options_.seed());
+  at::globalContext().setDeterministicAlgorithms(options_.deterministic(), false);
+}
+
+void Trainer::attach(TrainModule& module) {
+  ARC_CHECK(module_ == nullptr, "this Trainer is already running a module; run stages one after another");
+  module_ = &module;
+  module.trainer_ = this;
+}
+
+void Trainer::detach() {
+  if (module_ != nullptr) module_->trainer_ = nullptr;
+  module_ = nullptr;
+}
+
+void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, const std::function<void()>& body) {
+  attach(module);
+  stage_ = stage;
+  stage_start_ = std::chrono::steady_clock::now();
+  should_stop_ = false;
+  stop_reason_.clear();
+  train_metrics_.clear();
+  eval_metrics_.clear();
+  try {
+    setup_environment();
+    if (data != nullptr) {
+      data->prepare_data();
+      data->setup(stage);
+    }
+    module.setup(stage);
+    strategy_->setup_module(module);
+    body();
+    module.teardown(stage);
+    if (data != nullptr) data->teardown(stage);
+    if (is_global_zero())
+      for (auto& logger : loggers_) logger->finalize("success");
+  } catch (const std::exception& error) {
+    call_callbacks([&](Callback& c) { c.on_exception(*this, module, error); });
+    if (is_global_zero())
+      for (auto& logger : loggers_) logger->finalize("failed");
+    detach();
+    throw;
+  }
+  detach();
+}
+
+DataSource Trainer::pick(DataSource given, DataModule* data, DataSource (DataModule::*from_data)(),
+                         DataSource (TrainModule::*from_module)(), TrainModule& module, const char* what) const {
+  if (given) return given;
+  if (data != nullptr) {
+    if (auto source = (data->*from_data)()) return source;
+  }
+  if (auto source = (module.*from_module)()) return source;
+  ARC_CHECK(what == nullptr, "no ", what, " data: pass a DataSource or a DataModule, or override ", what,
+            "_dataloader() in the module or data module");
+  return {};
+}
+
+std::unique_ptr<DataLoader> Trainer::make_loader(const DataSource& source) const {
+  if (!source) return nullptr;
+  DataSource adjusted = source;
+  if (!options_.overfit_batches().is_zero()) adjusted.options.shuffle(false);
+  return std::make_unique<DataLoader>(adjusted, strategy_->global_rank(), strategy_->world_size(),
+                                      options_.seed().value_or(0));
+}
+
+void Trainer::configure_optimizers(TrainModule& module) {
+  optimizers_ = module.configure_optimizers();
+  ARC_CHECK(
+      !optimizers_.empty() || !module.automatic_optimization(),
+      "configure_optimizers() returned no optimizer; return at least one, e.g. std::make_shared<torch::optim::SGD>(",
+      "parameters(), torch::optim::SGDOptions(0.1))");
+  for (const auto& config : optimizers_) {
+    ARC_CHECK(config.optimizer != nullptr, "configure_optimizers() returned a null optimizer");
+    if (!config.lr_scheduler) continue;
+    const auto& scheduler = *config.lr_scheduler;
+    ARC_CHECK(scheduler.scheduler != nullptr, "an lr_scheduler config has no scheduler; set its `scheduler`");
+    ARC_CHECK(scheduler.frequency >= 1, "lr_scheduler frequency must be >= 1, got ", scheduler.frequency);
+    ARC_CHECK(!scheduler.scheduler->needs_metric() || !scheduler.monitor.empty(),
+              "ReduceLROnPlateau needs `monitor` in its scheduler config, e.g. \"val_loss\"");
+  }
+}
+
+void Trainer::fit(TrainModule& module, DataModule& data) {
+  run_stage(Stage::fit, module, &data, [&] {
+    auto train = pick({}, &data, &DataModule::train_dataloader, &TrainModule::train_dataloader, module, "train");
+    auto val = pick({}, &data, &DataModule::val_dataloader, &TrainModule::val_dataloader, module, nullptr);
+    FitLoop(*this, module, make_loader(train), make_loader(val)).run();
+  });
+}
+
+void Trainer::fit(TrainModule& module, DataSource train, DataSource val) {
+  run_stage(Stage::fit, module, nullptr, [&] {
+    auto train_source =
+        pick(std::move(train), nullptr, &DataModule::train_dataloader, &TrainModule::train_dataloader, module, "train");
+    auto val_source =
+        pick(std::move(val), nullptr, &DataModule::val_dataloader, &TrainModule::val_dataloader, module, nullptr);
+    FitLoop(*this, module, make_loader(train_source), make_loader(val_source)).run();
+  });
+}
+
+Metrics Trainer::validate(TrainModule& module, DataModule& data) {
+  Metrics out;
+  run_stage(Stage::validate, module, &data, [&] {
+    auto source = pick({}, &data, &DataModule::val_dataloader, &TrainModule::val_dataloader, module, "validation");
+    out = EvaluationLoop(*this, module, Stage::validate).run(*make_loader(source), options_.limit_val_batches());
+  });
+  return out;
+}
+
+Metrics Trainer::validate(TrainModule& module, DataSource val) {
+  Metrics out;
+  run_stage(Stage::validate, module, nullptr, [&] {
+    auto source =
+        pick(std::move(val), nullptr, &DataModule::val_dataloader, &TrainModule::val_dataloader, module, "validation");
+    out = EvaluationLoop(*this, module, Stage::validate).run(*make_loader(source), options_.limit_val_batches());
+  });
+  return out;
+}
+
+Metrics Trainer::test(TrainModule& module, DataModule& data) {
+  Metrics out;
+  run_stage(Stage::test, module, &data, [&] {
+    auto source = pick({}, &data, &DataModule::test_dataloader, &TrainModule::test_dataloader, module, "test");
+    out = EvaluationLoop(*this, module, Stage::test).run(*make_loader(source), options_.limit_test_batches());
+  });
+  return out;
+}
+
+Metrics Trainer::test(TrainModule& module, DataSource test_data) {
+  Metrics out;
+  run_stage(Stage::test, module, nullptr, [&] {
+    auto source = pick(std::move(test_data), nullptr, &DataModule::test_dataloader, &TrainModule::test_dataloader,
+                       module, "test");
+    out = EvaluationLoop(*this, module, Stage::test).run(*make_loader(source), options_.limit_test_batches());
+  });
+  return out;
+}
+
+std::vector<torch::Tensor> Trainer::predict(TrainModule& module, DataModule& data) {
+  std::vector<torch::Tensor> out;
+  run_stage(Stage::predict, module, &data, [&] {
+    auto source = pick({}, &data, &DataModule::predict_dataloader, &TrainModule::predict_dataloader, module, "predict");
+    out = EvaluationLoop(*this, module, Stage::predict).predict(*make_loader(source), options_.limit_predict_batches());
+  });
+  return out;
+}
+
+std::vector<torch::Tensor> Trainer::predict(TrainModule& module, DataSource predict_data) {
+  std::vector<torch::Tensor> out;
+  run_stage(Stage::predict, module, nullptr, [&] {
+    auto source = pick(std::move(predict_data), nullptr, &DataModule::predict_dataloader,
+                       &TrainModule::predict_dataloader, module, "predict");
+    out = EvaluationLoop(*this, module, Stage::predict).predict(*make_loader(source), options_.limit_predict_batches());
+  });
+  return out;
+}
+
+void Trainer::log_from_module(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
+  auto& store = training_ ? train_metrics_ : eval_metrics_;
+  store.log(name, value, options, training_, current_batch_size_);
+}
+
+const Metrics& Trainer::callback_metrics() const {
+  // Step values are read lazily: converting them every step would cost a sync per metric.
+  for (const auto& [name, value] : train_metrics_.callback_metrics()) callback_metrics_[name] = value;
+  for (const auto& [name, value] : eval_metrics_.callback_metrics()) callback_metrics_[name] = value;
+  return callback_metrics_;
+}
+
+void Trainer::send_to_loggers(const Metrics& metrics) {
+  if (metrics.empty() || !is_global_zero()) return;
+  Metrics with_epoch = metrics;
+  with_epoch["epoch"] = static_cast<double>(progress_.current_epoch);
+  for (auto& logger : loggers_) logger->log_metrics(with_epoch, progress_.global_step);
+  for (const auto& [name, value] : with_epoch) logged_metrics_[name] = value;
+}
+
+void Trainer::backward(TrainModule& module, const torch::Tensor& loss) {
+  module.on_before_backward(loss);
+  call_callbacks([&](Callback& c) { c.on_before_backward(*this, module, loss); });
+  strategy_->backward(loss);
+  module.on_after_backward();
+  call_callbacks([&](Callback& c) { c.on_after_backward(*this, module); });
+}
+
+void Trainer::zero_grad(torch::optim::Optimizer& optimizer) {
+  module_->on_before_zero_grad(optimizer);
+  call_callbacks([&](Callback& c) { c.on_before_zero_grad(*this, *module_, optimizer); });
+  // set_to_none: the next backward writes gradients instead of adding to zeros.
+  for (auto& group : optimizer.param_groups())
+    for (auto& parameter : group.params())
+      if (parameter.grad().defined()) parameter.mutable_grad() = torch::Tensor();
+}
+
+void Trainer::manual_optimizer_step(torch::optim::Optimizer& optimizer) {
+  module_->on_before_optimizer_step(optimizer);
+  call_callbacks([&](Callback& c) { c.on_before_optimizer_step(*this, *module_, optimizer); });
+  optimizer.step();
+  ++progress_.global_step;
+}
+
+}  // namespace arc

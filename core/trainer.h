@@ -1,0 +1,146 @@
+// Trainer: runs a TrainModule's fit, validate, test and predict, with Lightning's options,
+// hooks, callbacks and loggers.
+#pragma once
+
+#include <arc/callbacks/callback.h>
+#include <arc/core/data_module.h>
+#include <arc/core/metric_store.h>
+#include <arc/core/train_module.h>
+#include <arc/core/trainer_options.h>
+#include <arc/loggers/logger.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace arc {
+
+class AcceleratorBackend;
+class DataLoader;
+class Strategy;
+
+/// Counters of a run, as Lightning's trainer exposes them.
+struct Progress {
+  int64_t current_epoch = 0;
+  /// Optimizer steps taken.
+  int64_t global_step = 0;
+  /// Training batches run in the current epoch.
+  int64_t epoch_batches = 0;
+  /// Training batches run since fit started.
+  int64_t total_batches = 0;
+  int64_t validation_runs = 0;
+};
+
+/// Runs TrainModules. One Trainer can run several stages one after another.
+class Trainer {
+ public:
+  explicit Trainer(TrainerOptions options = TrainerOptions(), std::vector<std::shared_ptr<Callback>> callbacks = {},
+                   std::vector<std::shared_ptr<Logger>> loggers = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// Trains with data from `data`; validates as the options say.
+  void fit(TrainModule& module, DataModule& data);
+  /// Trains on `train` (or the module's own train_dataloader), validating on `val` if given.
+  void fit(TrainModule& module, DataSource train = {}, DataSource val = {});
+  /// One pass over the validation data; returns the epoch metrics.
+  Metrics validate(TrainModule& module, DataModule& data);
+  Metrics validate(TrainModule& module, DataSource val = {});
+  /// One pass over the test data; returns the epoch metrics.
+  Metrics test(TrainModule& module, DataModule& data);
+  Metrics test(TrainModule& module, DataSource test_data = {});
+  /// predict_step's outputs, batch by batch.
+  std::vector<torch::Tensor> predict(TrainModule& module, DataModule& data);
+  std::vector<torch::Tensor> predict(TrainModule& module, DataSource predict_data = {});
+
+  const TrainerOptions& options() const { return options_; }
+  const Progress& progress() const { return progress_; }
+  int64_t current_epoch() const { return progress_.current_epoch; }
+  int64_t global_step() const { return progress_.global_step; }
+  /// Ends fit after the current step (respecting min_epochs/min_steps), as `trainer.should_stop`.
+  void request_stop(const std::string& reason);
+  bool should_stop() const { return should_stop_; }
+  const std::string& stop_reason() const { return stop_reason_; }
+  bool sanity_checking() const { return sanity_checking_; }
+  Stage stage() const { return stage_; }
+  /// Training batches per epoch after limits; validation batches per run.
+  int64_t num_training_batches() const { return num_training_batches_; }
+  int64_t num_val_batches() const { return num_val_batches_; }
+  /// Every metric callbacks may monitor: step values, epoch values.
+  const Metrics& callback_metrics() const;
+  /// What was last sent to the loggers.
+  const Metrics& logged_metrics() const { return logged_metrics_; }
+  Metrics progress_bar_metrics() const;
+  /// Seconds since the current stage started.
+  double elapsed_seconds() const;
+
+  std::vector<std::shared_ptr<Callback>>& callbacks() { return callbacks_; }
+  std::vector<std::shared_ptr<Logger>>& loggers() { return loggers_; }
+  const std::vector<OptimizerConfig>& optimizer_configs() const { return optimizers_; }
+  Strategy& strategy() const;
+  AcceleratorBackend& accelerator() const;
+  torch::Device device() const;
+  int64_t world_size() const;
+  int64_t global_rank() const;
+  bool is_global_zero() const;
+  /// default_root_dir, or the first logger's folder when there is one.
+  std::string log_dir() const;
+
+  /// Called by TrainModule::log.
+  void log_from_module(const std::string& name, const torch::Tensor& value, const LogOptions& options);
+  /// Called by TrainModule::manual_backward and the automatic loop.
+  void backward(TrainModule& module, const torch::Tensor& loss);
+  /// Called by ManualOptimizer::step: hooks, step, global step.
+  void manual_optimizer_step(torch::optim::Optimizer& optimizer);
+  void zero_grad(torch::optim::Optimizer& optimizer);
+
+  /// Runs `hook` on every callback.
+  template <typename Hook>
+  void call_callbacks(Hook&& hook) {
+    for (auto& callback : callbacks_) hook(*callback);
+  }
+
+ private:
+  friend class FitLoop;
+  friend class EvaluationLoop;
+
+  void run_stage(Stage stage, TrainModule& module, DataModule* data, const std::function<void()>& body);
+  void setup_environment();
+  void attach(TrainModule& module);
+  void detach();
+  void configure_optimizers(TrainModule& module);
+  DataSource pick(DataSource given, DataModule* data, DataSource (DataModule::*from_data)(),
+                  DataSource (TrainModule::*from_module)(), TrainModule& module, const char* what) const;
+  std::unique_ptr<DataLoader> make_loader(const DataSource& source) const;
+  void send_to_loggers(const Metrics& metrics);
+  void add_default_callbacks();
+
+  TrainerOptions options_;
+  std::vector<std::shared_ptr<Callback>> callbacks_;
+  std::vector<std::shared_ptr<Logger>> loggers_;
+  std::shared_ptr<AcceleratorBackend> accelerator_;
+  std::shared_ptr<Strategy> strategy_;
+  std::vector<OptimizerConfig> optimizers_;
+  TrainModule* module_ = nullptr;
+
+  Progress progress_;
+  Stage stage_ = Stage::fit;
+  bool training_ = false;
+  bool sanity_checking_ = false;
+  bool should_stop_ = false;
+  std::string stop_reason_;
+  int64_t num_training_batches_ = 0;
+  int64_t num_val_batches_ = 0;
+  int64_t current_batch_size_ = 0;
+  std::chrono::steady_clock::time_point stage_start_;
+
+  MetricStore train_metrics_;
+  MetricStore eval_metrics_;
+  mutable Metrics callback_metrics_;
+  Metrics logged_metrics_;
+};
+
+}  // namespace arc

@@ -1,0 +1,95 @@
+// TrainerOptions: the Trainer's flags, named as Lightning's, readable from and writable to JSON.
+#pragma once
+
+#include <arc/core/arg.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace arc {
+
+/// A number of batches given as a fraction of the available ones (0.25) or as a count (10),
+/// as Lightning's limit_*_batches: a JSON float is a fraction, a JSON integer a count.
+struct BatchAmount {
+  double value = 1.0;
+  bool is_fraction = true;
+
+  static BatchAmount fraction(double f) { return {f, true}; }
+  static BatchAmount count(int64_t n) { return {static_cast<double>(n), false}; }
+  /// How many of `available` batches this amount selects.
+  int64_t of(int64_t available) const;
+  bool is_zero() const { return value == 0.0; }
+};
+
+/// Which devices to use: "auto", a count (-1 = all) or explicit indices.
+struct Devices {
+  bool is_auto = true;
+  int64_t count = 1;
+  std::vector<int64_t> indices;
+
+  static Devices automatic() { return {}; }
+  static Devices of_count(int64_t n) { return {false, n, {}}; }
+  static Devices of_indices(std::vector<int64_t> ids) {
+    return {false, static_cast<int64_t>(ids.size()), std::move(ids)};
+  }
+};
+
+/// Every Trainer option. Defaults are Lightning's.
+class TrainerOptions {
+ public:
+  /// -1 runs without an epoch limit; unset means 1000 unless max_steps is set.
+  ARC_ARG(std::optional<int64_t>, max_epochs);
+  ARC_ARG(std::optional<int64_t>, min_epochs);
+  ARC_ARG(int64_t, max_steps) = -1;
+  ARC_ARG(std::optional<int64_t>, min_steps);
+  /// Seconds of training after which fit stops at the next step.
+  ARC_ARG(std::optional<double>, max_time);
+  ARC_ARG(BatchAmount, limit_train_batches);
+  ARC_ARG(BatchAmount, limit_val_batches);
+  ARC_ARG(BatchAmount, limit_test_batches);
+  ARC_ARG(BatchAmount, limit_predict_batches);
+  ARC_ARG(BatchAmount, overfit_batches) = BatchAmount::fraction(0.0);
+  ARC_ARG(BatchAmount, val_check_interval);
+  ARC_ARG(int64_t, check_val_every_n_epoch) = 1;
+  /// -1 runs every validation batch before training.
+  ARC_ARG(int64_t, num_sanity_val_steps) = 2;
+  ARC_ARG(int64_t, log_every_n_steps) = 50;
+  ARC_ARG(int64_t, accumulate_grad_batches) = 1;
+  ARC_ARG(std::optional<double>, gradient_clip_val);
+  /// "norm" or "value".
+  ARC_ARG(std::string, gradient_clip_algorithm) = "norm";
+  ARC_ARG(bool, deterministic) = false;
+  ARC_ARG(std::optional<uint64_t>, seed);
+  /// 0 is off; n runs n batches of every stage once, without sanity checks or side effects.
+  ARC_ARG(int64_t, fast_dev_run) = 0;
+  ARC_ARG(std::string, default_root_dir) = ".";
+  /// "auto", "cpu", "gpu" or "cuda".
+  ARC_ARG(std::string, accelerator) = "auto";
+  /// "auto" or a registered strategy name.
+  ARC_ARG(std::string, strategy) = "auto";
+  ARC_ARG(Devices, devices);
+  ARC_ARG(int64_t, num_nodes) = 1;
+  /// Lightning's names; "32-true" (also "32") is the one supported today.
+  ARC_ARG(std::string, precision) = "32-true";
+  ARC_ARG(bool, enable_checkpointing) = true;
+  ARC_ARG(bool, enable_progress_bar) = true;
+  ARC_ARG(bool, enable_model_summary) = true;
+  /// Intra-op threads per process; 0 = all cores for one process.
+  ARC_ARG(int64_t, num_threads) = 0;
+  /// Keep large activation buffers in the heap instead of returning them to the OS every step.
+  ARC_ARG(bool, tune_malloc) = true;
+
+ public:
+  /// Reads options from a JSON object; unknown keys, wrong types and impossible values throw.
+  static TrainerOptions from_json(const nlohmann::json& json);
+  /// Every option as JSON; from_json(to_json()) gives the same options.
+  nlohmann::json to_json() const;
+  /// Throws arc::Error naming the first impossible value and the remedy.
+  void validate() const;
+};
+
+}  // namespace arc

@@ -1,0 +1,29 @@
+// Logger: where metrics go. Only rank 0 calls loggers.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace arc {
+
+/// Receives metrics every log_every_n_steps steps and at epoch ends.
+class Logger {
+ public:
+  virtual ~Logger() = default;
+  virtual std::string name() const = 0;
+  /// The run's version ("version_3"), or "" when the logger has none.
+  virtual std::string version() const { return ""; }
+  /// Folder of this run's files, or "" when the logger writes none.
+  virtual std::string log_dir() const { return ""; }
+  virtual void log_metrics(const std::map<std::string, double>& metrics, int64_t step) = 0;
+  virtual void log_hyperparams(const nlohmann::json&) {}
+  /// Writes buffered records out.
+  virtual void save() {}
+  /// Called once at the end of a run with "success" or "failed".
+  virtual void finalize(const std::string&) { save(); }
+};
+
+}  // namespace arc

@@ -1,0 +1,113 @@
+// The `arc` tool, run as a user runs it.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+struct Output {
+  int status = -1;
+  std::string text;
+};
+
+// Runs `arc <args>` with stderr folded into the captured output.
+Output arc(const std::string& args) {
+  Output out;
+  const std::string command = std::string(ARC_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.text.append(buffer, n);
+  const int raw = pclose(pipe);
+  out.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return out;
+}
+
+nlohmann::json result_of(const std::string& text) {
+  const auto at = text.find("RESULT ");
+  if (at == std::string::npos) return nullptr;
+  return nlohmann::json::parse(text.substr(at + 7, text.find('\n', at) - at - 7));
+}
+
+std::string write_config(const std::string& name, const std::string& content) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << content;
+  return path.string();
+}
+
+TEST(Cli, TrainPrintsTheResultLine) {
+  const auto out =
+      arc("train --set trainer.limit_train_batches=40 --set trainer.limit_val_batches=2 "
+          "--set trainer.num_threads=1 --set trainer.enable_progress_bar=false");
+  ASSERT_EQ(out.status, 0) << out.text;
+  const auto result = result_of(out.text);
+  ASSERT_TRUE(result.is_object()) << out.text;
+  for (const char* field : {"train_time_s", "train_sps", "median_step_ms", "mean_step_ms", "t_first_step_s",
+                            "train_loss_last100", "val_loss", "val_acc", "final_param_sha256", "world_size", "threads"})
+    EXPECT_TRUE(result.contains(field)) << field;
+  EXPECT_EQ(result["steps"], 40);
+  EXPECT_EQ(result["threads"], 1);
+  EXPECT_EQ(result["final_param_sha256"].get<std::string>().size(), 64u);
+  EXPECT_GT(result["t_first_step_s"].get<double>(), 0.0);
+}
+
+TEST(Cli, ConfigFileAndOverridesBuildTheCnn) {
+  const auto path = write_config("arc_cli_cnn.json", R"({"module": {"name": "cnn_classifier"},
+    "data": {"batch_size": 32}, "trainer": {"max_steps": 3, "limit_val_batches": 0, "enable_progress_bar": false}})");
+  const auto out = arc("train --config " + path + " --set trainer.max_steps=5");
+  ASSERT_EQ(out.status, 0) << out.text;
+  EXPECT_NE(out.text.find("Conv2d"), std::string::npos);
+  EXPECT_EQ(result_of(out.text)["steps"], 5);
+}
+
+TEST(Cli, BadConfigKeysNameTheKeyAndSuggest) {
+  auto out = arc("train --set trainer.max_epoch=2");
+  EXPECT_EQ(out.status, 2);
+  EXPECT_NE(out.text.find("unknown config key 'trainer.max_epoch'; did you mean 'max_epochs'?"), std::string::npos)
+      << out.text;
+  out = arc("train --set module.hiden=3");
+  EXPECT_NE(out.text.find("'module.hiden'; did you mean 'hidden'?"), std::string::npos) << out.text;
+  out = arc("train --set data.batch_size=-4");
+  EXPECT_NE(out.text.find("data.batch_size must be >= 1, got -4"), std::string::npos) << out.text;
+  out = arc("train --set module.name=mlp_clasifier");
+  EXPECT_NE(out.text.find("unknown module 'mlp_clasifier'; did you mean 'mlp_classifier'?"), std::string::npos)
+      << out.text;
+  out = arc("train --set trainer.strategy=dpp");
+  EXPECT_EQ(out.status, 2);
+  EXPECT_NE(out.text.find("unknown strategy 'dpp'"), std::string::npos) << out.text;
+  out = arc("train --set model.name=x");
+  EXPECT_NE(out.text.find("unknown config key 'model'; did you mean 'module'?"), std::string::npos) << out.text;
+}
+
+TEST(Cli, UnreadableOrInvalidConfigFilesAreErrors) {
+  auto out = arc("train --config /nonexistent/run.json");
+  EXPECT_EQ(out.status, 2);
+  EXPECT_NE(out.text.find("cannot read config file '/nonexistent/run.json'"), std::string::npos) << out.text;
+  out = arc("train --config " + write_config("arc_cli_bad.json", "{\"trainer\": "));
+  EXPECT_NE(out.text.find("is not valid JSON"), std::string::npos) << out.text;
+  out = arc("train --set trainer");
+  EXPECT_NE(out.text.find("--set needs key=value"), std::string::npos) << out.text;
+}
+
+TEST(Cli, ValidateTestPredictAndModules) {
+  auto out = arc("validate --set trainer.limit_val_batches=2 --set trainer.enable_progress_bar=false");
+  ASSERT_EQ(out.status, 0) << out.text;
+  EXPECT_TRUE(result_of(out.text).contains("val_acc"));
+  out = arc("test --set trainer.limit_test_batches=1");
+  EXPECT_TRUE(result_of(out.text).contains("test_loss")) << out.text;
+  out = arc("predict --set trainer.limit_predict_batches=2");
+  EXPECT_EQ(result_of(out.text)["predictions"], 2000) << out.text;
+  out = arc("modules");
+  EXPECT_NE(out.text.find("mlp_classifier  (data: canonical)"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("cnn_classifier"), std::string::npos);
+  out = arc("--help");
+  EXPECT_EQ(out.status, 0);
+  EXPECT_NE(out.text.find("Examples:"), std::string::npos);
+}
+
+}  // namespace

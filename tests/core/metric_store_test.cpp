@@ -1,0 +1,73 @@
+#include <arc/core/error.h>
+#include <arc/core/metric_store.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace arc {
+namespace {
+
+torch::Tensor v(double x) { return torch::scalar_tensor(x, torch::kDouble); }
+
+TEST(MetricStore, EpochMeanIsWeightedByBatchSize) {
+  MetricStore store;
+  store.log("val_loss", v(1.0), {}, false, 10);
+  store.log("val_loss", v(4.0), {}, false, 30);
+  const auto epoch = store.end_epoch();
+  EXPECT_DOUBLE_EQ(epoch.at("val_loss"), (1.0 * 10 + 4.0 * 30) / 40);
+  EXPECT_DOUBLE_EQ(store.callback_metrics().at("val_loss"), 3.25);
+}
+
+TEST(MetricStore, SumMaxMinReductions) {
+  MetricStore store;
+  for (double x : {3.0, -1.0, 5.0}) {
+    store.log("s", v(x), {.on_epoch = true, .reduce = Reduce::sum}, false, 2);
+    store.log("hi", v(x), {.on_epoch = true, .reduce = Reduce::max}, false, 2);
+    store.log("lo", v(x), {.on_epoch = true, .reduce = Reduce::min}, false, 2);
+  }
+  const auto epoch = store.end_epoch();
+  EXPECT_DOUBLE_EQ(epoch.at("s"), 7.0);
+  EXPECT_DOUBLE_EQ(epoch.at("hi"), 5.0);
+  EXPECT_DOUBLE_EQ(epoch.at("lo"), -1.0);
+}
+
+TEST(MetricStore, StepAndEpochGetLightningSuffixes) {
+  MetricStore store;
+  store.log("loss", v(2.0), {.on_step = true, .on_epoch = true}, true, 1);
+  store.log("loss", v(4.0), {.on_step = true, .on_epoch = true}, true, 1);
+  EXPECT_DOUBLE_EQ(store.step_logger_metrics().at("loss_step"), 4.0);
+  const auto epoch = store.end_epoch();
+  EXPECT_DOUBLE_EQ(epoch.at("loss_epoch"), 3.0);
+  const auto callback = store.callback_metrics();
+  EXPECT_DOUBLE_EQ(callback.at("loss_step"), 4.0);
+  EXPECT_DOUBLE_EQ(callback.at("loss_epoch"), 3.0);
+  EXPECT_DOUBLE_EQ(callback.at("loss"), 3.0);
+}
+
+TEST(MetricStore, TrainingDefaultsToStepAndEvaluationToEpoch) {
+  MetricStore store;
+  store.log("train_loss", v(1.0), {}, true, 1);
+  EXPECT_EQ(store.step_logger_metrics().count("train_loss"), 1u);
+  EXPECT_TRUE(store.end_epoch().empty());
+  MetricStore eval;
+  eval.log("val_loss", v(1.0), {}, false, 1);
+  EXPECT_TRUE(eval.step_logger_metrics().empty());
+  EXPECT_EQ(eval.end_epoch().count("val_loss"), 1u);
+}
+
+TEST(MetricStore, ProgressBarShowsOnlyMarkedValues) {
+  MetricStore store;
+  store.log("a", v(1.0), {.prog_bar = true}, true, 1);
+  store.log("b", v(2.0), {}, true, 1);
+  const auto bar = store.prog_bar_metrics();
+  EXPECT_EQ(bar.size(), 1u);
+  EXPECT_DOUBLE_EQ(bar.at("a"), 1.0);
+}
+
+TEST(MetricStore, NonScalarValueIsAnError) {
+  MetricStore store;
+  EXPECT_THROW(store.log("x", torch::ones({2}), {}, true, 1), Error);
+}
+
+}  // namespace
+}  // namespace arc

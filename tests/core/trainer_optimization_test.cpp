@@ -1,0 +1,212 @@
+// The optimization step: accumulation, clipping, schedulers, manual optimization, several
+// optimizers, determinism.
+#include "support/tiny_module.h"
+
+#include <gtest/gtest.h>
+
+namespace arc {
+namespace {
+
+using testing::quiet;
+using testing::tiny_data;
+using testing::TinyModule;
+
+torch::Tensor flat_parameters(torch::nn::Module& module) {
+  std::vector<torch::Tensor> parts;
+  for (const auto& p : module.parameters()) parts.push_back(p.detach().flatten().clone());
+  return torch::cat(parts);
+}
+
+TEST(TrainerOptimization, AccumulationStepsAtBoundariesAndEpochEnd) {
+  TinyModule module;
+  Trainer trainer(quiet().max_epochs(1).accumulate_grad_batches(3));
+  trainer.fit(module, tiny_data(14, 2));  // 7 batches: steps after 3, 6 and the last
+  EXPECT_EQ(module.counts["training_step"], 7);
+  EXPECT_EQ(trainer.global_step(), 3);
+  EXPECT_EQ(module.counts["on_before_optimizer_step"], 3);
+  EXPECT_EQ(module.counts["on_before_zero_grad"], 3);
+}
+
+TEST(TrainerOptimization, AccumulatingTwoHalfBatchesEqualsOneFullBatch) {
+  TinyModule accumulated, full;
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < accumulated.parameters().size(); ++i)
+      full.parameters()[i].copy_(accumulated.parameters()[i]);
+  }
+  Trainer a(quiet().max_epochs(1).accumulate_grad_batches(2));
+  a.fit(accumulated, tiny_data(8, 2));
+  Trainer b(quiet().max_epochs(1));
+  b.fit(full, tiny_data(8, 4));
+  EXPECT_TRUE(torch::allclose(flat_parameters(accumulated), flat_parameters(full), 1e-6, 1e-7));
+}
+
+// Loss = 100 * sum(w): every gradient element is 100, so clipping decides the update.
+class SteepModule : public TinyModule {
+ public:
+  SteepModule() : TinyModule(1.0) {}
+  torch::Tensor training_step(Batch&, int64_t) override { return linear->weight.sum() * 100; }
+};
+
+TEST(TrainerOptimization, GradientClippingByNormAndByValue) {
+  SteepModule by_norm;
+  const auto before = by_norm.linear->weight.detach().clone();
+  Trainer norm(quiet().max_steps(1).gradient_clip_val(1.0));
+  norm.fit(by_norm, tiny_data(2, 2));
+  EXPECT_NEAR((before - by_norm.linear->weight.detach()).norm().item<double>(), 1.0, 1e-5);
+
+  SteepModule by_value;
+  const auto start = by_value.linear->weight.detach().clone();
+  Trainer value(quiet().max_steps(1).gradient_clip_val(0.25).gradient_clip_algorithm("value"));
+  value.fit(by_value, tiny_data(2, 2));
+  EXPECT_TRUE(torch::allclose(start - by_value.linear->weight.detach(), torch::full({1, 4}, 0.25)));
+}
+
+class ScheduledModule : public TinyModule {
+ public:
+  explicit ScheduledModule(Interval interval, std::string monitor = "")
+      : interval_(interval), monitor_(std::move(monitor)) {}
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    auto sgd = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(1.0));
+    std::shared_ptr<LRScheduler> scheduler;
+    if (monitor_.empty()) {
+      scheduler = std::make_shared<StepLR>(*sgd, 1, 0.5);
+    } else {
+      scheduler = std::make_shared<ReduceLROnPlateau>(*sgd, ReduceLROnPlateau::Mode::min, 0.5, 0);
+    }
+    return {OptimizerConfig(sgd, SchedulerConfig{scheduler, interval_, 1, monitor_})};
+  }
+  void on_train_epoch_start() override {
+    lrs.push_back(trainer().optimizer_configs()[0].optimizer->param_groups()[0].options().get_lr());
+  }
+  std::vector<double> lrs;
+
+ private:
+  Interval interval_;
+  std::string monitor_;
+};
+
+TEST(TrainerOptimization, SchedulersStepPerEpochOrPerStep) {
+  ScheduledModule per_epoch(Interval::epoch);
+  Trainer a(quiet().max_epochs(3));
+  a.fit(per_epoch, tiny_data(4, 2));
+  EXPECT_EQ(per_epoch.lrs, (std::vector<double>{1.0, 0.5, 0.25}));
+
+  ScheduledModule per_step(Interval::step);
+  Trainer b(quiet().max_epochs(3));
+  b.fit(per_step, tiny_data(4, 2));
+  EXPECT_EQ(per_step.lrs, (std::vector<double>{1.0, 0.25, 0.0625}));
+}
+
+TEST(TrainerOptimization, PlateauSchedulerReadsTheMonitoredMetric) {
+  ScheduledModule plateau(Interval::epoch, "val_loss");
+  Trainer trainer(quiet().max_epochs(2).num_sanity_val_steps(0));
+  trainer.fit(plateau, tiny_data(4, 2), tiny_data(4, 2));
+  EXPECT_EQ(plateau.lrs.size(), 2u);
+
+  ScheduledModule missing(Interval::epoch, "val_los");
+  Trainer bad(quiet().max_epochs(2).num_sanity_val_steps(0));
+  try {
+    bad.fit(missing, tiny_data(4, 2), tiny_data(4, 2));
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("monitors 'val_los'"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("val_loss"), std::string::npos) << error.what();
+  }
+}
+
+// Two optimizers stepped by hand, GAN-style: the first on even batches, both on odd ones.
+class ManualModule : public TrainModule {
+ public:
+  ManualModule() {
+    a = register_module("a", torch::nn::Linear(4, 1));
+    b = register_module("b", torch::nn::Linear(4, 1));
+    set_automatic_optimization(false);
+  }
+  torch::Tensor training_step(Batch& batch, int64_t batch_idx) override {
+    auto opts = optimizers();
+    auto loss_a = torch::mse_loss(a(batch[0]), batch[1]);
+    opts[0].zero_grad();
+    manual_backward(loss_a);
+    opts[0].step();
+    if (batch_idx % 2 == 1) {
+      auto loss_b = torch::mse_loss(b(batch[0]), batch[1]);
+      opts[1].zero_grad();
+      manual_backward(loss_b);
+      opts[1].step();
+    }
+    return loss_a.detach();
+  }
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    return {std::make_shared<torch::optim::SGD>(a->parameters(), torch::optim::SGDOptions(0.1)),
+            std::make_shared<torch::optim::SGD>(b->parameters(), torch::optim::SGDOptions(0.1))};
+  }
+  torch::nn::Linear a{nullptr}, b{nullptr};
+};
+
+TEST(TrainerOptimization, ManualOptimizationCountsEveryOptimizerStep) {
+  ManualModule module;
+  const auto b_before = module.b->weight.detach().clone();
+  Trainer trainer(quiet().max_epochs(1));
+  trainer.fit(module, tiny_data(8, 2));
+  EXPECT_EQ(trainer.global_step(), 4 + 2);
+  EXPECT_FALSE(torch::equal(b_before, module.b->weight.detach()));
+}
+
+class TwoOptimizers : public TinyModule {
+ public:
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    return {
+        std::make_shared<torch::optim::SGD>(std::vector<torch::Tensor>{linear->weight}, torch::optim::SGDOptions(0.1)),
+        std::make_shared<torch::optim::Adam>(std::vector<torch::Tensor>{linear->bias}, torch::optim::AdamOptions(0.1))};
+  }
+};
+
+TEST(TrainerOptimization, AutomaticOptimizationStepsEveryOptimizer) {
+  TwoOptimizers module;
+  const auto weight = module.linear->weight.detach().clone();
+  const auto bias = module.linear->bias.detach().clone();
+  Trainer trainer(quiet().max_steps(2));
+  trainer.fit(module, tiny_data(4, 2));
+  EXPECT_FALSE(torch::equal(weight, module.linear->weight.detach()));
+  EXPECT_FALSE(torch::equal(bias, module.linear->bias.detach()));
+  EXPECT_EQ(trainer.global_step(), 2);
+}
+
+TEST(TrainerOptimization, SeedMakesShuffledRunsIdentical) {
+  const auto run = [](uint64_t seed) {
+    TinyModule module;
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : module.parameters()) p.fill_(0.1);
+    }
+    Trainer trainer(quiet().max_epochs(2).seed(seed).deterministic(true));
+    auto data = tiny_data(20, 3);
+    data.options.shuffle(true);
+    trainer.fit(module, data);
+    return std::make_pair(flat_parameters(module), module.seen_first_values);
+  };
+  const auto a = run(1), b = run(1), c = run(2);
+  EXPECT_TRUE(torch::equal(a.first, b.first));
+  EXPECT_EQ(a.second, b.second);
+  EXPECT_NE(a.second, c.second);
+}
+
+class ReturnsNothing : public TinyModule {
+ public:
+  torch::Tensor training_step(Batch&, int64_t) override { return {}; }
+};
+
+TEST(TrainerOptimization, TrainingStepMustReturnAScalarLoss) {
+  ReturnsNothing module;
+  Trainer trainer(quiet().max_epochs(1));
+  try {
+    trainer.fit(module, tiny_data(4, 2));
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("training_step must return the scalar loss"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace arc

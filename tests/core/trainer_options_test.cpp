@@ -1,0 +1,99 @@
+#include <arc/core/error.h>
+#include <arc/core/trainer_options.h>
+
+#include <gtest/gtest.h>
+
+namespace arc {
+namespace {
+
+std::string error_of(const nlohmann::json& json) {
+  try {
+    TrainerOptions::from_json(json);
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(TrainerOptions, JsonRoundTripKeepsEveryOption) {
+  const nlohmann::json json = {{"max_epochs", 3},
+                               {"max_steps", 100},
+                               {"max_time", "00:01:30:00"},
+                               {"limit_train_batches", 0.25},
+                               {"limit_val_batches", 10},
+                               {"val_check_interval", 0.5},
+                               {"accumulate_grad_batches", 4},
+                               {"gradient_clip_val", 1.5},
+                               {"gradient_clip_algorithm", "value"},
+                               {"deterministic", true},
+                               {"seed", 42},
+                               {"fast_dev_run", true},
+                               {"devices", {0, 1}},
+                               {"precision", "32"},
+                               {"enable_progress_bar", false},
+                               {"num_threads", 2}};
+  const auto options = TrainerOptions::from_json(json);
+  EXPECT_EQ(*options.max_epochs(), 3);
+  EXPECT_DOUBLE_EQ(*options.max_time(), 5400.0);
+  EXPECT_TRUE(options.limit_train_batches().is_fraction);
+  EXPECT_FALSE(options.limit_val_batches().is_fraction);
+  EXPECT_EQ(options.fast_dev_run(), 1);
+  EXPECT_EQ(options.devices().indices, (std::vector<int64_t>{0, 1}));
+  const auto again = TrainerOptions::from_json(options.to_json());
+  EXPECT_EQ(again.to_json(), options.to_json());
+}
+
+TEST(TrainerOptions, MaxTimeAcceptsSecondsAndParts) {
+  EXPECT_DOUBLE_EQ(*TrainerOptions::from_json({{"max_time", 90}}).max_time(), 90.0);
+  EXPECT_DOUBLE_EQ(*TrainerOptions::from_json({{"max_time", {{"minutes", 2}, {"seconds", 5}}}}).max_time(), 125.0);
+  EXPECT_NE(error_of({{"max_time", "soon"}}).find("max_time"), std::string::npos);
+}
+
+TEST(TrainerOptions, BatchAmountCountsAndFractions) {
+  EXPECT_EQ(BatchAmount::fraction(0.25).of(10), 2);
+  EXPECT_EQ(BatchAmount::fraction(1.0).of(10), 10);
+  EXPECT_EQ(BatchAmount::count(3).of(10), 3);
+  EXPECT_EQ(BatchAmount::count(30).of(10), 10);
+}
+
+TEST(TrainerOptions, UnknownKeySuggestsTheClosest) {
+  const auto message = error_of({{"max_epoch", 3}});
+  EXPECT_NE(message.find("unknown config key 'trainer.max_epoch'; did you mean 'max_epochs'?"), std::string::npos)
+      << message;
+}
+
+TEST(TrainerOptions, WrongTypesNameKeyAndValue) {
+  EXPECT_NE(error_of({{"max_epochs", "three"}}).find("'trainer.max_epochs' must be an integer, got \"three\""),
+            std::string::npos);
+  EXPECT_NE(error_of({{"deterministic", 1}}).find("'trainer.deterministic' must be true or false"), std::string::npos);
+  EXPECT_NE(error_of({{"limit_train_batches", "all"}}).find("fraction in [0.0, 1.0]"), std::string::npos);
+  EXPECT_NE(error_of({{"devices", true}}).find("devices"), std::string::npos);
+  EXPECT_NE(error_of({{"seed", -1}}).find("non-negative integer"), std::string::npos);
+}
+
+TEST(TrainerOptions, ImpossibleValuesSayWhatIsAllowed) {
+  EXPECT_NE(error_of({{"limit_val_batches", 1.5}}).find("must be <= 1.0"), std::string::npos);
+  EXPECT_NE(error_of({{"accumulate_grad_batches", 0}}).find("accumulate_grad_batches must be >= 1, got 0"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"max_epochs", -2}}).find("max_epochs must be >= 0"), std::string::npos);
+  EXPECT_NE(error_of({{"log_every_n_steps", 0}}).find("log_every_n_steps must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of({{"check_val_every_n_epoch", 0}}).find("check_val_every_n_epoch must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of({{"num_sanity_val_steps", -5}}).find("num_sanity_val_steps"), std::string::npos);
+  EXPECT_NE(error_of({{"gradient_clip_val", -1.0}}).find("gradient_clip_val must be >= 0"), std::string::npos);
+  EXPECT_NE(error_of({{"val_check_interval", 0}}).find("val_check_interval must be > 0"), std::string::npos);
+  EXPECT_NE(error_of({{"num_nodes", 0}}).find("num_nodes must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of({{"devices", 0}}).find("devices must be"), std::string::npos);
+  EXPECT_NE(error_of({{"num_threads", -1}}).find("num_threads must be >= 0"), std::string::npos);
+}
+
+TEST(TrainerOptions, UnknownChoicesListTheKnownOnes) {
+  const auto accelerator = error_of({{"accelerator", "gpus"}});
+  EXPECT_NE(accelerator.find("unknown accelerator 'gpus'; did you mean 'gpu'?"), std::string::npos) << accelerator;
+  const auto clip = error_of({{"gradient_clip_algorithm", "nrm"}});
+  EXPECT_NE(clip.find("did you mean 'norm'"), std::string::npos) << clip;
+  const auto precision = error_of({{"precision", "8-true"}});
+  EXPECT_NE(precision.find("known: 32-true"), std::string::npos) << precision;
+}
+
+}  // namespace
+}  // namespace arc

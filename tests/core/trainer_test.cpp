@@ -1,0 +1,266 @@
+// What runs under each Trainer option: steps, optimizer steps, validation runs and batches.
+#include "support/tiny_module.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace arc {
+namespace {
+
+using testing::quiet;
+using testing::tiny_data;
+using testing::TinyModule;
+
+struct Run {
+  TinyModule module;
+  int64_t global_step = 0;
+  int64_t epochs = 0;
+  int64_t validations = 0;
+};
+
+// 10 samples in batches of 2: 5 training batches per epoch; 6 validation samples: 3 batches.
+std::unique_ptr<Run> fit(TrainerOptions options, int64_t train_samples = 10) {
+  auto run = std::make_unique<Run>();
+  Trainer trainer(options);
+  trainer.fit(run->module, tiny_data(train_samples, 2), tiny_data(6, 2));
+  run->global_step = trainer.global_step();
+  run->epochs = trainer.current_epoch();
+  run->validations = trainer.progress().validation_runs;
+  return run;
+}
+
+TEST(Trainer, MaxEpochsRunsEveryBatchOfEachEpoch) {
+  const auto run = fit(quiet().max_epochs(3).num_sanity_val_steps(0));
+  EXPECT_EQ(run->module.counts["training_step"], 15);
+  EXPECT_EQ(run->global_step, 15);
+  EXPECT_EQ(run->epochs, 3);
+  EXPECT_EQ(run->validations, 3);
+  EXPECT_EQ(run->module.counts["validation_step"], 9);
+}
+
+TEST(Trainer, MaxStepsStopsBeforeMaxEpochs) {
+  const auto run = fit(quiet().max_epochs(10).max_steps(7).num_sanity_val_steps(0));
+  EXPECT_EQ(run->global_step, 7);
+  EXPECT_EQ(run->module.counts["training_step"], 7);
+}
+
+TEST(Trainer, MaxStepsAloneRunsAcrossEpochs) {
+  const auto run = fit(quiet().max_steps(12).limit_val_batches(BatchAmount::count(0)));
+  EXPECT_EQ(run->global_step, 12);
+  EXPECT_EQ(run->epochs, 3);  // the third epoch ran 2 of its 5 batches, then fit stopped
+}
+
+TEST(Trainer, LimitTrainBatchesByFractionAndCount) {
+  EXPECT_EQ(fit(quiet().max_epochs(2).limit_train_batches(BatchAmount::fraction(0.4)))->global_step, 4);
+  EXPECT_EQ(fit(quiet().max_epochs(2).limit_train_batches(BatchAmount::count(3)))->global_step, 6);
+}
+
+TEST(Trainer, LimitValBatchesCapsEveryValidationRun) {
+  const auto run = fit(quiet().max_epochs(2).num_sanity_val_steps(0).limit_val_batches(BatchAmount::count(2)));
+  EXPECT_EQ(run->module.counts["validation_step"], 4);
+  const auto none = fit(quiet().max_epochs(2).limit_val_batches(BatchAmount::fraction(0.0)));
+  EXPECT_EQ(none->module.counts["validation_step"], 0);
+  EXPECT_EQ(none->validations, 0);
+}
+
+TEST(Trainer, ValCheckIntervalFractionValidatesTwicePerEpoch) {
+  // 8 batches, interval 0.5 → after batches 4 and 8.
+  const auto run =
+      fit(quiet().max_epochs(2).num_sanity_val_steps(0).val_check_interval(BatchAmount::fraction(0.5)), 16);
+  EXPECT_EQ(run->validations, 4);
+}
+
+TEST(Trainer, ValCheckIntervalCountValidatesEveryNBatches) {
+  const auto run = fit(quiet().max_epochs(1).num_sanity_val_steps(0).val_check_interval(BatchAmount::count(2)), 12);
+  EXPECT_EQ(run->validations, 3);
+  EXPECT_THROW(fit(quiet().max_epochs(1).val_check_interval(BatchAmount::count(9))), Error);
+}
+
+TEST(Trainer, CheckValEveryNEpochSkipsEpochs) {
+  const auto run = fit(quiet().max_epochs(4).num_sanity_val_steps(0).check_val_every_n_epoch(2));
+  EXPECT_EQ(run->validations, 2);
+}
+
+TEST(Trainer, SanityCheckRunsTheRequestedValidationSteps) {
+  EXPECT_EQ(fit(quiet().max_epochs(1).limit_val_batches(BatchAmount::fraction(0.0)))->module.counts["validation_step"],
+            0);
+  EXPECT_EQ(fit(quiet().max_epochs(1))->module.counts["validation_step"], 2 + 3);
+  EXPECT_EQ(fit(quiet().max_epochs(1).num_sanity_val_steps(-1))->module.counts["validation_step"], 3 + 3);
+  EXPECT_EQ(fit(quiet().max_epochs(1).num_sanity_val_steps(0))->module.counts["validation_step"], 3);
+}
+
+TEST(Trainer, FastDevRunRunsOneBatchOfEachStage) {
+  const auto run = fit(quiet().max_epochs(5).fast_dev_run(1));
+  EXPECT_EQ(run->module.counts["training_step"], 1);
+  EXPECT_EQ(run->module.counts["validation_step"], 1);
+  EXPECT_EQ(run->epochs, 1);
+  const auto three = fit(quiet().fast_dev_run(3));
+  EXPECT_EQ(three->module.counts["training_step"], 3);
+}
+
+TEST(Trainer, OverfitBatchesUsesTheSameFirstBatchesEveryEpoch) {
+  auto options = quiet().max_epochs(3).num_sanity_val_steps(0).overfit_batches(BatchAmount::count(2));
+  Trainer trainer(options);
+  TinyModule module;
+  auto data = tiny_data(10, 2);
+  data.options.shuffle(true);
+  trainer.fit(module, data, tiny_data(6, 2));
+  EXPECT_EQ(module.counts["training_step"], 6);
+  EXPECT_EQ(module.counts["validation_step"], 6);
+  const auto& firsts = module.seen_first_values;
+  EXPECT_EQ(firsts[0], firsts[2]);
+  EXPECT_EQ(firsts[1], firsts[3]);
+  EXPECT_LT(firsts[0], firsts[1]);  // sequential, not shuffled
+}
+
+class SlowModule : public TinyModule {
+ public:
+  torch::Tensor training_step(Batch& batch, int64_t idx) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return TinyModule::training_step(batch, idx);
+  }
+};
+
+TEST(Trainer, MaxTimeStopsTraining) {
+  SlowModule module;
+  Trainer trainer(quiet().max_epochs(100).max_time(0.2));
+  trainer.fit(module, tiny_data(10, 2));
+  EXPECT_GE(module.counts["training_step"], 3);
+  EXPECT_LT(module.counts["training_step"], 30);
+}
+
+class StopAtFirstEpochEnd : public Callback {
+ public:
+  std::string state_key() const override { return "StopAtFirstEpochEnd"; }
+  void on_train_epoch_end(Trainer& trainer, TrainModule&) override { trainer.request_stop("test asked to stop"); }
+};
+
+TEST(Trainer, ShouldStopWaitsForMinEpochsAndMinSteps) {
+  TinyModule module;
+  Trainer trainer(quiet().max_epochs(10).min_epochs(3), {std::make_shared<StopAtFirstEpochEnd>()});
+  trainer.fit(module, tiny_data(10, 2));
+  EXPECT_EQ(trainer.current_epoch(), 3);
+  TinyModule by_steps;
+  Trainer trainer_steps(quiet().max_epochs(10).min_steps(12), {std::make_shared<StopAtFirstEpochEnd>()});
+  trainer_steps.fit(by_steps, tiny_data(10, 2));
+  EXPECT_EQ(trainer_steps.current_epoch(), 3);
+  EXPECT_EQ(trainer_steps.stop_reason(), "test asked to stop");
+}
+
+TEST(Trainer, HooksRunInLightningsOrder) {
+  TinyModule module;
+  Trainer trainer(quiet().max_epochs(1).limit_train_batches(BatchAmount::count(1)).num_sanity_val_steps(0));
+  trainer.fit(module, tiny_data(10, 2), tiny_data(6, 2));
+  const std::vector<std::string> expected = {"on_fit_start",
+                                             "on_train_start",
+                                             "on_train_epoch_start",
+                                             "on_before_zero_grad",
+                                             "on_before_backward",
+                                             "on_after_backward",
+                                             "on_before_optimizer_step",
+                                             "on_validation_start",
+                                             "on_validation_end",
+                                             "on_train_epoch_end",
+                                             "on_train_end",
+                                             "on_fit_end"};
+  EXPECT_EQ(module.hooks, expected);
+}
+
+TEST(Trainer, ValidateTestAndPredictReturnResults) {
+  TinyModule module;
+  Trainer trainer(quiet());
+  const auto val = trainer.validate(module, tiny_data(6, 2));
+  EXPECT_EQ(val.count("val_loss"), 1u);
+  const auto test = trainer.test(module, tiny_data(6, 4));
+  EXPECT_EQ(module.counts["test_step"], 2);
+  EXPECT_GT(test.at("test_loss"), 0.0);
+  const auto predictions = trainer.predict(module, tiny_data(5, 2));
+  ASSERT_EQ(predictions.size(), 3u);
+  EXPECT_EQ(predictions[2].size(0), 1);
+  EXPECT_TRUE(module.is_training());
+}
+
+TEST(Trainer, ValidationLossIsTheSampleWeightedMean) {
+  TinyModule module;
+  Trainer trainer(quiet());
+  const auto data = tiny_data(5, 2);
+  const auto metrics = trainer.validate(module, data);
+  torch::NoGradGuard no_grad;
+  const auto all = data.dataset->get_batch({0, 1, 2, 3, 4});
+  const double expected = torch::mse_loss(module.linear(all[0]), all[1]).item<double>();
+  EXPECT_NEAR(metrics.at("val_loss"), expected, 1e-6);
+}
+
+struct Dataful : public TinyModule {
+  DataSource train_dataloader() override { return tiny_data(8, 4); }
+};
+
+TEST(Trainer, ModuleOwnedDataAndDataModulesAreUsed) {
+  Dataful module;
+  Trainer trainer(quiet().max_epochs(1));
+  trainer.fit(module);
+  EXPECT_EQ(module.counts["training_step"], 2);
+
+  struct Data : DataModule {
+    int setups = 0;
+    void setup(Stage) override { ++setups; }
+    DataSource train_dataloader() override { return tiny_data(6, 2); }
+  } data;
+  TinyModule plain;
+  Trainer second(quiet().max_epochs(1));
+  second.fit(plain, data);
+  EXPECT_EQ(plain.counts["training_step"], 3);
+  EXPECT_EQ(data.setups, 1);
+}
+
+TEST(Trainer, MissingDataAndStepsAreClearErrors) {
+  TinyModule module;
+  Trainer trainer(quiet());
+  try {
+    trainer.fit(module);
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("no train data"), std::string::npos) << error.what();
+  }
+  EXPECT_FALSE(module.attached());
+}
+
+TEST(Trainer, BadStrategyAndAcceleratorChoicesAreErrors) {
+  try {
+    Trainer trainer(quiet().strategy("singel_device"));
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("did you mean 'single_device'"), std::string::npos) << error.what();
+  }
+  if (!torch::cuda::is_available()) {
+    try {
+      Trainer trainer(quiet().accelerator("gpu"));
+      FAIL() << "expected an error";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("no CUDA device is available"), std::string::npos) << error.what();
+    }
+  }
+  EXPECT_THROW(Trainer(quiet().devices(Devices::of_count(2))), Error);
+}
+
+TEST(Trainer, LoggersReceiveStepMetricsEveryNSteps) {
+  struct Recorder : Logger {
+    std::vector<int64_t> steps;
+    std::string finished;
+    std::string name() const override { return "recorder"; }
+    void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override {
+      if (metrics.count("train_loss")) steps.push_back(step);
+    }
+    void finalize(const std::string& status) override { finished = status; }
+  };
+  auto recorder = std::make_shared<Recorder>();
+  TinyModule module;
+  Trainer trainer(quiet().max_epochs(2).log_every_n_steps(3), {}, {recorder});
+  trainer.fit(module, tiny_data(10, 2));
+  EXPECT_EQ(recorder->steps, (std::vector<int64_t>{3, 6, 9}));
+  EXPECT_EQ(recorder->finished, "success");
+}
+
+}  // namespace
+}  // namespace arc
