@@ -211,76 +211,63 @@ void Trainer::configure_optimizers(TrainModule& module) {
   }
 }
 
-void Trainer::fit(TrainModule& module, DataModule& data) {
-  run_stage(Stage::fit, module, &data, [&] {
-    auto train = pick({}, &data, &DataModule::train_dataloader, &TrainModule::train_dataloader, module, "train");
-    auto val = pick({}, &data, &DataModule::val_dataloader, &TrainModule::val_dataloader, module, nullptr);
-    FitLoop(*this, module, make_loader(train), make_loader(val)).run();
-  });
-}
+void Trainer::fit(TrainModule& module, DataModule& data) { run_fit(module, &data, {}, {}); }
 
 void Trainer::fit(TrainModule& module, DataSource train, DataSource val) {
-  run_stage(Stage::fit, module, nullptr, [&] {
+  run_fit(module, nullptr, std::move(train), std::move(val));
+}
+
+void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, DataSource val) {
+  run_stage(Stage::fit, module, data, [&] {
     auto train_source =
-        pick(std::move(train), nullptr, &DataModule::train_dataloader, &TrainModule::train_dataloader, module, "train");
+        pick(std::move(train), data, &DataModule::train_dataloader, &TrainModule::train_dataloader, module, "train");
     auto val_source =
-        pick(std::move(val), nullptr, &DataModule::val_dataloader, &TrainModule::val_dataloader, module, nullptr);
+        pick(std::move(val), data, &DataModule::val_dataloader, &TrainModule::val_dataloader, module, nullptr);
     FitLoop(*this, module, make_loader(train_source), make_loader(val_source)).run();
   });
 }
 
 Metrics Trainer::validate(TrainModule& module, DataModule& data) {
-  Metrics out;
-  run_stage(Stage::validate, module, &data, [&] {
-    auto source = pick({}, &data, &DataModule::val_dataloader, &TrainModule::val_dataloader, module, "validation");
-    out = EvaluationLoop(*this, module, Stage::validate).run(*make_loader(source), options_.limit_val_batches());
-  });
-  return out;
+  return run_evaluation(Stage::validate, module, &data, {});
 }
 
 Metrics Trainer::validate(TrainModule& module, DataSource val) {
-  Metrics out;
-  run_stage(Stage::validate, module, nullptr, [&] {
-    auto source =
-        pick(std::move(val), nullptr, &DataModule::val_dataloader, &TrainModule::val_dataloader, module, "validation");
-    out = EvaluationLoop(*this, module, Stage::validate).run(*make_loader(source), options_.limit_val_batches());
-  });
-  return out;
+  return run_evaluation(Stage::validate, module, nullptr, std::move(val));
 }
 
-Metrics Trainer::test(TrainModule& module, DataModule& data) {
-  Metrics out;
-  run_stage(Stage::test, module, &data, [&] {
-    auto source = pick({}, &data, &DataModule::test_dataloader, &TrainModule::test_dataloader, module, "test");
-    out = EvaluationLoop(*this, module, Stage::test).run(*make_loader(source), options_.limit_test_batches());
-  });
-  return out;
-}
+Metrics Trainer::test(TrainModule& module, DataModule& data) { return run_evaluation(Stage::test, module, &data, {}); }
 
 Metrics Trainer::test(TrainModule& module, DataSource test_data) {
+  return run_evaluation(Stage::test, module, nullptr, std::move(test_data));
+}
+
+Metrics Trainer::run_evaluation(Stage stage, TrainModule& module, DataModule* data, DataSource given) {
+  const bool testing = stage == Stage::test;
   Metrics out;
-  run_stage(Stage::test, module, nullptr, [&] {
-    auto source = pick(std::move(test_data), nullptr, &DataModule::test_dataloader, &TrainModule::test_dataloader,
-                       module, "test");
-    out = EvaluationLoop(*this, module, Stage::test).run(*make_loader(source), options_.limit_test_batches());
+  run_stage(stage, module, data, [&] {
+    auto source = testing ? pick(std::move(given), data, &DataModule::test_dataloader, &TrainModule::test_dataloader,
+                                 module, "test")
+                          : pick(std::move(given), data, &DataModule::val_dataloader, &TrainModule::val_dataloader,
+                                 module, "validation");
+    const auto& limit = testing ? options_.limit_test_batches() : options_.limit_val_batches();
+    out = EvaluationLoop(*this, module, stage).run(*make_loader(source), limit);
   });
   return out;
 }
 
 std::vector<torch::Tensor> Trainer::predict(TrainModule& module, DataModule& data) {
-  std::vector<torch::Tensor> out;
-  run_stage(Stage::predict, module, &data, [&] {
-    auto source = pick({}, &data, &DataModule::predict_dataloader, &TrainModule::predict_dataloader, module, "predict");
-    out = EvaluationLoop(*this, module, Stage::predict).predict(*make_loader(source), options_.limit_predict_batches());
-  });
-  return out;
+  return run_predict(module, &data, {});
 }
 
 std::vector<torch::Tensor> Trainer::predict(TrainModule& module, DataSource predict_data) {
+  return run_predict(module, nullptr, std::move(predict_data));
+}
+
+std::vector<torch::Tensor> Trainer::run_predict(TrainModule& module, DataModule* data, DataSource given) {
   std::vector<torch::Tensor> out;
-  run_stage(Stage::predict, module, nullptr, [&] {
-    auto source = pick(std::move(predict_data), nullptr, &DataModule::predict_dataloader,
-                       &TrainModule::predict_dataloader, module, "predict");
+  run_stage(Stage::predict, module, data, [&] {
+    auto source = pick(std::move(given), data, &DataModule::predict_dataloader, &TrainModule::predict_dataloader,
+                       module, "predict");
     out = EvaluationLoop(*this, module, Stage::predict).predict(*make_loader(source), options_.limit_predict_batches());
   });
   return out;

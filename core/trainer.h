@@ -108,6 +108,9 @@ class Trainer {
   friend class EvaluationLoop;
 
   void run_stage(Stage stage, TrainModule& module, DataModule* data, const std::function<void()>& body);
+  void run_fit(TrainModule& module, DataModule* data, DataSource train, DataSource val);
+  Metrics run_evaluation(Stage stage, TrainModule& module, DataModule* data, DataSource given);
+  std::vector<torch::Tensor> run_predict(TrainModule& module, DataModule* data, DataSource given);
   void setup_environment();
   void attach(TrainModule& module);
   void detach();
