@@ -9,9 +9,9 @@
 #include <arc/apps/examples/workload.h>
 #include <arc/arc.h>
 
-#include <nlohmann/json.hpp>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <iomanip>
@@ -103,8 +103,8 @@ ChildRun cnn_child(bool tune_malloc, int64_t batches) {
                               " train --set module.name=cnn_classifier --set trainer.num_threads=1"
                               " --set trainer.enable_progress_bar=false --set trainer.limit_val_batches=0"
                               " --set trainer.limit_train_batches=" +
-                              std::to_string(batches) + " --set trainer.tune_malloc=" + (tune_malloc ? "true" : "false") +
-                              " 2>/dev/null";
+                              std::to_string(batches) +
+                              " --set trainer.tune_malloc=" + (tune_malloc ? "true" : "false") + " 2>/dev/null";
   rusage before{};
   getrusage(RUSAGE_CHILDREN, &before);
   FILE* pipe = popen(command.c_str(), "r");
@@ -135,7 +135,8 @@ int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 5;
   const int64_t cnn_batches = argc > 2 ? std::atoll(argv[2]) : 400;
   torch::set_num_threads(1);
-  print_header("Trainer overhead vs a hand-written LibTorch loop (1 thread, " + std::to_string(repeats) + " runs, median)");
+  print_header("Trainer overhead vs a hand-written LibTorch loop (1 thread, " + std::to_string(repeats) +
+               " runs, median)");
   arc::console().set_level(spdlog::level::warn);
 
   TinyData tiny;
@@ -148,8 +149,9 @@ int main(int argc, char** argv) {
   }
   const auto per_step_us = [](const std::vector<double>& runs) { return median(runs) / kTinySteps * 1e6; };
   const double hand_us = per_step_us(hand);
-  std::cout << std::left << std::setw(44) << "case" << std::right << std::setw(12) << "value" << " " << std::setw(10)
-            << std::left << "unit" << std::right << std::setw(8) << "ratio" << "\n";
+  std::cout << std::left << std::setw(44) << "case" << std::right << std::setw(12) << "value"
+            << " " << std::setw(10) << std::left << "unit" << std::right << std::setw(8) << "ratio"
+            << "\n";
   row("tiny Linear(32,2) b8: hand loop", hand_us, "us/step", 1.0);
   row("tiny: Trainer, no callbacks", per_step_us(bare), "us/step", per_step_us(bare) / hand_us);
   row("tiny: Trainer + log() per step", per_step_us(logged), "us/step", per_step_us(logged) / hand_us);

@@ -106,7 +106,7 @@ Metrics EvaluationLoop::run_batches(DataLoader& loader, int64_t batches) {
       step(batch, batch_idx);
     }
     end_epoch_hooks();
-    epoch_metrics = t.eval_metrics_.end_epoch();
+    epoch_metrics = t.eval_metrics_.end_epoch(t.metric_gather());
     if (!t.sanity_checking_) t.send_to_loggers(epoch_metrics);
     end_hooks();
   }

@@ -101,10 +101,10 @@ void FitLoop::run_epoch() {
     if (validation_due(batch_idx)) validate();
   }
   // Epoch metrics are ready for on_train_epoch_end; values logged there are added after it.
-  t.send_to_loggers(t.train_metrics_.end_epoch());
+  t.send_to_loggers(t.train_metrics_.end_epoch(t.metric_gather()));
   t.call_callbacks([&](Callback& c) { c.on_train_epoch_end(t, module_); });
   module_.on_train_epoch_end();
-  t.send_to_loggers(t.train_metrics_.end_epoch());
+  t.send_to_loggers(t.train_metrics_.end_epoch(t.metric_gather()));
   step_schedulers(Interval::epoch);
   ++progress.current_epoch;
 }
@@ -136,9 +136,11 @@ void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& los
             "; return a scalar, or call set_automatic_optimization(false) to optimize by hand");
   if (batch_idx % accumulate == 0)
     for (auto& config : t.optimizers_) t.zero_grad(*config.optimizer);
-  t.backward(module_, accumulate > 1 ? loss / static_cast<double>(accumulate) : loss);
-  loss = loss.detach();
   const bool boundary = (batch_idx + 1) % accumulate == 0 || batch_idx + 1 == t.num_training_batches_;
+  t.strategy().set_gradient_sync(boundary);
+  t.backward(module_, accumulate > 1 ? loss / static_cast<double>(accumulate) : loss);
+  t.strategy().set_gradient_sync(true);
+  loss = loss.detach();
   if (boundary) optimizer_step();
 }
 
@@ -208,6 +210,8 @@ void FitLoop::validate() {
   ++t.progress_.validation_runs;
 }
 
-void FitLoop::log_step() { trainer_.send_to_loggers(trainer_.train_metrics_.step_logger_metrics()); }
+void FitLoop::log_step() {
+  trainer_.send_to_loggers(trainer_.train_metrics_.step_logger_metrics(trainer_.metric_gather()));
+}
 
 }  // namespace arc

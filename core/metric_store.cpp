@@ -15,6 +15,7 @@ void MetricStore::log(const std::string& name, const torch::Tensor& value, const
   entry.on_epoch = options.on_epoch.value_or(!training);
   entry.prog_bar = options.prog_bar;
   entry.logger = options.logger;
+  entry.sync_dist = options.sync_dist;
   entry.reduce = options.reduce;
   const torch::Tensor detached = value.detach();
   if (entry.on_step) entry.step_value = detached;
@@ -54,7 +55,64 @@ double MetricStore::aggregate(const Entry& entry) {
   return entry.weighted_sum;
 }
 
-Metrics MetricStore::step_logger_metrics() const {
+// Names are sorted so that every rank packs the same values in the same order.
+std::vector<std::string> MetricStore::synced_names(bool epoch) const {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : entries_)
+    if (entry.sync_dist && (epoch ? entry.on_epoch : entry.on_step && entry.step_value.defined()))
+      names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void MetricStore::sync_epoch(const GatherFn& gather) {
+  const auto names = synced_names(true);
+  if (names.empty()) return;
+  std::vector<double> packed;
+  for (const auto& name : names) {
+    const auto& e = entries_.at(name);
+    packed.insert(packed.end(), {e.weighted_sum, e.weight, e.extreme, static_cast<double>(e.count)});
+  }
+  const auto ranks = gather(packed);
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto& e = entries_.at(names[i]);
+    e.weighted_sum = e.weight = 0;
+    int64_t count = 0;
+    for (const auto& values : ranks) {
+      const double* v = &values[i * 4];
+      e.weighted_sum += v[0];
+      e.weight += v[1];
+      if (v[3] > 0) {
+        const bool first = count == 0;
+        if (first || (e.reduce == Reduce::max && v[2] > e.extreme) || (e.reduce == Reduce::min && v[2] < e.extreme))
+          e.extreme = v[2];
+      }
+      count += static_cast<int64_t>(v[3]);
+    }
+    e.count = count;
+  }
+}
+
+void MetricStore::sync_steps(const GatherFn& gather) {
+  const auto names = synced_names(false);
+  if (names.empty()) return;
+  std::vector<double> packed;
+  for (const auto& name : names) packed.push_back(entries_.at(name).step_value.item<double>());
+  const auto ranks = gather(packed);
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto& e = entries_.at(names[i]);
+    double value = ranks.front()[i];
+    for (size_t r = 1; r < ranks.size(); ++r) {
+      const double v = ranks[r][i];
+      value = e.reduce == Reduce::max ? std::max(value, v) : e.reduce == Reduce::min ? std::min(value, v) : value + v;
+    }
+    if (e.reduce == Reduce::mean) value /= static_cast<double>(ranks.size());
+    e.step_value = torch::scalar_tensor(value, torch::kDouble);
+  }
+}
+
+Metrics MetricStore::step_logger_metrics(const GatherFn& gather) {
+  if (gather) sync_steps(gather);
   Metrics out;
   for (const auto& [name, entry] : entries_)
     if (entry.logger && entry.on_step && entry.step_value.defined())
@@ -90,7 +148,8 @@ Metrics MetricStore::callback_metrics() const {
   return out;
 }
 
-Metrics MetricStore::end_epoch() {
+Metrics MetricStore::end_epoch(const GatherFn& gather) {
+  if (gather) sync_epoch(gather);
   Metrics out;
   for (auto& [name, entry] : entries_) {
     if (!entry.on_epoch || entry.count == 0) continue;

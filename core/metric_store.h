@@ -4,6 +4,8 @@
 
 #include <torch/types.h>
 
+#include <functional>
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -31,6 +33,9 @@ struct LogOptions {
 
 using Metrics = std::map<std::string, double>;
 
+/// Gathers one vector of numbers from every rank, in rank order (one collective).
+using GatherFn = std::function<std::vector<std::vector<double>>(const std::vector<double>&)>;
+
 /// Logged values of one stage (training, or evaluation).
 class MetricStore {
  public:
@@ -40,13 +45,15 @@ class MetricStore {
            int64_t batch_size);
 
   /// Values logged at the last step for loggers ("loss", or "loss_step" when also per epoch).
-  Metrics step_logger_metrics() const;
+  /// With `gather`, sync_dist values are reduced across ranks first (every rank must call).
+  Metrics step_logger_metrics(const GatherFn& gather = nullptr);
   /// Values for the progress bar (latest step value, else the epoch value).
   Metrics prog_bar_metrics() const;
   /// Step and epoch values under every name callbacks may monitor.
   Metrics callback_metrics() const;
-  /// Closes the epoch: aggregates epoch values and returns them for loggers.
-  Metrics end_epoch();
+  /// Closes the epoch: aggregates epoch values and returns them for loggers. With `gather`,
+  /// sync_dist values are reduced across ranks with one collective (every rank must call).
+  Metrics end_epoch(const GatherFn& gather = nullptr);
   /// Forgets everything (a new stage starts).
   void clear() { entries_.clear(); }
   bool empty() const { return entries_.empty(); }
@@ -57,6 +64,7 @@ class MetricStore {
     bool on_epoch = false;
     bool prog_bar = false;
     bool logger = true;
+    bool sync_dist = false;
     Reduce reduce = Reduce::mean;
     torch::Tensor step_value;
     double weighted_sum = 0;
@@ -69,6 +77,9 @@ class MetricStore {
   static std::string step_name(const std::string& name, const Entry& entry);
   static std::string epoch_name(const std::string& name, const Entry& entry);
   static double aggregate(const Entry& entry);
+  void sync_epoch(const GatherFn& gather);
+  void sync_steps(const GatherFn& gather);
+  std::vector<std::string> synced_names(bool epoch) const;
 
   std::unordered_map<std::string, Entry> entries_;
 };

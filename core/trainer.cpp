@@ -160,11 +160,13 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
     module.setup(stage);
     strategy_->setup_module(module);
     body();
+    strategy_->teardown();
     module.teardown(stage);
     if (data != nullptr) data->teardown(stage);
     if (is_global_zero())
       for (auto& logger : loggers_) logger->finalize("success");
   } catch (const std::exception& error) {
+    strategy_->on_failure(error.what());
     call_callbacks([&](Callback& c) { c.on_exception(*this, module, error); });
     if (is_global_zero())
       for (auto& logger : loggers_) logger->finalize("failed");
@@ -283,6 +285,20 @@ const Metrics& Trainer::callback_metrics() const {
   for (const auto& [name, value] : train_metrics_.callback_metrics()) callback_metrics_[name] = value;
   for (const auto& [name, value] : eval_metrics_.callback_metrics()) callback_metrics_[name] = value;
   return callback_metrics_;
+}
+
+GatherFn Trainer::metric_gather() const {
+  auto* group = strategy_->collectives();
+  if (group == nullptr || group->world_size() == 1) return nullptr;
+  return [group](const std::vector<double>& values) {
+    const auto local = torch::tensor(values, torch::kDouble);
+    std::vector<std::vector<double>> out;
+    for (const auto& rank : group->all_gather(local)) {
+      const double* data = rank.data_ptr<double>();
+      out.emplace_back(data, data + rank.numel());
+    }
+    return out;
+  };
 }
 
 void Trainer::send_to_loggers(const Metrics& metrics) {

@@ -119,6 +119,8 @@ class Trainer {
                   DataSource (TrainModule::*from_module)(), TrainModule& module, const char* what) const;
   std::unique_ptr<DataLoader> make_loader(const DataSource& source) const;
   void send_to_loggers(const Metrics& metrics);
+  /// Gathers metric values across ranks, or nullptr with one process.
+  GatherFn metric_gather() const;
   void add_default_callbacks();
 
   TrainerOptions options_;

@@ -13,6 +13,8 @@ namespace {
 const std::vector<std::string> kAccelerators = {"auto", "cpu", "gpu", "cuda"};
 const std::vector<std::string> kClipAlgorithms = {"norm", "value"};
 const std::vector<std::string> kPrecisions = {"32-true", "32"};
+const std::vector<std::string> kClusterEnvironments = {"auto", "local", "slurm",   "torchelastic",
+                                                       "mpi",  "lsf",   "kubeflow"};
 
 BatchAmount read_amount(const Config& config, const std::string& key, BatchAmount fallback) {
   const auto* value = config.find(key);
@@ -162,6 +164,11 @@ TrainerOptions TrainerOptions::from_json(const nlohmann::json& json) {
   o.enable_model_summary_ = config.get<bool>("enable_model_summary", o.enable_model_summary_);
   o.num_threads_ = config.get<int64_t>("num_threads", o.num_threads_);
   o.tune_malloc_ = config.get<bool>("tune_malloc", o.tune_malloc_);
+  o.cluster_environment_ = config.get<std::string>("cluster_environment", o.cluster_environment_);
+  o.timeout_ = config.get<double>("timeout", o.timeout_);
+  o.find_unused_parameters_ = config.get<bool>("find_unused_parameters", o.find_unused_parameters_);
+  o.first_bucket_mb_ = config.get<double>("first_bucket_mb", o.first_bucket_mb_);
+  o.bucket_cap_mb_ = config.get<double>("bucket_cap_mb", o.bucket_cap_mb_);
   config.finish();
   o.validate();
   return o;
@@ -202,7 +209,12 @@ nlohmann::json TrainerOptions::to_json() const {
           {"enable_progress_bar", enable_progress_bar_},
           {"enable_model_summary", enable_model_summary_},
           {"num_threads", num_threads_},
-          {"tune_malloc", tune_malloc_}};
+          {"tune_malloc", tune_malloc_},
+          {"cluster_environment", cluster_environment_},
+          {"timeout", timeout_},
+          {"find_unused_parameters", find_unused_parameters_},
+          {"first_bucket_mb", first_bucket_mb_},
+          {"bucket_cap_mb", bucket_cap_mb_}};
 }
 
 void TrainerOptions::validate() const {
@@ -235,6 +247,10 @@ void TrainerOptions::validate() const {
   ARC_CHECK(num_nodes_ >= 1, "num_nodes must be >= 1, got ", num_nodes_);
   if (precision_ != "32") check_choice("precision", precision_, kPrecisions);
   ARC_CHECK(num_threads_ >= 0, "num_threads must be >= 0 (0 = all cores), got ", num_threads_);
+  check_choice("cluster_environment", cluster_environment_, kClusterEnvironments);
+  ARC_CHECK(timeout_ > 0, "timeout must be > 0 seconds, got ", timeout_);
+  ARC_CHECK(first_bucket_mb_ > 0 && bucket_cap_mb_ > 0, "first_bucket_mb and bucket_cap_mb must be > 0, got ",
+            first_bucket_mb_, " and ", bucket_cap_mb_);
 }
 
 }  // namespace arc

@@ -82,6 +82,15 @@ class TrainerOptions {
   ARC_ARG(int64_t, num_threads) = 0;
   /// Keep large activation buffers in the heap instead of returning them to the OS every step.
   ARC_ARG(bool, tune_malloc) = true;
+  /// "auto" (detect: torchelastic > slurm > lsf > mpi > kubeflow > local) or one of those names.
+  ARC_ARG(std::string, cluster_environment) = "auto";
+  /// Seconds any distributed wait (rendezvous, collective, child exit) may take.
+  ARC_ARG(double, timeout) = 1800.0;
+  /// DDP: tolerate parameters without gradient in a step.
+  ARC_ARG(bool, find_unused_parameters) = false;
+  /// DDP gradient bucket sizes in MiB: the first (small, so communication starts early), the rest.
+  ARC_ARG(double, first_bucket_mb) = 1.0;
+  ARC_ARG(double, bucket_cap_mb) = 25.0;
 
  public:
   /// Reads options from a JSON object; unknown keys, wrong types and impossible values throw.

@@ -5,11 +5,14 @@
 #include <arc/accelerators/accelerator_backend.h>
 #include <arc/core/registry.h>
 #include <arc/core/trainer_options.h>
+#include <arc/strategies/collectives.h>
 
 #include <torch/types.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace arc {
 
@@ -32,13 +35,32 @@ class Strategy {
   /// Processes sharing this machine's cores (sets the default thread count).
   virtual int64_t local_world_size() const { return 1; }
   bool is_global_zero() const { return global_rank() == 0; }
-  virtual void barrier() {}
+  /// Off during gradient-accumulation micro-steps (no_sync): gradients stay local.
+  virtual void set_gradient_sync(bool) {}
+  /// The group's collectives, or nullptr for one process.
+  virtual Collectives* collectives() { return nullptr; }
+  /// Called when this process's stage fails, before the error leaves the Trainer.
+  virtual void on_failure(const std::string&) {}
+  /// Called when a stage (fit, validate, ...) ends well.
+  virtual void teardown() {}
+
+  /// Collectives for user code; with one process they return their input.
+  void barrier();
+  void broadcast(torch::Tensor& tensor, int64_t src = 0);
+  /// `text` as rank `src` has it (any serialisable object goes through this).
+  std::string broadcast(const std::string& text, int64_t src = 0);
+  torch::Tensor all_reduce(const torch::Tensor& tensor, Reduce op = Reduce::mean);
+  /// Every value reduced with one collective.
+  std::map<std::string, torch::Tensor> all_reduce(const std::map<std::string, torch::Tensor>& values,
+                                                  Reduce op = Reduce::mean);
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
 };
 
-/// Strategies by name: "single_device" (and the distributed ones as they land).
+/// Strategies by name: "single_device", "ddp", "ddp_spawn".
 Registry<Strategy>& strategy_registry();
 
-/// The strategy for the `strategy` option; "auto" picks one from the device count.
+/// The strategy for the `strategy` option; "auto" picks single_device for one device, else ddp
+/// under a launcher and ddp_spawn without one.
 std::shared_ptr<Strategy> resolve_strategy(const std::string& name, int64_t devices);
 
 }  // namespace arc

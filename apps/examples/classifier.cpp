@@ -30,8 +30,9 @@ torch::Tensor Classifier::training_step(Batch& batch, int64_t) {
 void Classifier::evaluate(Batch& batch, const std::string& prefix) {
   const auto logits = forward(batch[0]);
   const auto& labels = batch[1];
-  log(prefix + "_loss", torch::nn::functional::cross_entropy(logits, labels), {.prog_bar = true});
-  log(prefix + "_acc", logits.argmax(1).eq(labels).to(torch::kDouble).mean(), {.prog_bar = true});
+  // Under DDP each rank sees a shard; sync_dist gives the mean over all samples.
+  log(prefix + "_loss", torch::nn::functional::cross_entropy(logits, labels), {.prog_bar = true, .sync_dist = true});
+  log(prefix + "_acc", logits.argmax(1).eq(labels).to(torch::kDouble).mean(), {.prog_bar = true, .sync_dist = true});
 }
 
 void Classifier::validation_step(Batch& batch, int64_t) { evaluate(batch, "val"); }

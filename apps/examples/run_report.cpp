@@ -3,6 +3,7 @@
 
 #include <arc/apps/examples/workload.h>
 #include <arc/core/trainer.h>
+#include <arc/strategies/strategy.h>
 
 #include <torch/torch.h>
 #include <unistd.h>
@@ -53,11 +54,24 @@ void RunReport::on_train_batch_end(Trainer&, TrainModule&, const torch::Tensor& 
   if (loss.defined()) losses_.push_back(loss.item<float>());
 }
 
+void RunReport::on_fit_end(Trainer& trainer, TrainModule&) {
+  const double train_time =
+      step_ends_.empty() ? 0.0 : std::chrono::duration<double>(step_ends_.back() - *start_).count();
+  const size_t tail = std::min<size_t>(100, losses_.size());
+  double last100 = 0;
+  for (size_t i = losses_.size() - tail; i < losses_.size(); ++i) last100 += losses_[i];
+  if (tail > 0) last100 /= static_cast<double>(tail);
+  const auto maxima =
+      trainer.strategy().all_reduce(torch::tensor({train_time, first_step_s_}, torch::kDouble), Reduce::max);
+  train_time_s_ = maxima[0].item<double>();
+  first_step_s_ = maxima[1].item<double>();
+  loss_last100_ = trainer.strategy().all_reduce(torch::tensor(last100, torch::kDouble), Reduce::mean).item<double>();
+}
+
 nlohmann::json RunReport::report(const Trainer& trainer, const TrainModule& module) const {
   const auto samples = static_cast<double>(samples_ * trainer.world_size());
   nlohmann::json out;
-  const double train_time =
-      step_ends_.empty() ? 0.0 : std::chrono::duration<double>(step_ends_.back() - *start_).count();
+  const double train_time = train_time_s_;
   std::vector<double> intervals;
   for (size_t i = 1; i < step_ends_.size(); ++i)
     intervals.push_back(std::chrono::duration<double, std::milli>(step_ends_[i] - step_ends_[i - 1]).count());
@@ -68,15 +82,12 @@ nlohmann::json RunReport::report(const Trainer& trainer, const TrainModule& modu
     std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
     median = sorted[sorted.size() / 2];
   }
-  const size_t tail = std::min<size_t>(100, losses_.size());
-  double last100 = 0;
-  for (size_t i = losses_.size() - tail; i < losses_.size(); ++i) last100 += losses_[i];
   out["train_time_s"] = train_time;
   out["train_sps"] = train_time > 0 ? samples / train_time : 0.0;
   out["median_step_ms"] = median;
   out["mean_step_ms"] = mean;
   out["t_first_step_s"] = first_step_s_;
-  out["train_loss_last100"] = tail > 0 ? last100 / static_cast<double>(tail) : 0.0;
+  out["train_loss_last100"] = loss_last100_;
   const auto& metrics = trainer.callback_metrics();
   for (const char* name : {"val_loss", "val_acc"}) {
     const auto found = metrics.find(name);

@@ -17,6 +17,8 @@ class RunReport : public Callback {
   void on_train_epoch_start(Trainer& trainer, TrainModule& module) override;
   void on_train_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& loss, Batch& batch,
                           int64_t batch_idx) override;
+  /// Reduces the per-rank figures (every rank runs this): times are maxima, losses means.
+  void on_fit_end(Trainer& trainer, TrainModule& module) override;
 
   /// train_time_s, train_sps, step times, t_first_step_s, losses, val metrics, parameter digest.
   nlohmann::json report(const Trainer& trainer, const TrainModule& module) const;
@@ -31,6 +33,8 @@ class RunReport : public Callback {
   std::vector<float> losses_;
   int64_t samples_ = 0;
   double first_step_s_ = 0;
+  double train_time_s_ = 0;
+  double loss_last100_ = 0;
 };
 
 }  // namespace arc::examples

@@ -1,0 +1,90 @@
+// ClusterEnvironment defaults, detection and the helpers that read launcher variables.
+#include <arc/strategies/cluster/cluster_environment.h>
+
+#include <arc/core/error.h>
+#include <arc/strategies/cluster/kubeflow_environment.h>
+#include <arc/strategies/cluster/local_environment.h>
+#include <arc/strategies/cluster/lsf_environment.h>
+#include <arc/strategies/cluster/mpi_environment.h>
+#include <arc/strategies/cluster/slurm_environment.h>
+#include <arc/strategies/cluster/torchelastic_environment.h>
+
+#include <cstdlib>
+
+namespace arc::cluster {
+
+int64_t ClusterEnvironment::local_world_size() const { return world_size(); }
+
+void ClusterEnvironment::validate(int64_t devices, int64_t num_nodes) const {
+  const int64_t expected = devices * num_nodes;
+  ARC_CHECK(world_size() == expected, "the ", name(), " launch has ", world_size(), " processes, but devices=", devices,
+            " x num_nodes=", num_nodes, " asks for ", expected, "; start ", expected,
+            " processes or set devices and num_nodes to match the launch");
+  ARC_CHECK(global_rank() >= 0 && global_rank() < world_size(), "rank ", global_rank(), " from ", name(),
+            " is outside world size ", world_size(), "; check the launcher's rank variables");
+}
+
+std::optional<std::string> env(const std::string& name) {
+  const char* value = std::getenv(name.c_str());
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+int64_t env_int(const std::string& name) {
+  const auto value = env(name);
+  ARC_CHECK(value.has_value(), "environment variable ", name, " is not set; the launcher should set it, ",
+            "or export it by hand");
+  char* end = nullptr;
+  const long long parsed = std::strtoll(value->c_str(), &end, 10);
+  ARC_CHECK(*end == '\0', "environment variable ", name, "='", *value, "' is not an integer; fix or unset it");
+  return parsed;
+}
+
+int64_t env_int_or(const std::string& name, int64_t fallback) { return env(name) ? env_int(name) : fallback; }
+
+std::string first_host(const std::string& nodelist) {
+  // Split at the first comma outside brackets: "rack[1-2],x" → "rack[1-2]".
+  int depth = 0;
+  size_t end = nodelist.size();
+  for (size_t i = 0; i < nodelist.size(); ++i) {
+    if (nodelist[i] == '[') ++depth;
+    if (nodelist[i] == ']') --depth;
+    if (nodelist[i] == ',' && depth == 0) {
+      end = i;
+      break;
+    }
+  }
+  const std::string first = nodelist.substr(0, end);
+  const auto open = first.find('[');
+  if (open == std::string::npos) return first;
+  const auto close = first.find(']', open);
+  ARC_CHECK(close != std::string::npos, "host list '", nodelist, "' has an unclosed '['");
+  std::string range = first.substr(open + 1, close - open - 1);
+  range = range.substr(0, range.find_first_of(",-"));
+  return first.substr(0, open) + range + first.substr(close + 1);
+}
+
+Registry<ClusterEnvironment>& cluster_registry() {
+  static Registry<ClusterEnvironment> registry = [] {
+    Registry<ClusterEnvironment> r("cluster environment");
+    r.add("local", [] { return std::make_shared<LocalEnvironment>(); });
+    r.add("slurm", [] { return std::make_shared<SlurmEnvironment>(); });
+    r.add("torchelastic", [] { return std::make_shared<TorchElasticEnvironment>(); });
+    r.add("mpi", [] { return std::make_shared<MpiEnvironment>(); });
+    r.add("lsf", [] { return std::make_shared<LsfEnvironment>(); });
+    r.add("kubeflow", [] { return std::make_shared<KubeflowEnvironment>(); });
+    return r;
+  }();
+  return registry;
+}
+
+std::shared_ptr<ClusterEnvironment> detect() {
+  if (TorchElasticEnvironment::detect()) return std::make_shared<TorchElasticEnvironment>();
+  if (SlurmEnvironment::detect()) return std::make_shared<SlurmEnvironment>();
+  if (LsfEnvironment::detect()) return std::make_shared<LsfEnvironment>();
+  if (MpiEnvironment::detect()) return std::make_shared<MpiEnvironment>();
+  if (KubeflowEnvironment::detect()) return std::make_shared<KubeflowEnvironment>();
+  return std::make_shared<LocalEnvironment>();
+}
+
+}  // namespace arc::cluster

@@ -1,0 +1,49 @@
+// ClusterEnvironment: "where am I" — the master address and port, world size and ranks, as the
+// launcher (srun, mpirun, torchrun, LSF, Kubeflow, or Arclight itself) set them.
+#pragma once
+
+#include <arc/core/registry.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace arc::cluster {
+
+/// Reads a launcher's environment. Missing, partial or non-numeric variables are errors that name them.
+class ClusterEnvironment {
+ public:
+  virtual ~ClusterEnvironment() = default;
+  virtual std::string name() const = 0;
+  /// Whether a launcher started the processes (so Arclight must not start any).
+  virtual bool creates_processes_externally() const = 0;
+  virtual std::string main_address() const = 0;
+  virtual int64_t main_port() const = 0;
+  virtual int64_t world_size() const = 0;
+  virtual int64_t global_rank() const = 0;
+  virtual int64_t local_rank() const = 0;
+  virtual int64_t node_rank() const = 0;
+  /// Processes on this node; world_size / num_nodes unless the launcher says.
+  virtual int64_t local_world_size() const;
+  /// Checks the launch against the Trainer's devices and num_nodes.
+  virtual void validate(int64_t devices, int64_t num_nodes) const;
+};
+
+/// Environments by name: local, slurm, torchelastic, mpi, lsf, kubeflow.
+Registry<ClusterEnvironment>& cluster_registry();
+
+/// The first environment whose variables are present, in the order TorchElastic > SLURM > LSF >
+/// MPI > Kubeflow > Local.
+std::shared_ptr<ClusterEnvironment> detect();
+
+/// The environment variable `name`, or nullopt when unset or empty.
+std::optional<std::string> env(const std::string& name);
+/// `name` parsed as an integer; an error naming the variable when unset or not a number.
+int64_t env_int(const std::string& name);
+/// `name` as an integer, or `fallback` when unset; an error when set but not a number.
+int64_t env_int_or(const std::string& name, int64_t fallback);
+/// The first host of a SLURM/LSF host list: "node[01-04,7]" → "node01", "a,b" → "a".
+std::string first_host(const std::string& nodelist);
+
+}  // namespace arc::cluster

@@ -1,0 +1,26 @@
+// LocalEnvironment.
+#include <arc/strategies/cluster/local_environment.h>
+
+#include <arc/core/error.h>
+
+namespace arc::cluster {
+
+bool LocalEnvironment::detect() { return true; }
+
+bool LocalEnvironment::creates_processes_externally() const { return env("LOCAL_RANK").has_value(); }
+
+std::string LocalEnvironment::main_address() const { return env("MASTER_ADDR").value_or("127.0.0.1"); }
+
+int64_t LocalEnvironment::main_port() const {
+  const int64_t port = env_int("MASTER_PORT");
+  ARC_CHECK(port > 0 && port < 65536, "MASTER_PORT=", port, " is not a TCP port; use 1..65535");
+  return port;
+}
+
+int64_t LocalEnvironment::world_size() const { return env_int_or("WORLD_SIZE", 1); }
+int64_t LocalEnvironment::global_rank() const { return env_int_or("RANK", 0); }
+int64_t LocalEnvironment::local_rank() const { return env_int_or("LOCAL_RANK", 0); }
+int64_t LocalEnvironment::node_rank() const { return env_int_or("NODE_RANK", 0); }
+int64_t LocalEnvironment::local_world_size() const { return env_int_or("LOCAL_WORLD_SIZE", world_size()); }
+
+}  // namespace arc::cluster

@@ -1,0 +1,49 @@
+// MpiEnvironment.
+#include <arc/strategies/cluster/mpi_environment.h>
+
+#include <arc/core/error.h>
+
+namespace arc::cluster {
+namespace {
+
+bool open_mpi() { return env("OMPI_COMM_WORLD_SIZE").has_value(); }
+
+}  // namespace
+
+bool MpiEnvironment::detect() {
+  return (open_mpi() && env("OMPI_COMM_WORLD_RANK").has_value()) ||
+         (env("PMI_SIZE").has_value() && env("PMI_RANK").has_value());
+}
+
+std::string MpiEnvironment::main_address() const { return env("MASTER_ADDR").value_or("127.0.0.1"); }
+
+// Without MASTER_PORT, every rank derives the same port from the job id (OpenMPI's
+// OMPI_MCA_ess_base_jobid, MPICH's PMI_ID... absent: 29500).
+int64_t MpiEnvironment::main_port() const {
+  if (env("MASTER_PORT")) return env_int("MASTER_PORT");
+  const auto job = env("OMPI_MCA_ess_base_jobid");
+  if (!job) return 29500;
+  return 15000 + static_cast<int64_t>(std::hash<std::string>{}(*job) % 20000);
+}
+
+int64_t MpiEnvironment::world_size() const {
+  return open_mpi() ? env_int("OMPI_COMM_WORLD_SIZE") : env_int("PMI_SIZE");
+}
+int64_t MpiEnvironment::global_rank() const {
+  return open_mpi() ? env_int("OMPI_COMM_WORLD_RANK") : env_int("PMI_RANK");
+}
+
+int64_t MpiEnvironment::local_rank() const {
+  return open_mpi() ? env_int("OMPI_COMM_WORLD_LOCAL_RANK") : env_int_or("MPI_LOCALRANKID", global_rank());
+}
+
+int64_t MpiEnvironment::node_rank() const {
+  return open_mpi() ? env_int_or("OMPI_COMM_WORLD_NODE_RANK", 0) : env_int_or("NODE_RANK", 0);
+}
+
+int64_t MpiEnvironment::local_world_size() const {
+  return open_mpi() ? env_int_or("OMPI_COMM_WORLD_LOCAL_SIZE", world_size())
+                    : env_int_or("MPI_LOCALNRANKS", world_size());
+}
+
+}  // namespace arc::cluster

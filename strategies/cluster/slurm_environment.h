@@ -1,0 +1,26 @@
+// SlurmEnvironment: processes started by srun inside a SLURM allocation.
+#pragma once
+
+#include <arc/strategies/cluster/cluster_environment.h>
+
+namespace arc::cluster {
+
+/// SLURM_NTASKS, SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID; the address is the first host of SLURM_NODELIST and the
+/// port comes from SLURM_JOB_ID (MASTER_ADDR / MASTER_PORT override).
+class SlurmEnvironment : public ClusterEnvironment {
+ public:
+  /// Whether this launcher's variables are present.
+  static bool detect();
+  std::string name() const override { return "slurm"; }
+  bool creates_processes_externally() const override { return true; }
+  std::string main_address() const override;
+  int64_t main_port() const override;
+  int64_t world_size() const override;
+  int64_t global_rank() const override;
+  int64_t local_rank() const override;
+  int64_t node_rank() const override;
+  int64_t local_world_size() const override;
+  void validate(int64_t devices, int64_t num_nodes) const override;
+};
+
+}  // namespace arc::cluster

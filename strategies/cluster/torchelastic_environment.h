@@ -1,0 +1,24 @@
+// TorchElasticEnvironment: processes started by torchrun.
+#pragma once
+
+#include <arc/strategies/cluster/cluster_environment.h>
+
+namespace arc::cluster {
+
+/// TORCHELASTIC_RUN_ID, RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+class TorchElasticEnvironment : public ClusterEnvironment {
+ public:
+  /// Whether this launcher's variables are present.
+  static bool detect();
+  std::string name() const override { return "torchelastic"; }
+  bool creates_processes_externally() const override { return true; }
+  std::string main_address() const override;
+  int64_t main_port() const override;
+  int64_t world_size() const override;
+  int64_t global_rank() const override;
+  int64_t local_rank() const override;
+  int64_t node_rank() const override;
+  int64_t local_world_size() const override;
+};
+
+}  // namespace arc::cluster

@@ -1,0 +1,46 @@
+// Collectives: the one small interface that the gradient reducer and user-facing collectives
+// call, so that Gloo, NCCL or an intra-node shared-memory path can serve behind it.
+#pragma once
+
+#include <arc/core/metric_store.h>
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace arc {
+
+/// A collective in flight; wait() blocks until it completes and throws if it failed.
+class PendingWork {
+ public:
+  PendingWork() = default;
+  explicit PendingWork(std::function<void()> wait) : wait_(std::move(wait)) {}
+  void wait();
+  bool started() const { return static_cast<bool>(wait_); }
+
+ private:
+  std::function<void()> wait_;
+};
+
+/// Collectives over a fixed group of ranks. Every rank must call them in the same order.
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  virtual int64_t rank() const = 0;
+  virtual int64_t world_size() const = 0;
+  /// "gloo", "nccl", ...
+  virtual std::string backend() const = 0;
+  /// Starts an in-place reduction of `tensor` over ranks (sum, max or min; mean is not a
+  /// primitive: sum, then divide).
+  virtual PendingWork all_reduce(torch::Tensor tensor, Reduce op) = 0;
+  /// Overwrites `tensor` with rank `src`'s.
+  virtual void broadcast(torch::Tensor tensor, int64_t src) = 0;
+  /// Every rank's `tensor`, in rank order.
+  virtual std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) = 0;
+  virtual void barrier() = 0;
+};
+
+}  // namespace arc

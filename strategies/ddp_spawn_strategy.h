@@ -1,0 +1,27 @@
+// DDPSpawnStrategy: DDP whose processes Arclight starts itself on this machine.
+#pragma once
+
+#include <arc/strategies/ddp_strategy.h>
+
+namespace arc {
+
+class SpawnLauncher;
+
+/// Strategy "ddp_spawn": the calling process becomes rank 0 and re-executes the program once
+/// per extra device; the store's port is chosen before any child starts, so runs never clash.
+class DDPSpawnStrategy : public DDPStrategy {
+ public:
+  std::string name() const override { return "ddp_spawn"; }
+  void setup_module(TrainModule& module) override;
+  void on_failure(const std::string& reason) override;
+  void teardown() override;
+
+ protected:
+  std::shared_ptr<cluster::ClusterEnvironment> find_environment(const TrainerOptions& options) override;
+  c10::intrusive_ptr<c10d::TCPStore> hosted_store() override;
+
+ private:
+  SpawnLauncher* launcher_ = nullptr;
+};
+
+}  // namespace arc

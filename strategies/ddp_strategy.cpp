@@ -1,0 +1,90 @@
+// DDPStrategy.
+#include <arc/strategies/ddp_strategy.h>
+
+#include <arc/core/console.h>
+#include <arc/core/train_module.h>
+#include <arc/strategies/process_group.h>
+
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+namespace arc {
+
+std::shared_ptr<cluster::ClusterEnvironment> DDPStrategy::find_environment(const TrainerOptions& options) {
+  auto found = options.cluster_environment() == "auto"
+                   ? cluster::detect()
+                   : cluster::cluster_registry().create(options.cluster_environment());
+  ARC_CHECK(found->creates_processes_externally(),
+            "strategy 'ddp' joins processes started by srun, mpirun or torchrun,",
+            " but no launcher's variables were found (cluster environment '", found->name(),
+            "'); start the program under a launcher, or use strategy 'ddp_spawn' to start the processes from here");
+  return found;
+}
+
+c10::intrusive_ptr<c10d::TCPStore> DDPStrategy::hosted_store() { return {}; }
+
+void DDPStrategy::setup(AcceleratorBackend& accelerator, const TrainerOptions& options) {
+  environment_ = find_environment(options);
+  world_size_ = environment_->world_size();
+  rank_ = environment_->global_rank();
+  local_rank_ = environment_->local_rank();
+  local_world_size_ = environment_->local_world_size();
+  set_console_rank(rank_, world_size_);
+  const int64_t devices = options.devices().is_auto       ? local_world_size_
+                          : options.devices().count == -1 ? accelerator.device_count()
+                                                          : options.devices().count;
+  environment_->validate(devices, options.num_nodes());
+  const auto selected = accelerator.select(options.devices().is_auto ? Devices::of_count(devices) : options.devices());
+  ARC_CHECK(local_rank_ < static_cast<int64_t>(selected.size()), "local rank ", local_rank_,
+            " has no device among the ", selected.size(), " selected; set devices to the processes per node");
+  device_ = selected[static_cast<size_t>(local_rank_)];
+  accelerator.setup_device(device_);
+  reducer_options_.first_bucket_bytes = static_cast<int64_t>(options.first_bucket_mb() * (1 << 20));
+  reducer_options_.bucket_bytes = static_cast<int64_t>(options.bucket_cap_mb() * (1 << 20));
+  reducer_options_.find_unused_parameters = options.find_unused_parameters();
+  RendezvousOptions rendezvous;
+  rendezvous.address = environment_->main_address();
+  rendezvous.port = environment_->main_port();
+  rendezvous.rank = rank_;
+  rendezvous.world_size = world_size_;
+  rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout() * 1000));
+  collectives_ = make_gloo_collectives(rendezvous, hosted_store());
+  console().info("{}: rank {} of {} on {} ({} environment, {} at {}:{})", name(), rank_, world_size_, device_.str(),
+                 environment_->name(), collectives_->backend(), rendezvous.address, rendezvous.port);
+}
+
+void DDPStrategy::setup_module(TrainModule& module) {
+  Strategy::setup_module(module);
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> state;
+  for (const auto& p : module.parameters()) state.push_back(p);
+  for (const auto& b : module.buffers()) state.push_back(b);
+  if (!state.empty()) {
+    std::vector<torch::Tensor> flat;
+    for (const auto& t : state) flat.push_back(t.detach().reshape({-1}).to(torch::kDouble));
+    auto packed = torch::cat(flat);
+    collectives_->broadcast(packed, 0);
+    int64_t offset = 0;
+    for (auto& t : state) {
+      t.copy_(packed.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
+  if (reduced_module_ == &module) return;
+  std::vector<torch::Tensor> parameters;
+  std::vector<std::string> names;
+  for (const auto& item : module.named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    parameters.push_back(item.value());
+    names.push_back(item.key());
+  }
+  reducer_ = std::make_unique<GradReducer>(parameters, names, *collectives_, reducer_options_);
+  reduced_module_ = &module;
+}
+
+void DDPStrategy::backward(const torch::Tensor& loss) {
+  if (sync_ && reducer_) reducer_->prepare_for_backward();
+  loss.backward();
+}
+
+}  // namespace arc

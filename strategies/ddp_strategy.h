@@ -1,0 +1,56 @@
+// DDPStrategy: data-parallel training over processes that an HPC launcher started (srun,
+// mpirun, torchrun): parameters broadcast from rank 0, gradients averaged by a bucketed
+// reducer that overlaps with backward. ddp_spawn runs the same core.
+#pragma once
+
+#include <arc/strategies/cluster/cluster_environment.h>
+#include <arc/strategies/grad_reducer.h>
+#include <arc/strategies/strategy.h>
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <memory>
+
+namespace c10d {
+class TCPStore;
+}
+
+namespace arc {
+
+/// Strategy "ddp": one process per device, ranks from the detected cluster environment.
+class DDPStrategy : public Strategy {
+ public:
+  std::string name() const override { return "ddp"; }
+  void setup(AcceleratorBackend& accelerator, const TrainerOptions& options) override;
+  torch::Device root_device() const override { return device_; }
+  void setup_module(TrainModule& module) override;
+  void backward(const torch::Tensor& loss) override;
+  void set_gradient_sync(bool sync) override { sync_ = sync; }
+  int64_t world_size() const override { return world_size_; }
+  int64_t global_rank() const override { return rank_; }
+  int64_t local_rank() const override { return local_rank_; }
+  int64_t local_world_size() const override { return local_world_size_; }
+  Collectives* collectives() override { return collectives_.get(); }
+  const cluster::ClusterEnvironment& environment() const { return *environment_; }
+
+ protected:
+  /// The environment to read ranks from; ddp requires one whose launcher made the processes.
+  virtual std::shared_ptr<cluster::ClusterEnvironment> find_environment(const TrainerOptions& options);
+  /// The rendezvous store this process already hosts, if any (ddp_spawn's rank 0).
+  virtual c10::intrusive_ptr<c10d::TCPStore> hosted_store();
+
+ private:
+  std::shared_ptr<cluster::ClusterEnvironment> environment_;
+  std::unique_ptr<Collectives> collectives_;
+  std::unique_ptr<GradReducer> reducer_;
+  const TrainModule* reduced_module_ = nullptr;
+  ReducerOptions reducer_options_;
+  torch::Device device_{torch::kCPU};
+  int64_t world_size_ = 1;
+  int64_t rank_ = 0;
+  int64_t local_rank_ = 0;
+  int64_t local_world_size_ = 1;
+  bool sync_ = true;
+};
+
+}  // namespace arc

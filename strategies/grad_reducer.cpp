@@ -1,0 +1,136 @@
+// GradReducer.
+#include <arc/strategies/grad_reducer.h>
+
+#include <arc/core/error.h>
+
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/torch.h>
+
+namespace arc {
+
+struct GradReducer::Bucket {
+  std::vector<size_t> parameters;
+  torch::Tensor buffer;
+  size_t pending = 0;
+  PendingWork work;
+};
+
+GradReducer::GradReducer(std::vector<torch::Tensor> parameters, std::vector<std::string> names,
+                         Collectives& collectives, ReducerOptions options)
+    : parameters_(std::move(parameters)),
+      names_(std::move(names)),
+      collectives_(collectives),
+      options_(options),
+      bucket_of_(parameters_.size()),
+      offset_of_(parameters_.size()),
+      ready_(parameters_.size(), false) {
+  // Reverse registration order approximates the order in which backward produces gradients.
+  int64_t cap = options_.first_bucket_bytes;
+  int64_t bytes = 0;
+  for (size_t i = parameters_.size(); i-- > 0;) {
+    const auto& p = parameters_[i];
+    const int64_t size = p.numel() * static_cast<int64_t>(p.element_size());
+    const bool new_dtype = !layout_.empty() && parameters_[layout_.back().front()].scalar_type() != p.scalar_type();
+    if (layout_.empty() || new_dtype || (bytes > 0 && bytes + size > cap)) {
+      if (!layout_.empty()) cap = options_.bucket_bytes;
+      layout_.emplace_back();
+      bytes = 0;
+    }
+    layout_.back().push_back(i);
+    bytes += size;
+  }
+  for (size_t b = 0; b < layout_.size(); ++b) {
+    auto bucket = std::make_unique<Bucket>();
+    bucket->parameters = layout_[b];
+    int64_t numel = 0;
+    for (const size_t i : layout_[b]) {
+      bucket_of_[i] = b;
+      offset_of_[i] = numel;
+      numel += parameters_[i].numel();
+    }
+    const auto& first = parameters_[layout_[b].front()];
+    bucket->buffer = torch::zeros({numel}, first.options().requires_grad(false));
+    buckets_.push_back(std::move(bucket));
+  }
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[i]);
+    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, i, alive = std::weak_ptr<bool>(alive_)](const torch::autograd::variable_list& outputs,
+                                                       const torch::autograd::variable_list&) {
+          if (alive.lock()) mark_ready(i);
+          return outputs;
+        }));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+GradReducer::~GradReducer() = default;
+
+void GradReducer::prepare_for_backward() {
+  armed_ = true;
+  finalize_queued_ = false;
+  next_bucket_ = 0;
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (auto& bucket : buckets_) {
+    bucket->pending = bucket->parameters.size();
+    bucket->work = PendingWork();
+  }
+}
+
+void GradReducer::mark_ready(size_t parameter) {
+  if (!armed_ || ready_[parameter]) return;
+  if (!finalize_queued_) {
+    finalize_queued_ = true;
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize(); });
+  }
+  ready_[parameter] = true;
+  auto& bucket = *buckets_[bucket_of_[parameter]];
+  const auto& p = parameters_[parameter];
+  bucket.buffer.narrow(0, offset_of_[parameter], p.numel()).copy_(p.grad().reshape({-1}));
+  --bucket.pending;
+  if (bucket.pending == 0) launch_ready_buckets();
+}
+
+// Buckets start strictly in order on every rank, so that the collectives match across ranks.
+void GradReducer::launch_ready_buckets() {
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_]->pending == 0) {
+    auto& bucket = *buckets_[next_bucket_++];
+    bucket.work = collectives_.all_reduce(bucket.buffer, Reduce::sum);
+  }
+}
+
+void GradReducer::finalize() {
+  armed_ = false;
+  std::vector<std::string> unused;
+  for (size_t i = 0; i < parameters_.size(); ++i)
+    if (!ready_[i]) unused.push_back(names_[i]);
+  if (!unused.empty()) {
+    ARC_CHECK(options_.find_unused_parameters, "parameters ", join(unused),
+              " got no gradient in this backward, so the ranks cannot average them; set ",
+              "find_unused_parameters=true, or use them in the loss");
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      if (ready_[i]) continue;
+      auto& bucket = *buckets_[bucket_of_[i]];
+      bucket.buffer.narrow(0, offset_of_[i], parameters_[i].numel()).zero_();
+      --bucket.pending;
+    }
+    launch_ready_buckets();
+  }
+  const double world = static_cast<double>(collectives_.world_size());
+  for (auto& bucket : buckets_) {
+    bucket->work.wait();
+    bucket->buffer.div_(world);
+    for (const size_t i : bucket->parameters) {
+      auto& p = parameters_[i];
+      const auto averaged = bucket->buffer.narrow(0, offset_of_[i], p.numel()).view(p.sizes());
+      if (p.grad().defined()) {
+        p.mutable_grad().copy_(averaged);
+      } else {
+        p.mutable_grad() = averaged.clone();
+      }
+    }
+  }
+}
+
+}  // namespace arc

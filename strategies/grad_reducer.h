@@ -1,0 +1,67 @@
+// GradReducer: DDP's gradient averaging. Parameters are grouped into buckets in reverse
+// registration order (a small first bucket, then bucket_cap); autograd post-accumulation hooks
+// mark parameters ready, a full bucket starts its all-reduce while backward goes on, and the
+// end-of-backward callback waits and writes the averaged gradients back.
+#pragma once
+
+#include <arc/strategies/collectives.h>
+
+#include <torch/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace arc {
+
+struct ReducerOptions {
+  int64_t first_bucket_bytes = 1 << 20;
+  int64_t bucket_bytes = 25 << 20;
+  /// Tolerate parameters that get no gradient in a backward (they are reduced as zeros).
+  bool find_unused_parameters = false;
+};
+
+/// Averages the gradients of `parameters` over the ranks of `collectives`.
+class GradReducer {
+ public:
+  /// `names[i]` names `parameters[i]` in errors.
+  GradReducer(std::vector<torch::Tensor> parameters, std::vector<std::string> names, Collectives& collectives,
+              ReducerOptions options);
+  ~GradReducer();
+  GradReducer(const GradReducer&) = delete;
+  GradReducer& operator=(const GradReducer&) = delete;
+
+  /// Arms the reducer for the next backward; without it (no_sync) gradients stay local.
+  void prepare_for_backward();
+  /// Number of buckets, and the parameter indices of each (for tests and logs).
+  const std::vector<std::vector<size_t>>& bucket_layout() const { return layout_; }
+
+ private:
+  struct Bucket;
+
+  void mark_ready(size_t parameter);
+  void launch_ready_buckets();
+  void finalize();
+
+  std::vector<torch::Tensor> parameters_;
+  std::vector<std::string> names_;
+  Collectives& collectives_;
+  ReducerOptions options_;
+  std::vector<std::vector<size_t>> layout_;
+  std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::vector<size_t> bucket_of_;
+  std::vector<int64_t> offset_of_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<bool> ready_;
+  size_t next_bucket_ = 0;
+  bool armed_ = false;
+  bool finalize_queued_ = false;
+  // Hooks outlive the reducer on the module's accumulators; they check this token first.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace arc

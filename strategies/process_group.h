@@ -1,0 +1,50 @@
+// Process groups over a c10d TCPStore: the rendezvous (every wait has a timeout and names the
+// ranks that did not arrive) and Gloo collectives. This file and its .cpp hold every LibTorch
+// 1.13 / 2.x difference of the distributed code.
+#pragma once
+
+#include <arc/strategies/collectives.h>
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace c10d {
+class Store;
+class TCPStore;
+}  // namespace c10d
+
+namespace arc {
+
+/// Where and how to meet.
+struct RendezvousOptions {
+  std::string address = "127.0.0.1";
+  int64_t port = 0;
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+};
+
+/// A TCPStore server on `address`, port 0 = any free port (read it back with port()).
+/// Opened before worker processes start, so their port can never be taken by someone else.
+class StoreServer {
+ public:
+  StoreServer(const std::string& address, int64_t port, std::chrono::milliseconds timeout);
+  ~StoreServer();
+  int64_t port() const;
+  c10::intrusive_ptr<c10d::TCPStore> store() const;
+
+ private:
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+};
+
+/// Joins the group: rank 0 uses `hosted` (or hosts a store itself), other ranks connect; every
+/// rank checks in and waits for all others. A timeout names the missing ranks.
+std::unique_ptr<Collectives> make_gloo_collectives(const RendezvousOptions& options,
+                                                   c10::intrusive_ptr<c10d::TCPStore> hosted);
+/// The same, with rank 0 hosting its own store.
+std::unique_ptr<Collectives> make_gloo_collectives(const RendezvousOptions& options);
+
+}  // namespace arc

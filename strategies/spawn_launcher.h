@@ -1,0 +1,66 @@
+// SpawnLauncher: ddp_spawn's process starter. It opens the rendezvous store on a free port, then
+// re-executes this program (/proc/self/exe, same argv) once per extra rank with the rank
+// variables set — no fork after LibTorch starts — and watches the children: one that fails
+// ends the others and the command, naming the rank and the cause.
+#pragma once
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace c10d {
+class TCPStore;
+}
+
+namespace arc {
+
+class StoreServer;
+
+/// Starts and watches ranks 1..world_size-1; the launching process is rank 0.
+class SpawnLauncher {
+ public:
+  /// Whether this process was started by a SpawnLauncher.
+  static bool is_child();
+  /// The launcher of this process, started on first use with `world_size` ranks.
+  static SpawnLauncher& launch(int64_t world_size, std::chrono::milliseconds timeout);
+
+  ~SpawnLauncher();
+  SpawnLauncher(const SpawnLauncher&) = delete;
+  SpawnLauncher& operator=(const SpawnLauncher&) = delete;
+
+  int64_t world_size() const { return world_size_; }
+  int64_t port() const;
+  c10::intrusive_ptr<c10d::TCPStore> store() const;
+  /// Ends every child now. A child that just died is named as the cause (rank 0's own error is
+  /// then only its symptom); otherwise rank 0 is, with `reason`.
+  void abort(const std::string& reason);
+  /// Marks that a Trainer stage runs: exiting during one ends the children at once.
+  void set_busy(bool busy) { busy_ = busy; }
+
+ private:
+  SpawnLauncher(int64_t world_size, std::chrono::milliseconds timeout);
+  void spawn(int64_t rank);
+  void watch();
+  void kill_children();
+  /// Reaps children that exited; returns "rank N <cause>" for the first failed one, else "".
+  std::string reap_failed();
+
+  int64_t world_size_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<StoreServer> server_;
+  std::vector<pid_t> children_;
+  std::mutex mutex_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> busy_{false};
+  std::thread watcher_;
+};
+
+}  // namespace arc

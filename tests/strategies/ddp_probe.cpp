@@ -1,0 +1,109 @@
+// A training program for the distributed tests: trains a small MLP under the strategy asked
+// for, can fail on purpose at a given rank and step, and reports what it saw.
+//   ddp_probe --strategy ddp_spawn --devices 2 --batch 16 --steps 30 [--accumulate 2]
+//             [--out params.bin] [--fail exception|exit3|segv|sigkill --fail-rank 1 --fail-step 5]
+//             [--timeout 20] [--tag anything]
+#include <arc/arc.h>
+
+#include <torch/torch.h>
+
+#include <unistd.h>
+#include <csignal>
+#include <fstream>
+#include <iostream>
+
+namespace {
+
+struct Args {
+  std::string strategy = "ddp_spawn";
+  int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, fail_rank = -1, fail_step = -1;
+  double timeout = 30;
+  std::string out, fail;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = argv[i], value = argv[i + 1];
+    if (key == "--strategy") a.strategy = value;
+    if (key == "--devices") a.devices = std::stoll(value);
+    if (key == "--batch") a.batch = std::stoll(value);
+    if (key == "--steps") a.steps = std::stoll(value);
+    if (key == "--accumulate") a.accumulate = std::stoll(value);
+    if (key == "--out") a.out = value;
+    if (key == "--fail") a.fail = value;
+    if (key == "--fail-rank") a.fail_rank = std::stoll(value);
+    if (key == "--fail-step") a.fail_step = std::stoll(value);
+    if (key == "--timeout") a.timeout = std::stod(value);
+  }
+  return a;
+}
+
+class Probe : public arc::TrainModule {
+ public:
+  explicit Probe(const Args& args) : args_(args) {
+    torch::manual_seed(0);
+    fc1 = register_module("fc1", torch::nn::Linear(8, 16));
+    fc2 = register_module("fc2", torch::nn::Linear(16, 3));
+  }
+  torch::Tensor training_step(arc::Batch& batch, int64_t) override {
+    maybe_fail();
+    auto loss = torch::nn::functional::cross_entropy(fc2(torch::relu(fc1(batch[0]))), batch[1]);
+    const auto rank = static_cast<double>(trainer().global_rank());
+    log("rank_mean", rank, {.on_epoch = true, .sync_dist = true});
+    log("rank_max", rank, {.on_epoch = true, .reduce = arc::Reduce::max, .sync_dist = true});
+    log("rank_min", rank, {.on_epoch = true, .reduce = arc::Reduce::min, .sync_dist = true});
+    log("rank_sum", rank, {.on_step = false, .on_epoch = true, .reduce = arc::Reduce::sum, .sync_dist = true});
+    return loss;
+  }
+  std::vector<arc::OptimizerConfig> configure_optimizers() override {
+    return {std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1).momentum(0.9))};
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+
+ private:
+  void maybe_fail() {
+    if (trainer().global_rank() != args_.fail_rank || global_step() != args_.fail_step) return;
+    if (args_.fail == "exception") throw std::runtime_error("probe failure on purpose");
+    if (args_.fail == "exit3") std::exit(3);
+    if (args_.fail == "segv") std::raise(SIGSEGV);
+    if (args_.fail == "sigkill") std::raise(SIGKILL);
+  }
+  Args args_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  const int64_t samples = 512;
+  auto x = torch::linspace(-1, 1, samples * 8).reshape({samples, 8}).sin();
+  auto y = (x.sum(1) * 3).abs().to(torch::kLong).remainder(3);
+  auto data = std::make_shared<arc::TensorDataset>(std::vector<torch::Tensor>{x, y});
+  Probe module(args);
+  arc::TrainerOptions options;
+  options.strategy(args.strategy).devices(arc::Devices::of_count(args.devices)).max_steps(args.steps);
+  options.accumulate_grad_batches(args.accumulate).timeout(args.timeout).num_threads(1);
+  options.enable_progress_bar(false).enable_model_summary(false).deterministic(true);
+  try {
+    arc::Trainer trainer(options);
+    trainer.fit(module, {data, arc::DataLoaderOptions(args.batch)});
+    if (trainer.is_global_zero()) {
+      nlohmann::json report = trainer.callback_metrics();
+      report["global_step"] = trainer.global_step();
+      report["world_size"] = trainer.world_size();
+      std::cout << "PROBE " << report.dump() << std::endl;
+      if (!args.out.empty()) {
+        std::ofstream out(args.out, std::ios::binary);
+        for (const auto& p : module.parameters()) {
+          const auto values = p.detach().contiguous();
+          out.write(reinterpret_cast<const char*>(values.data_ptr<float>()), values.numel() * 4);
+        }
+      }
+    }
+  } catch (const std::exception& error) {
+    std::cerr << "probe: error: " << error.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,201 @@
+// DDP end to end with real processes: ddp_spawn runs of the probe program, and the same
+// program joined by hand under strategy ddp.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+struct ProbeRun {
+  int status = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+ProbeRun probe(const std::string& args, const std::string& env = "") {
+  const auto start = std::chrono::steady_clock::now();
+  ProbeRun run;
+  const std::string command = env + " timeout 120 " + std::string(ARC_PROBE) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, n);
+  const int raw = pclose(pipe);
+  run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return run;
+}
+
+nlohmann::json report(const ProbeRun& run) {
+  const auto at = run.output.find("PROBE ");
+  if (at == std::string::npos) return nullptr;
+  return nlohmann::json::parse(run.output.substr(at + 6, run.output.find('\n', at) - at - 6));
+}
+
+std::vector<float> read_floats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<float> values;
+  float v;
+  while (in.read(reinterpret_cast<char*>(&v), 4)) values.push_back(v);
+  return values;
+}
+
+std::string scratch(const std::string& name) { return "/tmp/arc_ddp_test_" + std::to_string(getpid()) + "_" + name; }
+
+// Processes whose command line holds `tag`.
+int count_tagged(const std::string& tag) {
+  int found = 0;
+  DIR* proc = opendir("/proc");
+  while (dirent* entry = readdir(proc)) {
+    const std::string pid = entry->d_name;
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in("/proc/" + pid + "/cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.find(tag) != std::string::npos && cmdline.rfind("timeout", 0) != 0) ++found;
+  }
+  closedir(proc);
+  return found;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return worst;
+}
+
+void expect_parity(int64_t accumulate) {
+  const auto one = scratch("one_" + std::to_string(accumulate)), two = scratch("two_" + std::to_string(accumulate));
+  const std::string common = " --steps 40 --accumulate " + std::to_string(accumulate);
+  const auto single = probe("--strategy single_device --devices 1 --batch 32 --out " + one + common);
+  ASSERT_EQ(single.status, 0) << single.output;
+  const auto ddp = probe("--strategy ddp_spawn --devices 2 --batch 16 --out " + two + common);
+  ASSERT_EQ(ddp.status, 0) << ddp.output;
+  const auto a = read_floats(one), b = read_floats(two);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  EXPECT_LT(max_abs_diff(a, b), 1e-6);
+  EXPECT_EQ(report(ddp)["world_size"], 2);
+  EXPECT_EQ(report(ddp)["global_step"], 40);
+  std::remove(one.c_str());
+  std::remove(two.c_str());
+}
+
+TEST(DDP, TwoRanksMatchOneProcessWithTwiceTheBatch) { expect_parity(1); }
+
+TEST(DDP, TwoRanksMatchOneProcessWithGradientAccumulation) { expect_parity(2); }
+
+TEST(DDP, SyncDistReducesEveryMetricAcrossRanks) {
+  const auto run = probe("--strategy ddp_spawn --devices 2 --steps 8");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const auto metrics = report(run);
+  EXPECT_DOUBLE_EQ(metrics["rank_mean_epoch"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(metrics["rank_max_epoch"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(metrics["rank_min_epoch"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(metrics["rank_sum"].get<double>(), 8.0);  // 8 steps x (0 + 1)
+}
+
+struct Failure {
+  std::string kind;
+  std::string cause;  // what the output says when rank 1 fails
+  int rank0_status;   // the command's status when rank 0 fails (the shell reports signals)
+};
+
+class LauncherFailure : public ::testing::TestWithParam<std::tuple<Failure, int>> {};
+
+TEST_P(LauncherFailure, EndsEveryRankQuicklyAndNamesTheCause) {
+  const auto& [failure, rank] = GetParam();
+  const std::string tag = "tag_" + std::to_string(getpid()) + "_" + failure.kind + std::to_string(rank);
+  const auto run = probe("--strategy ddp_spawn --devices 2 --steps 200 --timeout 60 --fail " + failure.kind +
+                         " --fail-rank " + std::to_string(rank) + " --fail-step 5 --tag " + tag);
+  EXPECT_NE(run.status, 0) << run.output;
+  EXPECT_LT(run.seconds, 5.0 + 3.0) << run.output;  // start-up plus the 5 s the launcher is allowed
+  if (rank == 1) {
+    EXPECT_NE(run.output.find("ddp_spawn: rank 1 " + failure.cause), std::string::npos) << run.output;
+  } else {
+    EXPECT_EQ(run.status, failure.rank0_status) << run.output;
+  }
+  if (failure.kind == "exception") {
+    EXPECT_NE(run.output.find("probe failure on purpose"), std::string::npos) << run.output;
+  }
+  EXPECT_EQ(count_tagged(tag), 0) << "a rank outlived the run";
+}
+
+INSTANTIATE_TEST_SUITE_P(DDP, LauncherFailure,
+                         ::testing::Combine(::testing::Values(Failure{"exception", "exited with code 1", 1},
+                                                              Failure{"exit3", "exited with code 3", 1},
+                                                              Failure{"segv", "was killed by signal 11", 128 + 11},
+                                                              Failure{"sigkill", "was killed by signal 9", 128 + 9}),
+                                            ::testing::Values(0, 1)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).kind + "_rank" + std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(DDP, TwentyConcurrentSpawnRunsNeverClashOnPorts) {
+  std::vector<std::thread> threads;
+  std::vector<ProbeRun> runs(20);
+  for (size_t i = 0; i < runs.size(); ++i)
+    threads.emplace_back([&runs, i] { runs[i] = probe("--strategy ddp_spawn --devices 2 --steps 2 --timeout 90"); });
+  for (auto& thread : threads) thread.join();
+  for (const auto& run : runs) EXPECT_EQ(run.status, 0) << run.output;
+}
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  const int port = ntohs(address.sin_port);
+  close(fd);
+  return port;
+}
+
+TEST(DDP, RendezvousTimeoutNamesTheMissingRank) {
+  const std::string env =
+      "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port());
+  const auto run = probe("--strategy ddp --devices 2 --steps 2 --timeout 2", env);
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.output.find("rank(s) 1 of 2 did not join the rendezvous"), std::string::npos) << run.output;
+  EXPECT_LT(run.seconds, 10.0);
+}
+
+TEST(DDP, JoinsProcessesStartedByHand) {
+  const std::string port = std::to_string(free_port());
+  const auto one = scratch("hand0"), two = scratch("hand1");
+  ProbeRun rank1;
+  std::thread second([&] {
+    rank1 = probe("--strategy ddp --devices 2 --steps 10 --timeout 30",
+                  "RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port);
+  });
+  const auto rank0 = probe("--strategy ddp --devices 2 --steps 10 --timeout 30 --out " + one,
+                           "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port);
+  second.join();
+  ASSERT_EQ(rank0.status, 0) << rank0.output;
+  ASSERT_EQ(rank1.status, 0) << rank1.output;
+  const auto spawned = probe("--strategy ddp_spawn --devices 2 --steps 10 --out " + two);
+  EXPECT_EQ(read_floats(one), read_floats(two));
+  std::remove(one.c_str());
+  std::remove(two.c_str());
+}
+
+TEST(DDP, DdpWithoutALauncherSaysToUseDdpSpawn) {
+  const auto run = probe("--strategy ddp --devices 2 --steps 2");
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.output.find("use strategy 'ddp_spawn'"), std::string::npos) << run.output;
+}
+
+}  // namespace
