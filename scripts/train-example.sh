@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs, builds and trains the example MLP on the canonical workload; prints its RESULT line.
+# Installs, builds and trains the example MLP on the canonical workload with ddp_spawn on two
+# processes of this machine; prints its RESULT line. Extra arguments go to `arc train`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
-build/bin/arc train "$@"
+build/bin/arc train --config apps/configs/mlp_ddp_spawn.json "$@"

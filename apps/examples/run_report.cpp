@@ -18,7 +18,8 @@ namespace {
 
 double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
-// Process start in Unix seconds: boot time (/proc/stat btime) + start ticks (/proc/self/stat).
+// Process start in Unix seconds: start ticks since boot (/proc/self/stat) against the time since
+// boot now (CLOCK_BOOTTIME); /proc/stat's btime is whole seconds and would be up to 1 s off.
 double process_start_unix() {
   std::ifstream stat_file("/proc/self/stat");
   std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
@@ -26,21 +27,18 @@ double process_start_unix() {
   std::string field;
   for (int i = 3; i <= 22 && fields >> field; ++i) {
   }
-  const double start_ticks = std::stod(field);
-  std::ifstream proc_stat("/proc/stat");
-  std::string key;
-  double boot = 0;
-  while (proc_stat >> key)
-    if (key == "btime" && proc_stat >> boot) break;
-  return boot + start_ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double started_after_boot = std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  timespec since_boot{};
+  clock_gettime(CLOCK_BOOTTIME, &since_boot);
+  const double now_after_boot = static_cast<double>(since_boot.tv_sec) + static_cast<double>(since_boot.tv_nsec) * 1e-9;
+  return unix_now() - (now_after_boot - started_after_boot);
 }
 
 }  // namespace
 
-double RunReport::seconds_since_command_start() {
+double RunReport::command_start_unix() {
   const char* t0 = std::getenv("BENCH_T0");
-  const double start = t0 != nullptr ? std::strtod(t0, nullptr) : process_start_unix();
-  return unix_now() - start;
+  return t0 != nullptr ? std::strtod(t0, nullptr) : process_start_unix();
 }
 
 void RunReport::on_train_epoch_start(Trainer&, TrainModule&) {
@@ -50,7 +48,7 @@ void RunReport::on_train_epoch_start(Trainer&, TrainModule&) {
 void RunReport::on_train_batch_end(Trainer&, TrainModule&, const torch::Tensor& loss, Batch& batch, int64_t) {
   samples_ += batch.batch_size();
   step_ends_.push_back(Clock::now());
-  if (step_ends_.size() == 1) first_step_s_ = seconds_since_command_start();
+  if (step_ends_.size() == 1) first_step_unix_ = unix_now();
   if (loss.defined()) losses_.push_back(loss.item<float>());
 }
 
@@ -62,9 +60,12 @@ void RunReport::on_fit_end(Trainer& trainer, TrainModule&) {
   for (size_t i = losses_.size() - tail; i < losses_.size(); ++i) last100 += losses_[i];
   if (tail > 0) last100 /= static_cast<double>(tail);
   const auto maxima =
-      trainer.strategy().all_reduce(torch::tensor({train_time, first_step_s_}, torch::kDouble), Reduce::max);
+      trainer.strategy().all_reduce(torch::tensor({train_time, first_step_unix_}, torch::kDouble), Reduce::max);
   train_time_s_ = maxima[0].item<double>();
-  first_step_s_ = maxima[1].item<double>();
+  // The command started with rank 0's process; other ranks started later.
+  auto start = torch::tensor({command_start_unix()}, torch::kDouble);
+  trainer.strategy().broadcast(start, 0);
+  first_step_s_ = maxima[1].item<double>() - start.item<double>();
   loss_last100_ = trainer.strategy().all_reduce(torch::tensor(last100, torch::kDouble), Reduce::mean).item<double>();
 }
 

@@ -23,8 +23,8 @@ class RunReport : public Callback {
   /// train_time_s, train_sps, step times, t_first_step_s, losses, val metrics, parameter digest.
   nlohmann::json report(const Trainer& trainer, const TrainModule& module) const;
 
-  /// Seconds since the command started: BENCH_T0 (Unix seconds) if set, else the process start.
-  static double seconds_since_command_start();
+  /// When the command started, in Unix seconds: BENCH_T0 if set, else this process's start.
+  static double command_start_unix();
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -32,6 +32,7 @@ class RunReport : public Callback {
   std::vector<Clock::time_point> step_ends_;
   std::vector<float> losses_;
   int64_t samples_ = 0;
+  double first_step_unix_ = 0;
   double first_step_s_ = 0;
   double train_time_s_ = 0;
   double loss_last100_ = 0;

@@ -12,12 +12,23 @@
 namespace arc::workload {
 namespace {
 
+// The finishing steps of splitmix64, for a state already advanced to seed + (k + 1) * gamma.
+inline uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ULL;
+
 Data generate() {
-  // Class prototypes: a 7x7 grid of 4x4-pixel blocks of +-1.
-  int8_t prototype[kClasses][49];
+  // Class prototypes: a 7x7 grid of 4x4-pixel blocks of +-16, laid out per pixel.
+  int32_t prototype[kClasses][kFeatures];
   for (int64_t t = 0; t < kClasses; ++t)
-    for (int64_t q = 0; q < 49; ++q)
-      prototype[t][q] = (splitmix64(2, static_cast<uint64_t>(t * 49 + q)) >> 63) == 1 ? 1 : -1;
+    for (int64_t j = 0; j < kFeatures; ++j) {
+      const int64_t q = (j / 28 / 4) * 7 + (j % 28) / 4;
+      prototype[t][j] = (splitmix64(2, static_cast<uint64_t>(t * 49 + q)) >> 63) == 1 ? 16 : -16;
+    }
   Data out;
   out.x = torch::empty({kSamples, kFeatures}, torch::kFloat);
   out.y = torch::empty({kSamples}, torch::kLong);
@@ -25,12 +36,14 @@ Data generate() {
   int64_t* y = out.y.data_ptr<int64_t>();
   for (int64_t i = 0; i < kSamples; ++i) {
     y[i] = static_cast<int64_t>(splitmix64(1, static_cast<uint64_t>(i)) % kClasses);
-    for (int64_t j = 0; j < kFeatures; ++j) {
-      const int64_t q = (j / 28 / 4) * 7 + (j % 28) / 4;
-      const uint64_t h = splitmix64(3, static_cast<uint64_t>(i * kFeatures + j));
+    const int32_t* row = prototype[y[i]];
+    // Stream 3's state for k = i * 784 + j advances by gamma per pixel.
+    uint64_t state = 3 + (static_cast<uint64_t>(i * kFeatures) + 1) * kGamma;
+    for (int64_t j = 0; j < kFeatures; ++j, state += kGamma) {
+      const uint64_t h = mix(state);
       const auto noise =
-          static_cast<int64_t>(((h >> 32) & 255) + ((h >> 40) & 255) + ((h >> 48) & 255) + (h >> 56)) - 510;
-      x[i * kFeatures + j] = static_cast<float>(16 * prototype[y[i]][q] + noise) / 256.0f;
+          static_cast<int32_t>(((h >> 32) & 255) + ((h >> 40) & 255) + ((h >> 48) & 255) + (h >> 56)) - 510;
+      x[i * kFeatures + j] = static_cast<float>(row[j] + noise) / 256.0f;
     }
   }
   return out;
@@ -38,12 +51,7 @@ Data generate() {
 
 }  // namespace
 
-uint64_t splitmix64(uint64_t seed, uint64_t k) {
-  uint64_t z = seed + (k + 1) * 0x9E3779B97F4A7C15ULL;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
+uint64_t splitmix64(uint64_t seed, uint64_t k) { return mix(seed + (k + 1) * kGamma); }
 
 const Data& data() {
   static const Data generated = generate();

@@ -56,6 +56,17 @@ TEST(Cli, TrainPrintsTheResultLine) {
   EXPECT_GT(result["t_first_step_s"].get<double>(), 0.0);
 }
 
+TEST(Cli, ShippedDdpSpawnConfigTrainsOnTwoProcesses) {
+  const auto out = arc(std::string("train --config ") + ARC_SOURCE_DIR + "/apps/configs/mlp_ddp_spawn.json" +
+                       " --set trainer.limit_train_batches=30 --set trainer.enable_progress_bar=false");
+  ASSERT_EQ(out.status, 0) << out.text;
+  const auto result = result_of(out.text);
+  EXPECT_EQ(result["world_size"], 2);
+  EXPECT_EQ(result["steps"], 30);
+  EXPECT_GT(result["val_acc"].get<double>(), 0.5);
+  EXPECT_EQ(out.text.find("RESULT", out.text.find("RESULT") + 1), std::string::npos) << "only rank 0 reports";
+}
+
 TEST(Cli, ConfigFileAndOverridesBuildTheCnn) {
   const auto path = write_config("arc_cli_cnn.json", R"({"module": {"name": "cnn_classifier"},
     "data": {"batch_size": 32}, "trainer": {"max_steps": 3, "limit_val_batches": 0, "enable_progress_bar": false}})");

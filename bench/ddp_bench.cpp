@@ -1,0 +1,128 @@
+// Distributed throughput on the canonical workloads: Arclight in one process and with
+// ddp_spawn x2, against PyTorch DDP (torchrun, gloo) on the same workload in the same invocation.
+// Every run is a fresh command; the table compares their RESULT lines (WORKLOAD.md section 6).
+//   arc_bench_ddp [repeats=3] [models=mlp,cnn]
+#include "bench_util.h"
+
+#include <nlohmann/json.hpp>
+
+#include <sys/time.h>
+#include <unistd.h>
+#include <cstdio>
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+namespace arc::bench {
+namespace {
+
+struct Result {
+  nlohmann::json json;
+  double wall_s = 0;
+};
+
+double unix_now() {
+  timeval now{};
+  gettimeofday(&now, nullptr);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_usec) * 1e-6;
+}
+
+// Runs `command` with BENCH_T0 set just before it starts; returns its RESULT line.
+Result run(const std::string& command) {
+  const double start = unix_now();
+  std::ostringstream full;
+  full << std::fixed << std::setprecision(6) << "BENCH_T0=" << start << " " << command << " 2>/dev/null";
+  FILE* pipe = popen(full.str().c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  const int status = pclose(pipe);
+  Result result;
+  result.wall_s = unix_now() - start;
+  const auto at = output.find("RESULT ");
+  if (status != 0 || at == std::string::npos) throw std::runtime_error("no RESULT from: " + command + "\n" + output);
+  result.json = nlohmann::json::parse(output.substr(at + 7, output.find('\n', at) - at - 7));
+  return result;
+}
+
+bool have_torchrun() {
+  return std::system("command -v torchrun >/dev/null 2>&1 && /usr/bin/python3 -c 'import torch' 2>/dev/null") == 0;
+}
+
+struct Row {
+  std::string name;
+  std::vector<Result> runs;
+  double sps() const {
+    std::vector<double> v;
+    for (const auto& r : runs) v.push_back(r.json["train_sps"].get<double>());
+    return median(v);
+  }
+  double first_step() const {
+    std::vector<double> v;
+    for (const auto& r : runs) v.push_back(r.json["t_first_step_s"].get<double>());
+    return median(v);
+  }
+  double wall() const {
+    std::vector<double> v;
+    for (const auto& r : runs) v.push_back(r.wall_s);
+    return median(v);
+  }
+};
+
+}  // namespace
+}  // namespace arc::bench
+
+int main(int argc, char** argv) {
+  using namespace arc::bench;
+  const int repeats = argc > 1 ? std::atoi(argv[1]) : 3;
+  const std::string models = argc > 2 ? argv[2] : "mlp,cnn";
+  torch::set_num_threads(1);
+  print_header("DDP on the canonical workload: 1 thread per process, " + std::to_string(repeats) +
+               " runs each, median");
+  const std::string arc =
+      std::string(ARC_BINARY) + " train --set trainer.num_threads=1 --set trainer.enable_progress_bar=false";
+  const std::string script = std::string(ARC_SOURCE_DIR) + "/bench/python/torch_workload.py";
+  const bool python = have_torchrun();
+  if (!python) std::cout << "(torchrun or python3-torch missing: PyTorch rows skipped)\n";
+
+  for (const std::string model : {"mlp", "cnn"}) {
+    if (models.find(model) == std::string::npos) continue;
+    const std::string module = model == "mlp" ? "mlp_classifier" : "cnn_classifier";
+    std::vector<Row> rows = {{"Arclight, 1 process", {}},
+                             {"Arclight ddp_spawn x2", {}},
+                             {"PyTorch, 1 process", {}},
+                             {"PyTorch DDP x2 (torchrun, gloo)", {}}};
+    for (int r = 0; r < repeats; ++r) {
+      rows[0].runs.push_back(run(arc + " --set module.name=" + module));
+      rows[1].runs.push_back(
+          run(arc + " --set module.name=" + module + " --set trainer.strategy=ddp_spawn --set trainer.devices=2"));
+      if (!python) continue;
+      rows[2].runs.push_back(run("TORCH_THREADS=1 /usr/bin/python3 " + script + " --model " + model));
+      rows[3].runs.push_back(
+          run("TORCH_THREADS=1 torchrun --nproc_per_node 2 -r 9:1 -t 9:1 " + script + " --model " + model));
+    }
+    const double reference = python ? rows[3].sps() : rows[1].sps();
+    std::cout << "\n" << model << " (ratio = samples/s against PyTorch DDP x2)\n";
+    std::cout << std::left << std::setw(34) << "run" << std::right << std::setw(12) << "samples/s" << std::setw(8)
+              << "ratio" << std::setw(12) << "1st step s" << std::setw(9) << "wall s" << std::setw(9) << "val_acc"
+              << "  final params sha256\n";
+    for (const auto& row : rows) {
+      if (row.runs.empty()) continue;
+      std::cout << std::left << std::setw(34) << row.name << std::right << std::fixed << std::setprecision(0)
+                << std::setw(12) << row.sps() << std::setprecision(3) << std::setw(8) << row.sps() / reference
+                << std::setw(12) << row.first_step() << std::setprecision(2) << std::setw(9) << row.wall()
+                << std::setprecision(4) << std::setw(9) << row.runs.front().json["val_acc"].get<double>() << "  "
+                << row.runs.front().json["final_param_sha256"].get<std::string>().substr(0, 16) << "\n";
+    }
+    std::cout << "scaling efficiency, Arclight ddp_spawn x2 vs 2 x 1 process: " << std::setprecision(3)
+              << rows[1].sps() / (2 * rows[0].sps()) << "\n";
+    if (python) {
+      const bool same =
+          rows[1].runs.front().json["final_param_sha256"] == rows[3].runs.front().json["final_param_sha256"];
+      std::cout << "final weights, Arclight ddp_spawn x2 vs PyTorch DDP x2: " << (same ? "bit-identical" : "DIFFERENT")
+                << "\n";
+    }
+  }
+  return 0;
+}
