@@ -58,11 +58,11 @@ TEST(Cli, TrainPrintsTheResultLine) {
 
 TEST(Cli, ShippedDdpSpawnConfigTrainsOnTwoProcesses) {
   const auto out = arc(std::string("train --config ") + ARC_SOURCE_DIR + "/apps/configs/mlp_ddp_spawn.json" +
-                       " --set trainer.limit_train_batches=30 --set trainer.enable_progress_bar=false");
+                       " --set trainer.limit_train_batches=120 --set trainer.enable_progress_bar=false");
   ASSERT_EQ(out.status, 0) << out.text;
   const auto result = result_of(out.text);
   EXPECT_EQ(result["world_size"], 2);
-  EXPECT_EQ(result["steps"], 30);
+  EXPECT_EQ(result["steps"], 120);
   EXPECT_GT(result["val_acc"].get<double>(), 0.5);
   EXPECT_EQ(out.text.find("RESULT", out.text.find("RESULT") + 1), std::string::npos) << "only rank 0 reports";
 }
