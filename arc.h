@@ -5,6 +5,7 @@
 #include <arc/callbacks/callback.h>
 #include <arc/callbacks/model_summary.h>
 #include <arc/callbacks/progress_bar.h>
+#include <arc/core/accelerator.h>
 #include <arc/core/batch.h>
 #include <arc/core/config.h>
 #include <arc/core/console.h>

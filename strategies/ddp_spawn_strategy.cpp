@@ -36,7 +36,7 @@ c10::intrusive_ptr<c10d::TCPStore> DDPSpawnStrategy::hosted_store() {
   return launcher_ != nullptr ? launcher_->store() : c10::intrusive_ptr<c10d::TCPStore>();
 }
 
-void DDPSpawnStrategy::setup_module(TrainModule& module) {
+void DDPSpawnStrategy::setup_module(torch::nn::Module& module) {
   if (launcher_ != nullptr) launcher_->set_busy(true);
   DDPStrategy::setup_module(module);
 }

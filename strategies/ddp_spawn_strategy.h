@@ -12,7 +12,7 @@ class SpawnLauncher;
 class DDPSpawnStrategy : public DDPStrategy {
  public:
   std::string name() const override { return "ddp_spawn"; }
-  void setup_module(TrainModule& module) override;
+  void setup_module(torch::nn::Module& module) override;
   void on_failure(const std::string& reason) override;
   void teardown() override;
 

@@ -53,7 +53,7 @@ void DDPStrategy::setup(AcceleratorBackend& accelerator, const TrainerOptions& o
                  environment_->name(), collectives_->backend(), rendezvous.address, rendezvous.port);
 }
 
-void DDPStrategy::setup_module(TrainModule& module) {
+void DDPStrategy::setup_module(torch::nn::Module& module) {
   Strategy::setup_module(module);
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> state;

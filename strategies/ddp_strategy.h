@@ -23,7 +23,7 @@ class DDPStrategy : public Strategy {
   std::string name() const override { return "ddp"; }
   void setup(AcceleratorBackend& accelerator, const TrainerOptions& options) override;
   torch::Device root_device() const override { return device_; }
-  void setup_module(TrainModule& module) override;
+  void setup_module(torch::nn::Module& module) override;
   void backward(const torch::Tensor& loss) override;
   void set_gradient_sync(bool sync) override { sync_ = sync; }
   int64_t world_size() const override { return world_size_; }
@@ -43,7 +43,7 @@ class DDPStrategy : public Strategy {
   std::shared_ptr<cluster::ClusterEnvironment> environment_;
   std::unique_ptr<Collectives> collectives_;
   std::unique_ptr<GradReducer> reducer_;
-  const TrainModule* reduced_module_ = nullptr;
+  const torch::nn::Module* reduced_module_ = nullptr;
   ReducerOptions reducer_options_;
   torch::Device device_{torch::kCPU};
   int64_t world_size_ = 1;

@@ -1,7 +1,6 @@
 // Strategy defaults, the strategy registry and "auto" resolution.
 #include <arc/strategies/strategy.h>
 
-#include <arc/core/train_module.h>
 #include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/ddp_spawn_strategy.h>
 #include <arc/strategies/ddp_strategy.h>
@@ -13,7 +12,7 @@
 
 namespace arc {
 
-void Strategy::setup_module(TrainModule& module) { module.to(root_device()); }
+void Strategy::setup_module(torch::nn::Module& module) { module.to(root_device()); }
 
 void Strategy::backward(const torch::Tensor& loss) { loss.backward(); }
 

@@ -14,9 +14,13 @@
 #include <string>
 #include <vector>
 
+namespace torch::nn {
+class Module;
+}
+
 namespace arc {
 
-class TrainModule;
+
 
 /// Places the module, runs backward and tells ranks apart.
 class Strategy {
@@ -26,8 +30,9 @@ class Strategy {
   /// Picks this process's device from the accelerator and the options.
   virtual void setup(AcceleratorBackend& accelerator, const TrainerOptions& options) = 0;
   virtual torch::Device root_device() const = 0;
-  /// Moves the module to the root device (and, for DDP, wires gradient synchronisation).
-  virtual void setup_module(TrainModule& module);
+  /// Moves the module to the root device (and, for DDP, copies rank 0's weights and wires
+  /// gradient synchronisation).
+  virtual void setup_module(torch::nn::Module& module);
   virtual void backward(const torch::Tensor& loss);
   virtual int64_t world_size() const { return 1; }
   virtual int64_t global_rank() const { return 0; }

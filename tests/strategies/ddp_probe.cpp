@@ -18,7 +18,7 @@ struct Args {
   std::string strategy = "ddp_spawn";
   int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, fail_rank = -1, fail_step = -1;
   double timeout = 30;
-  std::string out, fail;
+  std::string out, fail, loop = "trainer";
 };
 
 Args parse(int argc, char** argv) {
@@ -35,6 +35,7 @@ Args parse(int argc, char** argv) {
     if (key == "--fail-rank") a.fail_rank = std::stoll(value);
     if (key == "--fail-step") a.fail_step = std::stoll(value);
     if (key == "--timeout") a.timeout = std::stod(value);
+    if (key == "--loop") a.loop = value;
   }
   return a;
 }
@@ -72,6 +73,51 @@ class Probe : public arc::TrainModule {
   Args args_;
 };
 
+void write_parameters(torch::nn::Module& module, const std::string& path) {
+  if (path.empty()) return;
+  std::ofstream out(path, std::ios::binary);
+  for (const auto& p : module.parameters()) {
+    const auto values = p.detach().contiguous();
+    out.write(reinterpret_cast<const char*>(values.data_ptr<float>()), values.numel() * 4);
+  }
+}
+
+// The same training written by hand on arc::Accelerator.
+void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc::DataSource& data) {
+  arc::Accelerator accelerator(options);
+  Probe module(args);
+  accelerator.prepare(module);
+  torch::optim::SGD sgd(module.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  accelerator.prepare(sgd);
+  auto loader = accelerator.prepare(data);
+  int64_t step = 0;
+  torch::Tensor loss;
+  for (int64_t epoch = 0; step < args.steps; ++epoch) {
+    loader->set_epoch(epoch);
+    loader->start();
+    while (step < args.steps) {
+      auto batch = loader->next();
+      if (!batch) break;
+      const auto local = accelerator.prepare_batch(*batch);
+      sgd.zero_grad();
+      loss = torch::nn::functional::cross_entropy(module.fc2(torch::relu(module.fc1(local[0]))), local[1]);
+      accelerator.backward(loss);
+      sgd.step();
+      ++step;
+    }
+  }
+  const auto averaged = accelerator.all_reduce_dict({{"loss", loss.detach()}});
+  const auto ranks = accelerator.distribute([](int64_t rank) { return nlohmann::json{{"rank", rank}}; });
+  if (accelerator.is_global_zero()) {
+    nlohmann::json report = {{"global_step", step},
+                             {"world_size", accelerator.world_size()},
+                             {"loss", averaged.at("loss").item<double>()},
+                             {"ranks", ranks}};
+    std::cout << "PROBE " << report.dump() << std::endl;
+    write_parameters(module, args.out);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,6 +132,10 @@ int main(int argc, char** argv) {
   options.accumulate_grad_batches(args.accumulate).timeout(args.timeout).num_threads(1);
   options.enable_progress_bar(false).enable_model_summary(false).deterministic(true);
   try {
+    if (args.loop == "custom") {
+      custom_loop(args, options, {data, arc::DataLoaderOptions(args.batch)});
+      return 0;
+    }
     arc::Trainer trainer(options);
     trainer.fit(module, {data, arc::DataLoaderOptions(args.batch)});
     if (trainer.is_global_zero()) {
@@ -93,13 +143,7 @@ int main(int argc, char** argv) {
       report["global_step"] = trainer.global_step();
       report["world_size"] = trainer.world_size();
       std::cout << "PROBE " << report.dump() << std::endl;
-      if (!args.out.empty()) {
-        std::ofstream out(args.out, std::ios::binary);
-        for (const auto& p : module.parameters()) {
-          const auto values = p.detach().contiguous();
-          out.write(reinterpret_cast<const char*>(values.data_ptr<float>()), values.numel() * 4);
-        }
-      }
+      write_parameters(module, args.out);
     }
   } catch (const std::exception& error) {
     std::cerr << "probe: error: " << error.what() << std::endl;

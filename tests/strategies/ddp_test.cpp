@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -106,6 +107,11 @@ TEST(DDP, SyncDistReducesEveryMetricAcrossRanks) {
   EXPECT_DOUBLE_EQ(metrics["rank_sum"].get<double>(), 8.0);  // 8 steps x (0 + 1)
 }
 
+std::mt19937& random_engine() {
+  static std::mt19937 engine(std::random_device{}());
+  return engine;
+}
+
 struct Failure {
   std::string kind;
   std::string cause;  // what the output says when rank 1 fails
@@ -117,8 +123,10 @@ class LauncherFailure : public ::testing::TestWithParam<std::tuple<Failure, int>
 TEST_P(LauncherFailure, EndsEveryRankQuicklyAndNamesTheCause) {
   const auto& [failure, rank] = GetParam();
   const std::string tag = "tag_" + std::to_string(getpid()) + "_" + failure.kind + std::to_string(rank);
-  const auto run = probe("--strategy ddp_spawn --devices 2 --steps 200 --timeout 60 --fail " + failure.kind +
-                         " --fail-rank " + std::to_string(rank) + " --fail-step 5 --tag " + tag);
+  const int step = std::uniform_int_distribution<int>(1, 30)(random_engine());
+  const auto run =
+      probe("--strategy ddp_spawn --devices 2 --steps 200 --timeout 60 --fail " + failure.kind + " --fail-rank " +
+            std::to_string(rank) + " --fail-step " + std::to_string(step) + " --tag " + tag);
   EXPECT_NE(run.status, 0) << run.output;
   EXPECT_LT(run.seconds, 5.0 + 3.0) << run.output;  // start-up plus the 5 s the launcher is allowed
   if (rank == 1) {
@@ -190,6 +198,20 @@ TEST(DDP, JoinsProcessesStartedByHand) {
   EXPECT_EQ(read_floats(one), read_floats(two));
   std::remove(one.c_str());
   std::remove(two.c_str());
+}
+
+TEST(DDP, CustomLoopOnAcceleratorMatchesTheTrainer) {
+  const auto custom = scratch("custom"), trained = scratch("trained");
+  const auto by_hand = probe("--loop custom --strategy ddp_spawn --devices 2 --steps 12 --out " + custom);
+  ASSERT_EQ(by_hand.status, 0) << by_hand.output;
+  const auto by_trainer = probe("--strategy ddp_spawn --devices 2 --steps 12 --out " + trained);
+  ASSERT_EQ(by_trainer.status, 0) << by_trainer.output;
+  EXPECT_EQ(read_floats(custom), read_floats(trained));
+  const auto result = report(by_hand);
+  EXPECT_EQ(result["world_size"], 2);
+  EXPECT_EQ(result["ranks"], nlohmann::json::parse(R"([{"rank": 0}, {"rank": 1}])"));
+  std::remove(custom.c_str());
+  std::remove(trained.c_str());
 }
 
 TEST(DDP, DdpWithoutALauncherSaysToUseDdpSpawn) {

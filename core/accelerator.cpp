@@ -1,0 +1,84 @@
+// arc::Accelerator.
+#include <arc/core/accelerator.h>
+
+#include <arc/accelerators/accelerator_backend.h>
+#include <arc/core/console.h>
+#include <arc/strategies/strategy.h>
+
+#include <torch/torch.h>
+
+#include <thread>
+
+namespace arc {
+
+Accelerator::Accelerator(TrainerOptions options) : options_(std::move(options)) {
+  options_.validate();
+  backend_ = resolve_accelerator(options_.accelerator());
+  strategy_ = resolve_strategy(options_.strategy(), static_cast<int64_t>(backend_->select(options_.devices()).size()));
+  strategy_->setup(*backend_, options_);
+  set_console_rank(strategy_->global_rank(), strategy_->world_size());
+  const int64_t cores = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+  torch::set_num_threads(static_cast<int>(options_.num_threads() > 0
+                                              ? options_.num_threads()
+                                              : std::max<int64_t>(1, cores / strategy_->local_world_size())));
+  if (options_.seed()) torch::manual_seed(*options_.seed());
+}
+
+// The other ranks may still be running; ddp_spawn waits for them when the program exits.
+Accelerator::~Accelerator() { strategy_->teardown(); }
+
+void Accelerator::prepare(torch::nn::Module& model) { strategy_->setup_module(model); }
+
+void Accelerator::prepare(torch::optim::Optimizer& optimizer) {
+  for (const auto& group : optimizer.param_groups())
+    for (const auto& p : group.params())
+      ARC_CHECK(p.device() == device(), "an optimizer parameter is on ", p.device().str(), " but this rank trains on ",
+                device().str(), "; call prepare(model) before creating the optimizer");
+}
+
+std::unique_ptr<DataLoader> Accelerator::prepare(const DataSource& data) {
+  return std::make_unique<DataLoader>(data, strategy_->global_rank(), strategy_->world_size(),
+                                      options_.seed().value_or(0));
+}
+
+Batch Accelerator::prepare_batch(const Batch& batch) const { return batch.to(device()); }
+
+void Accelerator::backward(const torch::Tensor& loss, bool sync) {
+  strategy_->set_gradient_sync(sync);
+  strategy_->backward(loss);
+  strategy_->set_gradient_sync(true);
+}
+
+std::map<std::string, torch::Tensor> Accelerator::all_reduce_dict(const std::map<std::string, torch::Tensor>& values,
+                                                                  Reduce op) {
+  return strategy_->all_reduce(values, op);
+}
+
+torch::Tensor Accelerator::all_reduce(const torch::Tensor& tensor, Reduce op) {
+  return strategy_->all_reduce(tensor, op);
+}
+
+void Accelerator::broadcast(torch::Tensor& tensor, int64_t src) { strategy_->broadcast(tensor, src); }
+
+std::string Accelerator::broadcast(const std::string& text, int64_t src) { return strategy_->broadcast(text, src); }
+
+std::vector<torch::Tensor> Accelerator::all_gather(const torch::Tensor& tensor) {
+  return strategy_->all_gather(tensor);
+}
+
+void Accelerator::barrier() { strategy_->barrier(); }
+
+std::vector<nlohmann::json> Accelerator::distribute(const std::function<nlohmann::json(int64_t rank)>& fn) {
+  const std::string mine = fn(global_rank()).dump();
+  std::vector<nlohmann::json> out;
+  for (int64_t rank = 0; rank < world_size(); ++rank) out.push_back(nlohmann::json::parse(broadcast(mine, rank)));
+  return out;
+}
+
+int64_t Accelerator::global_rank() const { return strategy_->global_rank(); }
+int64_t Accelerator::local_rank() const { return strategy_->local_rank(); }
+int64_t Accelerator::world_size() const { return strategy_->world_size(); }
+bool Accelerator::is_global_zero() const { return strategy_->is_global_zero(); }
+torch::Device Accelerator::device() const { return strategy_->root_device(); }
+
+}  // namespace arc

@@ -1,0 +1,74 @@
+// arc::Accelerator: the low-level facade for people who write their own loop (as Lightning's
+// Fabric): the same accelerators, strategies and launchers as the Trainer, none of its loop.
+#pragma once
+
+#include <arc/core/batch.h>
+#include <arc/core/data_loader.h>
+#include <arc/core/metric_store.h>
+#include <arc/core/trainer_options.h>
+
+#include <torch/nn/module.h>
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace arc {
+
+class AcceleratorBackend;
+class Strategy;
+
+/// Picks hardware and process topology from TrainerOptions (accelerator, strategy, devices,
+/// num_nodes, num_threads, seed, timeout, DDP options); under ddp_spawn, constructing it starts
+/// the other ranks, which run the same program.
+class Accelerator {
+ public:
+  explicit Accelerator(TrainerOptions options = TrainerOptions());
+  ~Accelerator();
+  Accelerator(const Accelerator&) = delete;
+  Accelerator& operator=(const Accelerator&) = delete;
+
+  /// Moves `model` to this rank's device, copies rank 0's weights to every rank and wires
+  /// gradient averaging into backward().
+  void prepare(torch::nn::Module& model);
+  /// Checks that the optimizer's parameters live on this rank's device.
+  void prepare(torch::optim::Optimizer& optimizer);
+  /// A loader over this rank's shard of `data`.
+  std::unique_ptr<DataLoader> prepare(const DataSource& data);
+  /// `batch` on this rank's device.
+  Batch prepare_batch(const Batch& batch) const;
+  /// loss.backward(), with gradients averaged across ranks unless `sync` is false (accumulation).
+  void backward(const torch::Tensor& loss, bool sync = true);
+
+  /// Every value reduced across ranks with one collective.
+  std::map<std::string, torch::Tensor> all_reduce_dict(const std::map<std::string, torch::Tensor>& values,
+                                                       Reduce op = Reduce::mean);
+  torch::Tensor all_reduce(const torch::Tensor& tensor, Reduce op = Reduce::mean);
+  void broadcast(torch::Tensor& tensor, int64_t src = 0);
+  std::string broadcast(const std::string& text, int64_t src = 0);
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
+  void barrier();
+  /// Runs `fn(rank)` on every rank and gives every rank all ranks' results, in rank order.
+  std::vector<nlohmann::json> distribute(const std::function<nlohmann::json(int64_t rank)>& fn);
+
+  int64_t global_rank() const;
+  int64_t local_rank() const;
+  int64_t world_size() const;
+  bool is_global_zero() const;
+  torch::Device device() const;
+  Strategy& strategy() const { return *strategy_; }
+
+ private:
+  TrainerOptions options_;
+  std::shared_ptr<AcceleratorBackend> backend_;
+  std::shared_ptr<Strategy> strategy_;
+};
+
+}  // namespace arc
