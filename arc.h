@@ -3,10 +3,12 @@
 
 #include <arc/accelerators/accelerator_backend.h>
 #include <arc/callbacks/callback.h>
+#include <arc/callbacks/model_checkpoint.h>
 #include <arc/callbacks/model_summary.h>
 #include <arc/callbacks/progress_bar.h>
 #include <arc/core/accelerator.h>
 #include <arc/core/batch.h>
+#include <arc/core/checkpoint.h>
 #include <arc/core/config.h>
 #include <arc/core/console.h>
 #include <arc/core/data_loader.h>

@@ -21,7 +21,8 @@ const char* kExamples = R"(Examples:
   arc train --config run.json                 train what run.json describes
   arc train --set module.name=cnn_classifier --set trainer.max_epochs=3
   arc train --set data.batch_size=128 --set trainer.limit_train_batches=0.1
-  arc validate --config run.json              one validation pass
+  arc train --resume last                     continue from checkpoints/last.ckpt, exactly
+  arc validate --config run.json --ckpt last  one validation pass with the last checkpoint's weights
   arc modules                                 list registered modules and data modules
 
 A config has three sections:
@@ -59,25 +60,25 @@ Experiment build(const nlohmann::json& config_json) {
 
 void print_result(const nlohmann::json& result) { std::cout << "RESULT " << result.dump() << std::endl; }
 
-int train(const nlohmann::json& config) {
+int train(const nlohmann::json& config, const std::string& resume) {
   auto experiment = build(config);
   auto report = std::make_shared<examples::RunReport>();
   Trainer trainer(experiment.options, {report});
-  trainer.fit(*experiment.module, *experiment.data);
+  trainer.fit(*experiment.module, *experiment.data, resume);
   if (trainer.is_global_zero()) print_result(report->report(trainer, *experiment.module));
   return 0;
 }
 
-int evaluate(const std::string& command, const nlohmann::json& config) {
+int evaluate(const std::string& command, const nlohmann::json& config, const std::string& ckpt) {
   auto experiment = build(config);
   Trainer trainer(experiment.options);
   nlohmann::json result;
   if (command == "validate") {
-    result = trainer.validate(*experiment.module, *experiment.data);
+    result = trainer.validate(*experiment.module, *experiment.data, ckpt);
   } else if (command == "test") {
-    result = trainer.test(*experiment.module, *experiment.data);
+    result = trainer.test(*experiment.module, *experiment.data, ckpt);
   } else {
-    const auto outputs = trainer.predict(*experiment.module, *experiment.data);
+    const auto outputs = trainer.predict(*experiment.module, *experiment.data, ckpt);
     int64_t count = 0;
     for (const auto& output : outputs) count += output.size(0);
     result = {{"batches", outputs.size()}, {"predictions", count}};
@@ -123,13 +124,18 @@ int run(int argc, char** argv) {
   CLI::App app("arc: train LibTorch modules with Arclight", "arc");
   app.footer(kExamples);
   app.require_subcommand(1);
-  std::string config_path;
+  std::string config_path, ckpt;
   std::vector<std::string> overrides;
   std::vector<CLI::App*> runs;
   for (const char* name : {"train", "validate", "test", "predict"}) {
     auto* command = app.add_subcommand(name, std::string(name) + " a registered module as the config says");
     command->add_option("--config,-c", config_path, "JSON config with sections module, data, trainer");
     command->add_option("--set,-s", overrides, "override one key: section.key=value (JSON or text)");
+    if (std::string(name) == "train") {
+      command->add_option("--resume", ckpt, "continue exactly from a checkpoint: a path, \"last\" or \"best\"");
+    } else {
+      command->add_option("--ckpt", ckpt, "load the weights of this checkpoint (a path or \"last\") first");
+    }
     runs.push_back(command);
   }
   auto* modules = app.add_subcommand("modules", "list registered modules and data modules");
@@ -143,7 +149,7 @@ int run(int argc, char** argv) {
     for (auto* command : runs) {
       if (!command->parsed()) continue;
       const auto config = load_config(config_path, overrides);
-      return command->get_name() == "train" ? train(config) : evaluate(command->get_name(), config);
+      return command->get_name() == "train" ? train(config, ckpt) : evaluate(command->get_name(), config, ckpt);
     }
   } catch (const Error& error) {
     std::cerr << "arc: error: " << error.what() << std::endl;

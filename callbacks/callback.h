@@ -3,6 +3,8 @@
 
 #include <arc/core/batch.h>
 
+#include <nlohmann/json.hpp>
+
 #include <torch/types.h>
 
 #include <exception>
@@ -57,6 +59,10 @@ class Callback {
   virtual void on_before_zero_grad(Trainer&, TrainModule&, torch::optim::Optimizer&) {}
   /// Called when fit, validate, test or predict fails, before the error leaves the Trainer.
   virtual void on_exception(Trainer&, TrainModule&, const std::exception&) {}
+
+  /// State saved in checkpoints under state_key() (null: nothing to save).
+  virtual nlohmann::json state_dict() const { return nullptr; }
+  virtual void load_state_dict(const nlohmann::json&) {}
 };
 
 }  // namespace arc

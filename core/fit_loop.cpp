@@ -1,6 +1,7 @@
 // FitLoop: training epochs and the optimization step.
 #include <arc/core/fit_loop.h>
 
+#include <arc/core/checkpoint_connector.h>
 #include <arc/core/console.h>
 #include <arc/core/data_loader.h>
 #include <arc/core/evaluation_loop.h>
@@ -12,8 +13,12 @@
 namespace arc {
 
 FitLoop::FitLoop(Trainer& trainer, TrainModule& module, std::unique_ptr<DataLoader> train,
-                 std::unique_ptr<DataLoader> val)
-    : trainer_(trainer), module_(module), train_(std::move(train)), val_(std::move(val)) {
+                 std::unique_ptr<DataLoader> val, std::string resume_from)
+    : trainer_(trainer),
+      module_(module),
+      train_(std::move(train)),
+      val_(std::move(val)),
+      resume_from_(std::move(resume_from)) {
   const auto& o = trainer_.options();
   max_epochs_ = o.max_epochs().value_or(o.max_steps() == -1 ? 1000 : -1);
   trainer_.num_training_batches_ = o.limit_train_batches().of(train_->num_batches());
@@ -50,13 +55,20 @@ bool FitLoop::stop_requested() const {
 void FitLoop::run() {
   auto& t = trainer_;
   t.configure_optimizers(module_);
+  t.progress_ = Progress();
+  if (!resume_from_.empty()) {
+    CheckpointConnector(t).restore_training(module_, resume_from_);
+    first_batch_ = t.progress_.epoch_batches;
+    console().info("resumed from '{}' at epoch {}, batch {}, global step {}", resume_from_, t.progress_.current_epoch,
+                   first_batch_, t.progress_.global_step);
+  }
   t.training_ = true;
   module_.train();
   if (t.is_global_zero())
     for (auto& logger : t.loggers_) logger->log_hyperparams(module_.hparams());
   t.call_callbacks([&](Callback& c) { c.on_fit_start(t, module_); });
   module_.on_fit_start();
-  sanity_check();
+  if (resume_from_.empty()) sanity_check();
   t.call_callbacks([&](Callback& c) { c.on_train_start(t, module_); });
   module_.on_train_start();
   if (t.num_training_batches_ == 0)
@@ -88,11 +100,14 @@ void FitLoop::run_epoch() {
   auto& t = trainer_;
   auto& progress = t.progress_;
   train_->set_epoch(progress.current_epoch);
-  train_->start(0);
-  progress.epoch_batches = 0;
+  // A resumed run continues its epoch with the next batch of the same order.
+  const int64_t first = std::min(first_batch_, t.num_training_batches_);
+  first_batch_ = 0;
+  train_->start(first);
+  progress.epoch_batches = first;
   t.call_callbacks([&](Callback& c) { c.on_train_epoch_start(t, module_); });
   module_.on_train_epoch_start();
-  for (int64_t batch_idx = 0; batch_idx < t.num_training_batches_; ++batch_idx) {
+  for (int64_t batch_idx = first; batch_idx < t.num_training_batches_; ++batch_idx) {
     if (steps_done() || stop_requested()) break;
     auto fetched = train_->next();
     if (!fetched) break;

@@ -6,6 +6,7 @@
 #include <arc/core/train_module.h>
 
 #include <memory>
+#include <string>
 
 namespace arc {
 
@@ -15,7 +16,9 @@ class Trainer;
 /// Runs Trainer::fit's training.
 class FitLoop {
  public:
-  FitLoop(Trainer& trainer, TrainModule& module, std::unique_ptr<DataLoader> train, std::unique_ptr<DataLoader> val);
+  /// `resume_from`: a checkpoint to continue from exactly ("" starts afresh).
+  FitLoop(Trainer& trainer, TrainModule& module, std::unique_ptr<DataLoader> train, std::unique_ptr<DataLoader> val,
+          std::string resume_from);
   ~FitLoop();
   void run();
 
@@ -41,6 +44,8 @@ class FitLoop {
   int64_t max_epochs_ = -1;
   int64_t val_batches_ = 0;
   int64_t val_every_ = 0;
+  std::string resume_from_;
+  int64_t first_batch_ = 0;
 };
 
 }  // namespace arc

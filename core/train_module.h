@@ -112,6 +112,10 @@ class TrainModule : public torch::nn::Module {
   virtual void on_before_optimizer_step(torch::optim::Optimizer&) {}
   virtual void on_before_zero_grad(torch::optim::Optimizer&) {}
 
+  /// Checkpoint hooks: add to or read from the checkpoint's metadata.
+  virtual void on_save_checkpoint(nlohmann::json&) {}
+  virtual void on_load_checkpoint(const nlohmann::json&) {}
+
   /// Records a scalar for the progress bar, loggers and callbacks (step or epoch, see LogOptions).
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options = {});
   void log(const std::string& name, double value, const LogOptions& options = {});

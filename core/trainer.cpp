@@ -3,8 +3,10 @@
 #include <arc/core/trainer.h>
 
 #include <arc/accelerators/accelerator_backend.h>
+#include <arc/callbacks/model_checkpoint.h>
 #include <arc/callbacks/model_summary.h>
 #include <arc/callbacks/progress_bar.h>
+#include <arc/core/checkpoint_connector.h>
 #include <arc/core/console.h>
 #include <arc/core/data_loader.h>
 #include <arc/core/evaluation_loop.h>
@@ -91,6 +93,9 @@ void Trainer::add_default_callbacks() {
     callbacks_.push_back(std::make_shared<ModelSummary>());
   if (options_.enable_progress_bar() && !has(static_cast<ProgressBar*>(nullptr)))
     callbacks_.push_back(std::make_shared<ProgressBar>());
+  // Lightning's default checkpointing, plus last.ckpt so that ckpt_path="last" can resume.
+  if (options_.enable_checkpointing() && !has(static_cast<ModelCheckpoint*>(nullptr)))
+    callbacks_.push_back(std::make_shared<ModelCheckpoint>(ModelCheckpointOptions().save_last(true)));
 }
 
 Strategy& Trainer::strategy() const { return *strategy_; }
@@ -135,6 +140,7 @@ void Trainer::setup_environment() {
 void Trainer::attach(TrainModule& module) {
   ARC_CHECK(module_ == nullptr, "this Trainer is already running a module; run stages one after another");
   module_ = &module;
+  last_module_ = &module;
   module.trainer_ = this;
 }
 
@@ -213,40 +219,60 @@ void Trainer::configure_optimizers(TrainModule& module) {
   }
 }
 
-void Trainer::fit(TrainModule& module, DataModule& data) { run_fit(module, &data, {}, {}); }
-
-void Trainer::fit(TrainModule& module, DataSource train, DataSource val) {
-  run_fit(module, nullptr, std::move(train), std::move(val));
+void Trainer::fit(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
+  run_fit(module, &data, {}, {}, ckpt_path);
 }
 
-void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, DataSource val) {
+void Trainer::fit(TrainModule& module, DataSource train, DataSource val, const std::string& ckpt_path) {
+  run_fit(module, nullptr, std::move(train), std::move(val), ckpt_path);
+}
+
+void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, DataSource val,
+                      const std::string& ckpt_path) {
   run_stage(Stage::fit, module, data, [&] {
     auto train_source =
         pick(std::move(train), data, &DataModule::train_dataloader, &TrainModule::train_dataloader, module, "train");
     auto val_source =
         pick(std::move(val), data, &DataModule::val_dataloader, &TrainModule::val_dataloader, module, nullptr);
-    FitLoop(*this, module, make_loader(train_source), make_loader(val_source)).run();
+    const std::string resume = ckpt_path.empty() ? "" : CheckpointConnector(*this).resolve(ckpt_path);
+    FitLoop(*this, module, make_loader(train_source), make_loader(val_source), resume).run();
   });
 }
 
-Metrics Trainer::validate(TrainModule& module, DataModule& data) {
-  return run_evaluation(Stage::validate, module, &data, {});
+void Trainer::load_weights(TrainModule& module, const std::string& ckpt_path) {
+  if (!ckpt_path.empty())
+    CheckpointConnector(*this).restore_weights(module, CheckpointConnector(*this).resolve(ckpt_path));
 }
 
-Metrics Trainer::validate(TrainModule& module, DataSource val) {
-  return run_evaluation(Stage::validate, module, nullptr, std::move(val));
+void Trainer::save_checkpoint(const std::string& path, bool weights_only) {
+  TrainModule* module = module_ != nullptr ? module_ : last_module_;
+  ARC_CHECK(module != nullptr,
+            "save_checkpoint needs a module: call it during or after fit, validate, test or predict");
+  CheckpointConnector(*this).save(*module, path, weights_only);
 }
 
-Metrics Trainer::test(TrainModule& module, DataModule& data) { return run_evaluation(Stage::test, module, &data, {}); }
-
-Metrics Trainer::test(TrainModule& module, DataSource test_data) {
-  return run_evaluation(Stage::test, module, nullptr, std::move(test_data));
+Metrics Trainer::validate(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
+  return run_evaluation(Stage::validate, module, &data, {}, ckpt_path);
 }
 
-Metrics Trainer::run_evaluation(Stage stage, TrainModule& module, DataModule* data, DataSource given) {
+Metrics Trainer::validate(TrainModule& module, DataSource val, const std::string& ckpt_path) {
+  return run_evaluation(Stage::validate, module, nullptr, std::move(val), ckpt_path);
+}
+
+Metrics Trainer::test(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
+  return run_evaluation(Stage::test, module, &data, {}, ckpt_path);
+}
+
+Metrics Trainer::test(TrainModule& module, DataSource test_data, const std::string& ckpt_path) {
+  return run_evaluation(Stage::test, module, nullptr, std::move(test_data), ckpt_path);
+}
+
+Metrics Trainer::run_evaluation(Stage stage, TrainModule& module, DataModule* data, DataSource given,
+                                const std::string& ckpt_path) {
   const bool testing = stage == Stage::test;
   Metrics out;
   run_stage(stage, module, data, [&] {
+    load_weights(module, ckpt_path);
     auto source = testing ? pick(std::move(given), data, &DataModule::test_dataloader, &TrainModule::test_dataloader,
                                  module, "test")
                           : pick(std::move(given), data, &DataModule::val_dataloader, &TrainModule::val_dataloader,
@@ -257,17 +283,20 @@ Metrics Trainer::run_evaluation(Stage stage, TrainModule& module, DataModule* da
   return out;
 }
 
-std::vector<torch::Tensor> Trainer::predict(TrainModule& module, DataModule& data) {
-  return run_predict(module, &data, {});
+std::vector<torch::Tensor> Trainer::predict(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
+  return run_predict(module, &data, {}, ckpt_path);
 }
 
-std::vector<torch::Tensor> Trainer::predict(TrainModule& module, DataSource predict_data) {
-  return run_predict(module, nullptr, std::move(predict_data));
+std::vector<torch::Tensor> Trainer::predict(TrainModule& module, DataSource predict_data,
+                                            const std::string& ckpt_path) {
+  return run_predict(module, nullptr, std::move(predict_data), ckpt_path);
 }
 
-std::vector<torch::Tensor> Trainer::run_predict(TrainModule& module, DataModule* data, DataSource given) {
+std::vector<torch::Tensor> Trainer::run_predict(TrainModule& module, DataModule* data, DataSource given,
+                                                const std::string& ckpt_path) {
   std::vector<torch::Tensor> out;
   run_stage(Stage::predict, module, data, [&] {
+    load_weights(module, ckpt_path);
     auto source = pick(std::move(given), data, &DataModule::predict_dataloader, &TrainModule::predict_dataloader,
                        module, "predict");
     out = EvaluationLoop(*this, module, Stage::predict).predict(*make_loader(source), options_.limit_predict_batches());

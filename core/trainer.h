@@ -42,19 +42,23 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  /// Trains with data from `data`; validates as the options say.
-  void fit(TrainModule& module, DataModule& data);
+  /// Trains with data from `data`; validates as the options say. `ckpt_path` (a file, "last" or
+  /// "best") resumes exactly where that checkpoint stopped.
+  void fit(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
   /// Trains on `train` (or the module's own train_dataloader), validating on `val` if given.
-  void fit(TrainModule& module, DataSource train = {}, DataSource val = {});
-  /// One pass over the validation data; returns the epoch metrics.
-  Metrics validate(TrainModule& module, DataModule& data);
-  Metrics validate(TrainModule& module, DataSource val = {});
-  /// One pass over the test data; returns the epoch metrics.
-  Metrics test(TrainModule& module, DataModule& data);
-  Metrics test(TrainModule& module, DataSource test_data = {});
+  void fit(TrainModule& module, DataSource train = {}, DataSource val = {}, const std::string& ckpt_path = "");
+  /// One pass over the validation data (weights from `ckpt_path` if given); the epoch metrics.
+  Metrics validate(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
+  Metrics validate(TrainModule& module, DataSource val = {}, const std::string& ckpt_path = "");
+  /// One pass over the test data (weights from `ckpt_path` if given); the epoch metrics.
+  Metrics test(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
+  Metrics test(TrainModule& module, DataSource test_data = {}, const std::string& ckpt_path = "");
   /// predict_step's outputs, batch by batch.
-  std::vector<torch::Tensor> predict(TrainModule& module, DataModule& data);
-  std::vector<torch::Tensor> predict(TrainModule& module, DataSource predict_data = {});
+  std::vector<torch::Tensor> predict(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
+  std::vector<torch::Tensor> predict(TrainModule& module, DataSource predict_data = {},
+                                     const std::string& ckpt_path = "");
+  /// Writes a checkpoint of the running (or last) module; rank 0 writes, other ranks return.
+  void save_checkpoint(const std::string& path, bool weights_only = false);
 
   const TrainerOptions& options() const { return options_; }
   const Progress& progress() const { return progress_; }
@@ -106,11 +110,15 @@ class Trainer {
  private:
   friend class FitLoop;
   friend class EvaluationLoop;
+  friend class CheckpointConnector;
 
   void run_stage(Stage stage, TrainModule& module, DataModule* data, const std::function<void()>& body);
-  void run_fit(TrainModule& module, DataModule* data, DataSource train, DataSource val);
-  Metrics run_evaluation(Stage stage, TrainModule& module, DataModule* data, DataSource given);
-  std::vector<torch::Tensor> run_predict(TrainModule& module, DataModule* data, DataSource given);
+  void run_fit(TrainModule& module, DataModule* data, DataSource train, DataSource val, const std::string& ckpt_path);
+  Metrics run_evaluation(Stage stage, TrainModule& module, DataModule* data, DataSource given,
+                         const std::string& ckpt_path);
+  std::vector<torch::Tensor> run_predict(TrainModule& module, DataModule* data, DataSource given,
+                                         const std::string& ckpt_path);
+  void load_weights(TrainModule& module, const std::string& ckpt_path);
   void setup_environment();
   void attach(TrainModule& module);
   void detach();
@@ -130,6 +138,7 @@ class Trainer {
   std::shared_ptr<Strategy> strategy_;
   std::vector<OptimizerConfig> optimizers_;
   TrainModule* module_ = nullptr;
+  TrainModule* last_module_ = nullptr;
 
   Progress progress_;
   Stage stage_ = Stage::fit;

@@ -20,8 +20,6 @@ class Module;
 
 namespace arc {
 
-
-
 /// Places the module, runs backward and tells ranks apart.
 class Strategy {
  public:

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <sys/wait.h>
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -103,6 +104,28 @@ TEST(Cli, UnreadableOrInvalidConfigFilesAreErrors) {
   EXPECT_NE(out.text.find("is not valid JSON"), std::string::npos) << out.text;
   out = arc("train --set trainer");
   EXPECT_NE(out.text.find("--set needs key=value"), std::string::npos) << out.text;
+}
+
+TEST(Cli, ResumeLastContinuesExactlyAndEvaluationLoadsCheckpoints) {
+  const auto root = std::filesystem::temp_directory_path() / ("arc_cli_resume_" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  const std::string common = " --set trainer.default_root_dir=" + root.string() +
+                             " --set trainer.limit_val_batches=1 --set trainer.enable_progress_bar=false"
+                             " --set trainer.num_threads=1 --set trainer.limit_train_batches=20";
+  const auto straight = arc("train --set trainer.max_epochs=2" + common);
+  ASSERT_EQ(straight.status, 0) << straight.text;
+  const auto first = arc("train --set trainer.max_epochs=1" + common);
+  ASSERT_EQ(first.status, 0) << first.text;
+  const auto resumed = arc("train --resume last --set trainer.max_epochs=2" + common);
+  ASSERT_EQ(resumed.status, 0) << resumed.text;
+  EXPECT_EQ(result_of(resumed.text)["final_param_sha256"], result_of(straight.text)["final_param_sha256"]);
+  const auto validated = arc("validate --ckpt last" + common);
+  ASSERT_EQ(validated.status, 0) << validated.text;
+  EXPECT_TRUE(result_of(validated.text).contains("val_acc"));
+  const auto missing = arc("validate --ckpt " + root.string() + "/none.ckpt" + common);
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.text.find("does not exist"), std::string::npos) << missing.text;
+  std::filesystem::remove_all(root);
 }
 
 TEST(Cli, ValidateTestPredictAndModules) {

@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
   arc::TrainerOptions options;
   options.strategy(args.strategy).devices(arc::Devices::of_count(args.devices)).max_steps(args.steps);
   options.accumulate_grad_batches(args.accumulate).timeout(args.timeout).num_threads(1);
-  options.enable_progress_bar(false).enable_model_summary(false).deterministic(true);
+  options.enable_progress_bar(false).enable_model_summary(false).enable_checkpointing(false).deterministic(true);
   try {
     if (args.loop == "custom") {
       custom_loop(args, options, {data, arc::DataLoaderOptions(args.batch)});

@@ -77,7 +77,11 @@ class TinyModule : public TrainModule {
 
 /// Options for fast, quiet tests: no progress bar or summary, one thread.
 inline TrainerOptions quiet() {
-  return TrainerOptions().enable_progress_bar(false).enable_model_summary(false).num_threads(1);
+  return TrainerOptions()
+      .enable_progress_bar(false)
+      .enable_model_summary(false)
+      .enable_checkpointing(false)
+      .num_threads(1);
 }
 
 }  // namespace arc::testing

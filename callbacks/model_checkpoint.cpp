@@ -1,0 +1,153 @@
+// ModelCheckpoint.
+#include <arc/callbacks/model_checkpoint.h>
+
+#include <arc/core/error.h>
+#include <arc/core/trainer.h>
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+namespace arc {
+
+ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std::move(options)) {
+  ARC_CHECK(options_.mode() == "min" || options_.mode() == "max",
+            "ModelCheckpoint mode must be \"min\" or \"max\", got \"", options_.mode(), "\"");
+  ARC_CHECK(options_.save_top_k() >= -1, "ModelCheckpoint save_top_k must be >= -1, got ", options_.save_top_k());
+  ARC_CHECK(options_.every_n_train_steps() >= 0 && options_.every_n_epochs() >= 0,
+            "ModelCheckpoint every_n_train_steps and every_n_epochs must be >= 0");
+}
+
+std::string ModelCheckpoint::state_key() const {
+  return "ModelCheckpoint{monitor=" + options_.monitor() + ",mode=" + options_.mode() +
+         ",every_n_train_steps=" + std::to_string(options_.every_n_train_steps()) +
+         ",every_n_epochs=" + std::to_string(options_.every_n_epochs()) + "}";
+}
+
+void ModelCheckpoint::on_fit_start(Trainer& trainer, TrainModule&) {
+  dirpath_ = options_.dirpath().empty() ? trainer.log_dir() + "/checkpoints" : options_.dirpath();
+  last_save_time_ = std::chrono::steady_clock::now();
+}
+
+void ModelCheckpoint::on_train_epoch_start(Trainer& trainer, TrainModule&) {
+  validations_at_epoch_start_ = trainer.progress().validation_runs;
+}
+
+void ModelCheckpoint::on_train_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&, int64_t) {
+  const int64_t step = trainer.global_step();
+  const int64_t every = options_.every_n_train_steps();
+  const bool by_steps = every > 0 && step > 0 && step % every == 0;
+  const bool by_time = options_.train_time_interval() > 0 &&
+                       std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_time_).count() >=
+                           options_.train_time_interval();
+  if ((by_steps || by_time) && step != last_saved_step_) save(trainer);
+}
+
+void ModelCheckpoint::on_validation_end(Trainer& trainer, TrainModule&) {
+  const int64_t every = options_.every_n_epochs();
+  if (trainer.sanity_checking() || trainer.stage() != Stage::fit || every == 0 || options_.every_n_train_steps() > 0)
+    return;
+  if ((trainer.current_epoch() + 1) % every == 0) save(trainer);
+}
+
+void ModelCheckpoint::on_train_epoch_end(Trainer& trainer, TrainModule&) {
+  const int64_t every = options_.every_n_epochs();
+  const bool validated = trainer.progress().validation_runs > validations_at_epoch_start_;
+  if (validated || every == 0 || options_.every_n_train_steps() > 0) return;
+  if ((trainer.current_epoch() + 1) % every == 0) save(trainer);
+}
+
+std::string ModelCheckpoint::format_name(const std::map<std::string, double>& metrics) const {
+  const std::string& pattern = options_.filename();
+  std::string out;
+  size_t at = 0;
+  while (at < pattern.size()) {
+    const size_t open = pattern.find('{', at);
+    if (open == std::string::npos) {
+      out += pattern.substr(at);
+      break;
+    }
+    const size_t close = pattern.find('}', open);
+    ARC_CHECK(close != std::string::npos, "ModelCheckpoint filename '", pattern, "' has an unclosed '{'");
+    out += pattern.substr(at, open - at);
+    const std::string token = pattern.substr(open + 1, close - open - 1);
+    const std::string name = token.substr(0, token.find(':'));
+    const std::string spec = token.find(':') == std::string::npos ? "" : token.substr(token.find(':'));
+    const auto found = metrics.find(name);
+    ARC_CHECK(found != metrics.end(), "ModelCheckpoint filename uses '{", name,
+              "}', which was not logged; log it or change the filename");
+    const bool integral = name == "epoch" || name == "step";
+    const std::string value = integral && spec.empty() ? std::to_string(static_cast<int64_t>(found->second))
+                                                       : fmt::format(fmt::runtime("{" + spec + "}"), found->second);
+    out += options_.auto_insert_metric_name() ? name + "=" + value : value;
+    at = close + 1;
+  }
+  return out + ".ckpt";
+}
+
+bool ModelCheckpoint::better(double candidate, double reference) const {
+  return options_.mode() == "min" ? candidate < reference : candidate > reference;
+}
+
+std::optional<double> ModelCheckpoint::best_model_score() const {
+  const auto found = kept_.find(best_path_);
+  if (options_.monitor().empty() || found == kept_.end()) return std::nullopt;
+  return found->second;
+}
+
+void ModelCheckpoint::save(Trainer& trainer) {
+  auto metrics = trainer.callback_metrics();
+  metrics["epoch"] = static_cast<double>(trainer.current_epoch());
+  metrics["step"] = static_cast<double>(trainer.global_step());
+  last_saved_step_ = trainer.global_step();
+  last_save_time_ = std::chrono::steady_clock::now();
+  const std::string path = dirpath_ + "/" + format_name(metrics);
+  const bool monitored = !options_.monitor().empty();
+  double score = static_cast<double>(saves_++);
+  if (monitored) {
+    const auto found = metrics.find(options_.monitor());
+    ARC_CHECK(found != metrics.end(), "ModelCheckpoint monitors '", options_.monitor(),
+              "', which was not logged; log it (e.g. log(\"", options_.monitor(), "\", value)) or change monitor");
+    score = found->second;
+  }
+  const int64_t k = options_.save_top_k();
+  bool keep = k == -1 || (k > 0 && static_cast<int64_t>(kept_.size()) < k);
+  std::string worst;
+  if (!keep && k > 0) {
+    for (const auto& [kept_path, kept_score] : kept_)
+      if (worst.empty() || (monitored ? better(kept_.at(worst), kept_score) : kept_score < kept_.at(worst)))
+        worst = kept_path;
+    keep = !monitored || better(score, kept_.at(worst));
+  }
+  if (keep) {
+    trainer.save_checkpoint(path, options_.save_weights_only());
+    kept_[path] = score;
+    if (!worst.empty() && worst != path) {
+      kept_.erase(worst);
+      if (trainer.is_global_zero()) std::filesystem::remove(worst);
+    }
+    if (best_path_.empty() || !kept_.count(best_path_) || !monitored || better(score, kept_.at(best_path_)))
+      best_path_ = path;
+  }
+  if (options_.save_last()) {
+    last_path_ = dirpath_ + "/last.ckpt";
+    trainer.save_checkpoint(last_path_, options_.save_weights_only());
+  }
+}
+
+nlohmann::json ModelCheckpoint::state_dict() const {
+  return {{"dirpath", dirpath_},
+          {"kept", kept_},
+          {"best_model_path", best_path_},
+          {"last_model_path", last_path_},
+          {"saves", saves_}};
+}
+
+void ModelCheckpoint::load_state_dict(const nlohmann::json& state) {
+  kept_ = state.at("kept").get<std::map<std::string, double>>();
+  best_path_ = state.at("best_model_path").get<std::string>();
+  last_path_ = state.at("last_model_path").get<std::string>();
+  saves_ = state.at("saves").get<int64_t>();
+}
+
+}  // namespace arc

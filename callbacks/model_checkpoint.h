@@ -1,0 +1,79 @@
+// ModelCheckpoint: saves checkpoints during fit — every N steps, N epochs or after validation —
+// keeps the best save_top_k by a monitored metric, and optionally last.ckpt, as Lightning's.
+#pragma once
+
+#include <arc/callbacks/callback.h>
+#include <arc/core/arg.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace arc {
+
+/// ModelCheckpoint's settings (Lightning's names and defaults).
+class ModelCheckpointOptions {
+ public:
+  /// Folder; empty = <log_dir>/checkpoints.
+  ARC_ARG(std::string, dirpath);
+  /// Template with metrics: "{epoch}-{step}-{val_loss:.3f}"; ".ckpt" is appended.
+  ARC_ARG(std::string, filename) = "{epoch}-{step}";
+  /// Metric that ranks checkpoints; empty keeps the most recent ones.
+  ARC_ARG(std::string, monitor);
+  /// "min" or "max".
+  ARC_ARG(std::string, mode) = "min";
+  /// How many to keep: -1 all, 0 none (last.ckpt still written when save_last).
+  ARC_ARG(int64_t, save_top_k) = 1;
+  ARC_ARG(bool, save_last) = false;
+  /// Save every N optimizer steps (0: off).
+  ARC_ARG(int64_t, every_n_train_steps) = 0;
+  /// Save every N epochs, after validation if it ran (0: off).
+  ARC_ARG(int64_t, every_n_epochs) = 1;
+  /// Save when this many seconds passed since the last save (0: off).
+  ARC_ARG(double, train_time_interval) = 0;
+  ARC_ARG(bool, save_weights_only) = false;
+  /// "{epoch}" becomes "epoch=3".
+  ARC_ARG(bool, auto_insert_metric_name) = true;
+};
+
+/// Writes checkpoints through Trainer::save_checkpoint. Every rank runs it and takes the same
+/// decisions (monitored metrics are synced); only rank 0 touches files.
+class ModelCheckpoint : public Callback {
+ public:
+  explicit ModelCheckpoint(ModelCheckpointOptions options = ModelCheckpointOptions());
+
+  std::string state_key() const override;
+  void on_fit_start(Trainer& trainer, TrainModule& module) override;
+  void on_train_epoch_start(Trainer& trainer, TrainModule& module) override;
+  void on_train_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& loss, Batch& batch,
+                          int64_t batch_idx) override;
+  void on_validation_end(Trainer& trainer, TrainModule& module) override;
+  void on_train_epoch_end(Trainer& trainer, TrainModule& module) override;
+  nlohmann::json state_dict() const override;
+  void load_state_dict(const nlohmann::json& state) override;
+
+  const std::string& best_model_path() const { return best_path_; }
+  std::optional<double> best_model_score() const;
+  const std::string& last_model_path() const { return last_path_; }
+  /// The folder checkpoints go to (known once fit started).
+  const std::string& dirpath() const { return dirpath_; }
+  /// Name for the given metrics: "epoch=0-step=100-val_loss=0.123.ckpt".
+  std::string format_name(const std::map<std::string, double>& metrics) const;
+
+ private:
+  void save(Trainer& trainer);
+  bool better(double candidate, double reference) const;
+
+  ModelCheckpointOptions options_;
+  std::string dirpath_;
+  std::map<std::string, double> kept_;  // path → score (or save order without monitor)
+  std::string best_path_;
+  std::string last_path_;
+  int64_t saves_ = 0;
+  int64_t last_saved_step_ = -1;
+  int64_t validations_at_epoch_start_ = 0;
+  std::chrono::steady_clock::time_point last_save_time_;
+};
+
+}  // namespace arc

@@ -1,0 +1,171 @@
+// CheckpointConnector.
+#include <arc/core/checkpoint_connector.h>
+
+#include <arc/callbacks/model_checkpoint.h>
+#include <arc/core/checkpoint.h>
+#include <arc/core/error.h>
+#include <arc/core/trainer.h>
+#include <arc/strategies/strategy.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <mutex>
+
+namespace arc {
+namespace {
+
+torch::Tensor cpu_rng_state() {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void set_cpu_rng_state(const torch::Tensor& state) {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+std::vector<torch::Tensor> trainable(TrainModule& module) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : module.parameters())
+    if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+ModelCheckpoint* find_model_checkpoint(Trainer& trainer) {
+  for (const auto& callback : trainer.callbacks())
+    if (auto* found = dynamic_cast<ModelCheckpoint*>(callback.get())) return found;
+  return nullptr;
+}
+
+}  // namespace
+
+void CheckpointConnector::save(TrainModule& module, const std::string& path, bool weights_only) {
+  if (!trainer_.is_global_zero()) return;
+  const auto& progress = trainer_.progress();
+  const bool mid_accumulation = progress.epoch_batches % trainer_.options().accumulate_grad_batches() != 0 &&
+                                progress.epoch_batches != trainer_.num_training_batches();
+  nlohmann::json meta = {{"format_version", kCheckpointFormatVersion},
+                         {"module", module.name()},
+                         {"weights_only", weights_only},
+                         {"epoch", progress.current_epoch},
+                         {"global_step", progress.global_step},
+                         {"epoch_batches", progress.epoch_batches},
+                         {"total_batches", progress.total_batches},
+                         {"validation_runs", progress.validation_runs},
+                         {"mid_accumulation", mid_accumulation},
+                         {"state", describe_state(module)},
+                         {"hparams", module.hparams()}};
+  nlohmann::json callbacks = nlohmann::json::object();
+  for (const auto& callback : trainer_.callbacks()) {
+    auto state = callback->state_dict();
+    if (!state.is_null()) callbacks[callback->state_key()] = std::move(state);
+  }
+  meta["callbacks"] = callbacks;
+  nlohmann::json loggers = nlohmann::json::array();
+  for (const auto& logger : trainer_.loggers())
+    loggers.push_back({{"name", logger->name()}, {"version", logger->version()}});
+  meta["loggers"] = loggers;
+  nlohmann::json schedulers = nlohmann::json::array();
+  for (const auto& config : trainer_.optimizer_configs())
+    schedulers.push_back(config.lr_scheduler ? config.lr_scheduler->scheduler->state_dict() : nlohmann::json(nullptr));
+  meta["schedulers"] = schedulers;
+  module.on_save_checkpoint(meta);
+
+  torch::serialize::OutputArchive archive;
+  archive.write("arc_meta", c10::IValue(meta.dump()));
+  torch::serialize::OutputArchive model;
+  module.save(model);
+  archive.write("model", model);
+  if (!weights_only) {
+    for (size_t i = 0; i < trainer_.optimizer_configs().size(); ++i) {
+      torch::serialize::OutputArchive optimizer;
+      trainer_.optimizer_configs()[i].optimizer->save(optimizer);
+      archive.write("optimizer_" + std::to_string(i), optimizer);
+    }
+    if (mid_accumulation) {
+      torch::serialize::OutputArchive grads;
+      const auto parameters = trainable(module);
+      for (size_t i = 0; i < parameters.size(); ++i)
+        if (parameters[i].grad().defined()) grads.write("g" + std::to_string(i), parameters[i].grad());
+      archive.write("grads", grads);
+    }
+    archive.write("rng_cpu", cpu_rng_state(), true);
+  }
+  write_atomically(archive, path);
+}
+
+void CheckpointConnector::restore_weights(TrainModule& module, const std::string& path) {
+  nlohmann::json meta;
+  auto archive = open_checkpoint(path, meta);
+  check_compatible(meta, module, path);
+  torch::serialize::InputArchive model;
+  archive.read("model", model);
+  torch::NoGradGuard no_grad;
+  const auto device = module.parameters().empty() ? torch::Device(torch::kCPU) : module.parameters().front().device();
+  module.load(model);
+  module.to(device);
+  module.on_load_checkpoint(meta);
+}
+
+void CheckpointConnector::restore_training(TrainModule& module, const std::string& path) {
+  nlohmann::json meta;
+  auto archive = open_checkpoint(path, meta);
+  ARC_CHECK(!meta.value("weights_only", false), "checkpoint '", path, "' holds weights only and cannot resume ",
+            "training; pass it to validate/test/predict, or resume from a full checkpoint");
+  restore_weights(module, path);
+  auto& configs = trainer_.optimizers_;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    torch::serialize::InputArchive optimizer;
+    ARC_CHECK(archive.try_read("optimizer_" + std::to_string(i), optimizer), "checkpoint '", path,
+              "' has no state for optimizer ", i, "; configure_optimizers() returns ", configs.size(),
+              " optimizers, but it was saved with fewer");
+    configs[i].optimizer->load(optimizer);
+    const auto& schedulers = meta.at("schedulers");
+    if (configs[i].lr_scheduler && i < schedulers.size() && !schedulers[i].is_null())
+      configs[i].lr_scheduler->scheduler->load_state_dict(schedulers[i]);
+  }
+  auto& progress = trainer_.progress_;
+  progress.current_epoch = meta.at("epoch").get<int64_t>();
+  progress.global_step = meta.at("global_step").get<int64_t>();
+  progress.epoch_batches = meta.at("epoch_batches").get<int64_t>();
+  progress.total_batches = meta.at("total_batches").get<int64_t>();
+  progress.validation_runs = meta.at("validation_runs").get<int64_t>();
+  if (meta.at("mid_accumulation").get<bool>()) {
+    torch::serialize::InputArchive grads;
+    archive.read("grads", grads);
+    const auto parameters = trainable(module);
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      torch::Tensor grad;
+      if (grads.try_read("g" + std::to_string(i), grad)) parameters[i].mutable_grad() = grad.to(parameters[i].device());
+    }
+  }
+  torch::Tensor rng;
+  if (archive.try_read("rng_cpu", rng, true)) set_cpu_rng_state(rng);
+  const auto& callbacks = meta.at("callbacks");
+  for (const auto& callback : trainer_.callbacks())
+    if (callbacks.contains(callback->state_key())) callback->load_state_dict(callbacks.at(callback->state_key()));
+}
+
+std::string CheckpointConnector::resolve(const std::string& ckpt_path) const {
+  if (ckpt_path != "last" && ckpt_path != "best") return ckpt_path;
+  auto* checkpoint = find_model_checkpoint(trainer_);
+  if (ckpt_path == "best") {
+    ARC_CHECK(checkpoint != nullptr && !checkpoint->best_model_path().empty(),
+              "ckpt_path=\"best\" needs a ModelCheckpoint ",
+              "that saved during this Trainer's fit; pass a file path instead");
+    return checkpoint->best_model_path();
+  }
+  const std::string folder = checkpoint != nullptr && !checkpoint->dirpath().empty()
+                                 ? checkpoint->dirpath()
+                                 : trainer_.log_dir() + "/checkpoints";
+  const std::string last = folder + "/last.ckpt";
+  ARC_CHECK(std::filesystem::exists(last), "ckpt_path=\"last\": no last.ckpt in '", folder,
+            "'; train with ModelCheckpoint save_last (the default checkpointing does) or pass a file path");
+  return last;
+}
+
+}  // namespace arc

@@ -1,0 +1,30 @@
+// CheckpointConnector: what a checkpoint holds for the Trainer (model, optimizers, schedulers,
+// progress, gradients mid-accumulation, RNG, callback states) and how a run resumes from one.
+#pragma once
+
+#include <string>
+
+namespace arc {
+
+class Trainer;
+class TrainModule;
+
+/// Saves and restores the Trainer's state.
+class CheckpointConnector {
+ public:
+  explicit CheckpointConnector(Trainer& trainer) : trainer_(trainer) {}
+
+  /// Writes the checkpoint (rank 0 only; no collective inside, so any rank subset may call it).
+  void save(TrainModule& module, const std::string& path, bool weights_only);
+  /// Restores everything for resuming fit; returns the batch to start the epoch at.
+  void restore_training(TrainModule& module, const std::string& path);
+  /// Restores only the module's weights (validate, test, predict).
+  void restore_weights(TrainModule& module, const std::string& path);
+  /// "last" and "best" through the ModelCheckpoint callback; any other text is a path.
+  std::string resolve(const std::string& ckpt_path) const;
+
+ private:
+  Trainer& trainer_;
+};
+
+}  // namespace arc

@@ -1,0 +1,294 @@
+// Checkpoints: exact resume from any step, every bad-file case, ModelCheckpoint's policy.
+#include "support/tiny_module.h"
+
+#include <gtest/gtest.h>
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+extern char** environ;
+
+namespace arc {
+namespace {
+
+using testing::quiet;
+using testing::tiny_data;
+using testing::TinyModule;
+
+namespace fs = std::filesystem;
+
+std::string scratch_dir(const std::string& name) {
+  const auto dir = fs::temp_directory_path() / ("arc_ckpt_" + std::to_string(getpid()) + "_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+torch::Tensor flat(torch::nn::Module& module) {
+  std::vector<torch::Tensor> parts;
+  for (const auto& p : module.parameters()) parts.push_back(p.detach().flatten().clone());
+  return torch::cat(parts);
+}
+
+// SGD with momentum and a per-step scheduler: every piece of state matters for exact resume.
+class Stateful : public TinyModule {
+ public:
+  Stateful() {
+    torch::NoGradGuard no_grad;
+    for (auto& p : parameters()) p.fill_(0.05);
+  }
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    auto sgd = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.2).momentum(0.9));
+    return {OptimizerConfig(sgd, SchedulerConfig{std::make_shared<StepLR>(*sgd, 3, 0.7), Interval::step, 1, ""})};
+  }
+};
+
+// Saves a checkpoint after global batch `at`, then stops the run, as a crash right after it would.
+class StopAfter : public Callback {
+ public:
+  StopAfter(int64_t at, std::string path) : at_(at), path_(std::move(path)) {}
+  std::string state_key() const override { return "StopAfter"; }
+  void on_train_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&, int64_t) override {
+    if (trainer.progress().total_batches != at_) return;
+    trainer.save_checkpoint(path_);
+    trainer.request_stop("interrupted for the test");
+  }
+
+ private:
+  int64_t at_;
+  std::string path_;
+};
+
+TrainerOptions resume_options() {
+  return quiet().max_epochs(3).accumulate_grad_batches(2).seed(3).val_check_interval(BatchAmount::fraction(0.5));
+}
+
+DataSource shuffled() {
+  auto data = tiny_data(14, 2);  // 7 batches: accumulation windows cross the epoch end
+  data.options.shuffle(true);
+  return data;
+}
+
+TEST(Checkpoint, ResumingAfterAnyStepEndsBitIdentical) {
+  Stateful reference;
+  Trainer(resume_options()).fit(reference, shuffled(), tiny_data(4, 2));
+  const auto expected = flat(reference);
+  const auto dir = scratch_dir("resume");
+  for (int64_t k = 1; k <= 21; ++k) {
+    const std::string path = dir + "/k" + std::to_string(k) + ".ckpt";
+    Stateful interrupted;
+    Trainer(resume_options(), {std::make_shared<StopAfter>(k, path)}).fit(interrupted, shuffled(), tiny_data(4, 2));
+    Stateful resumed;
+    Trainer trainer(resume_options());
+    trainer.fit(resumed, shuffled(), tiny_data(4, 2), path);
+    EXPECT_TRUE(torch::equal(flat(resumed), expected)) << "resumed after batch " << k;
+    EXPECT_EQ(trainer.current_epoch(), 3);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, SavedRightAfterValidationResumesExactly) {
+  struct SaveAfterValidation : Callback {
+    std::string path;
+    bool done = false;
+    std::string state_key() const override { return "SaveAfterValidation"; }
+    void on_validation_end(Trainer& trainer, TrainModule&) override {
+      if (done || trainer.sanity_checking()) return;
+      trainer.save_checkpoint(path);
+      trainer.request_stop("interrupted");
+      done = true;
+    }
+  };
+  Stateful reference;
+  Trainer(resume_options()).fit(reference, shuffled(), tiny_data(4, 2));
+  const auto dir = scratch_dir("after_val");
+  auto saver = std::make_shared<SaveAfterValidation>();
+  saver->path = dir + "/val.ckpt";
+  Stateful interrupted;
+  Trainer(resume_options(), {saver}).fit(interrupted, shuffled(), tiny_data(4, 2));
+  Stateful resumed;
+  Trainer(resume_options()).fit(resumed, shuffled(), tiny_data(4, 2), saver->path);
+  EXPECT_TRUE(torch::equal(flat(resumed), flat(reference)));
+  fs::remove_all(dir);
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+class BadCheckpoints : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = scratch_dir("bad");
+    good_ = dir_ + "/good.ckpt";
+    Stateful module;
+    Trainer trainer(quiet().max_steps(2));
+    trainer.fit(module, tiny_data(4, 2));
+    trainer.save_checkpoint(good_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string resume_error(const std::string& path) {
+    return error_of([&] {
+      Stateful module;
+      Trainer(quiet().max_steps(4)).fit(module, tiny_data(4, 2), {}, path);
+    });
+  }
+
+  std::string dir_, good_;
+};
+
+TEST_F(BadCheckpoints, MissingFile) {
+  EXPECT_NE(resume_error(dir_ + "/nope.ckpt").find("does not exist"), std::string::npos);
+}
+
+TEST_F(BadCheckpoints, TruncatedFiles) {
+  const auto size = fs::file_size(good_);
+  for (const auto cut : {size / 2, size - 10, static_cast<uintmax_t>(0)}) {
+    const std::string path = dir_ + "/cut" + std::to_string(cut) + ".ckpt";
+    fs::copy_file(good_, path);
+    fs::resize_file(path, cut);
+    const auto message = resume_error(path);
+    EXPECT_TRUE(message.find("truncated") != std::string::npos) << message;
+  }
+}
+
+TEST_F(BadCheckpoints, CorruptFile) {
+  const std::string path = dir_ + "/corrupt.ckpt";
+  std::ofstream(path) << std::string(4096, 'x');
+  EXPECT_NE(resume_error(path).find("truncated or corrupt"), std::string::npos);
+}
+
+TEST_F(BadCheckpoints, AnotherModel) {
+  struct Wider : TrainModule {
+    Wider() { linear = register_module("linear", torch::nn::Linear(5, 1)); }
+    torch::Tensor training_step(Batch&, int64_t) override { return {}; }
+    std::vector<OptimizerConfig> configure_optimizers() override { return {}; }
+    torch::nn::Linear linear{nullptr};
+  } wider;
+  const auto message = error_of([&] { Trainer(quiet()).validate(wider, tiny_data(4, 2), good_); });
+  EXPECT_NE(message.find("'linear.weight' has shape [1,4], the module has [1,5]"), std::string::npos) << message;
+}
+
+TEST_F(BadCheckpoints, UnknownFormatVersion) {
+  torch::serialize::OutputArchive archive;
+  archive.write("arc_meta", c10::IValue(nlohmann::json{{"format_version", 99}}.dump()));
+  const std::string path = dir_ + "/future.ckpt";
+  write_atomically(archive, path);
+  EXPECT_NE(resume_error(path).find("format version 99"), std::string::npos);
+}
+
+TEST_F(BadCheckpoints, WeightsOnlyCannotResumeButCanEvaluate) {
+  Stateful module;
+  Trainer trainer(quiet().max_steps(1));
+  trainer.fit(module, tiny_data(4, 2));
+  const std::string path = dir_ + "/weights.ckpt";
+  trainer.save_checkpoint(path, true);
+  EXPECT_NE(resume_error(path).find("holds weights only"), std::string::npos);
+  Stateful fresh;
+  Trainer(quiet()).validate(fresh, tiny_data(4, 2), path);
+  EXPECT_TRUE(torch::equal(flat(fresh), flat(module)));
+}
+
+TEST(ModelCheckpoint, KeepsTheBestKByTheMonitoredMetric) {
+  const auto dir = scratch_dir("topk");
+  struct Scripted : TinyModule {
+    std::vector<double> scores{3.0, 1.0, 4.0, 0.5, 2.0};
+    void validation_step(Batch&, int64_t) override { log("score", scores[static_cast<size_t>(current_epoch())]); }
+  } module;
+  auto checkpoint = std::make_shared<ModelCheckpoint>(
+      ModelCheckpointOptions().dirpath(dir).monitor("score").save_top_k(2).save_last(true).filename(
+          "{epoch}-{score:.1f}"));
+  Trainer trainer(quiet().max_epochs(5).enable_checkpointing(true).num_sanity_val_steps(0), {checkpoint});
+  trainer.fit(module, tiny_data(4, 2), tiny_data(2, 2));
+  std::set<std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir)) files.insert(entry.path().filename().string());
+  EXPECT_EQ(files, (std::set<std::string>{"epoch=1-score=1.0.ckpt", "epoch=3-score=0.5.ckpt", "last.ckpt"}));
+  EXPECT_EQ(checkpoint->best_model_path(), dir + "/epoch=3-score=0.5.ckpt");
+  EXPECT_DOUBLE_EQ(*checkpoint->best_model_score(), 0.5);
+  TinyModule best;
+  Trainer(quiet()).validate(best, tiny_data(2, 2), checkpoint->best_model_path());
+  fs::remove_all(dir);
+}
+
+TEST(ModelCheckpoint, EveryNTrainStepsAndDefaultFolder) {
+  const auto root = scratch_dir("steps");
+  TinyModule module;
+  auto checkpoint = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions().every_n_train_steps(2).save_top_k(-1));
+  Trainer trainer(quiet().max_steps(6).default_root_dir(root).enable_checkpointing(true), {checkpoint});
+  trainer.fit(module, tiny_data(8, 2));
+  for (const int step : {2, 4, 6})
+    EXPECT_TRUE(fs::exists(root + "/checkpoints/epoch=" + std::to_string((step - 1) / 4) +
+                           "-step=" + std::to_string(step) + ".ckpt"))
+        << step;
+  fs::remove_all(root);
+}
+
+TEST(ModelCheckpoint, DefaultCheckpointingWritesLastAndResumesFromIt) {
+  const auto root = scratch_dir("default");
+  TinyModule first;
+  Trainer(quiet().max_epochs(2).enable_checkpointing(true).default_root_dir(root)).fit(first, tiny_data(4, 2));
+  EXPECT_TRUE(fs::exists(root + "/checkpoints/last.ckpt"));
+  TinyModule second;
+  Trainer more(quiet().max_epochs(3).enable_checkpointing(true).default_root_dir(root));
+  more.fit(second, tiny_data(4, 2), {}, "last");
+  EXPECT_EQ(second.counts["training_step"], 2);  // only the third epoch ran
+  EXPECT_EQ(more.global_step(), 6);
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace arc
+
+namespace arc {
+namespace {
+
+// SIGKILL a process while it writes checkpoints, many times: the file at the path is always a
+// complete, loadable checkpoint.
+TEST(Checkpoint, KilledWhileSavingAlwaysLeavesTheLastGoodCheckpoint) {
+  const auto dir = scratch_dir("kill");
+  const std::string path = dir + "/last.ckpt";
+  std::mt19937 random(std::random_device{}());
+  int64_t last_generation = -1;
+  for (int round = 0; round < 8; ++round) {
+    pid_t pid = 0;
+    std::vector<char*> argv = {const_cast<char*>(ARC_CHECKPOINT_WRITER), const_cast<char*>(path.c_str()), nullptr};
+    ASSERT_EQ(posix_spawn(&pid, ARC_CHECKPOINT_WRITER, nullptr, nullptr, argv.data(), environ), 0);
+    const auto started = std::chrono::steady_clock::now();
+    const auto deadline = started + std::chrono::seconds(20);
+    while (!fs::exists(path) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(400, 900)(random)));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status));
+    nlohmann::json meta;
+    auto archive = open_checkpoint(path, meta);
+    torch::nn::Linear model(2048, 4096);
+    check_compatible(meta, *model, path);
+    torch::serialize::InputArchive weights;
+    archive.read("model", weights);
+    model->load(weights);
+    const auto generation = meta.at("generation").get<int64_t>();
+    EXPECT_EQ(model->weight[7][9].item<float>(), static_cast<float>(generation));
+    last_generation = generation;
+  }
+  EXPECT_GE(last_generation, 0);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace arc
