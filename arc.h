@@ -3,6 +3,7 @@
 
 #include <arc/accelerators/accelerator_backend.h>
 #include <arc/callbacks/callback.h>
+#include <arc/callbacks/early_stopping.h>
 #include <arc/callbacks/model_checkpoint.h>
 #include <arc/callbacks/model_summary.h>
 #include <arc/callbacks/progress_bar.h>
