@@ -24,6 +24,7 @@
 #include <arc/core/train_module.h>
 #include <arc/core/trainer.h>
 #include <arc/core/trainer_options.h>
+#include <arc/loggers/csv_logger.h>
 #include <arc/loggers/jsonl_logger.h>
 #include <arc/loggers/logger.h>
 #include <arc/strategies/strategy.h>

@@ -1,0 +1,43 @@
+#include "support/tiny_module.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+
+namespace arc {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  std::string line;
+  while (std::getline(in, line)) out.push_back(line);
+  return out;
+}
+
+TEST(CSVLogger, LightningLayoutWithNextFreeVersionAndUnionHeader) {
+  const auto root = fs::temp_directory_path() / ("arc_csv_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "lightning_logs" / "version_0");
+  auto logger = std::make_shared<CSVLogger>(root.string());
+  EXPECT_EQ(logger->version(), "version_1");
+  testing::TinyModule module;
+  module.save_hyperparameters({{"lr", 0.1}});
+  Trainer trainer(testing::quiet().max_epochs(2).log_every_n_steps(2).num_sanity_val_steps(0), {}, {logger});
+  trainer.fit(module, testing::tiny_data(8, 2), testing::tiny_data(4, 2));
+  EXPECT_EQ(trainer.log_dir(), (root / "lightning_logs" / "version_1").string());
+  const auto rows = lines(logger->log_dir() + "/metrics.csv");
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(rows.front(), "epoch,step,train_loss,val_loss");
+  // 8 step rows (every 2 of 8 steps... 4) + 2 validation rows + 2 train-epoch rows with nothing logged.
+  EXPECT_EQ(rows.size(), 1u + 4u + 2u);
+  EXPECT_TRUE(fs::exists(logger->log_dir() + "/hparams.json"));
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace arc
