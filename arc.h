@@ -4,9 +4,15 @@
 #include <arc/accelerators/accelerator_backend.h>
 #include <arc/callbacks/callback.h>
 #include <arc/callbacks/early_stopping.h>
+#include <arc/callbacks/gradient_accumulation_scheduler.h>
+#include <arc/callbacks/lambda_callback.h>
+#include <arc/callbacks/learning_rate_monitor.h>
 #include <arc/callbacks/model_checkpoint.h>
 #include <arc/callbacks/model_summary.h>
+#include <arc/callbacks/on_exception_checkpoint.h>
 #include <arc/callbacks/progress_bar.h>
+#include <arc/callbacks/throughput_monitor.h>
+#include <arc/callbacks/timer.h>
 #include <arc/core/accelerator.h>
 #include <arc/core/batch.h>
 #include <arc/core/checkpoint.h>

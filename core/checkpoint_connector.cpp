@@ -46,7 +46,7 @@ ModelCheckpoint* find_model_checkpoint(Trainer& trainer) {
 void CheckpointConnector::save(TrainModule& module, const std::string& path, bool weights_only) {
   if (!trainer_.is_global_zero()) return;
   const auto& progress = trainer_.progress();
-  const bool mid_accumulation = progress.epoch_batches % trainer_.options().accumulate_grad_batches() != 0 &&
+  const bool mid_accumulation = progress.epoch_batches % trainer_.accumulate_grad_batches() != 0 &&
                                 progress.epoch_batches != trainer_.num_training_batches();
   nlohmann::json meta = {{"format_version", kCheckpointFormatVersion},
                          {"module", module.name()},

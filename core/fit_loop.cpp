@@ -56,6 +56,7 @@ void FitLoop::run() {
   auto& t = trainer_;
   t.configure_optimizers(module_);
   t.progress_ = Progress();
+  t.accumulate_grad_batches_ = t.options().accumulate_grad_batches();
   if (!resume_from_.empty()) {
     CheckpointConnector(t).restore_training(module_, resume_from_);
     first_batch_ = t.progress_.epoch_batches;
@@ -144,7 +145,7 @@ void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {
 
 void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& loss) {
   auto& t = trainer_;
-  const int64_t accumulate = t.options().accumulate_grad_batches();
+  const int64_t accumulate = t.accumulate_grad_batches();
   loss = module_.training_step(batch, batch_idx);
   ARC_CHECK(loss.defined() && loss.numel() == 1, "training_step must return the scalar loss to minimise, got ",
             loss.defined() ? "a tensor of shape " + detail::str(loss.sizes()) : std::string("an undefined tensor"),

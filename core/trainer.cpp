@@ -244,6 +244,11 @@ void Trainer::load_weights(TrainModule& module, const std::string& ckpt_path) {
     CheckpointConnector(*this).restore_weights(module, CheckpointConnector(*this).resolve(ckpt_path));
 }
 
+void Trainer::set_accumulate_grad_batches(int64_t batches) {
+  ARC_CHECK(batches >= 1, "accumulate_grad_batches must be >= 1, got ", batches);
+  accumulate_grad_batches_ = batches;
+}
+
 void Trainer::save_checkpoint(const std::string& path, bool weights_only) {
   TrainModule* module = module_ != nullptr ? module_ : last_module_;
   ARC_CHECK(module != nullptr,

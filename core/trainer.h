@@ -57,6 +57,11 @@ class Trainer {
   std::vector<torch::Tensor> predict(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
   std::vector<torch::Tensor> predict(TrainModule& module, DataSource predict_data = {},
                                      const std::string& ckpt_path = "");
+  /// Sends `metrics` to the loggers at the current global step (rank 0 only).
+  void log_to_loggers(const Metrics& metrics) { send_to_loggers(metrics); }
+  /// Batches per optimizer step from now on (GradientAccumulationScheduler sets it per epoch).
+  void set_accumulate_grad_batches(int64_t batches);
+  int64_t accumulate_grad_batches() const { return accumulate_grad_batches_; }
   /// Writes a checkpoint of the running (or last) module; rank 0 writes, other ranks return.
   void save_checkpoint(const std::string& path, bool weights_only = false);
 
@@ -149,6 +154,7 @@ class Trainer {
   int64_t num_training_batches_ = 0;
   int64_t num_val_batches_ = 0;
   int64_t current_batch_size_ = 0;
+  int64_t accumulate_grad_batches_ = 1;
   std::chrono::steady_clock::time_point stage_start_;
 
   MetricStore train_metrics_;

@@ -1,0 +1,26 @@
+// LearningRateMonitor: logs every optimizer's learning rates to the loggers.
+#pragma once
+
+#include <arc/callbacks/callback.h>
+
+#include <string>
+
+namespace arc {
+
+/// Logs "lr-<Optimizer>[-<i>][/pg<j>]" every step or every epoch.
+class LearningRateMonitor : public Callback {
+ public:
+  /// `logging_interval`: "step" or "epoch".
+  explicit LearningRateMonitor(std::string logging_interval = "epoch");
+  std::string state_key() const override { return "LearningRateMonitor"; }
+  void on_train_epoch_start(Trainer& trainer, TrainModule& module) override;
+  void on_train_batch_start(Trainer& trainer, TrainModule& module, Batch& batch, int64_t batch_idx) override;
+
+  /// The names and rates it would log now.
+  static std::map<std::string, double> rates(const Trainer& trainer);
+
+ private:
+  std::string interval_;
+};
+
+}  // namespace arc

@@ -1,0 +1,23 @@
+// OnExceptionCheckpoint.
+#include <arc/callbacks/on_exception_checkpoint.h>
+
+#include <arc/core/console.h>
+#include <arc/core/trainer.h>
+
+namespace arc {
+
+OnExceptionCheckpoint::OnExceptionCheckpoint(std::string dirpath, std::string filename)
+    : dirpath_(std::move(dirpath)), filename_(std::move(filename)) {}
+
+void OnExceptionCheckpoint::on_exception(Trainer& trainer, TrainModule&, const std::exception& error) {
+  if (trainer.stage() != Stage::fit || trainer.optimizer_configs().empty()) return;
+  try {
+    trainer.save_checkpoint(path());
+    if (trainer.is_global_zero()) console().warn("fit failed ({}); saved '{}' to resume from", error.what(), path());
+  } catch (const std::exception& failure) {
+    console().error("fit failed ({}) and the exception checkpoint could not be written: {}", error.what(),
+                    failure.what());
+  }
+}
+
+}  // namespace arc

@@ -1,0 +1,23 @@
+// OnExceptionCheckpoint: saves a checkpoint when fit fails, so the work is not lost.
+#pragma once
+
+#include <arc/callbacks/callback.h>
+
+#include <string>
+
+namespace arc {
+
+/// Writes `<dirpath>/<filename>.ckpt` when an exception leaves fit.
+class OnExceptionCheckpoint : public Callback {
+ public:
+  explicit OnExceptionCheckpoint(std::string dirpath, std::string filename = "on_exception");
+  std::string state_key() const override { return "OnExceptionCheckpoint"; }
+  void on_exception(Trainer& trainer, TrainModule& module, const std::exception& error) override;
+  std::string path() const { return dirpath_ + "/" + filename_ + ".ckpt"; }
+
+ private:
+  std::string dirpath_;
+  std::string filename_;
+};
+
+}  // namespace arc

@@ -1,0 +1,37 @@
+// Timer: stops fit after a duration, checked after every training batch, and reports the time
+// spent in training and validation.
+#pragma once
+
+#include <arc/callbacks/callback.h>
+
+#include <chrono>
+
+namespace arc {
+
+/// Stops fit once `seconds` of fit have passed.
+class Timer : public Callback {
+ public:
+  explicit Timer(double seconds);
+  std::string state_key() const override { return "Timer"; }
+  void on_fit_start(Trainer& trainer, TrainModule& module) override;
+  void on_train_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& loss, Batch& batch,
+                          int64_t batch_idx) override;
+  void on_validation_start(Trainer& trainer, TrainModule& module) override;
+  void on_validation_end(Trainer& trainer, TrainModule& module) override;
+  nlohmann::json state_dict() const override { return {{"elapsed", elapsed()}}; }
+  void load_state_dict(const nlohmann::json& state) override { carried_ = state.at("elapsed").get<double>(); }
+
+  /// Seconds of fit so far (including time before a resume).
+  double elapsed() const;
+  double validation_seconds() const { return validation_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  double limit_;
+  double carried_ = 0;
+  double validation_ = 0;
+  Clock::time_point start_ = Clock::now();
+  Clock::time_point validation_start_ = Clock::now();
+};
+
+}  // namespace arc

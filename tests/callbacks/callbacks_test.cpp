@@ -1,0 +1,123 @@
+// The smaller callbacks: LambdaCallback, Timer, LearningRateMonitor, OnExceptionCheckpoint,
+// ThroughputMonitor, GradientAccumulationScheduler.
+#include "support/tiny_module.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <filesystem>
+#include <thread>
+
+namespace arc {
+namespace {
+
+using testing::quiet;
+using testing::tiny_data;
+using testing::TinyModule;
+
+struct Recorder : Logger {
+  std::vector<std::pair<int64_t, std::map<std::string, double>>> records;
+  std::string name() const override { return "recorder"; }
+  void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override {
+    records.emplace_back(step, metrics);
+  }
+  std::vector<double> values(const std::string& key) const {
+    std::vector<double> out;
+    for (const auto& [step, metrics] : records)
+      if (metrics.count(key)) out.push_back(metrics.at(key));
+    return out;
+  }
+};
+
+TEST(Callbacks, LambdaCallbackRunsTheGivenFunctions) {
+  auto lambda = std::make_shared<LambdaCallback>();
+  int epochs = 0, batches = 0;
+  lambda->train_epoch_end = [&](Trainer&, TrainModule&) { ++epochs; };
+  lambda->train_batch_end = [&](Trainer&, TrainModule&, const torch::Tensor& loss, Batch&, int64_t) {
+    EXPECT_TRUE(loss.defined());
+    ++batches;
+  };
+  TinyModule module;
+  Trainer(quiet().max_epochs(3), {lambda}).fit(module, tiny_data(6, 2));
+  EXPECT_EQ(epochs, 3);
+  EXPECT_EQ(batches, 9);
+}
+
+struct Slow : TinyModule {
+  torch::Tensor training_step(Batch& batch, int64_t i) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return TinyModule::training_step(batch, i);
+  }
+};
+
+TEST(Callbacks, TimerStopsFitAfterItsDuration) {
+  Slow module;
+  auto timer = std::make_shared<Timer>(0.15);
+  Trainer trainer(quiet().max_epochs(100), {timer});
+  trainer.fit(module, tiny_data(6, 2));
+  EXPECT_LT(module.counts["training_step"], 20);
+  EXPECT_GE(timer->elapsed(), 0.15);
+  EXPECT_NE(trainer.stop_reason().find("Timer"), std::string::npos);
+  EXPECT_THROW(Timer(0), Error);
+}
+
+struct Scheduled : TinyModule {
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    auto sgd = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(1.0));
+    return {OptimizerConfig(sgd, SchedulerConfig{std::make_shared<ExponentialLR>(*sgd, 0.5), Interval::epoch, 1, ""})};
+  }
+};
+
+TEST(Callbacks, LearningRateMonitorLogsEveryEpochsRate) {
+  auto recorder = std::make_shared<Recorder>();
+  Scheduled module;
+  Trainer(quiet().max_epochs(3), {std::make_shared<LearningRateMonitor>()}, {recorder}).fit(module, tiny_data(4, 2));
+  EXPECT_EQ(recorder->values("lr-optimizer"), (std::vector<double>{1.0, 0.5, 0.25}));
+  EXPECT_THROW(LearningRateMonitor("batch"), Error);
+}
+
+struct FailsAtStep3 : TinyModule {
+  torch::Tensor training_step(Batch& batch, int64_t i) override {
+    if (global_step() == 3) throw std::runtime_error("boom");
+    return TinyModule::training_step(batch, i);
+  }
+};
+
+TEST(Callbacks, OnExceptionCheckpointSavesWhatWasDone) {
+  const auto dir = std::filesystem::temp_directory_path() / ("arc_onexc_" + std::to_string(getpid()));
+  auto saver = std::make_shared<OnExceptionCheckpoint>(dir.string());
+  FailsAtStep3 module;
+  Trainer trainer(quiet().max_epochs(5), {saver});
+  EXPECT_THROW(trainer.fit(module, tiny_data(4, 2)), std::runtime_error);
+  ASSERT_TRUE(std::filesystem::exists(saver->path()));
+  TinyModule resumed;
+  Trainer again(quiet().max_epochs(2));
+  again.fit(resumed, tiny_data(4, 2), {}, saver->path());
+  EXPECT_EQ(again.global_step(), 4);
+  EXPECT_EQ(resumed.counts["training_step"], 1);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Callbacks, ThroughputMonitorLogsSamplesPerSecond) {
+  auto recorder = std::make_shared<Recorder>();
+  auto monitor = std::make_shared<ThroughputMonitor>(2);
+  TinyModule module;
+  Trainer(quiet().max_epochs(1), {monitor}, {recorder}).fit(module, tiny_data(8, 2));
+  const auto rates = recorder->values("throughput/samples_per_sec");
+  ASSERT_EQ(rates.size(), 2u);
+  EXPECT_GT(rates.front(), 0.0);
+  EXPECT_GT(monitor->last_samples_per_sec(), 0.0);
+}
+
+TEST(Callbacks, GradientAccumulationSchedulerChangesTheFactorByEpoch) {
+  auto scheduler = std::make_shared<GradientAccumulationScheduler>(std::map<int64_t, int64_t>{{0, 4}, {2, 1}});
+  TinyModule module;
+  Trainer trainer(quiet().max_epochs(3), {scheduler});
+  trainer.fit(module, tiny_data(8, 2));  // 4 batches per epoch: 1 + 1 + 4 optimizer steps
+  EXPECT_EQ(trainer.global_step(), 6);
+  EXPECT_EQ(scheduler->factor(1), 4);
+  EXPECT_THROW(GradientAccumulationScheduler(std::map<int64_t, int64_t>{{0, 0}}), Error);
+}
+
+}  // namespace
+}  // namespace arc
