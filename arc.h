@@ -33,4 +33,5 @@
 #include <arc/loggers/csv_logger.h>
 #include <arc/loggers/jsonl_logger.h>
 #include <arc/loggers/logger.h>
+#include <arc/loggers/tensorboard_logger.h>
 #include <arc/strategies/strategy.h>

@@ -9,6 +9,7 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-openmp
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libprotobuf-dev protobuf-compiler
 )
 
 missing=()

@@ -1,0 +1,98 @@
+// TensorBoardLogger.
+#include <arc/loggers/tensorboard_logger.h>
+
+#include <arc/core/error.h>
+#include <arc/loggers/jsonl_logger.h>
+
+#include "loggers/tensorboard.pb.h"
+
+#include <unistd.h>
+#include <array>
+#include <chrono>
+#include <filesystem>
+
+namespace arc {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::array<uint32_t, 256> crc_table() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t crc = i;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+    table[i] = crc;
+  }
+  return table;
+}
+
+}  // namespace
+
+uint32_t crc32c(const void* data, size_t size) {
+  static const auto table = crc_table();
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < size; ++i) crc = table[(crc ^ bytes[i]) & 0xFF] ^ (crc >> 8);
+  return crc ^ 0xFFFFFFFFu;
+}
+
+uint32_t masked_crc32c(const void* data, size_t size) {
+  const uint32_t crc = crc32c(data, size);
+  return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
+}
+
+TensorBoardLogger::TensorBoardLogger(std::string save_dir, std::string name, int64_t version)
+    : name_(std::move(name)), version_(version >= 0 ? version : next_version(save_dir + "/" + name_)) {
+  dir_ = save_dir + "/" + name_ + "/version_" + std::to_string(version_);
+  std::error_code error;
+  std::filesystem::create_directories(dir_, error);
+  ARC_CHECK(!error, "cannot create the log folder '", dir_, "': ", error.message(), "; check save_dir");
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  path_ = dir_ + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." + host + "." +
+          std::to_string(getpid());
+  out_.open(path_, std::ios::binary);
+  ARC_CHECK(out_.good(), "cannot open '", path_, "' for writing; check permissions of save_dir");
+  tensorboard::Event header;
+  header.set_wall_time(now_seconds());
+  header.set_file_version("brain.Event:2");
+  write_record(header.SerializeAsString());
+}
+
+void TensorBoardLogger::write_record(const std::string& data) {
+  const uint64_t length = data.size();
+  char framed[12];
+  for (int i = 0; i < 8; ++i) framed[i] = static_cast<char>((length >> (8 * i)) & 0xFF);
+  const uint32_t length_crc = masked_crc32c(framed, 8);
+  for (int i = 0; i < 4; ++i) framed[8 + i] = static_cast<char>((length_crc >> (8 * i)) & 0xFF);
+  out_.write(framed, 12);
+  out_.write(data.data(), static_cast<std::streamsize>(data.size()));
+  const uint32_t data_crc = masked_crc32c(data.data(), data.size());
+  char tail[4];
+  for (int i = 0; i < 4; ++i) tail[i] = static_cast<char>((data_crc >> (8 * i)) & 0xFF);
+  out_.write(tail, 4);
+}
+
+void TensorBoardLogger::log_metrics(const std::map<std::string, double>& metrics, int64_t step) {
+  tensorboard::Event event;
+  event.set_wall_time(now_seconds());
+  event.set_step(step);
+  auto* summary = event.mutable_summary();
+  for (const auto& [tag, value] : metrics) {
+    if (tag == "epoch") continue;  // Lightning keeps the epoch out of TensorBoard's scalars too
+    auto* entry = summary->add_value();
+    entry->set_tag(tag);
+    entry->set_simple_value(static_cast<float>(value));
+  }
+  if (summary->value_size() > 0) write_record(event.SerializeAsString());
+}
+
+void TensorBoardLogger::log_hyperparams(const nlohmann::json& hparams) {
+  std::ofstream(dir_ + "/hparams.json") << hparams.dump(2) << '\n';
+}
+
+void TensorBoardLogger::save() { out_.flush(); }
+
+}  // namespace arc

@@ -1,0 +1,75 @@
+// TensorBoard event files: decoded record by record, CRCs checked, Event/Summary parsed.
+#include "support/tiny_module.h"
+#include "loggers/tensorboard.pb.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+
+namespace arc {
+namespace {
+
+namespace fs = std::filesystem;
+
+uint64_t little_endian(const std::string& bytes, size_t at, int width) {
+  uint64_t value = 0;
+  for (int i = width - 1; i >= 0; --i) value = (value << 8) | static_cast<uint8_t>(bytes[at + i]);
+  return value;
+}
+
+// Every record's payload, after checking both masked CRC32Cs.
+std::vector<std::string> records(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < bytes.size()) {
+    EXPECT_LE(at + 12, bytes.size());
+    const uint64_t length = little_endian(bytes, at, 8);
+    EXPECT_EQ(little_endian(bytes, at + 8, 4), masked_crc32c(bytes.data() + at, 8));
+    const std::string data = bytes.substr(at + 12, length);
+    EXPECT_EQ(little_endian(bytes, at + 12 + length, 4), masked_crc32c(data.data(), data.size()));
+    out.push_back(data);
+    at += 12 + length + 4;
+  }
+  return out;
+}
+
+TEST(TensorBoardLogger, Crc32cMatchesTheStandardCheckValue) { EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u); }
+
+TEST(TensorBoardLogger, WritesEventsTensorBoardCanRead) {
+  const auto root = fs::temp_directory_path() / ("arc_tb_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  auto logger = std::make_shared<TensorBoardLogger>(root.string());
+  testing::TinyModule module;
+  Trainer trainer(testing::quiet().max_epochs(2).log_every_n_steps(2).num_sanity_val_steps(0), {}, {logger});
+  trainer.fit(module, testing::tiny_data(8, 2), testing::tiny_data(4, 2));
+  ASSERT_EQ(fs::path(logger->events_path()).parent_path(), root / "lightning_logs" / "version_0");
+  const auto payloads = records(logger->events_path());
+  ASSERT_EQ(payloads.size(), 1u + 4u + 2u);
+  tensorboard::Event header;
+  ASSERT_TRUE(header.ParseFromString(payloads[0]));
+  EXPECT_EQ(header.file_version(), "brain.Event:2");
+  std::vector<int64_t> train_steps, val_steps;
+  for (size_t i = 1; i < payloads.size(); ++i) {
+    tensorboard::Event event;
+    ASSERT_TRUE(event.ParseFromString(payloads[i]));
+    for (const auto& value : event.summary().value()) {
+      EXPECT_TRUE(std::isfinite(value.simple_value()));
+      if (value.tag() == "train_loss") train_steps.push_back(event.step());
+      if (value.tag() == "val_loss") val_steps.push_back(event.step());
+    }
+  }
+  EXPECT_EQ(train_steps, (std::vector<int64_t>{2, 4, 6, 8}));
+  EXPECT_EQ(val_steps, (std::vector<int64_t>{4, 8}));
+  const double last_val = trainer.callback_metrics().at("val_loss");
+  tensorboard::Event last;
+  last.ParseFromString(payloads.back());
+  EXPECT_FLOAT_EQ(last.summary().value(0).simple_value(), static_cast<float>(last_val));
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace arc
