@@ -41,3 +41,27 @@ TEST(CSVLogger, LightningLayoutWithNextFreeVersionAndUnionHeader) {
 
 }  // namespace
 }  // namespace arc
+
+namespace arc {
+namespace {
+
+TEST(JsonLinesLogger, OneObjectPerLoggedStepAndSeveralLoggersAtOnce) {
+  const auto root = fs::temp_directory_path() / ("arc_jsonl_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  auto jsonl = std::make_shared<JsonLinesLogger>(root.string());
+  auto csv = std::make_shared<CSVLogger>(root.string(), "csv");
+  testing::TinyModule module;
+  Trainer trainer(testing::quiet().max_steps(6).log_every_n_steps(3), {}, {jsonl, csv});
+  trainer.fit(module, testing::tiny_data(12, 2));
+  const auto rows = lines(jsonl->log_dir() + "/metrics.jsonl");
+  ASSERT_EQ(rows.size(), 2u);
+  const auto first = nlohmann::json::parse(rows[0]);
+  EXPECT_EQ(first["step"], 3);
+  EXPECT_TRUE(first.contains("train_loss"));
+  EXPECT_EQ(nlohmann::json::parse(rows[1])["step"], 6);
+  EXPECT_EQ(lines(csv->log_dir() + "/metrics.csv").size(), 3u);
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace arc
