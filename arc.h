@@ -31,6 +31,7 @@
 #include <arc/core/trainer.h>
 #include <arc/core/trainer_options.h>
 #include <arc/loggers/csv_logger.h>
+#include <arc/loggers/folder_logger.h>
 #include <arc/loggers/jsonl_logger.h>
 #include <arc/loggers/logger.h>
 #include <arc/loggers/tensorboard_logger.h>

@@ -2,7 +2,6 @@
 #include <arc/loggers/csv_logger.h>
 
 #include <arc/core/error.h>
-#include <arc/loggers/jsonl_logger.h>
 
 #include <filesystem>
 #include <fstream>
@@ -10,15 +9,8 @@
 
 namespace arc {
 
-CSVLogger::CSVLogger(std::string save_dir, std::string name, int64_t version, int64_t flush_every)
-    : name_(std::move(name)),
-      version_(version >= 0 ? version : next_version(save_dir + "/" + name_)),
-      flush_every_(std::max<int64_t>(1, flush_every)) {
-  dir_ = save_dir + "/" + name_ + "/version_" + std::to_string(version_);
-  std::error_code error;
-  std::filesystem::create_directories(dir_, error);
-  ARC_CHECK(!error, "cannot create the log folder '", dir_, "': ", error.message(), "; check save_dir");
-}
+CSVLogger::CSVLogger(const std::string& save_dir, std::string name, int64_t version, int64_t flush_every)
+    : FolderLogger(save_dir, std::move(name), version), flush_every_(std::max<int64_t>(1, flush_every)) {}
 
 void CSVLogger::log_metrics(const std::map<std::string, double>& metrics, int64_t step) {
   auto row = metrics;
@@ -28,13 +20,9 @@ void CSVLogger::log_metrics(const std::map<std::string, double>& metrics, int64_
   if (static_cast<int64_t>(rows_.size() - written_) >= flush_every_) save();
 }
 
-void CSVLogger::log_hyperparams(const nlohmann::json& hparams) {
-  std::ofstream(dir_ + "/hparams.json") << hparams.dump(2) << '\n';
-}
-
 // Rewrites the whole file: the header may have grown since the last write.
 void CSVLogger::save() {
-  const std::string path = dir_ + "/metrics.csv";
+  const std::string path = log_dir() + "/metrics.csv";
   std::ofstream out(path + ".tmp");
   ARC_CHECK(out.good(), "cannot write '", path, "'; check permissions of the log folder");
   bool first = true;

@@ -2,14 +2,12 @@
 #include <arc/loggers/tensorboard_logger.h>
 
 #include <arc/core/error.h>
-#include <arc/loggers/jsonl_logger.h>
 
 #include "loggers/tensorboard.pb.h"
 
 #include <unistd.h>
 #include <array>
 #include <chrono>
-#include <filesystem>
 
 namespace arc {
 namespace {
@@ -43,15 +41,11 @@ uint32_t masked_crc32c(const void* data, size_t size) {
   return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
 }
 
-TensorBoardLogger::TensorBoardLogger(std::string save_dir, std::string name, int64_t version)
-    : name_(std::move(name)), version_(version >= 0 ? version : next_version(save_dir + "/" + name_)) {
-  dir_ = save_dir + "/" + name_ + "/version_" + std::to_string(version_);
-  std::error_code error;
-  std::filesystem::create_directories(dir_, error);
-  ARC_CHECK(!error, "cannot create the log folder '", dir_, "': ", error.message(), "; check save_dir");
+TensorBoardLogger::TensorBoardLogger(const std::string& save_dir, std::string name, int64_t version)
+    : FolderLogger(save_dir, std::move(name), version) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  path_ = dir_ + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." + host + "." +
+  path_ = log_dir() + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." + host + "." +
           std::to_string(getpid());
   out_.open(path_, std::ios::binary);
   ARC_CHECK(out_.good(), "cannot open '", path_, "' for writing; check permissions of save_dir");
@@ -87,10 +81,6 @@ void TensorBoardLogger::log_metrics(const std::map<std::string, double>& metrics
     entry->set_simple_value(static_cast<float>(value));
   }
   if (summary->value_size() > 0) write_record(event.SerializeAsString());
-}
-
-void TensorBoardLogger::log_hyperparams(const nlohmann::json& hparams) {
-  std::ofstream(dir_ + "/hparams.json") << hparams.dump(2) << '\n';
 }
 
 void TensorBoardLogger::save() { out_.flush(); }

@@ -2,7 +2,7 @@
 // masked CRC32C checksums, holding Event/Summary protobufs — in save_dir/name/version_N.
 #pragma once
 
-#include <arc/loggers/logger.h>
+#include <arc/loggers/folder_logger.h>
 
 #include <cstdint>
 #include <fstream>
@@ -11,25 +11,18 @@
 namespace arc {
 
 /// Writes scalars as TensorBoard summaries; hyper-parameters go to hparams.json beside them.
-class TensorBoardLogger : public Logger {
+class TensorBoardLogger : public FolderLogger {
  public:
-  explicit TensorBoardLogger(std::string save_dir, std::string name = "lightning_logs", int64_t version = -1);
+  explicit TensorBoardLogger(const std::string& save_dir, std::string name = "lightning_logs", int64_t version = -1);
 
-  std::string name() const override { return name_; }
-  std::string version() const override { return "version_" + std::to_string(version_); }
-  std::string log_dir() const override { return dir_; }
   /// The events file being written.
   const std::string& events_path() const { return path_; }
   void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override;
-  void log_hyperparams(const nlohmann::json& hparams) override;
   void save() override;
 
  private:
   void write_record(const std::string& data);
 
-  std::string name_;
-  int64_t version_;
-  std::string dir_;
   std::string path_;
   std::ofstream out_;
 };

@@ -1,6 +1,8 @@
 // Checkpoints: exact resume from any step, every bad-file case, ModelCheckpoint's policy.
 #include "support/tiny_module.h"
 
+#include "support/errors.h"
+
 #include <gtest/gtest.h>
 
 #include <spawn.h>
@@ -119,14 +121,7 @@ TEST(Checkpoint, SavedRightAfterValidationResumesExactly) {
   fs::remove_all(dir);
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 class BadCheckpoints : public ::testing::Test {
  protected:

@@ -1,18 +1,13 @@
 #include <arc/core/config.h>
 
+#include "support/errors.h"
+
 #include <gtest/gtest.h>
 
 namespace arc {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(Config, ReadsTypedValuesWithFallbacks) {
   Config config({{"hidden", 128}, {"lr", 0.5}, {"name", "x"}}, "module");

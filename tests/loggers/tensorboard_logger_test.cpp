@@ -1,6 +1,6 @@
 // TensorBoard event files: decoded record by record, CRCs checked, Event/Summary parsed.
-#include "support/tiny_module.h"
 #include "loggers/tensorboard.pb.h"
+#include "support/tiny_module.h"
 
 #include <gtest/gtest.h>
 

@@ -4,6 +4,8 @@
 #include <arc/strategies/cluster/lsf_environment.h>
 #include <arc/strategies/cluster/slurm_environment.h>
 
+#include "support/errors.h"
+
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -66,14 +68,7 @@ class Env {
   std::map<std::string, std::string> saved_;
 };
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(ClusterEnvironment, FirstHostOfEveryNodelistForm) {
   EXPECT_EQ(first_host("node[5-9]"), "node5");
