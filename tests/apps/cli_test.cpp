@@ -119,6 +119,8 @@ TEST(Cli, ResumeLastContinuesExactlyAndEvaluationLoadsCheckpoints) {
   const auto resumed = arc("train --resume last --set trainer.max_epochs=2" + common);
   ASSERT_EQ(resumed.status, 0) << resumed.text;
   EXPECT_EQ(result_of(resumed.text)["final_param_sha256"], result_of(straight.text)["final_param_sha256"]);
+  EXPECT_EQ(result_of(straight.text)["steps"], 40);
+  EXPECT_EQ(result_of(resumed.text)["steps"], 20) << "resuming must skip the first epoch";
   const auto validated = arc("validate --ckpt last" + common);
   ASSERT_EQ(validated.status, 0) << validated.text;
   EXPECT_TRUE(result_of(validated.text).contains("val_acc"));

@@ -91,6 +91,7 @@ TEST(Checkpoint, ResumingAfterAnyStepEndsBitIdentical) {
     Trainer trainer(resume_options());
     trainer.fit(resumed, shuffled(), tiny_data(4, 2), path);
     EXPECT_TRUE(torch::equal(flat(resumed), expected)) << "resumed after batch " << k;
+    EXPECT_EQ(resumed.counts["training_step"], 21 - k) << "the resumed run must not redo batches";
     EXPECT_EQ(trainer.current_epoch(), 3);
   }
   fs::remove_all(dir);
@@ -118,6 +119,8 @@ TEST(Checkpoint, SavedRightAfterValidationResumesExactly) {
   Stateful resumed;
   Trainer(resume_options()).fit(resumed, shuffled(), tiny_data(4, 2), saver->path);
   EXPECT_TRUE(torch::equal(flat(resumed), flat(reference)));
+  // Validation first runs after batch 3 of 7 (val_check_interval 0.5), so 18 of 21 batches remain.
+  EXPECT_EQ(resumed.counts["training_step"], 18);
   fs::remove_all(dir);
 }
 

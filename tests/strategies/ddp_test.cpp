@@ -156,7 +156,10 @@ TEST(DDP, TwentyConcurrentSpawnRunsNeverClashOnPorts) {
   for (size_t i = 0; i < runs.size(); ++i)
     threads.emplace_back([&runs, i] { runs[i] = probe("--strategy ddp_spawn --devices 2 --steps 2 --timeout 90"); });
   for (auto& thread : threads) thread.join();
-  for (const auto& run : runs) EXPECT_EQ(run.status, 0) << run.output;
+  for (const auto& run : runs) {
+    EXPECT_EQ(run.status, 0) << run.output;
+    EXPECT_EQ(report(run)["world_size"], 2) << run.output;
+  }
 }
 
 int free_port() {
@@ -195,6 +198,8 @@ TEST(DDP, JoinsProcessesStartedByHand) {
   ASSERT_EQ(rank0.status, 0) << rank0.output;
   ASSERT_EQ(rank1.status, 0) << rank1.output;
   const auto spawned = probe("--strategy ddp_spawn --devices 2 --steps 10 --out " + two);
+  ASSERT_EQ(spawned.status, 0) << spawned.output;
+  ASSERT_FALSE(read_floats(one).empty());
   EXPECT_EQ(read_floats(one), read_floats(two));
   std::remove(one.c_str());
   std::remove(two.c_str());
@@ -206,6 +211,7 @@ TEST(DDP, CustomLoopOnAcceleratorMatchesTheTrainer) {
   ASSERT_EQ(by_hand.status, 0) << by_hand.output;
   const auto by_trainer = probe("--strategy ddp_spawn --devices 2 --steps 12 --out " + trained);
   ASSERT_EQ(by_trainer.status, 0) << by_trainer.output;
+  ASSERT_FALSE(read_floats(custom).empty());
   EXPECT_EQ(read_floats(custom), read_floats(trained));
   const auto result = report(by_hand);
   EXPECT_EQ(result["world_size"], 2);
