@@ -2,12 +2,9 @@
 #include <arc/core/accelerator.h>
 
 #include <arc/accelerators/accelerator_backend.h>
-#include <arc/core/console.h>
 #include <arc/strategies/strategy.h>
 
 #include <torch/torch.h>
-
-#include <thread>
 
 namespace arc {
 
@@ -16,11 +13,7 @@ Accelerator::Accelerator(TrainerOptions options) : options_(std::move(options)) 
   backend_ = resolve_accelerator(options_.accelerator());
   strategy_ = resolve_strategy(options_.strategy(), static_cast<int64_t>(backend_->select(options_.devices()).size()));
   strategy_->setup(*backend_, options_);
-  set_console_rank(strategy_->global_rank(), strategy_->world_size());
-  const int64_t cores = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
-  torch::set_num_threads(static_cast<int>(options_.num_threads() > 0
-                                              ? options_.num_threads()
-                                              : std::max<int64_t>(1, cores / strategy_->local_world_size())));
+  torch::set_num_threads(static_cast<int>(options_.threads_per_process(strategy_->local_world_size())));
   if (options_.seed()) torch::manual_seed(*options_.seed());
 }
 

@@ -9,7 +9,8 @@ namespace arc {
 
 DataLoader::DataLoader(DataSource source, int64_t rank, int64_t world_size, uint64_t seed)
     : source_(std::move(source)), rank_(rank), world_size_(world_size) {
-  ARC_CHECK(source_.dataset != nullptr, "DataLoader needs a dataset");
+  ARC_CHECK(source_.dataset != nullptr, "DataLoader got a DataSource without a dataset; set its dataset, e.g. ",
+            "DataSource(std::make_shared<TensorDataset>(tensors), DataLoaderOptions(64))");
   const auto& options = source_.options;
   ARC_CHECK(options.batch_size() >= 1, "batch_size must be >= 1, got ", options.batch_size());
   ARC_CHECK(options.num_workers() >= 0, "num_workers must be >= 0, got ", options.num_workers());
@@ -25,6 +26,7 @@ DataLoader::DataLoader(DataSource source, int64_t rank, int64_t world_size, uint
 DataLoader::~DataLoader() { stop_workers(); }
 
 void DataLoader::set_epoch(int64_t epoch) {
+  if (epoch == epoch_ && !shard_.empty()) return;
   epoch_ = epoch;
   shard_ = shard(sampler_->order(source_.dataset->size(), epoch), rank_, world_size_, source_.options.even_pad());
 }

@@ -15,7 +15,8 @@ torch::Tensor rows(const torch::Tensor& tensor, const torch::Tensor& index) { re
 TensorDataset::TensorDataset(std::vector<torch::Tensor> tensors,
                              std::vector<std::pair<std::string, torch::Tensor>> named)
     : tensors_(std::move(tensors)), named_(std::move(named)) {
-  ARC_CHECK(!tensors_.empty() || !named_.empty(), "TensorDataset needs at least one tensor");
+  ARC_CHECK(!tensors_.empty() || !named_.empty(), "TensorDataset got no tensors; pass at least one, e.g. ",
+            "TensorDataset({inputs, targets})");
   size_ = !tensors_.empty() ? tensors_.front().size(0) : named_.front().second.size(0);
   for (const auto& tensor : tensors_)
     ARC_CHECK(tensor.dim() > 0 && tensor.size(0) == size_,

@@ -32,7 +32,8 @@ std::vector<int64_t> FunctionSampler::order(int64_t dataset_size, int64_t epoch)
 }
 
 std::vector<int64_t> shard(const std::vector<int64_t>& order, int64_t rank, int64_t world, bool pad) {
-  ARC_CHECK(world >= 1 && rank >= 0 && rank < world, "rank ", rank, " is outside world size ", world);
+  ARC_CHECK(world >= 1 && rank >= 0 && rank < world, "cannot shard for rank ", rank, " of world size ", world,
+            "; ranks run from 0 to world size - 1, so check RANK and WORLD_SIZE");
   const auto total = static_cast<int64_t>(order.size());
   const int64_t per_rank = pad ? (total + world - 1) / world : total / world;
   std::vector<int64_t> out;

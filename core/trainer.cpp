@@ -7,7 +7,6 @@
 #include <arc/callbacks/model_summary.h>
 #include <arc/callbacks/progress_bar.h>
 #include <arc/core/checkpoint_connector.h>
-#include <arc/core/console.h>
 #include <arc/core/data_loader.h>
 #include <arc/core/evaluation_loop.h>
 #include <arc/core/fit_loop.h>
@@ -15,8 +14,6 @@
 
 #include <malloc.h>
 #include <torch/torch.h>
-
-#include <thread>
 
 namespace arc {
 namespace {
@@ -76,7 +73,6 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> 
   strategy_ =
       resolve_strategy(options_.strategy(), static_cast<int64_t>(accelerator_->select(options_.devices()).size()));
   strategy_->setup(*accelerator_, options_);
-  set_console_rank(strategy_->global_rank(), strategy_->world_size());
   add_default_callbacks();
 }
 
@@ -127,11 +123,7 @@ Metrics Trainer::progress_bar_metrics() const {
 }
 
 void Trainer::setup_environment() {
-  const int64_t threads = options_.num_threads() > 0
-                              ? options_.num_threads()
-                              : std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) /
-                                                         strategy_->local_world_size());
-  torch::set_num_threads(static_cast<int>(threads));
+  torch::set_num_threads(static_cast<int>(options_.threads_per_process(strategy_->local_world_size())));
   if (options_.tune_malloc()) keep_large_buffers_in_heap();
   if (options_.seed()) torch::manual_seed(*options_.seed());
   at::globalContext().setDeterministicAlgorithms(options_.deterministic(), false);
@@ -189,8 +181,9 @@ DataSource Trainer::pick(DataSource given, DataModule* data, DataSource (DataMod
     if (auto source = (data->*from_data)()) return source;
   }
   if (auto source = (module.*from_module)()) return source;
-  ARC_CHECK(what == nullptr, "no ", what, " data: pass a DataSource or a DataModule, or override ", what,
-            "_dataloader() in the module or data module");
+  if (what != nullptr)
+    ARC_FAIL("no ", what, " data: pass a DataSource or a DataModule, or override ", what,
+             "_dataloader() in the module or data module");
   return {};
 }
 

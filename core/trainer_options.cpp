@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <thread>
 
 namespace arc {
 namespace {
@@ -128,6 +129,12 @@ int64_t BatchAmount::of(int64_t available) const {
   if (!is_fraction) return std::min<int64_t>(available, static_cast<int64_t>(value));
   if (value == 1.0) return available;
   return static_cast<int64_t>(std::floor(available * value));
+}
+
+int64_t TrainerOptions::threads_per_process(int64_t local_processes) const {
+  if (num_threads_ > 0) return num_threads_;
+  const auto cores = static_cast<int64_t>(std::thread::hardware_concurrency());
+  return std::max<int64_t>(1, cores / std::max<int64_t>(1, local_processes));
 }
 
 TrainerOptions TrainerOptions::from_json(const nlohmann::json& json) {

@@ -93,6 +93,9 @@ class TrainerOptions {
   ARC_ARG(double, bucket_cap_mb) = 25.0;
 
  public:
+  /// Intra-op threads for one of `local_processes` processes sharing this machine: num_threads, or
+  /// the cores divided among the processes.
+  int64_t threads_per_process(int64_t local_processes) const;
   /// Reads options from a JSON object; unknown keys, wrong types and impossible values throw.
   static TrainerOptions from_json(const nlohmann::json& json);
   /// Every option as JSON; from_json(to_json()) gives the same options.

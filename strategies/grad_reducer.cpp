@@ -10,7 +10,6 @@
 namespace arc {
 
 struct GradReducer::Bucket {
-  std::vector<size_t> parameters;
   torch::Tensor buffer;
   size_t pending = 0;
   PendingWork work;
@@ -42,7 +41,6 @@ GradReducer::GradReducer(std::vector<torch::Tensor> parameters, std::vector<std:
   }
   for (size_t b = 0; b < layout_.size(); ++b) {
     auto bucket = std::make_unique<Bucket>();
-    bucket->parameters = layout_[b];
     int64_t numel = 0;
     for (const size_t i : layout_[b]) {
       bucket_of_[i] = b;
@@ -72,9 +70,9 @@ void GradReducer::prepare_for_backward() {
   finalize_queued_ = false;
   next_bucket_ = 0;
   std::fill(ready_.begin(), ready_.end(), false);
-  for (auto& bucket : buckets_) {
-    bucket->pending = bucket->parameters.size();
-    bucket->work = PendingWork();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    buckets_[b]->pending = layout_[b].size();
+    buckets_[b]->work = PendingWork();
   }
 }
 
@@ -118,10 +116,11 @@ void GradReducer::finalize() {
     launch_ready_buckets();
   }
   const double world = static_cast<double>(collectives_.world_size());
-  for (auto& bucket : buckets_) {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    auto& bucket = buckets_[b];
     bucket->work.wait();
     bucket->buffer.div_(world);
-    for (const size_t i : bucket->parameters) {
+    for (const size_t i : layout_[b]) {
       auto& p = parameters_[i];
       const auto averaged = bucket->buffer.narrow(0, offset_of_[i], p.numel()).view(p.sizes());
       if (p.grad().defined()) {
