@@ -90,39 +90,41 @@ int main(int argc, char** argv) {
     if (models.find(model) == std::string::npos) continue;
     const std::string module = model == "mlp" ? "mlp_classifier" : "cnn_classifier";
     std::vector<Row> rows = {{"Arclight, 1 process", {}},
-                             {"Arclight ddp_spawn x2", {}},
+                             {"Arclight ddp_spawn x2, shared memory", {}},
+                             {"Arclight ddp_spawn x2, Gloo", {}},
                              {"PyTorch, 1 process", {}},
                              {"PyTorch DDP x2 (torchrun, gloo)", {}}};
+    const std::string spawn = arc + " --set module.name=" + module + " --set trainer.strategy=ddp_spawn" +
+                              " --set trainer.devices=2 --set trainer.shared_memory=";
     for (int r = 0; r < repeats; ++r) {
       rows[0].runs.push_back(run(arc + " --set module.name=" + module));
-      rows[1].runs.push_back(
-          run(arc + " --set module.name=" + module + " --set trainer.strategy=ddp_spawn --set trainer.devices=2"));
+      rows[1].runs.push_back(run(spawn + "true"));
+      rows[2].runs.push_back(run(spawn + "false"));
       if (!python) continue;
-      rows[2].runs.push_back(run("TORCH_THREADS=1 /usr/bin/python3 " + script + " --model " + model));
-      rows[3].runs.push_back(
+      rows[3].runs.push_back(run("TORCH_THREADS=1 /usr/bin/python3 " + script + " --model " + model));
+      rows[4].runs.push_back(
           run("TORCH_THREADS=1 torchrun --nproc_per_node 2 -r 9:1 -t 9:1 " + script + " --model " + model));
     }
-    const double reference = python ? rows[3].sps() : rows[1].sps();
+    const double reference = python ? rows[4].sps() : rows[2].sps();
     std::cout << "\n" << model << " (ratio = samples/s against PyTorch DDP x2)\n";
-    std::cout << std::left << std::setw(34) << "run" << std::right << std::setw(12) << "samples/s" << std::setw(8)
+    std::cout << std::left << std::setw(38) << "run" << std::right << std::setw(12) << "samples/s" << std::setw(8)
               << "ratio" << std::setw(12) << "1st step s" << std::setw(9) << "wall s" << std::setw(9) << "val_acc"
               << "  final params sha256\n";
     for (const auto& row : rows) {
       if (row.runs.empty()) continue;
-      std::cout << std::left << std::setw(34) << row.name << std::right << std::fixed << std::setprecision(0)
+      std::cout << std::left << std::setw(38) << row.name << std::right << std::fixed << std::setprecision(0)
                 << std::setw(12) << row.sps() << std::setprecision(3) << std::setw(8) << row.sps() / reference
                 << std::setw(12) << row.first_step() << std::setprecision(2) << std::setw(9) << row.wall()
                 << std::setprecision(4) << std::setw(9) << row.runs.front().json["val_acc"].get<double>() << "  "
                 << row.runs.front().json["final_param_sha256"].get<std::string>().substr(0, 16) << "\n";
     }
-    std::cout << "scaling efficiency, Arclight ddp_spawn x2 vs 2 x 1 process: " << std::setprecision(3)
+    std::cout << "scaling efficiency, Arclight ddp_spawn x2 (shared memory) vs 2 x 1 process: " << std::setprecision(3)
               << rows[1].sps() / (2 * rows[0].sps()) << "\n";
-    if (python) {
-      const bool same =
-          rows[1].runs.front().json["final_param_sha256"] == rows[3].runs.front().json["final_param_sha256"];
-      std::cout << "final weights, Arclight ddp_spawn x2 vs PyTorch DDP x2: " << (same ? "bit-identical" : "DIFFERENT")
-                << "\n";
-    }
+    const auto sha = [&](size_t row) { return rows[row].runs.front().json["final_param_sha256"]; };
+    std::cout << "final weights, shared memory vs Gloo: " << (sha(1) == sha(2) ? "bit-identical" : "DIFFERENT") << "\n";
+    if (python)
+      std::cout << "final weights, Arclight ddp_spawn x2 vs PyTorch DDP x2: "
+                << (sha(1) == sha(4) ? "bit-identical" : "DIFFERENT") << "\n";
   }
   return 0;
 }

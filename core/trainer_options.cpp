@@ -176,6 +176,7 @@ TrainerOptions TrainerOptions::from_json(const nlohmann::json& json) {
   o.find_unused_parameters_ = config.get<bool>("find_unused_parameters", o.find_unused_parameters_);
   o.first_bucket_mb_ = config.get<double>("first_bucket_mb", o.first_bucket_mb_);
   o.bucket_cap_mb_ = config.get<double>("bucket_cap_mb", o.bucket_cap_mb_);
+  o.shared_memory_ = config.get<bool>("shared_memory", o.shared_memory_);
   config.finish();
   o.validate();
   return o;
@@ -221,7 +222,8 @@ nlohmann::json TrainerOptions::to_json() const {
           {"timeout", timeout_},
           {"find_unused_parameters", find_unused_parameters_},
           {"first_bucket_mb", first_bucket_mb_},
-          {"bucket_cap_mb", bucket_cap_mb_}};
+          {"bucket_cap_mb", bucket_cap_mb_},
+          {"shared_memory", shared_memory_}};
 }
 
 void TrainerOptions::validate() const {

@@ -91,6 +91,9 @@ class TrainerOptions {
   /// DDP gradient bucket sizes in MiB: the first (small, so communication starts early), the rest.
   ARC_ARG(double, first_bucket_mb) = 1.0;
   ARC_ARG(double, bucket_cap_mb) = 25.0;
+  /// DDP: all-reduce through shared memory among the processes of one machine (Gloo across
+  /// machines); off = Gloo everywhere.
+  ARC_ARG(bool, shared_memory) = true;
 
  public:
   /// Intra-op threads for one of `local_processes` processes sharing this machine: num_threads, or

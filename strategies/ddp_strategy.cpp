@@ -8,7 +8,18 @@
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <unistd.h>
+
 namespace arc {
+namespace {
+
+std::string host_name() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+}  // namespace
 
 std::shared_ptr<cluster::ClusterEnvironment> DDPStrategy::find_environment(const TrainerOptions& options) {
   auto found = options.cluster_environment() == "auto"
@@ -48,7 +59,9 @@ void DDPStrategy::setup(AcceleratorBackend& accelerator, const TrainerOptions& o
   rendezvous.rank = rank_;
   rendezvous.world_size = world_size_;
   rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout() * 1000));
-  collectives_ = make_gloo_collectives(rendezvous, hosted_store());
+  rendezvous.node = host_name() + "#" + std::to_string(environment_->node_rank());
+  rendezvous.shared_memory = options.shared_memory() && device_.is_cpu();
+  collectives_ = make_collectives(rendezvous, hosted_store());
   console().info("{}: rank {} of {} on {} ({} environment, {} at {}:{})", name(), rank_, world_size_, device_.str(),
                  environment_->name(), collectives_->backend(), rendezvous.address, rendezvous.port);
 }

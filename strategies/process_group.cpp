@@ -2,6 +2,7 @@
 #include <arc/strategies/process_group.h>
 
 #include <arc/core/error.h>
+#include <arc/strategies/shm_collectives.h>
 
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -67,15 +68,16 @@ void check_in(c10d::Store& store, const RendezvousOptions& o) {
 
 class GlooCollectives : public Collectives {
  public:
-  GlooCollectives(c10::intrusive_ptr<c10d::Store> store, const RendezvousOptions& o) : store_(std::move(store)) {
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("arc", store_);
+  GlooCollectives(c10::intrusive_ptr<c10d::Store> store, const std::string& prefix, const RendezvousOptions& o)
+      : store_(std::move(store)) {
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
     check_in(*prefixed, o);
     auto options = ProcessGroupGloo::Options::create(o.timeout);
     const bool loopback = o.address.rfind("127.", 0) == 0 || o.address == "localhost";
     options->devices.push_back(loopback ? ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
                                         : ProcessGroupGloo::createDefaultDevice());
     options->threads = 2;
-    group_ = c10::make_intrusive<ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("arc/gloo", store_),
+    group_ = c10::make_intrusive<ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(prefix + "/gloo", store_),
                                                    static_cast<int>(o.rank), static_cast<int>(o.world_size), options);
   }
 
@@ -139,16 +141,30 @@ int64_t StoreServer::port() const { return store_->getPort(); }
 
 c10::intrusive_ptr<c10d::TCPStore> StoreServer::store() const { return store_; }
 
-std::unique_ptr<Collectives> make_gloo_collectives(const RendezvousOptions& options,
-                                                   c10::intrusive_ptr<c10d::TCPStore> hosted) {
+std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
+                                              c10::intrusive_ptr<c10d::TCPStore> hosted) {
   auto store = std::move(hosted);
   if (!store)
     store = options.rank == 0 ? StoreServer(options.address, options.port, options.timeout).store() : connect(options);
-  return std::make_unique<GlooCollectives>(std::move(store), options);
+  auto gloo = std::make_unique<GlooCollectives>(store, "arc", options);
+  if (!options.shared_memory || options.world_size == 1) return gloo;
+  ShmGroupOptions shm;
+  shm.rank = options.rank;
+  shm.world_size = options.world_size;
+  shm.node = options.node;
+  shm.timeout = options.timeout;
+  const auto make_leaders = [&](const std::string& prefix, int64_t rank, int64_t size) {
+    auto leaders = options;
+    leaders.rank = rank;
+    leaders.world_size = size;
+    return std::make_unique<GlooCollectives>(store, prefix, leaders);
+  };
+  c10d::PrefixStore prefixed("arc/shm", store);
+  return make_shm_collectives(prefixed, shm, std::move(gloo), make_leaders);
 }
 
-std::unique_ptr<Collectives> make_gloo_collectives(const RendezvousOptions& options) {
-  return make_gloo_collectives(options, {});
+std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options) {
+  return make_collectives(options, {});
 }
 
 }  // namespace arc

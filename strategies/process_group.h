@@ -1,6 +1,6 @@
 // Process groups over a c10d TCPStore: the rendezvous (every wait has a timeout and names the
-// ranks that did not arrive) and Gloo collectives. This file and its .cpp hold every LibTorch
-// 1.13 / 2.x difference of the distributed code.
+// ranks that did not arrive), Gloo collectives, and the choice of shared memory within a node.
+// This file and its .cpp hold every LibTorch 1.13 / 2.x difference of the distributed code.
 #pragma once
 
 #include <arc/strategies/collectives.h>
@@ -25,6 +25,10 @@ struct RendezvousOptions {
   int64_t rank = 0;
   int64_t world_size = 1;
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  /// Ranks with the same node key share a host (host name and node rank).
+  std::string node = "localhost";
+  /// All-reduce through shared memory among the ranks of a node (Gloo across nodes).
+  bool shared_memory = true;
 };
 
 /// A TCPStore server on `address`, port 0 = any free port (read it back with port()).
@@ -41,10 +45,11 @@ class StoreServer {
 };
 
 /// Joins the group: rank 0 uses `hosted` (or hosts a store itself), other ranks connect; every
-/// rank checks in and waits for all others. A timeout names the missing ranks.
-std::unique_ptr<Collectives> make_gloo_collectives(const RendezvousOptions& options,
-                                                   c10::intrusive_ptr<c10d::TCPStore> hosted);
+/// rank checks in and waits for all others. A timeout names the missing ranks. Gloo, with
+/// shared memory within each node unless options.shared_memory is off.
+std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
+                                              c10::intrusive_ptr<c10d::TCPStore> hosted);
 /// The same, with rank 0 hosting its own store.
-std::unique_ptr<Collectives> make_gloo_collectives(const RendezvousOptions& options);
+std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options);
 
 }  // namespace arc

@@ -2,7 +2,7 @@
 // for, can fail on purpose at a given rank and step, and reports what it saw.
 //   ddp_probe --strategy ddp_spawn --devices 2 --batch 16 --steps 30 [--accumulate 2]
 //             [--out params.bin] [--fail exception|exit3|segv|sigkill --fail-rank 1 --fail-step 5]
-//             [--timeout 20] [--tag anything]
+//             [--timeout 20] [--shared-memory 0] [--tag anything]
 #include <arc/arc.h>
 
 #include <torch/torch.h>
@@ -18,6 +18,7 @@ struct Args {
   std::string strategy = "ddp_spawn";
   int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, fail_rank = -1, fail_step = -1;
   double timeout = 30;
+  bool shared_memory = true;
   std::string out, fail, loop = "trainer";
 };
 
@@ -36,6 +37,7 @@ Args parse(int argc, char** argv) {
     if (key == "--fail-step") a.fail_step = std::stoll(value);
     if (key == "--timeout") a.timeout = std::stod(value);
     if (key == "--loop") a.loop = value;
+    if (key == "--shared-memory") a.shared_memory = value == "1";
   }
   return a;
 }
@@ -130,6 +132,7 @@ int main(int argc, char** argv) {
   arc::TrainerOptions options;
   options.strategy(args.strategy).devices(arc::Devices::of_count(args.devices)).max_steps(args.steps);
   options.accumulate_grad_batches(args.accumulate).timeout(args.timeout).num_threads(1);
+  options.shared_memory(args.shared_memory);
   options.enable_progress_bar(false).enable_model_summary(false).enable_checkpointing(false).deterministic(true);
   try {
     if (args.loop == "custom") {

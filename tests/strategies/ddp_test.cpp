@@ -205,6 +205,38 @@ TEST(DDP, JoinsProcessesStartedByHand) {
   std::remove(two.c_str());
 }
 
+TEST(DDP, SharedMemoryAndGlooTrainToIdenticalWeights) {
+  const auto shm = scratch("shm"), gloo = scratch("gloo");
+  const auto with_shm = probe("--strategy ddp_spawn --devices 2 --steps 40 --accumulate 2 --out " + shm);
+  ASSERT_EQ(with_shm.status, 0) << with_shm.output;
+  EXPECT_NE(with_shm.output.find("shared memory at 127.0.0.1"), std::string::npos) << with_shm.output;
+  const auto with_gloo =
+      probe("--strategy ddp_spawn --devices 2 --steps 40 --accumulate 2 --shared-memory 0 --out " + gloo);
+  ASSERT_EQ(with_gloo.status, 0) << with_gloo.output;
+  EXPECT_NE(with_gloo.output.find("gloo at 127.0.0.1"), std::string::npos) << with_gloo.output;
+  ASSERT_FALSE(read_floats(shm).empty());
+  EXPECT_EQ(read_floats(shm), read_floats(gloo));
+  EXPECT_EQ(report(with_shm)["rank_sum"], report(with_gloo)["rank_sum"]);
+  std::remove(shm.c_str());
+  std::remove(gloo.c_str());
+}
+
+// Without a launcher to end the job, the survivor notices by itself that its peer is gone.
+TEST(DDP, PeerKilledMidTrainingFailsTheSurvivorQuickly) {
+  const std::string port = std::to_string(free_port());
+  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;
+  const std::string args =
+      "--strategy ddp --devices 2 --steps 200 --timeout 60 --fail sigkill --fail-rank 1 --fail-step 7";
+  ProbeRun rank1;
+  std::thread second([&] { rank1 = probe(args, "RANK=1 LOCAL_RANK=1 " + env); });
+  const auto rank0 = probe(args, "RANK=0 LOCAL_RANK=0 " + env);
+  second.join();
+  EXPECT_NE(rank0.status, 0);
+  EXPECT_LT(rank0.seconds, 10.0) << "the 60 s timeout must not be what ends it";
+  EXPECT_NE(rank0.output.find("rank 1 (pid "), std::string::npos) << rank0.output;
+  EXPECT_NE(rank0.output.find("exited during a shared-memory collective"), std::string::npos) << rank0.output;
+}
+
 TEST(DDP, CustomLoopOnAcceleratorMatchesTheTrainer) {
   const auto custom = scratch("custom"), trained = scratch("trained");
   const auto by_hand = probe("--loop custom --strategy ddp_spawn --devices 2 --steps 12 --out " + custom);

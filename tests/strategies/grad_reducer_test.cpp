@@ -12,7 +12,7 @@ namespace {
 std::unique_ptr<Collectives> solo() {
   RendezvousOptions options;
   options.timeout = std::chrono::seconds(10);
-  return make_gloo_collectives(options);
+  return make_collectives(options);
 }
 
 TEST(GradReducer, BucketsGoInReverseOrderWithASmallFirstBucket) {

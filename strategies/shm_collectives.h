@@ -1,0 +1,38 @@
+// Collectives for ranks that share a host: all-reduce, broadcast, all-gather and barrier through
+// one POSIX shared-memory segment per node; across nodes a hierarchical all-reduce (within the
+// node through shared memory, then Gloo among the node leaders, then back through shared memory).
+#pragma once
+
+#include <arc/strategies/collectives.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace c10d {
+class Store;
+}
+
+namespace arc {
+
+struct ShmGroupOptions {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  /// Ranks with the same node key share a segment (host name and node rank).
+  std::string node;
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  /// Bytes per rank and step; larger tensors go in several steps.
+  int64_t slot_bytes = 4 << 20;
+};
+
+/// Makes a group over `prefix` in the store for ranks `rank` of `size` (the node leaders).
+using GroupFactory = std::function<std::unique_ptr<Collectives>(const std::string& prefix, int64_t rank, int64_t size)>;
+
+/// Wraps `global` (which keeps serving CUDA tensors, and everything but all-reduce across
+/// nodes). Returns `global` itself when no two ranks share a node.
+std::unique_ptr<Collectives> make_shm_collectives(c10d::Store& store, const ShmGroupOptions& options,
+                                                  std::unique_ptr<Collectives> global,
+                                                  const GroupFactory& make_leaders);
+
+}  // namespace arc

@@ -1,0 +1,61 @@
+// ShmSegment: the POSIX shared-memory segment that the ranks of one node share for their
+// collectives, and the step barrier on it (spin, then futex) that notices dead peers and gives
+// up at a deadline instead of hanging.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace arc {
+
+/// One segment per node: a header, then two sets of one slot per local rank (collectives
+/// alternate between the sets, so one barrier per step suffices).
+class ShmSegment {
+ public:
+  /// Creates a fresh segment (mode 0600) for `local_world` ranks; this process is local index 0.
+  static std::unique_ptr<ShmSegment> create(int64_t local_world, int64_t slot_bytes, int64_t global_rank);
+  /// Opens the segment `name` created by the node's first rank, checking owner, mode and size.
+  static std::unique_ptr<ShmSegment> open(const std::string& name, int64_t local_world, int64_t slot_bytes,
+                                          int64_t local_index, int64_t global_rank);
+  /// Removes segments that crashed runs of this user left behind; returns how many.
+  static int remove_stale();
+  ~ShmSegment();
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  const std::string& name() const { return name_; }
+  int64_t slot_bytes() const { return slot_bytes_; }
+  int64_t local_world() const { return local_world_; }
+  int64_t local_index() const { return local_index_; }
+  /// Rank `local`'s slot in set `set` (0 or 1).
+  std::byte* slot(int64_t set, int64_t local) const;
+  /// Waits until every local rank has opened the segment, then removes its name, so that no
+  /// crash from here on can leave it behind.
+  void unlink_when_attached(std::chrono::milliseconds timeout);
+  /// Marks this rank as arrived at step `step` and waits until every local rank has. Throws
+  /// when a peer exits, when `deadline` passes (naming who is missing), or when `stop` is set.
+  void arrive_and_wait(uint32_t step, std::chrono::steady_clock::time_point deadline, const std::atomic<bool>& stop);
+
+ private:
+  struct Header;
+  struct Peer;
+  ShmSegment(std::string name, int fd, int64_t local_world, int64_t slot_bytes, int64_t local_index, bool owner);
+  Peer& peer(int64_t local) const;
+  void wait_for(int64_t local, uint32_t step, std::chrono::steady_clock::time_point deadline,
+                const std::atomic<bool>& stop);
+  static size_t header_bytes(int64_t local_world);
+
+  std::string name_;
+  int64_t local_world_;
+  int64_t slot_bytes_;
+  int64_t local_index_;
+  size_t size_ = 0;
+  std::byte* base_ = nullptr;
+  bool linked_;
+};
+
+}  // namespace arc

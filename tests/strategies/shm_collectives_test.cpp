@@ -1,0 +1,270 @@
+// Shared-memory collectives with every rank a thread of this process (each rank maps the segment
+// on its own, as separate processes do), checked against a fixed-order reference and Gloo.
+#include <arc/strategies/process_group.h>
+#include <arc/strategies/shm_segment.h>
+
+#include <support/errors.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <thread>
+
+namespace arc {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Group {
+  bool shared_memory = true;
+  std::vector<std::string> nodes;
+  std::chrono::milliseconds timeout = 20s;
+};
+
+// Runs fn(rank, collectives) on `world` threads joined into one group; rethrows a rank's error.
+template <typename Fn>
+void on_ranks(int64_t world, const Group& group, Fn fn) {
+  StoreServer server("127.0.0.1", 0, group.timeout);
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        RendezvousOptions options;
+        options.port = server.port();
+        options.rank = r;
+        options.world_size = world;
+        options.timeout = group.timeout;
+        options.shared_memory = group.shared_memory;
+        options.node = group.nodes.empty() ? "one" : group.nodes[static_cast<size_t>(r)];
+        auto collectives = make_collectives(options, r == 0 ? server.store() : c10::intrusive_ptr<c10d::TCPStore>());
+        fn(r, *collectives);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (const auto& error : errors)
+    if (error) std::rethrow_exception(error);
+}
+
+torch::Tensor input(int64_t rank, int64_t numel, torch::ScalarType type) {
+  auto generator = at::detail::createCPUGenerator(static_cast<uint64_t>(numel * 7919 + rank));
+  auto values = torch::randn({numel}, generator, torch::kDouble);
+  if (!torch::isFloatingType(type)) values = values * 1000;
+  return values.to(type);
+}
+
+// Rank order, accumulating 16-bit floats in float: what every rank must compute.
+torch::Tensor reference(int64_t world, int64_t numel, torch::ScalarType type, Reduce op) {
+  const bool half = type == torch::kHalf || type == torch::kBFloat16;
+  auto acc = input(0, numel, type).to(half ? torch::kFloat : type);
+  for (int64_t r = 1; r < world; ++r) {
+    const auto next = input(r, numel, type).to(acc.scalar_type());
+    acc = op == Reduce::sum ? acc + next : op == Reduce::max ? torch::maximum(acc, next) : torch::minimum(acc, next);
+  }
+  return acc.to(type);
+}
+
+std::vector<std::string> segments_of_this_process() {
+  std::vector<std::string> found;
+  const std::string prefix = "arc-shm-" + std::to_string(getpid()) + "-";
+  DIR* dir = opendir("/dev/shm");
+  while (dirent* entry = readdir(dir))
+    if (std::string(entry->d_name).rfind(prefix, 0) == 0) found.push_back(entry->d_name);
+  closedir(dir);
+  return found;
+}
+
+const std::vector<torch::ScalarType> kTypes = {torch::kFloat,    torch::kDouble, torch::kHalf,
+                                               torch::kBFloat16, torch::kInt,    torch::kLong};
+
+void expect_reduces_like_reference(int64_t world) {
+  // 1 element, an odd size, exactly one 4 MiB slot of floats, and several slots with a remainder.
+  const std::vector<int64_t> sizes = {1, 1001, 1 << 20, 3'000'001};
+  on_ranks(world, {}, [&](int64_t rank, Collectives& group) {
+    EXPECT_EQ(group.backend(), "shared memory");
+    for (const auto type : kTypes)
+      for (const auto numel : sizes)
+        for (const auto op : {Reduce::sum, Reduce::max, Reduce::min}) {
+          auto tensor = input(rank, numel, type);
+          group.all_reduce(tensor, op).wait();
+          ASSERT_TRUE(torch::equal(tensor, reference(world, numel, type, op)))
+              << "rank " << rank << " " << c10::toString(type) << " x " << numel << " op " << static_cast<int>(op);
+        }
+  });
+}
+
+TEST(ShmCollectives, TwoRanksMatchTheReferenceForEveryTypeAndSize) { expect_reduces_like_reference(2); }
+
+TEST(ShmCollectives, ThreeRanksReduceInRankOrder) { expect_reduces_like_reference(3); }
+
+TEST(ShmCollectives, SixtyFourMegabytes) {
+  const int64_t numel = 16 << 20;
+  on_ranks(2, {}, [&](int64_t rank, Collectives& group) {
+    auto tensor = input(rank, numel, torch::kFloat);
+    group.all_reduce(tensor, Reduce::sum).wait();
+    EXPECT_TRUE(torch::equal(tensor, reference(2, numel, torch::kFloat, Reduce::sum)));
+  });
+}
+
+// Sums of two are exact in either order, so shared memory and Gloo agree bit for bit.
+TEST(ShmCollectives, TwoRanksAreBitIdenticalToGloo) {
+  const std::vector<int64_t> sizes = {1, 1001, 300'001};
+  for (const auto type : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kInt, torch::kLong}) {
+    std::map<std::pair<int64_t, int64_t>, torch::Tensor> results;
+    for (const bool shared_memory : {true, false}) {
+      std::mutex mutex;
+      on_ranks(2, Group{shared_memory, {}}, [&](int64_t rank, Collectives& group) {
+        for (const auto numel : sizes) {
+          auto tensor = input(rank, numel, type);
+          group.all_reduce(tensor, Reduce::sum).wait();
+          std::lock_guard<std::mutex> lock(mutex);
+          auto& seen = results[{rank, numel}];
+          if (seen.defined()) {
+            EXPECT_TRUE(torch::equal(seen, tensor)) << c10::toString(type) << " x " << numel;
+          } else {
+            seen = tensor;
+          }
+        }
+      });
+    }
+  }
+}
+
+TEST(ShmCollectives, ThreeRanksStayCloseToGloo) {
+  std::vector<torch::Tensor> shm(3), gloo(3);
+  for (const bool shared_memory : {true, false}) {
+    on_ranks(3, Group{shared_memory, {}}, [&](int64_t rank, Collectives& group) {
+      auto tensor = input(rank, 100'003, torch::kFloat);
+      group.all_reduce(tensor, Reduce::sum).wait();
+      (shared_memory ? shm : gloo)[static_cast<size_t>(rank)] = tensor;
+    });
+  }
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_TRUE(torch::equal(shm[r], shm[0]));
+    EXPECT_TRUE(torch::allclose(shm[r], gloo[r], 1e-6, 1e-6));
+  }
+}
+
+TEST(ShmCollectives, ConcurrentBucketsAndRepeatedCalls) {
+  on_ranks(2, {}, [&](int64_t rank, Collectives& group) {
+    std::vector<torch::Tensor> buckets;
+    std::vector<PendingWork> works;
+    for (int64_t b = 0; b < 8; ++b) {
+      buckets.push_back(input(rank, 1000 + b * 250'000, torch::kFloat));
+      works.push_back(group.all_reduce(buckets.back(), Reduce::sum));
+    }
+    for (int64_t b = 0; b < 8; ++b) {
+      works[static_cast<size_t>(b)].wait();
+      EXPECT_TRUE(
+          torch::equal(buckets[static_cast<size_t>(b)], reference(2, 1000 + b * 250'000, torch::kFloat, Reduce::sum)));
+    }
+    auto counter = torch::ones({3}, torch::kLong);
+    for (int i = 0; i < 2000; ++i) group.all_reduce(counter, Reduce::max).wait();
+    EXPECT_TRUE(torch::equal(counter, torch::ones({3}, torch::kLong)));
+    for (int i = 0; i < 2000; ++i) {
+      auto step = torch::full({5}, static_cast<double>(rank + i));
+      group.all_reduce(step, Reduce::sum).wait();
+      ASSERT_EQ(step[4].item<double>(), 2.0 * i + 1) << "call " << i;
+    }
+  });
+}
+
+TEST(ShmCollectives, NonContiguousTensorsAreReducedInPlace) {
+  on_ranks(2, {}, [&](int64_t rank, Collectives& group) {
+    auto matrix = torch::full({4, 6}, static_cast<float>(rank + 1));
+    auto column = matrix.select(1, 2);
+    group.all_reduce(column, Reduce::sum).wait();
+    EXPECT_TRUE(torch::equal(matrix.select(1, 2), torch::full({4}, 3.0f)));
+    EXPECT_EQ(matrix[0][0].item<float>(), static_cast<float>(rank + 1));
+  });
+}
+
+TEST(ShmCollectives, BroadcastAllGatherAndBarrierGoThroughSharedMemory) {
+  on_ranks(3, {}, [&](int64_t rank, Collectives& group) {
+    auto big = input(rank, 2'500'000, torch::kFloat);
+    group.broadcast(big, 2);
+    EXPECT_TRUE(torch::equal(big, input(2, 2'500'000, torch::kFloat)));
+    const auto gathered = group.all_gather(torch::full({2, 3}, rank, torch::kLong));
+    ASSERT_EQ(gathered.size(), 3u);
+    for (int64_t r = 0; r < 3; ++r)
+      EXPECT_TRUE(torch::equal(gathered[static_cast<size_t>(r)], torch::full({2, 3}, r, torch::kLong)));
+    for (int i = 0; i < 100; ++i) group.barrier();
+  });
+}
+
+TEST(ShmCollectives, SeveralNodesReduceHierarchically) {
+  for (const auto& nodes : std::vector<std::vector<std::string>>{{"a", "a", "b", "b"}, {"a", "b", "a"}}) {
+    const auto world = static_cast<int64_t>(nodes.size());
+    on_ranks(world, Group{true, nodes}, [&](int64_t rank, Collectives& group) {
+      EXPECT_EQ(group.backend(), "shared memory within each node, gloo across 2 nodes");
+      for (const auto op : {Reduce::sum, Reduce::max}) {
+        auto tensor = input(rank, 1'500'000, torch::kDouble);
+        group.all_reduce(tensor, op).wait();
+        EXPECT_TRUE(torch::allclose(tensor, reference(world, 1'500'000, torch::kDouble, op), 1e-12, 1e-12));
+      }
+      auto value = torch::full({1}, static_cast<double>(rank));
+      group.broadcast(value, world - 1);
+      EXPECT_EQ(value.item<double>(), static_cast<double>(world - 1));
+    });
+  }
+}
+
+TEST(ShmCollectives, OneRankPerNodeIsPlainGloo) {
+  on_ranks(2, Group{true, {"a", "b"}}, [&](int64_t, Collectives& group) { EXPECT_EQ(group.backend(), "gloo"); });
+}
+
+TEST(ShmCollectives, MissingRankTimesOutNamingIt) {
+  const auto message = testing::error_of([] {
+    on_ranks(2, Group{true, {}, 2s}, [&](int64_t rank, Collectives& group) {
+      auto tensor = torch::ones({10});
+      if (rank == 0) group.all_reduce(tensor, Reduce::sum).wait();
+    });
+  });
+  EXPECT_NE(message.find("rank 1 did not reach shared-memory collective step 1 before the timeout"), std::string::npos)
+      << message;
+}
+
+TEST(ShmCollectives, SegmentsAreUnlinkedOnceEveryRankHasThem) {
+  on_ranks(2, {}, [&](int64_t, Collectives& group) {
+    group.barrier();
+    EXPECT_TRUE(segments_of_this_process().empty());
+  });
+}
+
+TEST(ShmSegment, RefusesASegmentWithTheWrongMode) {
+  auto created = ShmSegment::create(2, 4096, 0);
+  ASSERT_EQ(chmod(("/dev/shm" + created->name()).c_str(), 0644), 0);
+  const auto message = testing::error_of([&] { ShmSegment::open(created->name(), 2, 4096, 1, 1); });
+  EXPECT_NE(message.find("mode 644"), std::string::npos) << message;
+  created.reset();
+  EXPECT_TRUE(segments_of_this_process().empty());
+}
+
+TEST(ShmSegment, RemovesSegmentsThatDeadProcessesLeftBehind) {
+  pid_t child = 0;
+  char true_path[] = "/bin/true";
+  char* argv[] = {true_path, nullptr};
+  ASSERT_EQ(posix_spawn(&child, true_path, nullptr, nullptr, argv, environ), 0);
+  waitpid(child, nullptr, 0);
+  const std::string stale = "/arc-shm-" + std::to_string(child) + "-0123456789abcdef";
+  const std::string live = "/arc-shm-" + std::to_string(getpid()) + "-0123456789abcdef";
+  for (const auto& name : {stale, live}) close(shm_open(name.c_str(), O_CREAT | O_RDWR, 0600));
+  EXPECT_GE(ShmSegment::remove_stale(), 1);
+  EXPECT_NE(access(("/dev/shm" + stale).c_str(), F_OK), 0) << "the dead process's segment is gone";
+  EXPECT_EQ(access(("/dev/shm" + live).c_str(), F_OK), 0) << "a live process's segment stays";
+  shm_unlink(live.c_str());
+}
+
+}  // namespace
+}  // namespace arc
