@@ -1,16 +1,31 @@
-// Checkpoint files.
+// Checkpoint files: the writer streams each blob through its checksum to the file in pieces
+// that are still in cache; the reader maps the file and checks the trailer, version, index and
+// every checksum first.
 #include <arc/core/checkpoint.h>
 
+#include <arc/core/crc32c.h>
 #include <arc/core/error.h>
 
 #include <torch/torch.h>
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <set>
 
 namespace arc {
 namespace {
+
+constexpr char kMagic[8] = {'A', 'R', 'C', 'C', 'K', 'P', 'T', '\0'};
+constexpr char kTrailerMagic[8] = {'A', 'R', 'C', 'C', 'K', 'E', 'N', 'D'};
+constexpr size_t kHeaderBytes = 16;
+// index offset, index bytes, index crc32c (4) + 4 spare, magic.
+constexpr size_t kTrailerBytes = 32;
+constexpr size_t kPiece = 4 << 20;
 
 void fsync_path(const std::string& path, int flags) {
   const int fd = ::open(path.c_str(), flags);
@@ -19,73 +34,261 @@ void fsync_path(const std::string& path, int flags) {
   ::close(fd);
 }
 
-std::string shape_text(const nlohmann::json& shape) { return shape.dump(); }
+// The temporary file being written; removed unless committed.
+class OutputFile {
+ public:
+  explicit OutputFile(std::string path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    ARC_CHECK(fd_ >= 0, "cannot create '", path_, "' (", std::strerror(errno), "); check permissions of the folder");
+  }
+  ~OutputFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(path_.c_str());
+  }
+  void write(const void* data, size_t size) {
+    const auto* bytes = static_cast<const uint8_t*>(data);
+    while (size > 0) {
+      const ssize_t n = ::write(fd_, bytes, size);
+      if (n < 0 && errno == EINTR) continue;
+      ARC_CHECK(n > 0, "cannot write '", path_, "' (", std::strerror(errno), "); check free space");
+      bytes += n;
+      size -= static_cast<size_t>(n);
+      offset_ += static_cast<size_t>(n);
+    }
+  }
+  void pad_to(size_t alignment) {
+    static const char zeros[64] = {};
+    write(zeros, (alignment - offset_ % alignment) % alignment);
+  }
+  // Checksums and writes in cache-sized pieces.
+  std::string write_blob(const void* data, size_t size) {
+    BlobChecksum checksum;
+    const auto* bytes = static_cast<const uint8_t*>(data);
+    for (size_t at = 0; at < size; at += kPiece) {
+      const size_t n = std::min(kPiece, size - at);
+      checksum.update(bytes + at, n);
+      write(bytes + at, n);
+    }
+    return checksum.hex();
+  }
+  size_t offset() const { return offset_; }
+  void commit() {
+    ARC_CHECK(::fsync(fd_) == 0, "cannot flush '", path_, "' to disk (", std::strerror(errno), ")");
+    ::close(fd_);
+    fd_ = -1;
+    committed_ = true;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  size_t offset_ = 0;
+  bool committed_ = false;
+};
+
+torch::ScalarType scalar_type_named(const std::string& name, const std::string& path) {
+  for (const auto type :
+       {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16, torch::kLong, torch::kInt, torch::kShort,
+        torch::kChar, torch::kByte, torch::kBool, torch::kComplexFloat, torch::kComplexDouble})
+    if (name == c10::toString(type)) return type;
+  ARC_FAIL("checkpoint '", path, "' holds a tensor of unknown type '", name, "'; it is corrupt or from a newer build");
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) { return nlohmann::json(shape).dump(); }
+
+uint64_t read_u64(const uint8_t* at) {
+  uint64_t value;
+  std::memcpy(&value, at, 8);
+  return value;
+}
 
 }  // namespace
 
-void write_atomically(torch::serialize::OutputArchive& archive, const std::string& path) {
+void CheckpointWriter::add(const std::string& name, const torch::Tensor& tensor) {
+  tensors_.emplace_back(name, tensor.detach().to(torch::kCPU).contiguous());
+}
+
+void CheckpointWriter::add(const std::string& name, torch::serialize::OutputArchive archive) {
+  archives_.emplace_back(name, std::move(archive));
+}
+
+void CheckpointWriter::add_module(const torch::nn::Module& module) {
+  for (const auto& item : module.named_parameters()) add("model/" + item.key(), item.value());
+  for (const auto& item : module.named_buffers()) add("model/" + item.key(), item.value());
+}
+
+void CheckpointWriter::write(const std::string& path) {
   const std::filesystem::path target(path);
   std::error_code error;
   if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path(), error);
   ARC_CHECK(!error, "cannot create the folder of checkpoint '", path, "': ", error.message());
-  const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
-  try {
-    archive.save_to(temporary);
-  } catch (const std::exception& failure) {
-    std::filesystem::remove(temporary, error);
-    ARC_FAIL("cannot write checkpoint '", path, "': ", failure.what(), "; check free space and permissions");
+  OutputFile file(path + ".tmp-" + std::to_string(::getpid()));
+  const uint64_t version = kCheckpointFormatVersion;
+  file.write(kMagic, 8);
+  file.write(&version, 8);
+  nlohmann::json entries = nlohmann::json::object();
+  for (const auto& [name, tensor] : tensors_) {
+    file.pad_to(64);
+    const auto offset = file.offset();
+    const auto checksum = file.write_blob(tensor.data_ptr(), tensor.nbytes());
+    entries[name] = {{"kind", "tensor"},
+                     {"offset", offset},
+                     {"bytes", tensor.nbytes()},
+                     {"checksum", checksum},
+                     {"dtype", c10::toString(tensor.scalar_type())},
+                     {"shape", tensor.sizes().vec()}};
   }
-  fsync_path(temporary, O_RDONLY);
-  std::filesystem::rename(temporary, target, error);
+  for (auto& [name, archive] : archives_) {
+    file.pad_to(64);
+    const auto offset = file.offset();
+    BlobChecksum checksum;
+    archive.save_to([&](const void* data, size_t size) {
+      checksum.update(data, size);
+      file.write(data, size);
+      return size;
+    });
+    entries[name] = {
+        {"kind", "archive"}, {"offset", offset}, {"bytes", file.offset() - offset}, {"checksum", checksum.hex()}};
+  }
+  const std::string index = nlohmann::json{{"meta", meta_}, {"entries", entries}}.dump();
+  const uint64_t index_offset = file.offset(), index_bytes = index.size();
+  file.write(index.data(), index.size());
+  const uint32_t index_crc[2] = {crc32c(index.data(), index.size()), 0};
+  file.write(&index_offset, 8);
+  file.write(&index_bytes, 8);
+  file.write(index_crc, 8);
+  file.write(kTrailerMagic, 8);
+  file.commit();
+  std::filesystem::rename(path + ".tmp-" + std::to_string(::getpid()), target, error);
   ARC_CHECK(!error, "cannot move checkpoint into place at '", path, "': ", error.message());
   fsync_path(target.has_parent_path() ? target.parent_path().string() : ".", O_RDONLY | O_DIRECTORY);
 }
 
-torch::serialize::InputArchive open_checkpoint(const std::string& path, nlohmann::json& meta) {
-  ARC_CHECK(std::filesystem::exists(path), "checkpoint '", path, "' does not exist; check ckpt_path");
-  ARC_CHECK(std::filesystem::file_size(path) > 0, "checkpoint '", path, "' is empty (truncated); use an earlier one");
-  torch::serialize::InputArchive archive;
+CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)) {
+  map_file();
   try {
-    archive.load_from(path);
-  } catch (const std::exception&) {
-    ARC_FAIL("checkpoint '", path, "' is truncated or corrupt and cannot be read; use an earlier checkpoint");
+    read_index();
+  } catch (...) {
+    munmap(const_cast<uint8_t*>(data_), size_);
+    throw;
   }
-  c10::IValue text;
-  ARC_CHECK(archive.try_read("arc_meta", text) && text.isString(), "file '", path,
-            "' is not an Arclight checkpoint (no metadata); pass a file written by Trainer::save_checkpoint");
-  meta = nlohmann::json::parse(text.toStringRef(), nullptr, false);
-  ARC_CHECK(!meta.is_discarded() && meta.is_object(), "checkpoint '", path,
-            "' has corrupt metadata; use an earlier one");
-  const auto version = meta.value("format_version", int64_t{-1});
-  ARC_CHECK(version == kCheckpointFormatVersion, "checkpoint '", path, "' has format version ", version,
-            ", but this Arclight reads version ", kCheckpointFormatVersion,
-            "; load it with the Arclight that wrote it, or retrain");
-  return archive;
 }
 
-nlohmann::json describe_state(const torch::nn::Module& module) {
-  nlohmann::json out = nlohmann::json::object();
-  for (const auto& item : module.named_parameters()) out[item.key()] = item.value().sizes().vec();
-  for (const auto& item : module.named_buffers()) out[item.key()] = item.value().sizes().vec();
+CheckpointReader::~CheckpointReader() { munmap(const_cast<uint8_t*>(data_), size_); }
+
+void CheckpointReader::map_file() {
+  ARC_CHECK(std::filesystem::exists(path_), "checkpoint '", path_, "' does not exist; check ckpt_path");
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  ARC_CHECK(fd >= 0, "cannot open checkpoint '", path_, "' (", std::strerror(errno), "); check its permissions");
+  struct stat info {};
+  ::fstat(fd, &info);
+  size_ = static_cast<size_t>(info.st_size);
+  if (size_ < kHeaderBytes + kTrailerBytes) {
+    ::close(fd);
+    ARC_FAIL("checkpoint '", path_, "' is truncated (", size_, " bytes); use an earlier one");
+  }
+  void* mapped = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+  ::close(fd);
+  ARC_CHECK(mapped != MAP_FAILED, "cannot map checkpoint '", path_, "' (", std::strerror(errno), ")");
+  data_ = static_cast<const uint8_t*>(mapped);
+}
+
+void CheckpointReader::read_index() {
+  ARC_CHECK(std::memcmp(data_, kMagic, 8) == 0, "file '", path_,
+            "' is not an Arclight checkpoint, or is truncated or corrupt; pass a file written by ",
+            "Trainer::save_checkpoint");
+  const auto version = static_cast<int64_t>(read_u64(data_ + 8));
+  ARC_CHECK(version == kCheckpointFormatVersion, "checkpoint '", path_, "' has format version ", version,
+            ", but this Arclight reads version ", kCheckpointFormatVersion,
+            "; load it with the Arclight that wrote it, or retrain");
+  const uint8_t* trailer = data_ + size_ - kTrailerBytes;
+  const uint64_t index_offset = read_u64(trailer), index_bytes = read_u64(trailer + 8);
+  ARC_CHECK(std::memcmp(trailer + 24, kTrailerMagic, 8) == 0 && index_offset >= kHeaderBytes &&
+                index_offset + index_bytes + kTrailerBytes == size_,
+            "checkpoint '", path_, "' is truncated or corrupt (its end marker is missing); use an earlier one");
+  uint32_t stored_crc;
+  std::memcpy(&stored_crc, trailer + 16, 4);
+  const char* index = reinterpret_cast<const char*>(data_ + index_offset);
+  ARC_CHECK(crc32c(index, index_bytes) == stored_crc, "checkpoint '", path_,
+            "' is corrupt (its index fails its checksum); use an earlier one");
+  const auto parsed = nlohmann::json::parse(index, index + index_bytes, nullptr, false);
+  ARC_CHECK(!parsed.is_discarded() && parsed.contains("meta") && parsed.contains("entries"), "checkpoint '", path_,
+            "' is corrupt (unreadable index); use an earlier one");
+  meta_ = parsed.at("meta");
+  for (const auto& [name, json] : parsed.at("entries").items()) {
+    Entry e;
+    e.kind = json.at("kind").get<std::string>();
+    e.offset = json.at("offset").get<int64_t>();
+    e.bytes = json.at("bytes").get<int64_t>();
+    ARC_CHECK(e.offset >= 0 && e.bytes >= 0 && static_cast<uint64_t>(e.offset + e.bytes) <= index_offset,
+              "checkpoint '", path_, "' is corrupt ('", name, "' lies outside the file); use an earlier one");
+    BlobChecksum checksum;
+    checksum.update(data_ + e.offset, static_cast<size_t>(e.bytes));
+    ARC_CHECK(checksum.hex() == json.at("checksum").get<std::string>(), "checkpoint '", path_, "' is corrupt: '", name,
+              "' fails its checksum (the file changed after it was written); use an earlier one");
+    if (e.kind == "tensor") {
+      e.dtype = scalar_type_named(json.at("dtype").get<std::string>(), path_);
+      e.shape = json.at("shape").get<std::vector<int64_t>>();
+    }
+    entries_[name] = std::move(e);
+  }
+}
+
+const CheckpointReader::Entry& CheckpointReader::entry(const std::string& name, const std::string& kind) const {
+  const auto found = entries_.find(name);
+  ARC_CHECK(found != entries_.end() && found->second.kind == kind, "checkpoint '", path_, "' holds no ", kind, " '",
+            name, "'; it was written by another program or configuration");
+  return found->second;
+}
+
+torch::Tensor CheckpointReader::tensor(const std::string& name) const {
+  const auto& e = entry(name, "tensor");
+  auto out = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
+  std::memcpy(out.data_ptr(), data_ + e.offset, static_cast<size_t>(e.bytes));
   return out;
 }
 
-void check_compatible(const nlohmann::json& meta, const torch::nn::Module& module, const std::string& path) {
-  const auto stored = meta.value("state", nlohmann::json::object());
-  const auto expected = describe_state(module);
+void CheckpointReader::read_into(const std::string& name, torch::Tensor& into) const {
+  const auto& e = entry(name, "tensor");
+  ARC_CHECK(into.sizes().vec() == e.shape, "checkpoint '", path_, "': '", name, "' has shape ", shape_text(e.shape),
+            ", the destination has ", shape_text(into.sizes().vec()));
+  torch::NoGradGuard no_grad;
+  if (into.is_cpu() && into.is_contiguous() && into.scalar_type() == e.dtype) {
+    std::memcpy(into.data_ptr(), data_ + e.offset, static_cast<size_t>(e.bytes));
+  } else {
+    into.copy_(tensor(name));
+  }
+}
+
+torch::serialize::InputArchive CheckpointReader::archive(const std::string& name) const {
+  const auto& e = entry(name, "archive");
+  torch::serialize::InputArchive archive;
+  archive.load_from(reinterpret_cast<const char*>(data_ + e.offset), static_cast<size_t>(e.bytes));
+  return archive;
+}
+
+void CheckpointReader::load_module(torch::nn::Module& module) const {
+  std::vector<std::pair<std::string, torch::Tensor>> state;
+  for (const auto& item : module.named_parameters()) state.emplace_back(item.key(), item.value());
+  for (const auto& item : module.named_buffers()) state.emplace_back(item.key(), item.value());
   std::vector<std::string> problems;
-  for (const auto& item : expected.items()) {
-    if (!stored.contains(item.key())) {
-      problems.push_back("missing '" + item.key() + "'");
-    } else if (stored[item.key()] != item.value()) {
-      problems.push_back("'" + item.key() + "' has shape " + shape_text(stored[item.key()]) + ", the module has " +
-                         shape_text(item.value()));
+  std::set<std::string> expected;
+  for (const auto& [name, tensor] : state) {
+    expected.insert("model/" + name);
+    const auto found = entries_.find("model/" + name);
+    if (found == entries_.end()) {
+      problems.push_back("missing '" + name + "'");
+    } else if (found->second.shape != tensor.sizes().vec()) {
+      problems.push_back("'" + name + "' has shape " + shape_text(found->second.shape) + ", the module has " +
+                         shape_text(tensor.sizes().vec()));
     }
   }
-  for (const auto& item : stored.items())
-    if (!expected.contains(item.key())) problems.push_back("unexpected '" + item.key() + "'");
-  ARC_CHECK(problems.empty(), "checkpoint '", path, "' does not match ", module.name(), ": ", join(problems, "; "),
+  for (const auto& [name, e] : entries_)
+    if (name.rfind("model/", 0) == 0 && expected.count(name) == 0)
+      problems.push_back("unexpected '" + name.substr(6) + "'");
+  ARC_CHECK(problems.empty(), "checkpoint '", path_, "' does not match ", module.name(), ": ", join(problems, "; "),
             ". It was written for another model; load it into the same architecture");
+  for (auto& [name, tensor] : state) read_into("model/" + name, tensor);
 }
 
 }  // namespace arc

@@ -48,8 +48,7 @@ void CheckpointConnector::save(TrainModule& module, const std::string& path, boo
   const auto& progress = trainer_.progress();
   const bool mid_accumulation = progress.epoch_batches % trainer_.accumulate_grad_batches() != 0 &&
                                 progress.epoch_batches != trainer_.num_training_batches();
-  nlohmann::json meta = {{"format_version", kCheckpointFormatVersion},
-                         {"module", module.name()},
+  nlohmann::json meta = {{"module", module.name()},
                          {"weights_only", weights_only},
                          {"epoch", progress.current_epoch},
                          {"global_step", progress.global_step},
@@ -57,7 +56,6 @@ void CheckpointConnector::save(TrainModule& module, const std::string& path, boo
                          {"total_batches", progress.total_batches},
                          {"validation_runs", progress.validation_runs},
                          {"mid_accumulation", mid_accumulation},
-                         {"state", describe_state(module)},
                          {"hparams", module.hparams()}};
   nlohmann::json callbacks = nlohmann::json::object();
   for (const auto& callback : trainer_.callbacks()) {
@@ -73,56 +71,47 @@ void CheckpointConnector::save(TrainModule& module, const std::string& path, boo
   for (const auto& config : trainer_.optimizer_configs())
     schedulers.push_back(config.lr_scheduler ? config.lr_scheduler->scheduler->state_dict() : nlohmann::json(nullptr));
   meta["schedulers"] = schedulers;
+  meta["train_metrics"] = trainer_.train_metrics_.state_dict();
   module.on_save_checkpoint(meta);
 
-  torch::serialize::OutputArchive archive;
-  archive.write("arc_meta", c10::IValue(meta.dump()));
-  torch::serialize::OutputArchive model;
-  module.save(model);
-  archive.write("model", model);
+  CheckpointWriter writer(std::move(meta));
+  writer.add_module(module);
   if (!weights_only) {
     for (size_t i = 0; i < trainer_.optimizer_configs().size(); ++i) {
       torch::serialize::OutputArchive optimizer;
       trainer_.optimizer_configs()[i].optimizer->save(optimizer);
-      archive.write("optimizer_" + std::to_string(i), optimizer);
+      writer.add("optimizer_" + std::to_string(i), std::move(optimizer));
     }
     if (mid_accumulation) {
-      torch::serialize::OutputArchive grads;
       const auto parameters = trainable(module);
       for (size_t i = 0; i < parameters.size(); ++i)
-        if (parameters[i].grad().defined()) grads.write("g" + std::to_string(i), parameters[i].grad());
-      archive.write("grads", grads);
+        if (parameters[i].grad().defined()) writer.add("grad/" + std::to_string(i), parameters[i].grad());
     }
-    archive.write("rng_cpu", cpu_rng_state(), true);
+    writer.add("rng_cpu", cpu_rng_state());
   }
-  write_atomically(archive, path);
+  writer.write(path);
 }
 
 void CheckpointConnector::restore_weights(TrainModule& module, const std::string& path) {
-  nlohmann::json meta;
-  auto archive = open_checkpoint(path, meta);
-  check_compatible(meta, module, path);
-  torch::serialize::InputArchive model;
-  archive.read("model", model);
-  torch::NoGradGuard no_grad;
-  const auto device = module.parameters().empty() ? torch::Device(torch::kCPU) : module.parameters().front().device();
-  module.load(model);
-  module.to(device);
-  module.on_load_checkpoint(meta);
+  const CheckpointReader checkpoint(path);
+  checkpoint.load_module(module);
+  module.on_load_checkpoint(checkpoint.meta());
 }
 
 void CheckpointConnector::restore_training(TrainModule& module, const std::string& path) {
-  nlohmann::json meta;
-  auto archive = open_checkpoint(path, meta);
+  const CheckpointReader checkpoint(path);
+  const auto& meta = checkpoint.meta();
   ARC_CHECK(!meta.value("weights_only", false), "checkpoint '", path, "' holds weights only and cannot resume ",
             "training; pass it to validate/test/predict, or resume from a full checkpoint");
-  restore_weights(module, path);
   auto& configs = trainer_.optimizers_;
-  for (size_t i = 0; i < configs.size(); ++i) {
-    torch::serialize::InputArchive optimizer;
-    ARC_CHECK(archive.try_read("optimizer_" + std::to_string(i), optimizer), "checkpoint '", path,
+  for (size_t i = 0; i < configs.size(); ++i)
+    ARC_CHECK(checkpoint.contains("optimizer_" + std::to_string(i)), "checkpoint '", path,
               "' has no state for optimizer ", i, "; configure_optimizers() returns ", configs.size(),
               " optimizers, but it was saved with fewer");
+  checkpoint.load_module(module);
+  module.on_load_checkpoint(meta);
+  for (size_t i = 0; i < configs.size(); ++i) {
+    auto optimizer = checkpoint.archive("optimizer_" + std::to_string(i));
     configs[i].optimizer->load(optimizer);
     const auto& schedulers = meta.at("schedulers");
     if (configs[i].lr_scheduler && i < schedulers.size() && !schedulers[i].is_null())
@@ -135,16 +124,14 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
   progress.total_batches = meta.at("total_batches").get<int64_t>();
   progress.validation_runs = meta.at("validation_runs").get<int64_t>();
   if (meta.at("mid_accumulation").get<bool>()) {
-    torch::serialize::InputArchive grads;
-    archive.read("grads", grads);
     const auto parameters = trainable(module);
     for (size_t i = 0; i < parameters.size(); ++i) {
-      torch::Tensor grad;
-      if (grads.try_read("g" + std::to_string(i), grad)) parameters[i].mutable_grad() = grad.to(parameters[i].device());
+      const std::string name = "grad/" + std::to_string(i);
+      if (checkpoint.contains(name)) parameters[i].mutable_grad() = checkpoint.tensor(name).to(parameters[i].device());
     }
   }
-  torch::Tensor rng;
-  if (archive.try_read("rng_cpu", rng, true)) set_cpu_rng_state(rng);
+  if (checkpoint.contains("rng_cpu")) set_cpu_rng_state(checkpoint.tensor("rng_cpu"));
+  trainer_.train_metrics_.load_state_dict(meta.at("train_metrics"));
   const auto& callbacks = meta.at("callbacks");
   for (const auto& callback : trainer_.callbacks())
     if (callbacks.contains(callback->state_key())) callback->load_state_dict(callbacks.at(callback->state_key()));

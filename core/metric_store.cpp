@@ -34,6 +34,39 @@ void MetricStore::log(const std::string& name, const torch::Tensor& value, const
   ++entry.count;
 }
 
+nlohmann::json MetricStore::state_dict() const {
+  nlohmann::json state = nlohmann::json::object();
+  for (const auto& [name, e] : entries_) {
+    state[name] = {{"on_step", e.on_step},           {"on_epoch", e.on_epoch},
+                   {"prog_bar", e.prog_bar},         {"logger", e.logger},
+                   {"sync_dist", e.sync_dist},       {"reduce", static_cast<int>(e.reduce)},
+                   {"weighted_sum", e.weighted_sum}, {"weight", e.weight},
+                   {"extreme", e.extreme},           {"count", e.count}};
+    if (e.step_value.defined()) state[name]["step_value"] = e.step_value.item<double>();
+    if (e.epoch_value) state[name]["epoch_value"] = *e.epoch_value;
+  }
+  return state;
+}
+
+void MetricStore::load_state_dict(const nlohmann::json& state) {
+  entries_.clear();
+  for (const auto& [name, json] : state.items()) {
+    auto& e = entries_[name];
+    e.on_step = json.at("on_step").get<bool>();
+    e.on_epoch = json.at("on_epoch").get<bool>();
+    e.prog_bar = json.at("prog_bar").get<bool>();
+    e.logger = json.at("logger").get<bool>();
+    e.sync_dist = json.at("sync_dist").get<bool>();
+    e.reduce = static_cast<Reduce>(json.at("reduce").get<int>());
+    e.weighted_sum = json.at("weighted_sum").get<double>();
+    e.weight = json.at("weight").get<double>();
+    e.extreme = json.at("extreme").get<double>();
+    e.count = json.at("count").get<int64_t>();
+    if (json.contains("step_value")) e.step_value = torch::tensor(json.at("step_value").get<double>(), torch::kDouble);
+    if (json.contains("epoch_value")) e.epoch_value = json.at("epoch_value").get<double>();
+  }
+}
+
 std::string MetricStore::step_name(const std::string& name, const Entry& entry) {
   return entry.on_epoch ? name + "_step" : name;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <torch/types.h>
+#include <nlohmann/json.hpp>
 
 #include <functional>
 
@@ -54,6 +55,10 @@ class MetricStore {
   /// Closes the epoch: aggregates epoch values and returns them for loggers. With `gather`,
   /// sync_dist values are reduced across ranks with one collective (every rank must call).
   Metrics end_epoch(const GatherFn& gather = nullptr);
+  /// The accumulated values, for checkpoints: a run resumed mid-epoch ends the epoch with the
+  /// same aggregates as one never interrupted.
+  nlohmann::json state_dict() const;
+  void load_state_dict(const nlohmann::json& state);
   /// Forgets everything (a new stage starts).
   void clear() { entries_.clear(); }
   bool empty() const { return entries_.empty(); }

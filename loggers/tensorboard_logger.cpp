@@ -1,12 +1,12 @@
 // TensorBoardLogger.
 #include <arc/loggers/tensorboard_logger.h>
 
+#include <arc/core/crc32c.h>
 #include <arc/core/error.h>
 
 #include "loggers/tensorboard.pb.h"
 
 #include <unistd.h>
-#include <array>
 #include <chrono>
 
 namespace arc {
@@ -16,30 +16,7 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::array<uint32_t, 256> crc_table() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t crc = i;
-    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
-    table[i] = crc;
-  }
-  return table;
-}
-
 }  // namespace
-
-uint32_t crc32c(const void* data, size_t size) {
-  static const auto table = crc_table();
-  const auto* bytes = static_cast<const uint8_t*>(data);
-  uint32_t crc = 0xFFFFFFFFu;
-  for (size_t i = 0; i < size; ++i) crc = table[(crc ^ bytes[i]) & 0xFF] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
-}
-
-uint32_t masked_crc32c(const void* data, size_t size) {
-  const uint32_t crc = crc32c(data, size);
-  return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
-}
 
 TensorBoardLogger::TensorBoardLogger(const std::string& save_dir, std::string name, int64_t version)
     : FolderLogger(save_dir, std::move(name), version) {

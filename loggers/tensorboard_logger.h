@@ -27,9 +27,4 @@ class TensorBoardLogger : public FolderLogger {
   std::ofstream out_;
 };
 
-/// CRC32C (Castagnoli) of `size` bytes.
-uint32_t crc32c(const void* data, size_t size);
-/// TFRecord's masked form of a CRC32C.
-uint32_t masked_crc32c(const void* data, size_t size);
-
 }  // namespace arc

@@ -18,14 +18,8 @@ int main(int argc, char** argv) {
       torch::NoGradGuard no_grad;
       model->weight.fill_(static_cast<float>(generation));
     }
-    torch::serialize::OutputArchive archive;
-    archive.write("arc_meta", c10::IValue(nlohmann::json{{"format_version", arc::kCheckpointFormatVersion},
-                                                         {"state", arc::describe_state(*model)},
-                                                         {"generation", generation}}
-                                              .dump()));
-    torch::serialize::OutputArchive weights;
-    model->save(weights);
-    archive.write("model", weights);
-    arc::write_atomically(archive, argv[1]);
+    arc::CheckpointWriter writer(nlohmann::json{{"generation", generation}});
+    writer.add_module(*model);
+    writer.write(argv[1]);
   }
 }

@@ -2,6 +2,8 @@
 #include "loggers/tensorboard.pb.h"
 #include "support/tiny_module.h"
 
+#include <arc/core/crc32c.h>
+
 #include <gtest/gtest.h>
 
 #include <unistd.h>
