@@ -11,6 +11,10 @@
 #include <vector>
 
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <stdexcept>
 
 namespace arc::bench {
 
@@ -45,6 +49,20 @@ inline double seconds(const std::function<void()>& fn) {
 inline double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
+}
+
+/// Runs `command` (an `arc train ...`) and returns the JSON of its RESULT line.
+inline nlohmann::json result_of(const std::string& command) {
+  FILE* pipe = popen((command + " 2>/dev/null").c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  const int status = pclose(pipe);
+  const auto at = output.find("RESULT ");
+  if (status != 0 || at == std::string::npos)
+    throw std::runtime_error("no RESULT line from: " + command + "\n" + output);
+  return nlohmann::json::parse(output.substr(at + 7, output.find('\n', at) - at - 7));
 }
 
 }  // namespace arc::bench

@@ -31,18 +31,10 @@ double unix_now() {
 Result run(const std::string& command) {
   const double start = unix_now();
   std::ostringstream full;
-  full << std::fixed << std::setprecision(6) << "BENCH_T0=" << start << " " << command << " 2>/dev/null";
-  FILE* pipe = popen(full.str().c_str(), "r");
-  std::string output;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  const int status = pclose(pipe);
+  full << std::fixed << std::setprecision(6) << "BENCH_T0=" << start << " " << command;
   Result result;
+  result.json = result_of(full.str());
   result.wall_s = unix_now() - start;
-  const auto at = output.find("RESULT ");
-  if (status != 0 || at == std::string::npos) throw std::runtime_error("no RESULT from: " + command + "\n" + output);
-  result.json = nlohmann::json::parse(output.substr(at + 7, output.find('\n', at) - at - 7));
   return result;
 }
 

@@ -111,20 +111,12 @@ ChildRun cnn_child(bool tune_malloc, int64_t batches) {
                               " --set trainer.enable_progress_bar=false --set trainer.limit_val_batches=0"
                               " --set trainer.limit_train_batches=" +
                               std::to_string(batches) +
-                              " --set trainer.tune_malloc=" + (tune_malloc ? "true" : "false") + " 2>/dev/null";
+                              " --set trainer.tune_malloc=" + (tune_malloc ? "true" : "false");
   rusage before{};
   getrusage(RUSAGE_CHILDREN, &before);
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  pclose(pipe);
+  const auto result = result_of(command);
   rusage after{};
   getrusage(RUSAGE_CHILDREN, &after);
-  const auto at = output.find("RESULT ");
-  if (at == std::string::npos) throw std::runtime_error("arc train printed no RESULT line: " + output);
-  const auto result = nlohmann::json::parse(output.substr(at + 7));
   return {result["train_sps"].get<double>(), after.ru_minflt - before.ru_minflt};
 }
 

@@ -72,6 +72,7 @@ void CheckpointConnector::save(TrainModule& module, const std::string& path, boo
     schedulers.push_back(config.lr_scheduler ? config.lr_scheduler->scheduler->state_dict() : nlohmann::json(nullptr));
   meta["schedulers"] = schedulers;
   meta["train_metrics"] = trainer_.train_metrics_.state_dict();
+  meta["precision"] = trainer_.precision().state_dict();
   module.on_save_checkpoint(meta);
 
   CheckpointWriter writer(std::move(meta));
@@ -132,6 +133,7 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
   }
   if (checkpoint.contains("rng_cpu")) set_cpu_rng_state(checkpoint.tensor("rng_cpu"));
   trainer_.train_metrics_.load_state_dict(meta.at("train_metrics"));
+  trainer_.precision_->load_state_dict(meta.at("precision"));
   const auto& callbacks = meta.at("callbacks");
   for (const auto& callback : trainer_.callbacks())
     if (callbacks.contains(callback->state_key())) callback->load_state_dict(callbacks.at(callback->state_key()));

@@ -72,6 +72,7 @@ void EvaluationLoop::end_hooks() {
 
 void EvaluationLoop::step(Batch& batch, int64_t batch_idx) {
   auto& t = trainer_;
+  const auto autocast = t.precision_->forward_context();
   if (stage_ == Stage::test) {
     t.call_callbacks([&](Callback& c) { c.on_test_batch_start(t, module_, batch, batch_idx); });
     module_.on_test_batch_start(batch, batch_idx);
@@ -101,7 +102,7 @@ Metrics EvaluationLoop::run_batches(DataLoader& loader, int64_t batches) {
     for (int64_t batch_idx = 0; batch_idx < batches; ++batch_idx) {
       auto fetched = loader.next();
       if (!fetched) break;
-      Batch batch = fetched->to(t.device());
+      Batch batch = fetched->to(t.device(), t.precision_->input_dtype());
       t.current_batch_size_ = batch.batch_size();
       step(batch, batch_idx);
     }
@@ -125,9 +126,12 @@ std::vector<torch::Tensor> EvaluationLoop::predict(DataLoader& loader, const Bat
   for (int64_t batch_idx = 0; batch_idx < batches; ++batch_idx) {
     auto fetched = loader.next();
     if (!fetched) break;
-    Batch batch = fetched->to(t.device());
+    Batch batch = fetched->to(t.device(), t.precision_->input_dtype());
     t.current_batch_size_ = batch.batch_size();
-    outputs.push_back(module_.predict_step(batch, batch_idx));
+    {
+      const auto autocast = t.precision_->forward_context();
+      outputs.push_back(module_.predict_step(batch, batch_idx));
+    }
     t.call_callbacks([&](Callback& c) { c.on_predict_batch_end(t, module_, outputs.back(), batch, batch_idx); });
   }
   t.call_callbacks([&](Callback& c) { c.on_predict_end(t, module_); });

@@ -112,7 +112,7 @@ void FitLoop::run_epoch() {
     if (steps_done() || stop_requested()) break;
     auto fetched = train_->next();
     if (!fetched) break;
-    Batch batch = fetched->to(t.device());
+    Batch batch = fetched->to(t.device(), t.precision_->input_dtype());
     run_batch(batch, batch_idx);
     if (validation_due(batch_idx)) validate();
   }
@@ -134,6 +134,7 @@ void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {
   if (module_.automatic_optimization()) {
     automatic_step(batch, batch_idx, loss);
   } else {
+    const auto autocast = t.precision_->forward_context();
     loss = module_.training_step(batch, batch_idx);
   }
   ++t.progress_.epoch_batches;
@@ -146,7 +147,10 @@ void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {
 void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& loss) {
   auto& t = trainer_;
   const int64_t accumulate = t.accumulate_grad_batches();
-  loss = module_.training_step(batch, batch_idx);
+  {
+    const auto autocast = t.precision_->forward_context();
+    loss = module_.training_step(batch, batch_idx);
+  }
   ARC_CHECK(loss.defined() && loss.numel() == 1, "training_step must return the scalar loss to minimise, got ",
             loss.defined() ? "a tensor of shape " + detail::str(loss.sizes()) : std::string("an undefined tensor"),
             "; return a scalar, or call set_automatic_optimization(false) to optimize by hand");
@@ -162,12 +166,15 @@ void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& los
 
 void FitLoop::optimizer_step() {
   auto& t = trainer_;
+  // Hooks and clipping see gradients at their true size.
+  for (auto& config : t.optimizers_) t.precision_->unscale(*config.optimizer);
   for (auto& config : t.optimizers_) {
     module_.on_before_optimizer_step(*config.optimizer);
     t.call_callbacks([&](Callback& c) { c.on_before_optimizer_step(t, module_, *config.optimizer); });
   }
   clip_gradients();
-  for (auto& config : t.optimizers_) config.optimizer->step();
+  for (auto& config : t.optimizers_) t.precision_->optimizer_step(*config.optimizer);
+  t.precision_->update();
   ++t.progress_.global_step;
   step_schedulers(Interval::step);
 }

@@ -73,6 +73,7 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> 
   strategy_ =
       resolve_strategy(options_.strategy(), static_cast<int64_t>(accelerator_->select(options_.devices()).size()));
   strategy_->setup(*accelerator_, options_);
+  precision_ = std::make_unique<Precision>(options_.precision(), strategy_->root_device());
   add_default_callbacks();
 }
 
@@ -156,6 +157,7 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
       data->setup(stage);
     }
     module.setup(stage);
+    precision_->convert_module(module);
     strategy_->setup_module(module);
     body();
     strategy_->teardown();
@@ -339,7 +341,7 @@ void Trainer::send_to_loggers(const Metrics& metrics) {
 void Trainer::backward(TrainModule& module, const torch::Tensor& loss) {
   module.on_before_backward(loss);
   call_callbacks([&](Callback& c) { c.on_before_backward(*this, module, loss); });
-  strategy_->backward(loss);
+  strategy_->backward(precision_->pre_backward(loss));
   module.on_after_backward();
   call_callbacks([&](Callback& c) { c.on_after_backward(*this, module); });
 }
@@ -354,9 +356,11 @@ void Trainer::zero_grad(torch::optim::Optimizer& optimizer) {
 }
 
 void Trainer::manual_optimizer_step(torch::optim::Optimizer& optimizer) {
+  precision_->unscale(optimizer);
   module_->on_before_optimizer_step(optimizer);
   call_callbacks([&](Callback& c) { c.on_before_optimizer_step(*this, *module_, optimizer); });
-  optimizer.step();
+  precision_->optimizer_step(optimizer);
+  precision_->update();
   ++progress_.global_step;
 }
 

@@ -5,6 +5,7 @@
 #include <arc/callbacks/callback.h>
 #include <arc/core/data_module.h>
 #include <arc/core/metric_store.h>
+#include <arc/core/precision.h>
 #include <arc/core/train_module.h>
 #include <arc/core/trainer_options.h>
 #include <arc/loggers/logger.h>
@@ -102,6 +103,8 @@ class Trainer {
   void log_from_module(const std::string& name, const torch::Tensor& value, const LogOptions& options);
   /// Called by TrainModule::manual_backward and the automatic loop.
   void backward(TrainModule& module, const torch::Tensor& loss);
+  /// The precision plugin ("32-true", "bf16-mixed", ...).
+  Precision& precision() const { return *precision_; }
   /// Called by ManualOptimizer::step: hooks, step, global step.
   void manual_optimizer_step(torch::optim::Optimizer& optimizer);
   void zero_grad(torch::optim::Optimizer& optimizer);
@@ -141,6 +144,7 @@ class Trainer {
   std::vector<std::shared_ptr<Logger>> loggers_;
   std::shared_ptr<AcceleratorBackend> accelerator_;
   std::shared_ptr<Strategy> strategy_;
+  std::unique_ptr<Precision> precision_;
   std::vector<OptimizerConfig> optimizers_;
   TrainModule* module_ = nullptr;
   TrainModule* last_module_ = nullptr;

@@ -1,6 +1,6 @@
 // Process groups over a c10d TCPStore: the rendezvous (every wait has a timeout and names the
 // ranks that did not arrive), Gloo collectives, and the choice of shared memory within a node.
-// This file and its .cpp hold every LibTorch 1.13 / 2.x difference of the distributed code.
+// The c10d calls here are the same in LibTorch 1.13 and 2.x (differences go to core/torch_compat).
 #pragma once
 
 #include <arc/strategies/collectives.h>

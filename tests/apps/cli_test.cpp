@@ -57,6 +57,18 @@ TEST(Cli, TrainPrintsTheResultLine) {
   EXPECT_GT(result["t_first_step_s"].get<double>(), 0.0);
 }
 
+// WORKLOAD.md's MLP after one epoch: 0.8673 in float32.
+TEST(Cli, Bf16MixedMlpEpochIsWithinOnePointOfFloat32) {
+  const auto out =
+      arc("train --set trainer.precision=bf16-mixed --set trainer.num_threads=1 "
+          "--set trainer.enable_progress_bar=false --set trainer.enable_checkpointing=false");
+  ASSERT_EQ(out.status, 0) << out.text;
+  const auto result = result_of(out.text);
+  ASSERT_TRUE(result.is_object()) << out.text;
+  EXPECT_NEAR(result["val_acc"].get<double>(), 0.8673, 0.01);
+  EXPECT_NE(out.text.find("precision bf16-mixed: autocast to BFloat16 on cpu"), std::string::npos) << out.text;
+}
+
 TEST(Cli, ShippedDdpSpawnConfigTrainsOnTwoProcesses) {
   const auto out = arc(std::string("train --config ") + ARC_SOURCE_DIR + "/apps/configs/mlp_ddp_spawn.json" +
                        " --set trainer.limit_train_batches=120 --set trainer.enable_progress_bar=false");

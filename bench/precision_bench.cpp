@@ -1,0 +1,42 @@
+// Precision on the canonical workloads: one epoch of the MLP and the CNN as fresh `arc train`
+// commands (1 thread), 32-true against bf16-mixed (and 64-true) in the same invocation.
+//   arc_bench_precision [repeats=1] [mlp,cnn]
+#include "bench_util.h"
+
+#include <iomanip>
+
+int main(int argc, char** argv) {
+  using namespace arc::bench;
+  const int repeats = argc > 1 ? std::atoi(argv[1]) : 1;
+  const std::string models = argc > 2 ? argv[2] : "mlp,cnn";
+  torch::set_num_threads(1);
+  print_header("Precision: one epoch, 1 thread, median of " + std::to_string(repeats));
+  std::cout << std::left << std::setw(24) << "run" << std::right << std::setw(12) << "samples/s" << std::setw(8)
+            << "ratio" << std::setw(10) << "val_acc" << std::setw(10) << "d acc"
+            << "\n";
+  for (const std::string model : {"mlp", "cnn"}) {
+    if (models.find(model) == std::string::npos) continue;
+    double base_sps = 0, base_acc = 0;
+    for (const std::string precision : {"32-true", "bf16-mixed", "64-true"}) {
+      std::vector<double> sps;
+      double acc = 0;
+      for (int r = 0; r < repeats; ++r) {
+        const auto result =
+            result_of(std::string(ARC_BINARY) + " train --set module.name=" + model +
+                      "_classifier --set trainer.num_threads=1 --set trainer.enable_progress_bar=false" +
+                      " --set trainer.precision=" + precision);
+        sps.push_back(result["train_sps"].get<double>());
+        acc = result["val_acc"].get<double>();
+      }
+      if (precision == "32-true") {
+        base_sps = median(sps);
+        base_acc = acc;
+      }
+      std::cout << std::left << std::setw(24) << model + " " + precision << std::right << std::fixed
+                << std::setprecision(0) << std::setw(12) << median(sps) << std::setprecision(3) << std::setw(8)
+                << median(sps) / base_sps << std::setprecision(4) << std::setw(10) << acc << std::setw(10)
+                << acc - base_acc << "\n";
+    }
+  }
+  return 0;
+}

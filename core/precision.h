@@ -1,0 +1,75 @@
+// Precision: Lightning's precision plugins, chosen by name. "32-true" (default) and "64-true"
+// compute in that float type; "bf16-mixed" runs steps under autocast to bfloat16 (CPU, CUDA);
+// "16-mixed" autocasts to float16 on CUDA with a GradScaler (on the CPU it becomes "bf16-mixed",
+// with a warning, as in Lightning); "bf16-true" / "16-true" cast the module and inputs.
+#pragma once
+
+#include <arc/core/grad_scaler.h>
+
+#include <torch/types.h>
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+namespace torch::nn {
+class Module;
+}
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace arc {
+
+class Precision {
+ public:
+  /// Autocast on from construction to destruction (mixed precisions only); restores the state
+  /// it found.
+  class ForwardContext {
+   public:
+    ForwardContext(std::optional<torch::ScalarType> dtype, torch::DeviceType device);
+    ~ForwardContext();
+    ForwardContext(const ForwardContext&) = delete;
+    ForwardContext& operator=(const ForwardContext&) = delete;
+
+   private:
+    bool active_;
+    torch::DeviceType device_;
+    bool was_enabled_ = false;
+    torch::ScalarType was_dtype_ = torch::kFloat;
+  };
+
+  /// Resolves `name` for `device`; unknown names are an error listing the known ones.
+  Precision(const std::string& name, torch::Device device);
+
+  /// The resolved name ("16-mixed" on the CPU reads "bf16-mixed").
+  const std::string& name() const { return name_; }
+  /// The type modules and floating inputs take ("64-true", "bf16-true", "16-true").
+  std::optional<torch::ScalarType> input_dtype() const { return true_dtype_; }
+  void convert_module(torch::nn::Module& module) const;
+  /// Wrap training/validation/test/predict steps in this.
+  ForwardContext forward_context() const { return ForwardContext(autocast_dtype_, device_.type()); }
+
+  /// The loss to call backward on (scaled under "16-mixed").
+  torch::Tensor pre_backward(const torch::Tensor& loss) const;
+  /// Before clipping: gradients back to their true size.
+  void unscale(torch::optim::Optimizer& optimizer);
+  /// Steps `optimizer`, unless the scaler found inf/NaN gradients; returns whether it stepped.
+  bool optimizer_step(torch::optim::Optimizer& optimizer);
+  /// After every optimizer of the iteration stepped.
+  void update();
+
+  /// The scaler's state (null without one), saved in checkpoints.
+  nlohmann::json state_dict() const;
+  void load_state_dict(const nlohmann::json& state);
+  const GradScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+
+ private:
+  std::string name_;
+  torch::Device device_;
+  std::optional<torch::ScalarType> true_dtype_;
+  std::optional<torch::ScalarType> autocast_dtype_;
+  std::optional<GradScaler> scaler_;
+};
+
+}  // namespace arc
