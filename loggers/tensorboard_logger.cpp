@@ -3,6 +3,7 @@
 
 #include <arc/core/crc32c.h>
 #include <arc/core/error.h>
+#include <arc/core/host.h>
 
 #include "loggers/tensorboard.pb.h"
 
@@ -20,10 +21,8 @@ double now_seconds() {
 
 TensorBoardLogger::TensorBoardLogger(const std::string& save_dir, std::string name, int64_t version)
     : FolderLogger(save_dir, std::move(name), version) {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  path_ = log_dir() + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." + host + "." +
-          std::to_string(getpid());
+  path_ = log_dir() + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." +
+          host_name() + "." + std::to_string(getpid());
   out_.open(path_, std::ios::binary);
   ARC_CHECK(out_.good(), "cannot open '", path_, "' for writing; check permissions of save_dir");
   tensorboard::Event header;

@@ -2,24 +2,14 @@
 #include <arc/strategies/ddp_strategy.h>
 
 #include <arc/core/console.h>
+#include <arc/core/host.h>
 #include <arc/core/train_module.h>
 #include <arc/strategies/process_group.h>
 
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <unistd.h>
-
 namespace arc {
-namespace {
-
-std::string host_name() {
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  return name;
-}
-
-}  // namespace
 
 std::shared_ptr<cluster::ClusterEnvironment> DDPStrategy::find_environment(const TrainerOptions& options) {
   auto found = options.cluster_environment() == "auto"

@@ -42,6 +42,19 @@ int64_t env_int(const std::string& name) {
 
 int64_t env_int_or(const std::string& name, int64_t fallback) { return env(name) ? env_int(name) : fallback; }
 
+std::optional<int64_t> master_port() {
+  if (!env("MASTER_PORT")) return std::nullopt;
+  const int64_t port = env_int("MASTER_PORT");
+  ARC_CHECK(port > 0 && port < 65536, "MASTER_PORT=", port, " is not a TCP port; use 1..65535");
+  return port;
+}
+
+int64_t required_master_port(const std::string& launcher) {
+  const auto port = master_port();
+  ARC_CHECK(port.has_value(), "MASTER_PORT is not set; ", launcher, " sets it, so check the launch, or export it");
+  return *port;
+}
+
 std::string first_host(const std::string& nodelist) {
   // Split at the first comma outside brackets: "rack[1-2],x" → "rack[1-2]".
   int depth = 0;
@@ -58,7 +71,8 @@ std::string first_host(const std::string& nodelist) {
   const auto open = first.find('[');
   if (open == std::string::npos) return first;
   const auto close = first.find(']', open);
-  ARC_CHECK(close != std::string::npos, "host list '", nodelist, "' has an unclosed '['");
+  ARC_CHECK(close != std::string::npos, "host list '", nodelist, "' has an unclosed '['; fix the node list, ",
+            "or set MASTER_ADDR");
   std::string range = first.substr(open + 1, close - open - 1);
   range = range.substr(0, range.find_first_of(",-"));
   return first.substr(0, open) + range + first.substr(close + 1);

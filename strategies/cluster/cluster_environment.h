@@ -43,6 +43,10 @@ std::optional<std::string> env(const std::string& name);
 int64_t env_int(const std::string& name);
 /// `name` as an integer, or `fallback` when unset; an error when set but not a number.
 int64_t env_int_or(const std::string& name, int64_t fallback);
+/// MASTER_PORT when set, checked to be a TCP port (1..65535); nullopt when unset.
+std::optional<int64_t> master_port();
+/// MASTER_PORT, which `launcher` should have set; an error naming it when unset or not a port.
+int64_t required_master_port(const std::string& launcher);
 /// The first host of a SLURM/LSF host list: "node[01-04,7]" → "node01", "a,b" → "a".
 std::string first_host(const std::string& nodelist);
 

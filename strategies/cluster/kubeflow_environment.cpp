@@ -16,7 +16,7 @@ std::string KubeflowEnvironment::main_address() const {
   return *address;
 }
 
-int64_t KubeflowEnvironment::main_port() const { return env_int("MASTER_PORT"); }
+int64_t KubeflowEnvironment::main_port() const { return required_master_port("the Kubeflow PyTorchJob operator"); }
 int64_t KubeflowEnvironment::world_size() const { return env_int("WORLD_SIZE"); }
 int64_t KubeflowEnvironment::global_rank() const { return env_int("RANK"); }
 int64_t KubeflowEnvironment::local_rank() const { return 0; }

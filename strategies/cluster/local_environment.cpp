@@ -11,11 +11,7 @@ bool LocalEnvironment::creates_processes_externally() const { return env("LOCAL_
 
 std::string LocalEnvironment::main_address() const { return env("MASTER_ADDR").value_or("127.0.0.1"); }
 
-int64_t LocalEnvironment::main_port() const {
-  const int64_t port = env_int("MASTER_PORT");
-  ARC_CHECK(port > 0 && port < 65536, "MASTER_PORT=", port, " is not a TCP port; use 1..65535");
-  return port;
-}
+int64_t LocalEnvironment::main_port() const { return required_master_port("the ddp_spawn launcher"); }
 
 int64_t LocalEnvironment::world_size() const { return env_int_or("WORLD_SIZE", 1); }
 int64_t LocalEnvironment::global_rank() const { return env_int_or("RANK", 0); }

@@ -2,8 +2,8 @@
 #include <arc/strategies/cluster/lsf_environment.h>
 
 #include <arc/core/error.h>
+#include <arc/core/host.h>
 
-#include <unistd.h>
 #include <fstream>
 #include <vector>
 
@@ -32,11 +32,14 @@ bool LsfEnvironment::detect() {
          env("JSM_NAMESPACE_SIZE").has_value() && env("JSM_NAMESPACE_RANK").has_value();
 }
 
-std::string LsfEnvironment::main_address() const { return env("MASTER_ADDR").value_or(task_hosts().front()); }
+std::string LsfEnvironment::main_address() const {
+  if (const auto address = env("MASTER_ADDR")) return *address;
+  return task_hosts().front();
+}
 
 // As Lightning: 10000 + the job id modulo 1000.
 int64_t LsfEnvironment::main_port() const {
-  if (env("MASTER_PORT")) return env_int("MASTER_PORT");
+  if (const auto port = master_port()) return *port;
   return 10000 + env_int("LSB_JOBID") % 1000;
 }
 
@@ -45,8 +48,7 @@ int64_t LsfEnvironment::global_rank() const { return env_int("JSM_NAMESPACE_RANK
 int64_t LsfEnvironment::local_rank() const { return env_int("JSM_NAMESPACE_LOCAL_RANK"); }
 
 int64_t LsfEnvironment::node_rank() const {
-  char name[256] = {0};
-  gethostname(name, sizeof(name) - 1);
+  const std::string name = host_name();
   std::vector<std::string> unique;
   for (const auto& host : task_hosts())
     if (unique.empty() || unique.back() != host) unique.push_back(host);

@@ -20,7 +20,7 @@ std::string MpiEnvironment::main_address() const { return env("MASTER_ADDR").val
 // Without MASTER_PORT, every rank derives the same port from the job id (OpenMPI's
 // OMPI_MCA_ess_base_jobid, MPICH's PMI_ID... absent: 29500).
 int64_t MpiEnvironment::main_port() const {
-  if (env("MASTER_PORT")) return env_int("MASTER_PORT");
+  if (const auto port = master_port()) return *port;
   const auto job = env("OMPI_MCA_ess_base_jobid");
   if (!job) return 29500;
   return 15000 + static_cast<int64_t>(std::hash<std::string>{}(*job) % 20000);

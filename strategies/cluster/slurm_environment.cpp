@@ -17,7 +17,7 @@ std::string SlurmEnvironment::main_address() const {
 
 // As Lightning: 15000 + the job id's last four digits, so jobs sharing a node differ.
 int64_t SlurmEnvironment::main_port() const {
-  if (env("MASTER_PORT")) return env_int("MASTER_PORT");
+  if (const auto port = master_port()) return *port;
   const auto job = env("SLURM_JOB_ID");
   ARC_CHECK(job.has_value(), "SLURM_JOB_ID is not set, so the main port is unknown; run under srun or set MASTER_PORT");
   const std::string digits = job->size() > 4 ? job->substr(job->size() - 4) : *job;

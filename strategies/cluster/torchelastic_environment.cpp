@@ -16,7 +16,7 @@ std::string TorchElasticEnvironment::main_address() const {
   return *address;
 }
 
-int64_t TorchElasticEnvironment::main_port() const { return env_int("MASTER_PORT"); }
+int64_t TorchElasticEnvironment::main_port() const { return required_master_port("torchrun"); }
 int64_t TorchElasticEnvironment::world_size() const { return env_int("WORLD_SIZE"); }
 int64_t TorchElasticEnvironment::global_rank() const { return env_int("RANK"); }
 int64_t TorchElasticEnvironment::local_rank() const { return env_int("LOCAL_RANK"); }

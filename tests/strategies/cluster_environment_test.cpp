@@ -124,6 +124,10 @@ TEST(ClusterEnvironment, SlurmMasterVariablesOverride) {
   SlurmEnvironment slurm;
   EXPECT_EQ(slurm.main_address(), "10.1.2.3");
   EXPECT_EQ(slurm.main_port(), 4000);
+  // Every environment checks an explicit MASTER_PORT the same way.
+  Env bad(std::map<std::string, std::string>{{"MASTER_PORT", "0"}});
+  EXPECT_NE(error_of([&] { slurm.main_port(); }).find("MASTER_PORT=0 is not a TCP port; use 1..65535"),
+            std::string::npos);
 }
 
 TEST(ClusterEnvironment, SlurmBadValuesAreClearErrors) {
