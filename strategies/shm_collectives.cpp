@@ -9,11 +9,12 @@
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include <unistd.h>
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <future>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -125,7 +126,7 @@ class ShmCollectives : public Collectives {
 
   void step() {
     ++step_;
-    segment_->arrive_and_wait(step_, std::chrono::steady_clock::now() + timeout_, worker_.stopping());
+    segment_->arrive_and_wait(step_, timeout_, worker_.stopping());
   }
 
   // Calls fn(begin, count) over pieces of `tensor` that fit one slot.

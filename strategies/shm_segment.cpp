@@ -86,13 +86,17 @@ size_t ShmSegment::header_bytes(int64_t local_world) {
   return (bytes + 4095) / 4096 * 4096;
 }
 
+size_t ShmSegment::total_bytes(int64_t local_world, int64_t slot_bytes) {
+  return header_bytes(local_world) + 2 * static_cast<size_t>(local_world * slot_bytes);
+}
+
 ShmSegment::ShmSegment(std::string name, int fd, int64_t local_world, int64_t slot_bytes, int64_t local_index,
                        bool owner)
     : name_(std::move(name)),
       local_world_(local_world),
       slot_bytes_(slot_bytes),
       local_index_(local_index),
-      size_(header_bytes(local_world) + 2 * static_cast<size_t>(local_world * slot_bytes)),
+      size_(total_bytes(local_world, slot_bytes)),
       linked_(owner) {
   void* mapped = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int error = errno;
@@ -115,7 +119,7 @@ std::unique_ptr<ShmSegment> ShmSegment::create(int64_t local_world, int64_t slot
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   ARC_CHECK(fd >= 0, "cannot create the shared-memory segment /dev/shm", name, " (", std::strerror(errno),
             "); check that /dev/shm is mounted and writable, or set shared_memory=false");
-  const auto size = header_bytes(local_world) + 2 * static_cast<size_t>(local_world * slot_bytes);
+  const auto size = total_bytes(local_world, slot_bytes);
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
     const int error = errno;
     close(fd);
@@ -142,7 +146,7 @@ std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, int64_t lo
             "shared_memory=false");
   struct stat info {};
   fstat(fd, &info);
-  const auto expected = header_bytes(local_world) + 2 * static_cast<size_t>(local_world * slot_bytes);
+  const auto expected = total_bytes(local_world, slot_bytes);
   if (info.st_uid != geteuid() || (info.st_mode & 0777) != 0600 || static_cast<size_t>(info.st_size) != expected) {
     close(fd);
     ARC_FAIL("the shared-memory segment /dev/shm", name, " has owner ", info.st_uid, ", mode ", std::oct,
@@ -152,7 +156,9 @@ std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, int64_t lo
   std::unique_ptr<ShmSegment> segment(new ShmSegment(name, fd, local_world, slot_bytes, local_index, false));
   const auto* header = reinterpret_cast<const Header*>(segment->base_);
   ARC_CHECK(header->magic == kMagic && header->local_world == local_world && header->slot_bytes == slot_bytes,
-            "the shared-memory segment /dev/shm", name, " has an unexpected layout; rerun the job");
+            "the shared-memory segment /dev/shm", name, " is laid out for ", header->local_world, " ranks of ",
+            header->slot_bytes, " bytes, but this rank expects ", local_world, " of ", slot_bytes,
+            "; the ranks of this node disagree on the job: start them with the same settings");
   segment->peer(local_index).pid = getpid();
   segment->peer(local_index).global_rank = static_cast<int32_t>(global_rank);
   reinterpret_cast<Header*>(segment->base_)->attached.fetch_add(1);
@@ -197,19 +203,19 @@ void ShmSegment::unlink_when_attached(std::chrono::milliseconds timeout) {
   linked_ = false;
 }
 
-void ShmSegment::arrive_and_wait(uint32_t step, std::chrono::steady_clock::time_point deadline,
-                                 const std::atomic<bool>& stop) {
+void ShmSegment::arrive_and_wait(uint32_t step, std::chrono::milliseconds timeout, const std::atomic<bool>& stop) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto& me = peer(local_index_);
   me.arrived.store(step);
   if (me.waiters.load() > 0) futex_wake_all(me.arrived);
   for (int64_t r = 0; r < local_world_; ++r)
-    if (r != local_index_) wait_for(r, step, deadline, stop);
+    if (r != local_index_) wait_for(r, step, deadline, timeout, stop);
 }
 
 // Spins briefly (peers usually arrive within microseconds), then sleeps on the peer's counter in
 // short slices, checking between them that the peer still lives and the deadline holds.
 void ShmSegment::wait_for(int64_t local, uint32_t step, std::chrono::steady_clock::time_point deadline,
-                          const std::atomic<bool>& stop) {
+                          std::chrono::milliseconds timeout, const std::atomic<bool>& stop) {
   auto& other = peer(local);
   const auto spin_until = std::chrono::steady_clock::now() + kSpin;
   while (!reached(other.arrived.load(std::memory_order_acquire), step)) {
@@ -227,8 +233,9 @@ void ShmSegment::wait_for(int64_t local, uint32_t step, std::chrono::steady_cloc
     ARC_CHECK(process_alive(other.pid.load()), "rank ", other.global_rank.load(), " (pid ", other.pid.load(),
               ") exited during a shared-memory collective; see its log for the cause");
     ARC_CHECK(std::chrono::steady_clock::now() < deadline, "rank ", other.global_rank.load(),
-              " did not reach shared-memory collective step ", step, " before the timeout; it may be stuck or ",
-              "calling collectives in another order; raise the timeout option if it is only slow");
+              " did not reach shared-memory collective step ", step, " within the ",
+              std::chrono::duration<double>(timeout).count(), " s timeout; it may be stuck or calling collectives ",
+              "in another order; raise the timeout option if it is only slow");
   }
 }
 

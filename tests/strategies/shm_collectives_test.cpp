@@ -169,9 +169,11 @@ TEST(ShmCollectives, ConcurrentBucketsAndRepeatedCalls) {
       EXPECT_TRUE(
           torch::equal(buckets[static_cast<size_t>(b)], reference(2, 1000 + b * 250'000, torch::kFloat, Reduce::sum)));
     }
-    auto counter = torch::ones({3}, torch::kLong);
-    for (int i = 0; i < 2000; ++i) group.all_reduce(counter, Reduce::max).wait();
-    EXPECT_TRUE(torch::equal(counter, torch::ones({3}, torch::kLong)));
+    for (int i = 0; i < 2000; ++i) {
+      auto largest = torch::full({3}, rank * 1000 + i, torch::kLong);
+      group.all_reduce(largest, Reduce::max).wait();
+      ASSERT_EQ(largest[2].item<int64_t>(), 1000 + i) << "call " << i;
+    }
     for (int i = 0; i < 2000; ++i) {
       auto step = torch::full({5}, static_cast<double>(rank + i));
       group.all_reduce(step, Reduce::sum).wait();
@@ -231,12 +233,14 @@ TEST(ShmCollectives, MissingRankTimesOutNamingIt) {
       if (rank == 0) group.all_reduce(tensor, Reduce::sum).wait();
     });
   });
-  EXPECT_NE(message.find("rank 1 did not reach shared-memory collective step 1 before the timeout"), std::string::npos)
+  EXPECT_NE(message.find("rank 1 did not reach shared-memory collective step 1 within the 2 s timeout"),
+            std::string::npos)
       << message;
 }
 
 TEST(ShmCollectives, SegmentsAreUnlinkedOnceEveryRankHasThem) {
   on_ranks(2, {}, [&](int64_t, Collectives& group) {
+    ASSERT_EQ(group.backend(), "shared memory");
     group.barrier();
     EXPECT_TRUE(segments_of_this_process().empty());
   });
