@@ -1,39 +1,22 @@
 // The `arc` tool, run as a user runs it.
+#include "support/command.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <sys/wait.h>
 #include <unistd.h>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 namespace {
 
-struct Output {
-  int status = -1;
-  std::string text;
-};
-
-// Runs `arc <args>` with stderr folded into the captured output.
-Output arc(const std::string& args) {
-  Output out;
-  const std::string command = std::string(ARC_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.text.append(buffer, n);
-  const int raw = pclose(pipe);
-  out.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return out;
+// Runs `arc <args>`.
+arc::testing::CommandRun arc(const std::string& args) {
+  return arc::testing::run_command(std::string(ARC_BINARY) + " " + args);
 }
 
-nlohmann::json result_of(const std::string& text) {
-  const auto at = text.find("RESULT ");
-  if (at == std::string::npos) return nullptr;
-  return nlohmann::json::parse(text.substr(at + 7, text.find('\n', at) - at - 7));
-}
+nlohmann::json result_of(const std::string& output) { return arc::testing::report_line(output, "RESULT"); }
 
 std::string write_config(const std::string& name, const std::string& content) {
   const auto path = std::filesystem::temp_directory_path() / name;
@@ -45,9 +28,9 @@ TEST(Cli, TrainPrintsTheResultLine) {
   const auto out =
       arc("train --set trainer.limit_train_batches=40 --set trainer.limit_val_batches=2 "
           "--set trainer.num_threads=1 --set trainer.enable_progress_bar=false");
-  ASSERT_EQ(out.status, 0) << out.text;
-  const auto result = result_of(out.text);
-  ASSERT_TRUE(result.is_object()) << out.text;
+  ASSERT_EQ(out.status, 0) << out.output;
+  const auto result = result_of(out.output);
+  ASSERT_TRUE(result.is_object()) << out.output;
   for (const char* field : {"train_time_s", "train_sps", "median_step_ms", "mean_step_ms", "t_first_step_s",
                             "train_loss_last100", "val_loss", "val_acc", "final_param_sha256", "world_size", "threads"})
     EXPECT_TRUE(result.contains(field)) << field;
@@ -62,60 +45,60 @@ TEST(Cli, Bf16MixedMlpEpochIsWithinOnePointOfFloat32) {
   const auto out =
       arc("train --set trainer.precision=bf16-mixed --set trainer.num_threads=1 "
           "--set trainer.enable_progress_bar=false --set trainer.enable_checkpointing=false");
-  ASSERT_EQ(out.status, 0) << out.text;
-  const auto result = result_of(out.text);
-  ASSERT_TRUE(result.is_object()) << out.text;
+  ASSERT_EQ(out.status, 0) << out.output;
+  const auto result = result_of(out.output);
+  ASSERT_TRUE(result.is_object()) << out.output;
   EXPECT_NEAR(result["val_acc"].get<double>(), 0.8673, 0.01);
-  EXPECT_NE(out.text.find("precision bf16-mixed: autocast to BFloat16 on cpu"), std::string::npos) << out.text;
+  EXPECT_NE(out.output.find("precision bf16-mixed: autocast to BFloat16 on cpu"), std::string::npos) << out.output;
 }
 
 TEST(Cli, ShippedDdpSpawnConfigTrainsOnTwoProcesses) {
   const auto out = arc(std::string("train --config ") + ARC_SOURCE_DIR + "/apps/configs/mlp_ddp_spawn.json" +
                        " --set trainer.limit_train_batches=120 --set trainer.enable_progress_bar=false");
-  ASSERT_EQ(out.status, 0) << out.text;
-  const auto result = result_of(out.text);
+  ASSERT_EQ(out.status, 0) << out.output;
+  const auto result = result_of(out.output);
   EXPECT_EQ(result["world_size"], 2);
   EXPECT_EQ(result["steps"], 120);
   EXPECT_GT(result["val_acc"].get<double>(), 0.5);
-  EXPECT_EQ(out.text.find("RESULT", out.text.find("RESULT") + 1), std::string::npos) << "only rank 0 reports";
+  EXPECT_EQ(out.output.find("RESULT", out.output.find("RESULT") + 1), std::string::npos) << "only rank 0 reports";
 }
 
 TEST(Cli, ConfigFileAndOverridesBuildTheCnn) {
   const auto path = write_config("arc_cli_cnn.json", R"({"module": {"name": "cnn_classifier"},
     "data": {"batch_size": 32}, "trainer": {"max_steps": 3, "limit_val_batches": 0, "enable_progress_bar": false}})");
   const auto out = arc("train --config " + path + " --set trainer.max_steps=5");
-  ASSERT_EQ(out.status, 0) << out.text;
-  EXPECT_NE(out.text.find("Conv2d"), std::string::npos);
-  EXPECT_EQ(result_of(out.text)["steps"], 5);
+  ASSERT_EQ(out.status, 0) << out.output;
+  EXPECT_NE(out.output.find("Conv2d"), std::string::npos);
+  EXPECT_EQ(result_of(out.output)["steps"], 5);
 }
 
 TEST(Cli, BadConfigKeysNameTheKeyAndSuggest) {
   auto out = arc("train --set trainer.max_epoch=2");
   EXPECT_EQ(out.status, 2);
-  EXPECT_NE(out.text.find("unknown config key 'trainer.max_epoch'; did you mean 'max_epochs'?"), std::string::npos)
-      << out.text;
+  EXPECT_NE(out.output.find("unknown config key 'trainer.max_epoch'; did you mean 'max_epochs'?"), std::string::npos)
+      << out.output;
   out = arc("train --set module.hiden=3");
-  EXPECT_NE(out.text.find("'module.hiden'; did you mean 'hidden'?"), std::string::npos) << out.text;
+  EXPECT_NE(out.output.find("'module.hiden'; did you mean 'hidden'?"), std::string::npos) << out.output;
   out = arc("train --set data.batch_size=-4");
-  EXPECT_NE(out.text.find("data.batch_size must be >= 1, got -4"), std::string::npos) << out.text;
+  EXPECT_NE(out.output.find("data.batch_size must be >= 1, got -4"), std::string::npos) << out.output;
   out = arc("train --set module.name=mlp_clasifier");
-  EXPECT_NE(out.text.find("unknown module 'mlp_clasifier'; did you mean 'mlp_classifier'?"), std::string::npos)
-      << out.text;
+  EXPECT_NE(out.output.find("unknown module 'mlp_clasifier'; did you mean 'mlp_classifier'?"), std::string::npos)
+      << out.output;
   out = arc("train --set trainer.strategy=dpp");
   EXPECT_EQ(out.status, 2);
-  EXPECT_NE(out.text.find("unknown strategy 'dpp'"), std::string::npos) << out.text;
+  EXPECT_NE(out.output.find("unknown strategy 'dpp'"), std::string::npos) << out.output;
   out = arc("train --set model.name=x");
-  EXPECT_NE(out.text.find("unknown config key 'model'; did you mean 'module'?"), std::string::npos) << out.text;
+  EXPECT_NE(out.output.find("unknown config key 'model'; did you mean 'module'?"), std::string::npos) << out.output;
 }
 
 TEST(Cli, UnreadableOrInvalidConfigFilesAreErrors) {
   auto out = arc("train --config /nonexistent/run.json");
   EXPECT_EQ(out.status, 2);
-  EXPECT_NE(out.text.find("cannot read config file '/nonexistent/run.json'"), std::string::npos) << out.text;
+  EXPECT_NE(out.output.find("cannot read config file '/nonexistent/run.json'"), std::string::npos) << out.output;
   out = arc("train --config " + write_config("arc_cli_bad.json", "{\"trainer\": "));
-  EXPECT_NE(out.text.find("is not valid JSON"), std::string::npos) << out.text;
+  EXPECT_NE(out.output.find("is not valid JSON"), std::string::npos) << out.output;
   out = arc("train --set trainer");
-  EXPECT_NE(out.text.find("--set needs key=value"), std::string::npos) << out.text;
+  EXPECT_NE(out.output.find("--set needs key=value"), std::string::npos) << out.output;
 }
 
 TEST(Cli, ResumeLastContinuesExactlyAndEvaluationLoadsCheckpoints) {
@@ -125,37 +108,37 @@ TEST(Cli, ResumeLastContinuesExactlyAndEvaluationLoadsCheckpoints) {
                              " --set trainer.limit_val_batches=1 --set trainer.enable_progress_bar=false"
                              " --set trainer.num_threads=1 --set trainer.limit_train_batches=20";
   const auto straight = arc("train --set trainer.max_epochs=2" + common);
-  ASSERT_EQ(straight.status, 0) << straight.text;
+  ASSERT_EQ(straight.status, 0) << straight.output;
   const auto first = arc("train --set trainer.max_epochs=1" + common);
-  ASSERT_EQ(first.status, 0) << first.text;
+  ASSERT_EQ(first.status, 0) << first.output;
   const auto resumed = arc("train --resume last --set trainer.max_epochs=2" + common);
-  ASSERT_EQ(resumed.status, 0) << resumed.text;
-  EXPECT_EQ(result_of(resumed.text)["final_param_sha256"], result_of(straight.text)["final_param_sha256"]);
-  EXPECT_EQ(result_of(straight.text)["steps"], 40);
-  EXPECT_EQ(result_of(resumed.text)["steps"], 20) << "resuming must skip the first epoch";
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_EQ(result_of(resumed.output)["final_param_sha256"], result_of(straight.output)["final_param_sha256"]);
+  EXPECT_EQ(result_of(straight.output)["steps"], 40);
+  EXPECT_EQ(result_of(resumed.output)["steps"], 20) << "resuming must skip the first epoch";
   const auto validated = arc("validate --ckpt last" + common);
-  ASSERT_EQ(validated.status, 0) << validated.text;
-  EXPECT_TRUE(result_of(validated.text).contains("val_acc"));
+  ASSERT_EQ(validated.status, 0) << validated.output;
+  EXPECT_TRUE(result_of(validated.output).contains("val_acc"));
   const auto missing = arc("validate --ckpt " + root.string() + "/none.ckpt" + common);
   EXPECT_EQ(missing.status, 2);
-  EXPECT_NE(missing.text.find("does not exist"), std::string::npos) << missing.text;
+  EXPECT_NE(missing.output.find("does not exist"), std::string::npos) << missing.output;
   std::filesystem::remove_all(root);
 }
 
 TEST(Cli, ValidateTestPredictAndModules) {
   auto out = arc("validate --set trainer.limit_val_batches=2 --set trainer.enable_progress_bar=false");
-  ASSERT_EQ(out.status, 0) << out.text;
-  EXPECT_TRUE(result_of(out.text).contains("val_acc"));
+  ASSERT_EQ(out.status, 0) << out.output;
+  EXPECT_TRUE(result_of(out.output).contains("val_acc"));
   out = arc("test --set trainer.limit_test_batches=1");
-  EXPECT_TRUE(result_of(out.text).contains("test_loss")) << out.text;
+  EXPECT_TRUE(result_of(out.output).contains("test_loss")) << out.output;
   out = arc("predict --set trainer.limit_predict_batches=2");
-  EXPECT_EQ(result_of(out.text)["predictions"], 2000) << out.text;
+  EXPECT_EQ(result_of(out.output)["predictions"], 2000) << out.output;
   out = arc("modules");
-  EXPECT_NE(out.text.find("mlp_classifier  (data: canonical)"), std::string::npos) << out.text;
-  EXPECT_NE(out.text.find("cnn_classifier"), std::string::npos);
+  EXPECT_NE(out.output.find("mlp_classifier  (data: canonical)"), std::string::npos) << out.output;
+  EXPECT_NE(out.output.find("cnn_classifier"), std::string::npos);
   out = arc("--help");
   EXPECT_EQ(out.status, 0);
-  EXPECT_NE(out.text.find("Examples:"), std::string::npos);
+  EXPECT_NE(out.output.find("Examples:"), std::string::npos);
 }
 
 }  // namespace

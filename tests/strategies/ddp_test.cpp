@@ -1,12 +1,13 @@
 // DDP end to end with real processes: ddp_spawn runs of the probe program, and the same
 // program joined by hand under strategy ddp.
+#include "support/command.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <chrono>
 #include <cmath>
@@ -19,31 +20,13 @@
 
 namespace {
 
-struct ProbeRun {
-  int status = -1;
-  std::string output;
-  double seconds = 0;
-};
+using arc::testing::CommandRun;
 
-ProbeRun probe(const std::string& args, const std::string& env = "") {
-  const auto start = std::chrono::steady_clock::now();
-  ProbeRun run;
-  const std::string command = env + " timeout 120 " + std::string(ARC_PROBE) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, n);
-  const int raw = pclose(pipe);
-  run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return run;
+CommandRun probe(const std::string& args, const std::string& env = "") {
+  return arc::testing::run_command(env + " timeout 120 " + std::string(ARC_PROBE) + " " + args);
 }
 
-nlohmann::json report(const ProbeRun& run) {
-  const auto at = run.output.find("PROBE ");
-  if (at == std::string::npos) return nullptr;
-  return nlohmann::json::parse(run.output.substr(at + 6, run.output.find('\n', at) - at - 6));
-}
+nlohmann::json report(const CommandRun& run) { return arc::testing::report_line(run.output, "PROBE"); }
 
 std::vector<float> read_floats(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -152,7 +135,7 @@ INSTANTIATE_TEST_SUITE_P(DDP, LauncherFailure,
 
 TEST(DDP, TwentyConcurrentSpawnRunsNeverClashOnPorts) {
   std::vector<std::thread> threads;
-  std::vector<ProbeRun> runs(20);
+  std::vector<CommandRun> runs(20);
   for (size_t i = 0; i < runs.size(); ++i)
     threads.emplace_back([&runs, i] { runs[i] = probe("--strategy ddp_spawn --devices 2 --steps 2 --timeout 90"); });
   for (auto& thread : threads) thread.join();
@@ -187,7 +170,7 @@ TEST(DDP, RendezvousTimeoutNamesTheMissingRank) {
 TEST(DDP, JoinsProcessesStartedByHand) {
   const std::string port = std::to_string(free_port());
   const auto one = scratch("hand0"), two = scratch("hand1");
-  ProbeRun rank1;
+  CommandRun rank1;
   std::thread second([&] {
     rank1 = probe("--strategy ddp --devices 2 --steps 10 --timeout 30",
                   "RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port);
@@ -227,7 +210,7 @@ TEST(DDP, PeerKilledMidTrainingFailsTheSurvivorQuickly) {
   const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;
   const std::string args =
       "--strategy ddp --devices 2 --steps 200 --timeout 60 --fail sigkill --fail-rank 1 --fail-step 7";
-  ProbeRun rank1;
+  CommandRun rank1;
   std::thread second([&] { rank1 = probe(args, "RANK=1 LOCAL_RANK=1 " + env); });
   const auto rank0 = probe(args, "RANK=0 LOCAL_RANK=0 " + env);
   second.join();
