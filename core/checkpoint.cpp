@@ -72,8 +72,10 @@ class OutputFile {
     return checksum.hex();
   }
   size_t offset() const { return offset_; }
+  const std::string& path() const { return path_; }
   void commit() {
-    ARC_CHECK(::fsync(fd_) == 0, "cannot flush '", path_, "' to disk (", std::strerror(errno), ")");
+    ARC_CHECK(::fsync(fd_) == 0, "cannot flush '", path_, "' to disk (", std::strerror(errno),
+              "); check free space and the health of that file system");
     ::close(fd_);
     fd_ = -1;
     committed_ = true;
@@ -159,7 +161,7 @@ void CheckpointWriter::write(const std::string& path) {
   file.write(index_crc, 8);
   file.write(kTrailerMagic, 8);
   file.commit();
-  std::filesystem::rename(path + ".tmp-" + std::to_string(::getpid()), target, error);
+  std::filesystem::rename(file.path(), target, error);
   ARC_CHECK(!error, "cannot move checkpoint into place at '", path, "': ", error.message());
   fsync_path(target.has_parent_path() ? target.parent_path().string() : ".", O_RDONLY | O_DIRECTORY);
 }
@@ -251,7 +253,7 @@ torch::Tensor CheckpointReader::tensor(const std::string& name) const {
 void CheckpointReader::read_into(const std::string& name, torch::Tensor& into) const {
   const auto& e = entry(name, "tensor");
   ARC_CHECK(into.sizes().vec() == e.shape, "checkpoint '", path_, "': '", name, "' has shape ", shape_text(e.shape),
-            ", the destination has ", shape_text(into.sizes().vec()));
+            ", the destination has ", shape_text(into.sizes().vec()), "; read it into a tensor of its shape");
   torch::NoGradGuard no_grad;
   if (into.is_cpu() && into.is_contiguous() && into.scalar_type() == e.dtype) {
     std::memcpy(into.data_ptr(), data_ + e.offset, static_cast<size_t>(e.bytes));

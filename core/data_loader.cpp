@@ -49,7 +49,7 @@ void DataLoader::start(int64_t first_batch) {
   stop_workers();
   end_ = num_batches();
   ARC_CHECK(first_batch >= 0 && first_batch <= end_, "cannot start the epoch at batch ", first_batch, "; it has ", end_,
-            " batches");
+            " batches (resuming with another dataset or batch size than the checkpoint was saved with?)");
   position_ = first_batch;
   next_fetch_ = first_batch;
   ready_.clear();

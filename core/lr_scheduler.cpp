@@ -9,6 +9,16 @@
 #include <cmath>
 
 namespace arc {
+namespace {
+
+// "[3, 1, 5]": milestones as errors show them.
+std::string listed(const std::vector<int64_t>& values) {
+  std::vector<std::string> items;
+  for (const auto v : values) items.push_back(std::to_string(v));
+  return "[" + join(items) + "]";
+}
+
+}  // namespace
 
 LRScheduler::LRScheduler(torch::optim::Optimizer& optimizer) : optimizer_(optimizer) {
   for (const auto& group : optimizer_.param_groups()) base_lrs_.push_back(group.options().get_lr());
@@ -56,7 +66,8 @@ double StepLR::lr_at(double base, int64_t epoch) const {
 
 MultiStepLR::MultiStepLR(torch::optim::Optimizer& optimizer, std::vector<int64_t> milestones, double gamma)
     : LRScheduler(optimizer), milestones_(std::move(milestones)), gamma_(gamma) {
-  ARC_CHECK(std::is_sorted(milestones_.begin(), milestones_.end()), "MultiStepLR milestones must be increasing");
+  ARC_CHECK(std::is_sorted(milestones_.begin(), milestones_.end()), "MultiStepLR milestones must be increasing, got ",
+            listed(milestones_), "; sort them");
   apply();
 }
 
@@ -104,7 +115,8 @@ SequentialLR::SequentialLR(torch::optim::Optimizer& optimizer, std::vector<std::
   ARC_CHECK(!schedulers_.empty() && milestones_.size() + 1 == schedulers_.size(), "SequentialLR needs ",
             "one milestone fewer than schedulers, got ", schedulers_.size(), " schedulers and ", milestones_.size(),
             " milestones");
-  ARC_CHECK(std::is_sorted(milestones_.begin(), milestones_.end()), "SequentialLR milestones must be increasing");
+  ARC_CHECK(std::is_sorted(milestones_.begin(), milestones_.end()), "SequentialLR milestones must be increasing, got ",
+            listed(milestones_), "; sort them");
   // The phases were made on the same optimizer and already changed its rates: start from the
   // rates the first phase saw.
   base_lrs_ = schedulers_.front()->base_lrs();

@@ -204,7 +204,9 @@ void Trainer::configure_optimizers(TrainModule& module) {
       "configure_optimizers() returned no optimizer; return at least one, e.g. std::make_shared<torch::optim::SGD>(",
       "parameters(), torch::optim::SGDOptions(0.1))");
   for (const auto& config : optimizers_) {
-    ARC_CHECK(config.optimizer != nullptr, "configure_optimizers() returned a null optimizer");
+    ARC_CHECK(
+        config.optimizer != nullptr, "configure_optimizers() of ", module.name(),
+        " returned a null optimizer; return one made with std::make_shared<torch::optim::...>(parameters(), ...)");
     if (!config.lr_scheduler) continue;
     const auto& scheduler = *config.lr_scheduler;
     ARC_CHECK(scheduler.scheduler != nullptr, "an lr_scheduler config has no scheduler; set its `scheduler`");

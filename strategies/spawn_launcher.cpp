@@ -109,7 +109,8 @@ void SpawnLauncher::spawn(int64_t rank) {
   envp.push_back(nullptr);
   pid_t pid = 0;
   const int error = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
-  ARC_CHECK(error == 0, "ddp_spawn could not start rank ", rank, ": ", std::strerror(error));
+  ARC_CHECK(error == 0, "ddp_spawn could not start rank ", rank, ": ", std::strerror(error),
+            "; check the process limit (ulimit -u) and free memory, or lower devices");
   std::lock_guard<std::mutex> lock(mutex_);
   children_.push_back(pid);
 }
