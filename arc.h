@@ -4,6 +4,7 @@
 #include <arc/accelerators/accelerator_backend.h>
 #include <arc/callbacks/callback.h>
 #include <arc/callbacks/early_stopping.h>
+#include <arc/callbacks/elastic_checkpoint.h>
 #include <arc/callbacks/gradient_accumulation_scheduler.h>
 #include <arc/callbacks/lambda_callback.h>
 #include <arc/callbacks/learning_rate_monitor.h>

@@ -58,6 +58,7 @@ class ModelCheckpoint : public Callback {
   const std::string& last_model_path() const { return last_path_; }
   /// The folder checkpoints go to (known once fit started).
   const std::string& dirpath() const { return dirpath_; }
+  const ModelCheckpointOptions& options() const { return options_; }
   /// Name for the given metrics: "epoch=0-step=100-val_loss=0.123.ckpt".
   std::string format_name(const std::map<std::string, double>& metrics) const;
 

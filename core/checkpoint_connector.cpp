@@ -1,8 +1,10 @@
 // CheckpointConnector.
 #include <arc/core/checkpoint_connector.h>
 
+#include <arc/callbacks/elastic_checkpoint.h>
 #include <arc/callbacks/model_checkpoint.h>
 #include <arc/core/checkpoint.h>
+#include <arc/core/console.h>
 #include <arc/core/error.h>
 #include <arc/core/trainer.h>
 #include <arc/strategies/strategy.h>
@@ -10,7 +12,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 
 namespace arc {
@@ -39,6 +43,35 @@ ModelCheckpoint* find_model_checkpoint(Trainer& trainer) {
   for (const auto& callback : trainer.callbacks())
     if (auto* found = dynamic_cast<ModelCheckpoint*>(callback.get())) return found;
   return nullptr;
+}
+
+// Where ModelCheckpoint writes (or will write, before fit starts).
+std::string model_checkpoint_folder(Trainer& trainer) {
+  auto* checkpoint = find_model_checkpoint(trainer);
+  if (checkpoint != nullptr && !checkpoint->dirpath().empty()) return checkpoint->dirpath();
+  if (checkpoint != nullptr && !checkpoint->options().dirpath().empty()) return checkpoint->options().dirpath();
+  return trainer.log_dir() + "/checkpoints";
+}
+
+// n of "hpc_ckpt_<n>.ckpt", or -1 for any other name.
+int64_t hpc_index(const std::string& file_name) {
+  const std::string prefix = "hpc_ckpt_", suffix = ".ckpt";
+  if (file_name.size() <= prefix.size() + suffix.size() || file_name.rfind(prefix, 0) != 0 ||
+      file_name.compare(file_name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return -1;
+  const std::string digits = file_name.substr(prefix.size(), file_name.size() - prefix.size() - suffix.size());
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) return -1;
+  return std::stoll(digits);
+}
+
+// Files in `folder` (none when it does not exist) that `keep` accepts by name.
+std::vector<std::filesystem::path> files_in(const std::string& folder,
+                                            const std::function<bool(const std::string&)>& keep) {
+  std::vector<std::filesystem::path> out;
+  std::error_code missing;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, missing))
+    if (entry.is_regular_file() && keep(entry.path().filename().string())) out.push_back(entry.path());
+  return out;
 }
 
 }  // namespace
@@ -148,13 +181,43 @@ std::string CheckpointConnector::resolve(const std::string& ckpt_path) const {
               "that saved during this Trainer's fit; pass a file path instead");
     return checkpoint->best_model_path();
   }
-  const std::string folder = checkpoint != nullptr && !checkpoint->dirpath().empty()
-                                 ? checkpoint->dirpath()
-                                 : trainer_.log_dir() + "/checkpoints";
+  const std::string folder = model_checkpoint_folder(trainer_);
   const std::string last = folder + "/last.ckpt";
   ARC_CHECK(std::filesystem::exists(last), "ckpt_path=\"last\": no last.ckpt in '", folder,
             "'; train with ModelCheckpoint save_last (the default checkpointing does) or pass a file path");
   return last;
+}
+
+std::string CheckpointConnector::hpc_save_path() const {
+  const std::string folder = trainer_.options().default_root_dir();
+  int64_t highest = 0;
+  for (const auto& path : files_in(folder, [](const std::string& name) { return hpc_index(name) >= 0; }))
+    highest = std::max(highest, hpc_index(path.filename().string()));
+  return folder + "/hpc_ckpt_" + std::to_string(highest + 1) + ".ckpt";
+}
+
+std::string CheckpointConnector::automatic_resume_path() const {
+  const std::string root = trainer_.options().default_root_dir();
+  auto candidates = files_in(root, [](const std::string& name) { return hpc_index(name) >= 0; });
+  if (trainer_.strategy().elastic()) {
+    for (auto& path : files_in(root, [](const std::string& name) { return name == kElasticCheckpointName; }))
+      candidates.push_back(std::move(path));
+    const auto ends_in_ckpt = [](const std::string& name) {
+      return name.size() > 5 && name.compare(name.size() - 5, 5, ".ckpt") == 0;
+    };
+    for (auto& path : files_in(model_checkpoint_folder(trainer_), ends_in_ckpt)) candidates.push_back(std::move(path));
+  }
+  std::vector<std::pair<std::filesystem::file_time_type, std::string>> newest_first;
+  for (const auto& path : candidates) newest_first.emplace_back(std::filesystem::last_write_time(path), path.string());
+  std::sort(newest_first.rbegin(), newest_first.rend());
+  for (const auto& [time, path] : newest_first) {
+    try {
+      if (!CheckpointReader(path).meta().value("weights_only", false)) return path;
+    } catch (const Error& error) {
+      console().warn("not resuming from '{}': {}", path, error.what());
+    }
+  }
+  return "";
 }
 
 }  // namespace arc

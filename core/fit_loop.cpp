@@ -5,6 +5,7 @@
 #include <arc/core/console.h>
 #include <arc/core/data_loader.h>
 #include <arc/core/evaluation_loop.h>
+#include <arc/core/signal_connector.h>
 #include <arc/core/trainer.h>
 #include <arc/strategies/strategy.h>
 
@@ -72,9 +73,11 @@ void FitLoop::run() {
   if (resume_from_.empty()) sanity_check();
   t.call_callbacks([&](Callback& c) { c.on_train_start(t, module_); });
   module_.on_train_start();
+  signals_ = std::make_unique<SignalConnector>(t);
   if (t.num_training_batches_ == 0)
     console().warn("no training batch selected (limit_train_batches or an empty dataset); fit skips training");
   while (t.num_training_batches_ > 0 && !epochs_done() && !steps_done() && !stop_requested()) run_epoch();
+  signals_.reset();
   t.call_callbacks([&](Callback& c) { c.on_train_end(t, module_); });
   module_.on_train_end();
   t.call_callbacks([&](Callback& c) { c.on_fit_end(t, module_); });
@@ -115,6 +118,7 @@ void FitLoop::run_epoch() {
     Batch batch = fetched->to(t.device(), t.precision_->input_dtype());
     run_batch(batch, batch_idx);
     if (validation_due(batch_idx)) validate();
+    signals_->check();
   }
   // Epoch metrics are ready for on_train_epoch_end; values logged there are added after it.
   t.send_to_loggers(t.train_metrics_.end_epoch(t.metric_gather()));

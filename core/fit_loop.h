@@ -11,6 +11,7 @@
 namespace arc {
 
 class DataLoader;
+class SignalConnector;
 class Trainer;
 
 /// Runs Trainer::fit's training.
@@ -46,6 +47,7 @@ class FitLoop {
   int64_t val_every_ = 0;
   std::string resume_from_;
   int64_t first_batch_ = 0;
+  std::unique_ptr<SignalConnector> signals_;
 };
 
 }  // namespace arc

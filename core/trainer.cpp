@@ -3,10 +3,12 @@
 #include <arc/core/trainer.h>
 
 #include <arc/accelerators/accelerator_backend.h>
+#include <arc/callbacks/elastic_checkpoint.h>
 #include <arc/callbacks/model_checkpoint.h>
 #include <arc/callbacks/model_summary.h>
 #include <arc/callbacks/progress_bar.h>
 #include <arc/core/checkpoint_connector.h>
+#include <arc/core/console.h>
 #include <arc/core/data_loader.h>
 #include <arc/core/evaluation_loop.h>
 #include <arc/core/fit_loop.h>
@@ -93,6 +95,11 @@ void Trainer::add_default_callbacks() {
   // Lightning's default checkpointing, plus last.ckpt so that ckpt_path="last" can resume.
   if (options_.enable_checkpointing() && !has(static_cast<ModelCheckpoint*>(nullptr)))
     callbacks_.push_back(std::make_shared<ModelCheckpoint>(ModelCheckpointOptions().save_last(true)));
+  const bool periodic =
+      options_.elastic_checkpoint_every_n_steps() > 0 || options_.elastic_checkpoint_every_seconds() > 0;
+  if (strategy_->elastic() && periodic && !has(static_cast<ElasticCheckpoint*>(nullptr)))
+    callbacks_.push_back(std::make_shared<ElasticCheckpoint>(options_.elastic_checkpoint_every_n_steps(),
+                                                             options_.elastic_checkpoint_every_seconds()));
 }
 
 Strategy& Trainer::strategy() const { return *strategy_; }
@@ -231,7 +238,15 @@ void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, D
         pick(std::move(train), data, &DataModule::train_dataloader, &TrainModule::train_dataloader, module, "train");
     auto val_source =
         pick(std::move(val), data, &DataModule::val_dataloader, &TrainModule::val_dataloader, module, nullptr);
-    const std::string resume = ckpt_path.empty() ? "" : CheckpointConnector(*this).resolve(ckpt_path);
+    std::string resume = ckpt_path.empty() ? "" : CheckpointConnector(*this).resolve(ckpt_path);
+    // Rank 0 picks, so that every rank resumes from the same file.
+    const auto automatic =
+        strategy_->broadcast(is_global_zero() ? CheckpointConnector(*this).automatic_resume_path() : std::string());
+    if (!automatic.empty()) {
+      console().info("resuming from '{}' instead of {} (restart {} of this job)", automatic,
+                     resume.empty() ? "starting afresh" : "'" + resume + "'", strategy_->restart_count());
+      resume = automatic;
+    }
     FitLoop(*this, module, make_loader(train_source), make_loader(val_source), resume).run();
   });
 }

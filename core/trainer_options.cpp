@@ -13,6 +13,7 @@ namespace {
 
 const std::vector<std::string> kAccelerators = {"auto", "cpu", "gpu", "cuda"};
 const std::vector<std::string> kClipAlgorithms = {"norm", "value"};
+const std::vector<std::string> kRequeueSignals = {"SIGUSR1", "SIGUSR2", "SIGHUP", "SIGALRM"};
 const std::vector<std::string> kPrecisions = {"32-true", "32",       "64-true", "64",        "bf16-mixed",
                                               "bf16",    "16-mixed", "16",      "bf16-true", "16-true"};
 const std::vector<std::string> kClusterEnvironments = {"auto", "local", "slurm",   "torchelastic",
@@ -178,6 +179,12 @@ TrainerOptions TrainerOptions::from_json(const nlohmann::json& json) {
   o.first_bucket_mb_ = config.get<double>("first_bucket_mb", o.first_bucket_mb_);
   o.bucket_cap_mb_ = config.get<double>("bucket_cap_mb", o.bucket_cap_mb_);
   o.shared_memory_ = config.get<bool>("shared_memory", o.shared_memory_);
+  o.auto_requeue_ = config.get<bool>("auto_requeue", o.auto_requeue_);
+  o.requeue_signal_ = config.get<std::string>("requeue_signal", o.requeue_signal_);
+  o.elastic_checkpoint_every_n_steps_ =
+      config.get<int64_t>("elastic_checkpoint_every_n_steps", o.elastic_checkpoint_every_n_steps_);
+  o.elastic_checkpoint_every_seconds_ =
+      config.get<double>("elastic_checkpoint_every_seconds", o.elastic_checkpoint_every_seconds_);
   config.finish();
   o.validate();
   return o;
@@ -224,7 +231,11 @@ nlohmann::json TrainerOptions::to_json() const {
           {"find_unused_parameters", find_unused_parameters_},
           {"first_bucket_mb", first_bucket_mb_},
           {"bucket_cap_mb", bucket_cap_mb_},
-          {"shared_memory", shared_memory_}};
+          {"shared_memory", shared_memory_},
+          {"auto_requeue", auto_requeue_},
+          {"requeue_signal", requeue_signal_},
+          {"elastic_checkpoint_every_n_steps", elastic_checkpoint_every_n_steps_},
+          {"elastic_checkpoint_every_seconds", elastic_checkpoint_every_seconds_}};
 }
 
 void TrainerOptions::validate() const {
@@ -261,6 +272,11 @@ void TrainerOptions::validate() const {
   ARC_CHECK(timeout_ > 0, "timeout must be > 0 seconds, got ", timeout_);
   ARC_CHECK(first_bucket_mb_ > 0 && bucket_cap_mb_ > 0, "first_bucket_mb and bucket_cap_mb must be > 0, got ",
             first_bucket_mb_, " and ", bucket_cap_mb_);
+  check_choice("requeue_signal", requeue_signal_, kRequeueSignals);
+  ARC_CHECK(elastic_checkpoint_every_n_steps_ >= 0, "elastic_checkpoint_every_n_steps must be >= 0 (0 = off), got ",
+            elastic_checkpoint_every_n_steps_);
+  ARC_CHECK(elastic_checkpoint_every_seconds_ >= 0, "elastic_checkpoint_every_seconds must be >= 0 (0 = off), got ",
+            elastic_checkpoint_every_seconds_);
 }
 
 }  // namespace arc

@@ -94,6 +94,17 @@ class TrainerOptions {
   /// DDP: all-reduce through shared memory among the processes of one machine (Gloo across
   /// machines); off = Gloo everywhere.
   ARC_ARG(bool, shared_memory) = true;
+  /// Under SLURM: on `requeue_signal`, save hpc_ckpt_<n>.ckpt at the next batch boundary and requeue
+  /// the job (`scontrol requeue`); the requeued job resumes from it. Off: the signal is not caught.
+  ARC_ARG(bool, auto_requeue) = true;
+  /// The signal that asks for that save and requeue (sbatch --signal=USR1@60 sends it before the
+  /// time limit): "SIGUSR1", "SIGUSR2", "SIGHUP" or "SIGALRM".
+  ARC_ARG(std::string, requeue_signal) = "SIGUSR1";
+  /// Strategy "elastic": global steps between the strategy's own checkpoints (0: rely on
+  /// ModelCheckpoint's files alone).
+  ARC_ARG(int64_t, elastic_checkpoint_every_n_steps) = 50;
+  /// Strategy "elastic": seconds between those checkpoints as well (0: by steps only).
+  ARC_ARG(double, elastic_checkpoint_every_seconds) = 0.0;
 
  public:
   /// Intra-op threads for one of `local_processes` processes sharing this machine: num_threads, or

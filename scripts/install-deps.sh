@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package Arclight needs to build, test and benchmark.
+# Installs every Debian 12 package Arclight needs to build, test and benchmark. The launcher
+# tests start real ones: SLURM (slurm-wlm), mpirun (openmpi-bin) and torchrun (python3-torch,
+# which also runs the PyTorch side of the benchmarks).
 # OpenBLAS's OpenMP build matters: it follows torch::set_num_threads (the pthread build does
 # not), and Debian's default reference BLAS makes the MLP about 15x slower.
 set -euo pipefail
@@ -10,6 +12,7 @@ packages=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libprotobuf-dev protobuf-compiler
+  slurm-wlm openmpi-bin python3-torch
 )
 
 missing=()

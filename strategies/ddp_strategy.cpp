@@ -51,6 +51,8 @@ void DDPStrategy::setup(AcceleratorBackend& accelerator, const TrainerOptions& o
   rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout() * 1000));
   rendezvous.node = host_name() + "#" + std::to_string(environment_->node_rank());
   rendezvous.shared_memory = options.shared_memory() && device_.is_cpu();
+  rendezvous.store_hosted_elsewhere = environment_->launcher_hosts_store();
+  rendezvous.prefix = "arc/attempt_" + std::to_string(environment_->restart_count());
   collectives_ = make_collectives(rendezvous, hosted_store());
   console().info("{}: rank {} of {} on {} ({} environment, {} at {}:{})", name(), rank_, world_size_, device_.str(),
                  environment_->name(), collectives_->backend(), rendezvous.address, rendezvous.port);

@@ -31,6 +31,7 @@ class DDPStrategy : public Strategy {
   int64_t local_rank() const override { return local_rank_; }
   int64_t local_world_size() const override { return local_world_size_; }
   Collectives* collectives() override { return collectives_.get(); }
+  int64_t restart_count() const override { return environment_->restart_count(); }
   const cluster::ClusterEnvironment& environment() const { return *environment_; }
 
  protected:

@@ -145,21 +145,23 @@ std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
                                               c10::intrusive_ptr<c10d::TCPStore> hosted) {
   auto store = std::move(hosted);
   if (!store)
-    store = options.rank == 0 ? StoreServer(options.address, options.port, options.timeout).store() : connect(options);
-  auto gloo = std::make_unique<GlooCollectives>(store, "arc", options);
+    store = options.rank == 0 && !options.store_hosted_elsewhere
+                ? StoreServer(options.address, options.port, options.timeout).store()
+                : connect(options);
+  auto gloo = std::make_unique<GlooCollectives>(store, options.prefix, options);
   if (!options.shared_memory || options.world_size == 1) return gloo;
   ShmGroupOptions shm;
   shm.rank = options.rank;
   shm.world_size = options.world_size;
   shm.node = options.node;
   shm.timeout = options.timeout;
-  const auto make_leaders = [&](const std::string& prefix, int64_t rank, int64_t size) {
+  const auto make_leaders = [&](const std::string& name, int64_t rank, int64_t size) {
     auto leaders = options;
     leaders.rank = rank;
     leaders.world_size = size;
-    return std::make_unique<GlooCollectives>(store, prefix, leaders);
+    return std::make_unique<GlooCollectives>(store, options.prefix + "/" + name, leaders);
   };
-  c10d::PrefixStore prefixed("arc/shm", store);
+  c10d::PrefixStore prefixed(options.prefix + "/shm", store);
   return make_shm_collectives(prefixed, shm, std::move(gloo), make_leaders);
 }
 

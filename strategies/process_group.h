@@ -29,6 +29,11 @@ struct RendezvousOptions {
   std::string node = "localhost";
   /// All-reduce through shared memory among the ranks of a node (Gloo across nodes).
   bool shared_memory = true;
+  /// The store at address:port is already open (torchrun's agent hosts it): rank 0 joins it too.
+  bool store_hosted_elsewhere = false;
+  /// Key prefix for this group in the store; a launcher's store outlives restarts, so each attempt
+  /// gets its own.
+  std::string prefix = "arc";
 };
 
 /// A TCPStore server on `address`, port 0 = any free port (read it back with port()).
@@ -44,7 +49,8 @@ class StoreServer {
   c10::intrusive_ptr<c10d::TCPStore> store_;
 };
 
-/// Joins the group: rank 0 uses `hosted` (or hosts a store itself), other ranks connect; every
+/// Joins the group: rank 0 uses `hosted` (or hosts a store itself, unless it is hosted elsewhere),
+/// other ranks connect; every
 /// rank checks in and waits for all others. A timeout names the missing ranks. Gloo, with
 /// shared memory within each node unless options.shared_memory is off.
 std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,

@@ -233,7 +233,7 @@ std::unique_ptr<Collectives> make_shm_collectives(c10d::Store& store, const ShmG
   }
   std::unique_ptr<Collectives> leader_group;
   const auto leader_index = std::find(leaders.begin(), leaders.end(), options.rank) - leaders.begin();
-  if (nodes > 1 && local_index == 0) leader_group = make_leaders("arc/leaders", leader_index, nodes);
+  if (nodes > 1 && local_index == 0) leader_group = make_leaders("leaders", leader_index, nodes);
   return std::make_unique<ShmCollectives>(std::move(segment), std::move(global), std::move(leader_group), nodes,
                                           options.timeout);
 }

@@ -26,8 +26,8 @@ struct ShmGroupOptions {
   int64_t slot_bytes = 4 << 20;
 };
 
-/// Makes a group over `prefix` in the store for ranks `rank` of `size` (the node leaders).
-using GroupFactory = std::function<std::unique_ptr<Collectives>(const std::string& prefix, int64_t rank, int64_t size)>;
+/// Makes a group called `name` in the store for ranks `rank` of `size` (the node leaders).
+using GroupFactory = std::function<std::unique_ptr<Collectives>(const std::string& name, int64_t rank, int64_t size)>;
 
 /// Wraps `global` (which keeps serving CUDA tensors, and everything but all-reduce across
 /// nodes). Returns `global` itself when no two ranks share a node.

@@ -4,6 +4,7 @@
 #include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/ddp_spawn_strategy.h>
 #include <arc/strategies/ddp_strategy.h>
+#include <arc/strategies/elastic_strategy.h>
 #include <arc/strategies/single_device_strategy.h>
 
 #include <torch/torch.h>
@@ -71,6 +72,7 @@ Registry<Strategy>& strategy_registry() {
     r.add("single_device", [] { return std::make_shared<SingleDeviceStrategy>(); });
     r.add("ddp", [] { return std::make_shared<DDPStrategy>(); });
     r.add("ddp_spawn", [] { return std::make_shared<DDPSpawnStrategy>(); });
+    r.add("elastic", [] { return std::make_shared<ElasticStrategy>(); });
     return r;
   }();
   return registry;

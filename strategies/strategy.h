@@ -42,6 +42,10 @@ class Strategy {
   virtual void set_gradient_sync(bool) {}
   /// The group's collectives, or nullptr for one process.
   virtual Collectives* collectives() { return nullptr; }
+  /// Whether a launcher restarts failed processes and fit resumes by itself (strategy elastic).
+  virtual bool elastic() const { return false; }
+  /// How many times the launcher restarted (torchrun) or requeued (SLURM) the job so far.
+  virtual int64_t restart_count() const { return 0; }
   /// Called when this process's stage fails, before the error leaves the Trainer.
   virtual void on_failure(const std::string&) {}
   /// Called when a stage (fit, validate, ...) ends well.
@@ -59,7 +63,7 @@ class Strategy {
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
 };
 
-/// Strategies by name: "single_device", "ddp", "ddp_spawn".
+/// Strategies by name: "single_device", "ddp", "ddp_spawn", "elastic".
 Registry<Strategy>& strategy_registry();
 
 /// The strategy for the `strategy` option; "auto" picks single_device for one device, else ddp

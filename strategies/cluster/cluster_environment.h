@@ -26,6 +26,11 @@ class ClusterEnvironment {
   virtual int64_t node_rank() const = 0;
   /// Processes on this node; world_size / num_nodes unless the launcher says.
   virtual int64_t local_world_size() const;
+  /// Whether the launcher already hosts the rendezvous store at the main address and port (torchrun's
+  /// agent does), so that rank 0 joins it instead of opening one.
+  virtual bool launcher_hosts_store() const { return false; }
+  /// How many times the launcher restarted this job's processes (torchrun --max_restarts, SLURM requeue).
+  virtual int64_t restart_count() const { return 0; }
   /// Checks the launch against the Trainer's devices and num_nodes.
   virtual void validate(int64_t devices, int64_t num_nodes) const;
 };

@@ -3,6 +3,8 @@
 
 #include <arc/core/error.h>
 
+#include <algorithm>
+
 namespace arc::cluster {
 namespace {
 
@@ -37,8 +39,12 @@ int64_t MpiEnvironment::local_rank() const {
   return open_mpi() ? env_int("OMPI_COMM_WORLD_LOCAL_RANK") : env_int_or("MPI_LOCALRANKID", global_rank());
 }
 
+// OpenMPI's OMPI_COMM_WORLD_NODE_RANK is a rank within the node, not the node's index, so the
+// node index comes from NODE_RANK, or from the default by-slot mapping (a node's ranks are
+// consecutive): the first rank on this node divided by the ranks per node.
 int64_t MpiEnvironment::node_rank() const {
-  return open_mpi() ? env_int_or("OMPI_COMM_WORLD_NODE_RANK", 0) : env_int_or("NODE_RANK", 0);
+  if (env("NODE_RANK")) return env_int("NODE_RANK");
+  return (global_rank() - local_rank()) / std::max<int64_t>(local_world_size(), 1);
 }
 
 int64_t MpiEnvironment::local_world_size() const {

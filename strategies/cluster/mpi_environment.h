@@ -5,8 +5,8 @@
 
 namespace arc::cluster {
 
-/// OMPI_COMM_WORLD_{SIZE,RANK,LOCAL_RANK,LOCAL_SIZE,NODE_RANK} or PMI_SIZE / PMI_RANK; MASTER_ADDR (default 127.0.0.1)
-/// and MASTER_PORT (default derived from the job id).
+/// OMPI_COMM_WORLD_{SIZE,RANK,LOCAL_RANK,LOCAL_SIZE} or PMI_SIZE / PMI_RANK; NODE_RANK (default: ranks placed
+/// by slot); MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (default derived from the job id).
 class MpiEnvironment : public ClusterEnvironment {
  public:
   /// Whether this launcher's variables are present.

@@ -51,4 +51,6 @@ void SlurmEnvironment::validate(int64_t devices, int64_t num_nodes) const {
   ClusterEnvironment::validate(devices, num_nodes);
 }
 
+int64_t SlurmEnvironment::restart_count() const { return env_int_or("SLURM_RESTART_COUNT", 0); }
+
 }  // namespace arc::cluster

@@ -21,6 +21,8 @@ class SlurmEnvironment : public ClusterEnvironment {
   int64_t node_rank() const override;
   int64_t local_world_size() const override;
   void validate(int64_t devices, int64_t num_nodes) const override;
+  /// SLURM_RESTART_COUNT: how often the job was requeued.
+  int64_t restart_count() const override;
 };
 
 }  // namespace arc::cluster

@@ -23,4 +23,10 @@ int64_t TorchElasticEnvironment::local_rank() const { return env_int("LOCAL_RANK
 int64_t TorchElasticEnvironment::node_rank() const { return env_int_or("GROUP_RANK", 0); }
 int64_t TorchElasticEnvironment::local_world_size() const { return env_int_or("LOCAL_WORLD_SIZE", world_size()); }
 
+bool TorchElasticEnvironment::launcher_hosts_store() const {
+  return env("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
+}
+
+int64_t TorchElasticEnvironment::restart_count() const { return env_int_or("TORCHELASTIC_RESTART_COUNT", 0); }
+
 }  // namespace arc::cluster

@@ -5,7 +5,8 @@
 
 namespace arc::cluster {
 
-/// TORCHELASTIC_RUN_ID, RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+/// TORCHELASTIC_RUN_ID, RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+/// TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_RESTART_COUNT.
 class TorchElasticEnvironment : public ClusterEnvironment {
  public:
   /// Whether this launcher's variables are present.
@@ -19,6 +20,10 @@ class TorchElasticEnvironment : public ClusterEnvironment {
   int64_t local_rank() const override;
   int64_t node_rank() const override;
   int64_t local_world_size() const override;
+  /// TORCHELASTIC_USE_AGENT_STORE=True.
+  bool launcher_hosts_store() const override;
+  /// TORCHELASTIC_RESTART_COUNT.
+  int64_t restart_count() const override;
 };
 
 }  // namespace arc::cluster

@@ -26,6 +26,8 @@ const char* kVariables[] = {"SLURM_NTASKS",
                             "SLURM_NTASKS_PER_NODE",
                             "SLURM_NNODES",
                             "TORCHELASTIC_RUN_ID",
+                            "TORCHELASTIC_USE_AGENT_STORE",
+                            "TORCHELASTIC_RESTART_COUNT",
                             "RANK",
                             "LOCAL_RANK",
                             "WORLD_SIZE",
@@ -165,7 +167,7 @@ TEST(ClusterEnvironment, OpenMpiAndPmi) {
              {"OMPI_COMM_WORLD_RANK", "2"},
              {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
              {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-             {"OMPI_COMM_WORLD_NODE_RANK", "1"},
+             {"OMPI_COMM_WORLD_NODE_RANK", "0"},
              {"MASTER_PORT", "5000"}});
     auto found = detect();
     ASSERT_EQ(found->name(), "mpi");

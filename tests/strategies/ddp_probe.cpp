@@ -3,23 +3,43 @@
 //   ddp_probe --strategy ddp_spawn --devices 2 --batch 16 --steps 30 [--accumulate 2]
 //             [--out params.bin] [--fail exception|exit3|segv|sigkill --fail-rank 1 --fail-step 5]
 //             [--timeout 20] [--shared-memory 0] [--tag anything]
+//             [--root DIR] [--elastic-every 5] [--fail-attempt 0] [--step-ms 20]
+// --fail-attempt: fail only in that start of the job (torchrun or SLURM restart count).
+// Rank 0 prints "TIMING start <step> <unix ms> <attempt>" at its first step and the failing rank
+// "TIMING kill <step> <unix ms>" before it kills itself, for the launcher tests and benchmarks.
 #include <arc/arc.h>
 
 #include <torch/torch.h>
 
 #include <unistd.h>
+#include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 namespace {
 
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Which start of the job this is: torchrun's or SLURM's restart count.
+int64_t attempt() {
+  for (const char* name : {"TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"})
+    if (const char* value = std::getenv(name)) return std::atoll(value);
+  return 0;
+}
+
 struct Args {
   std::string strategy = "ddp_spawn";
-  int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, fail_rank = -1, fail_step = -1;
+  int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, fail_rank = -1, fail_step = -1, fail_attempt = -1;
+  int64_t elastic_every = 0, step_ms = 0;
   double timeout = 30;
   bool shared_memory = true;
-  std::string out, fail, loop = "trainer";
+  std::string out, fail, loop = "trainer", root = ".";
 };
 
 Args parse(int argc, char** argv) {
@@ -38,6 +58,10 @@ Args parse(int argc, char** argv) {
     if (key == "--timeout") a.timeout = std::stod(value);
     if (key == "--loop") a.loop = value;
     if (key == "--shared-memory") a.shared_memory = value == "1";
+    if (key == "--root") a.root = value;
+    if (key == "--elastic-every") a.elastic_every = std::stoll(value);
+    if (key == "--fail-attempt") a.fail_attempt = std::stoll(value);
+    if (key == "--step-ms") a.step_ms = std::stoll(value);
   }
   return a;
 }
@@ -50,6 +74,10 @@ class Probe : public arc::TrainModule {
     fc2 = register_module("fc2", torch::nn::Linear(16, 3));
   }
   torch::Tensor training_step(arc::Batch& batch, int64_t) override {
+    if (!started_ && trainer().is_global_zero())
+      std::cout << "TIMING start " << global_step() << " " << unix_ms() << " " << attempt() << std::endl;
+    started_ = true;
+    if (args_.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(args_.step_ms));
     maybe_fail();
     auto loss = torch::nn::functional::cross_entropy(fc2(torch::relu(fc1(batch[0]))), batch[1]);
     const auto rank = static_cast<double>(trainer().global_rank());
@@ -67,12 +95,15 @@ class Probe : public arc::TrainModule {
  private:
   void maybe_fail() {
     if (trainer().global_rank() != args_.fail_rank || global_step() != args_.fail_step) return;
+    if (args_.fail_attempt != -1 && attempt() != args_.fail_attempt) return;
+    std::cout << "TIMING kill " << global_step() << " " << unix_ms() << std::endl;
     if (args_.fail == "exception") throw std::runtime_error("probe failure on purpose");
     if (args_.fail == "exit3") std::exit(3);
     if (args_.fail == "segv") std::raise(SIGSEGV);
     if (args_.fail == "sigkill") std::raise(SIGKILL);
   }
   Args args_;
+  bool started_ = false;
 };
 
 void write_parameters(torch::nn::Module& module, const std::string& path) {
@@ -132,7 +163,8 @@ int main(int argc, char** argv) {
   arc::TrainerOptions options;
   options.strategy(args.strategy).devices(arc::Devices::of_count(args.devices)).max_steps(args.steps);
   options.accumulate_grad_batches(args.accumulate).timeout(args.timeout).num_threads(1);
-  options.shared_memory(args.shared_memory);
+  options.shared_memory(args.shared_memory).default_root_dir(args.root);
+  options.elastic_checkpoint_every_n_steps(args.elastic_every);
   options.enable_progress_bar(false).enable_model_summary(false).enable_checkpointing(false).deterministic(true);
   try {
     if (args.loop == "custom") {

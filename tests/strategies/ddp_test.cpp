@@ -1,13 +1,12 @@
 // DDP end to end with real processes: ddp_spawn runs of the probe program, and the same
 // program joined by hand under strategy ddp.
 #include "support/command.h"
+#include "support/ports.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <dirent.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <chrono>
 #include <cmath>
@@ -21,6 +20,7 @@
 namespace {
 
 using arc::testing::CommandRun;
+using arc::testing::free_port;
 
 CommandRun probe(const std::string& args, const std::string& env = "") {
   return arc::testing::run_command(env + " timeout 120 " + std::string(ARC_PROBE) + " " + args);
@@ -143,19 +143,6 @@ TEST(DDP, TwentyConcurrentSpawnRunsNeverClashOnPorts) {
     EXPECT_EQ(run.status, 0) << run.output;
     EXPECT_EQ(report(run)["world_size"], 2) << run.output;
   }
-}
-
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  const int port = ntohs(address.sin_port);
-  close(fd);
-  return port;
 }
 
 TEST(DDP, RendezvousTimeoutNamesTheMissingRank) {

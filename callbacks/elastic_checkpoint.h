@@ -1,0 +1,34 @@
+// ElasticCheckpoint: strategy elastic's own periodic checkpoint, one file replaced atomically,
+// so that a group torchrun restarts loses at most the steps since the last one.
+#pragma once
+
+#include <arc/callbacks/callback.h>
+
+#include <chrono>
+#include <string>
+
+namespace arc {
+
+/// The file's name in default_root_dir.
+inline constexpr const char* kElasticCheckpointName = "elastic_last.ckpt";
+
+/// Writes `<default_root_dir>/elastic_last.ckpt` every `every_n_steps` global steps and, when
+/// `every_seconds` > 0, also once that many seconds have passed since the last write.
+class ElasticCheckpoint : public Callback {
+ public:
+  ElasticCheckpoint(int64_t every_n_steps, double every_seconds);
+  std::string state_key() const override { return "ElasticCheckpoint"; }
+  void on_fit_start(Trainer& trainer, TrainModule& module) override;
+  void on_train_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& loss, Batch& batch,
+                          int64_t batch_idx) override;
+  /// Where it writes for `trainer`.
+  static std::string path(const Trainer& trainer);
+
+ private:
+  int64_t every_n_steps_;
+  double every_seconds_;
+  int64_t last_saved_step_ = -1;
+  std::chrono::steady_clock::time_point last_save_time_;
+};
+
+}  // namespace arc

@@ -1,0 +1,312 @@
+// Strategy ddp under the real HPC launchers (mpirun, torchrun, and srun / sbatch on a SLURM
+// cluster that the test starts), what SIGTERM and SLURM's requeue signal do to a fit, and
+// strategy elastic surviving killed workers under torchrun --max_restarts.
+#include "support/command.h"
+#include "support/ports.h"
+#include "support/slurm_cluster.h"
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using arc::testing::CommandRun;
+using arc::testing::free_port;
+using arc::testing::run_command;
+using arc::testing::SlurmCluster;
+
+const std::string kProbe = ARC_PROBE;
+
+bool installed(const std::string& program) { return run_command("command -v " + program).status == 0; }
+
+// A fresh folder for one test's files.
+std::string scratch(const std::string& name) {
+  const std::string dir = "/tmp/arc_launch_" + std::to_string(getpid()) + "_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Waits until `path` contains `text`; false after `seconds`.
+bool wait_for_text(const std::string& path, const std::string& text, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (read_file(path).find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+// Final weights of an uninterrupted ddp_spawn run of the probe, once per step count.
+std::string reference_weights(int64_t steps) {
+  static std::map<int64_t, std::string> cache;
+  if (cache.count(steps) == 0) {
+    const std::string dir = scratch("reference_" + std::to_string(steps));
+    const auto run = run_command("timeout 120 " + kProbe + " --strategy ddp_spawn --steps " + std::to_string(steps) +
+                                 " --root " + dir + " --out " + dir + "/w.bin");
+    EXPECT_EQ(run.status, 0) << run.output;
+    cache[steps] = read_file(dir + "/w.bin");
+    std::filesystem::remove_all(dir);
+  }
+  return cache[steps];
+}
+
+// The numbers after "TIMING <what> " on the lines that have them.
+std::vector<std::vector<int64_t>> timings(const std::string& output, const std::string& what) {
+  std::vector<std::vector<int64_t>> out;
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const auto at = line.find("TIMING " + what + " ");
+    if (at == std::string::npos) continue;
+    std::istringstream numbers(line.substr(at + 8 + what.size()));
+    std::vector<int64_t> values;
+    int64_t value;
+    while (numbers >> value) values.push_back(value);
+    out.push_back(values);
+  }
+  return out;
+}
+
+// A probe run in the background, its output in a file, so that the test can signal it.
+class Background {
+ public:
+  Background(const std::string& args, const std::string& output) : output_(output) {
+    const std::string command = "exec " + kProbe + " " + args + " > " + output + " 2>&1";
+    const char* argv[] = {"sh", "-c", command.c_str(), nullptr};
+    posix_spawnp(&pid_, "sh", nullptr, nullptr, const_cast<char**>(argv), environ);
+  }
+  ~Background() {
+    if (pid_ == 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  void signal(int number) const { kill(pid_, number); }
+  /// The exit code, or -signal; -1000 after `seconds` (the probe is then killed).
+  int wait(double seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) return -1000;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_ = 0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+
+ private:
+  std::string output_;
+  pid_t pid_ = 0;
+};
+
+TEST(Launchers, MpirunRunsDdpAsDdpSpawnDoes) {
+  if (!installed("mpirun")) GTEST_SKIP() << "mpirun is not installed (Debian package openmpi-bin)";
+  const std::string dir = scratch("mpirun");
+  const std::string as_root = getuid() == 0 ? " --allow-run-as-root" : "";
+  const auto run = run_command("timeout 120 mpirun" + as_root + " --oversubscribe -np 2 " + kProbe +
+                               " --strategy ddp --steps 30 --root " + dir + " --out " + dir + "/w.bin");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("rank 0 of 2 on cpu (mpi environment, shared memory"), std::string::npos) << run.output;
+  EXPECT_EQ(read_file(dir + "/w.bin"), reference_weights(30));
+  std::filesystem::remove_all(dir);
+}
+
+// Debian's torchrun (torch 1.13 on Python 3.11) crashes at start without -r/-t.
+std::string torchrun(const std::string& flags) {
+  return "timeout 120 torchrun -r 9:1 -t 9:1 --nproc_per_node 2 --master_port " + std::to_string(free_port()) + " " +
+         flags + " --no_python " + kProbe;
+}
+
+TEST(Launchers, TorchrunStaticRunsDdpAsDdpSpawnDoes) {
+  if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
+  const std::string dir = scratch("torchrun");
+  const auto run = run_command(torchrun("") + " --strategy ddp --steps 30 --root " + dir + " --out " + dir + "/w.bin");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("rank 0 of 2 on cpu (torchelastic environment"), std::string::npos) << run.output;
+  EXPECT_EQ(read_file(dir + "/w.bin"), reference_weights(30));
+  std::filesystem::remove_all(dir);
+}
+
+class Slurm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!SlurmCluster::available()) GTEST_SKIP() << "SLURM is not installed (Debian package slurm-wlm)";
+    cluster_ = std::make_unique<SlurmCluster>();
+    dir_ = scratch(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+  void TearDown() override {
+    cluster_.reset();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // Submits a batch job that runs the probe with `args` under srun; returns its id.
+  std::string submit(const std::string& args) {
+    std::ofstream script(dir_ + "/job.sh");
+    script << "#!/bin/bash\n#SBATCH -n 2\n#SBATCH -o " << dir_ << "/job.out\n#SBATCH --open-mode=append\n"
+           << "echo \"attempt ${SLURM_RESTART_COUNT:-0}\"\nsrun " << kProbe << " --strategy ddp --root " << dir_
+           << " --out " << dir_ << "/w.bin " << args << "\n";
+    script.close();
+    const auto run = run_command(cluster_->env() + " timeout 30 sbatch --parsable " + dir_ + "/job.sh");
+    EXPECT_EQ(run.status, 0) << run.output;
+    return run.output.substr(0, run.output.find_first_of(";\n"));
+  }
+
+  // Waits for job `id` to leave the queue.
+  bool wait_for_end(const std::string& id, double seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (run_command(cluster_->env() + " timeout 5 squeue -h -j " + id).output.find(id) != std::string::npos) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return true;
+  }
+
+  std::string job_output() const { return read_file(dir_ + "/job.out"); }
+
+  std::unique_ptr<SlurmCluster> cluster_;
+  std::string dir_;
+};
+
+TEST_F(Slurm, SrunRunsDdpAsDdpSpawnDoes) {
+  const auto run = run_command(cluster_->env() + " timeout 120 srun -n 2 " + kProbe + " --strategy ddp --steps 30 " +
+                               "--root " + dir_ + " --out " + dir_ + "/w.bin");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("rank 0 of 2 on cpu (slurm environment, shared memory at localhost:"), std::string::npos)
+      << run.output;
+  EXPECT_EQ(read_file(dir_ + "/w.bin"), reference_weights(30));
+}
+
+TEST_F(Slurm, SbatchRunsDdpAsDdpSpawnDoes) {
+  const auto id = submit("--steps 30");
+  ASSERT_TRUE(wait_for_end(id, 120)) << job_output();
+  EXPECT_NE(job_output().find("PROBE "), std::string::npos) << job_output();
+  EXPECT_EQ(read_file(dir_ + "/w.bin"), reference_weights(30));
+}
+
+TEST_F(Slurm, RequeueSignalSavesRequeuesAndTheJobResumesExactly) {
+  const auto id = submit("--steps 60 --step-ms 40");
+  ASSERT_TRUE(wait_for_text(dir_ + "/job.out", "TIMING start", 60)) << job_output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(run_command(cluster_->env() + " timeout 10 scancel --signal=USR1 " + id).status, 0);
+  ASSERT_TRUE(wait_for_text(dir_ + "/job.out", "PROBE ", 120)) << job_output();
+  ASSERT_TRUE(wait_for_end(id, 60)) << job_output();
+  const auto output = job_output();
+  EXPECT_NE(output.find("requeued SLURM job " + id), std::string::npos) << output;
+  EXPECT_NE(output.find("attempt 1"), std::string::npos) << output;
+  EXPECT_NE(output.find("resuming from '" + dir_ + "/hpc_ckpt_1.ckpt'"), std::string::npos) << output;
+  const auto starts = timings(output, "start");
+  ASSERT_EQ(starts.size(), 2u) << output;
+  EXPECT_GT(starts[1][0], 0) << "the requeued job started from step 0";
+  EXPECT_EQ(read_file(dir_ + "/w.bin"), reference_weights(60));
+}
+
+TEST_F(Slurm, SigtermSavesAndExitsNonZeroAndTheNextRunResumesExactly) {
+  const auto id = submit("--steps 60 --step-ms 40");
+  ASSERT_TRUE(wait_for_text(dir_ + "/job.out", "TIMING start", 60)) << job_output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(run_command(cluster_->env() + " timeout 10 scancel " + id).status, 0);
+  ASSERT_TRUE(wait_for_end(id, 60)) << job_output();
+  const auto output = job_output();
+  EXPECT_NE(output.find("fit stopped by SIGTERM at global step"), std::string::npos) << output;
+  EXPECT_EQ(output.find("PROBE "), std::string::npos) << output;
+  ASSERT_TRUE(std::filesystem::exists(dir_ + "/hpc_ckpt_1.ckpt")) << output;
+  const auto rerun = run_command(cluster_->env() + " timeout 120 srun -n 2 " + kProbe + " --strategy ddp --steps 60 " +
+                                 "--root " + dir_ + " --out " + dir_ + "/w.bin");
+  ASSERT_EQ(rerun.status, 0) << rerun.output;
+  EXPECT_NE(rerun.output.find("resuming from '" + dir_ + "/hpc_ckpt_1.ckpt'"), std::string::npos) << rerun.output;
+  EXPECT_EQ(read_file(dir_ + "/w.bin"), reference_weights(60));
+}
+
+TEST(Signals, SigtermToDdpSpawnSavesEveryRankStopsAndTheNextFitResumesExactly) {
+  const std::string dir = scratch("sigterm_spawn");
+  const std::string args = "--strategy ddp_spawn --steps 60 --root " + dir + " --out " + dir + "/w.bin";
+  Background run(args + " --step-ms 40", dir + "/out.txt");
+  ASSERT_TRUE(wait_for_text(dir + "/out.txt", "TIMING start", 60)) << read_file(dir + "/out.txt");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  run.signal(SIGTERM);
+  EXPECT_EQ(run.wait(60), 1) << read_file(dir + "/out.txt");
+  const auto output = read_file(dir + "/out.txt");
+  EXPECT_NE(output.find("fit stopped by SIGTERM at global step"), std::string::npos) << output;
+  ASSERT_TRUE(std::filesystem::exists(dir + "/hpc_ckpt_1.ckpt")) << output;
+  const auto rerun = run_command("timeout 120 " + kProbe + " " + args);
+  ASSERT_EQ(rerun.status, 0) << rerun.output;
+  EXPECT_NE(rerun.output.find("resuming from '" + dir + "/hpc_ckpt_1.ckpt'"), std::string::npos) << rerun.output;
+  EXPECT_EQ(read_file(dir + "/w.bin"), reference_weights(60));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Elastic, WithoutTorchrunIsAnErrorThatSaysHowToStartIt) {
+  const auto run = run_command("timeout 60 " + kProbe + " --strategy elastic --steps 5");
+  EXPECT_EQ(run.status, 1) << run.output;
+  EXPECT_NE(run.output.find("torchrun --max_restarts"), std::string::npos) << run.output;
+}
+
+struct KillPoint {
+  int64_t rank;
+  int64_t step;
+};
+
+class ElasticKill : public ::testing::TestWithParam<KillPoint> {};
+
+TEST_P(ElasticKill, TorchrunRestartsTheGroupAndTheRunEndsBitIdentical) {
+  if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
+  const auto [rank, step] = GetParam();
+  const std::string dir = scratch("elastic_" + std::to_string(rank) + "_" + std::to_string(step));
+  const auto run = run_command(torchrun("--max_restarts 2 --monitor_interval 0.1") +
+                               " --strategy elastic --steps 40 --elastic-every 5 --fail sigkill --fail-attempt 0" +
+                               " --fail-rank " + std::to_string(rank) + " --fail-step " + std::to_string(step) +
+                               " --root " + dir + " --out " + dir + "/w.bin");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("elastic: start 2 of this job"), std::string::npos) << run.output;
+  const auto starts = timings(run.output, "start");
+  const auto kills = timings(run.output, "kill");
+  ASSERT_EQ(starts.size(), 2u) << run.output;
+  ASSERT_EQ(kills.size(), 1u) << run.output;
+  EXPECT_EQ(kills[0][0], step);
+  // The second start resumes from the last periodic checkpoint before the kill.
+  EXPECT_EQ(starts[1][0], step / 5 * 5) << run.output;
+  EXPECT_EQ(read_file(dir + "/w.bin"), reference_weights(40));
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(KillPoints, ElasticKill,
+                         ::testing::Values(KillPoint{1, 13}, KillPoint{0, 7}, KillPoint{1, 26}, KillPoint{0, 34}),
+                         [](const auto& info) {
+                           return "Rank" + std::to_string(info.param.rank) + "Step" + std::to_string(info.param.step);
+                         });
+
+TEST(Elastic, MoreFailuresThanRestartsEndTorchrunNonZeroNamingTheRankAndCause) {
+  if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
+  const std::string dir = scratch("elastic_exhausted");
+  const auto run = run_command(torchrun("--max_restarts 1 --monitor_interval 0.1") +
+                               " --strategy elastic --steps 40 --elastic-every 5 --fail sigkill --fail-rank 1" +
+                               " --fail-step 3 --root " + dir);
+  EXPECT_NE(run.status, 0) << run.output;
+  EXPECT_EQ(timings(run.output, "kill").size(), 2u) << run.output;
+  EXPECT_NE(run.output.find("local_rank: 1"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("exitcode: -9"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("PROBE "), std::string::npos) << run.output;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace

@@ -1,0 +1,129 @@
+// A one-node SLURM cluster on 127.0.0.1 for the launcher tests and benchmarks: slurmctld and
+// slurmd started by PID with a private slurm.conf (no munge, no cgroups, state in a temp dir),
+// and stopped, with every job cancelled, when the object goes.
+#pragma once
+
+#include "support/command.h"
+#include "support/ports.h"
+
+#include <fcntl.h>
+#include <pwd.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace arc::testing {
+
+class SlurmCluster {
+ public:
+  /// Whether slurm-wlm's daemons and clients are installed.
+  static bool available() {
+    return run_command("command -v slurmctld && command -v slurmd && command -v srun").status == 0;
+  }
+
+  SlurmCluster() {
+    dir_ = "/tmp/arc_slurm_" + std::to_string(getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_ + "/state");
+    std::filesystem::create_directories(dir_ + "/spool");
+    write_config();
+    controller_ = start({"slurmctld", "-D", "-f", conf()}, dir_ + "/slurmctld.out");
+    node_daemon_ = start({"slurmd", "-D", "-N", "localhost", "-f", conf()}, dir_ + "/slurmd.out");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (run_command(env() + " sinfo -h -o %T").output.find("idle") == std::string::npos) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        const std::string log = run_command("tail -n 20 " + dir_ + "/*.log " + dir_ + "/*.out").output;
+        stop();
+        throw std::runtime_error("the test SLURM cluster did not come up within 30 s:\n" + log);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+
+  ~SlurmCluster() { stop(); }
+  SlurmCluster(const SlurmCluster&) = delete;
+  SlurmCluster& operator=(const SlurmCluster&) = delete;
+
+  /// What a command needs in front of it to talk to this cluster.
+  std::string env() const { return "SLURM_CONF=" + conf() + " "; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string conf() const { return dir_ + "/slurm.conf"; }
+
+  void write_config() const {
+    const passwd* user = getpwuid(getuid());
+    const std::string name = user != nullptr ? user->pw_name : "root";
+    std::ofstream out(conf());
+    out << "ClusterName=arctest\nSlurmctldHost=localhost(127.0.0.1)\n"
+        << "SlurmctldPort=" << free_port() << "\nSlurmdPort=" << free_port() << "\n"
+        << "AuthType=auth/none\nCredType=cred/none\nProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+        << "SwitchType=switch/none\nMpiDefault=none\nSlurmUser=" << name << "\nSlurmdUser=" << name << "\n"
+        << "StateSaveLocation=" << dir_ << "/state\nSlurmdSpoolDir=" << dir_ << "/spool\n"
+        << "SlurmctldPidFile=" << dir_ << "/slurmctld.pid\nSlurmdPidFile=" << dir_ << "/slurmd.pid\n"
+        << "SlurmctldLogFile=" << dir_ << "/slurmctld.log\nSlurmdLogFile=" << dir_
+        << "/slurmd.log\n"
+        // A requeued job waits for its credential to expire before it may start again (120 s by default).
+        << "AuthInfo=cred_expire=5\n"
+        << "SchedulerType=sched/builtin\nSchedulerParameters=sched_interval=1\nSelectType=select/"
+           "cons_tres\nSelectTypeParameters=CR_CPU\n"
+        << "ReturnToService=2\nSlurmdParameters=config_overrides\nJobCompType=jobcomp/none\n"
+        << "AccountingStorageType=accounting_storage/none\nKillWait=5\n"
+        << "NodeName=localhost NodeAddr=127.0.0.1 CPUs=4 State=UNKNOWN\n"
+        << "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP\n";
+  }
+
+  pid_t start(const std::vector<std::string>& argv, const std::string& log) const {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    std::vector<char*> args;
+    for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    pid_t pid = 0;
+    const int failed = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (failed != 0) throw std::runtime_error("cannot start " + argv[0]);
+    return pid;
+  }
+
+  // Cancels every job, waits for the queue to drain, then ends both daemons by PID.
+  void stop() {
+    if (controller_ == 0) return;
+    run_command(env() + " timeout 10 scancel --full --user=$(id -un)");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!run_command(env() + " timeout 5 squeue -h").output.empty() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (const pid_t pid : {node_daemon_, controller_}) end(pid);
+    controller_ = node_daemon_ = 0;
+    std::filesystem::remove_all(dir_);
+  }
+
+  static void end(pid_t pid) {
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 100; ++i) {
+      if (waitpid(pid, nullptr, WNOHANG) == pid) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+
+  std::string dir_;
+  pid_t controller_ = 0;
+  pid_t node_daemon_ = 0;
+};
+
+}  // namespace arc::testing
