@@ -87,7 +87,8 @@ nlohmann::json RunReport::report(const Trainer& trainer, const TrainModule& modu
   out["train_sps"] = train_time > 0 ? samples / train_time : 0.0;
   out["median_step_ms"] = median;
   out["mean_step_ms"] = mean;
-  out["t_first_step_s"] = first_step_s_;
+  // A fit resumed after its last step trains nothing, so it has no first step to time.
+  out["t_first_step_s"] = first_step_s_ >= 0 ? nlohmann::json(first_step_s_) : nlohmann::json(nullptr);
   out["train_loss_last100"] = loss_last100_;
   const auto& metrics = trainer.callback_metrics();
   for (const char* name : {"val_loss", "val_acc"}) {

@@ -107,6 +107,46 @@ TEST(Checkpoint, ResumingAfterAnyStepEndsBitIdentical) {
   fs::remove_all(dir);
 }
 
+// Sends this process SIGTERM after global batch `at`, as a scheduler's kill would.
+class TerminateAfter : public Callback {
+ public:
+  explicit TerminateAfter(int64_t at) : at_(at) {}
+  std::string state_key() const override { return "TerminateAfter"; }
+  void on_train_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&, int64_t) override {
+    if (trainer.progress().total_batches == at_) std::raise(SIGTERM);
+  }
+
+ private:
+  int64_t at_;
+};
+
+TEST(Checkpoint, SigtermSavesHpcCheckpointsThatTheNextFitsResumeFromExactly) {
+  Stateful reference;
+  Trainer(resume_options()).fit(reference, shuffled(), tiny_data(4, 2));
+  const auto dir = scratch_dir("sigterm");
+  const auto options = resume_options().default_root_dir(dir);
+  int64_t batches_run = 0;
+  for (const int64_t at : {5, 12}) {
+    Stateful interrupted;
+    Trainer trainer(options, {std::make_shared<TerminateAfter>(at)});
+    const auto error = testing::error_of([&] { trainer.fit(interrupted, shuffled(), tiny_data(4, 2)); });
+    const auto expected = dir + "/hpc_ckpt_" + std::to_string(at == 5 ? 1 : 2) + ".ckpt";
+    EXPECT_NE(error.find("fit stopped by SIGTERM at global step"), std::string::npos) << error;
+    EXPECT_NE(error.find(expected), std::string::npos) << error;
+    EXPECT_TRUE(fs::exists(expected));
+    batches_run += interrupted.counts["training_step"];
+  }
+  Stateful resumed;
+  Trainer(options).fit(resumed, shuffled(), tiny_data(4, 2));
+  EXPECT_TRUE(torch::equal(flat(resumed), flat(reference)));
+  EXPECT_EQ(batches_run + resumed.counts["training_step"], 21) << "no batch is lost or run twice";
+  // The handler is gone after fit: SIGTERM's default action is back.
+  struct sigaction current {};
+  sigaction(SIGTERM, nullptr, &current);
+  EXPECT_EQ(current.sa_handler, SIG_DFL);
+  fs::remove_all(dir);
+}
+
 TEST(Checkpoint, SavedRightAfterValidationResumesExactly) {
   struct SaveAfterValidation : Callback {
     std::string path;

@@ -93,6 +93,22 @@ TEST(TrainerOptions, UnknownChoicesListTheKnownOnes) {
   EXPECT_NE(clip.find("did you mean 'norm'"), std::string::npos) << clip;
   const auto precision = error_of({{"precision", "8-true"}});
   EXPECT_NE(precision.find("known: 32-true"), std::string::npos) << precision;
+  const auto requeue = error_of({{"requeue_signal", "USR1"}});
+  EXPECT_NE(requeue.find("unknown requeue_signal 'USR1'"), std::string::npos) << requeue;
+  EXPECT_NE(requeue.find("SIGUSR1"), std::string::npos) << requeue;
+}
+
+TEST(TrainerOptions, FaultToleranceOptions) {
+  const auto options = TrainerOptions::from_json({{"auto_requeue", false},
+                                                  {"requeue_signal", "SIGUSR2"},
+                                                  {"elastic_checkpoint_every_n_steps", 7},
+                                                  {"elastic_checkpoint_every_seconds", 30.0}});
+  EXPECT_FALSE(options.auto_requeue());
+  EXPECT_EQ(options.requeue_signal(), "SIGUSR2");
+  EXPECT_EQ(options.elastic_checkpoint_every_n_steps(), 7);
+  EXPECT_EQ(TrainerOptions::from_json(options.to_json()).elastic_checkpoint_every_seconds(), 30.0);
+  EXPECT_NE(error_of({{"elastic_checkpoint_every_n_steps", -1}}).find("elastic_checkpoint_every_n_steps must be >= 0"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ const char* kVariables[] = {"SLURM_NTASKS",
                             "SLURM_JOB_ID",
                             "SLURM_NTASKS_PER_NODE",
                             "SLURM_NNODES",
+                            "SLURM_RESTART_COUNT",
                             "TORCHELASTIC_RUN_ID",
                             "TORCHELASTIC_USE_AGENT_STORE",
                             "TORCHELASTIC_RESTART_COUNT",
@@ -99,9 +100,11 @@ TEST(ClusterEnvironment, Slurm) {
            {"SLURM_NODELIST", "node[01-04,7]"},
            {"SLURM_JOB_ID", "1234567"},
            {"SLURM_NTASKS_PER_NODE", "2"},
-           {"SLURM_NNODES", "4"}});
+           {"SLURM_NNODES", "4"},
+           {"SLURM_RESTART_COUNT", "3"}});
   auto found = detect();
   ASSERT_EQ(found->name(), "slurm");
+  EXPECT_EQ(found->restart_count(), 3);
   EXPECT_EQ(found->world_size(), 8);
   EXPECT_EQ(found->global_rank(), 5);
   EXPECT_EQ(found->local_rank(), 1);
@@ -159,6 +162,22 @@ TEST(ClusterEnvironment, TorchElasticWinsOverSlurm) {
   EXPECT_EQ(found->local_world_size(), 2);
   EXPECT_EQ(found->main_address(), "h0");
   EXPECT_EQ(found->main_port(), 29400);
+  EXPECT_FALSE(found->launcher_hosts_store());
+  EXPECT_EQ(found->restart_count(), 0);
+}
+
+TEST(ClusterEnvironment, TorchrunAgentStoreAndRestarts) {
+  Env env({{"TORCHELASTIC_RUN_ID", "x"},
+           {"RANK", "0"},
+           {"LOCAL_RANK", "0"},
+           {"WORLD_SIZE", "2"},
+           {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+           {"TORCHELASTIC_RESTART_COUNT", "2"}});
+  auto found = detect();
+  EXPECT_TRUE(found->launcher_hosts_store());
+  EXPECT_EQ(found->restart_count(), 2);
+  Env bad(std::map<std::string, std::string>{{"TORCHELASTIC_RESTART_COUNT", "two"}});
+  EXPECT_NE(error_of([&] { found->restart_count(); }).find("TORCHELASTIC_RESTART_COUNT='two'"), std::string::npos);
 }
 
 TEST(ClusterEnvironment, OpenMpiAndPmi) {
@@ -173,7 +192,7 @@ TEST(ClusterEnvironment, OpenMpiAndPmi) {
     ASSERT_EQ(found->name(), "mpi");
     EXPECT_EQ(found->world_size(), 4);
     EXPECT_EQ(found->global_rank(), 2);
-    EXPECT_EQ(found->node_rank(), 1);
+    EXPECT_EQ(found->node_rank(), 1) << "ranks 2 and 3 of 4, two per node, are on node 1";
     EXPECT_EQ(found->local_world_size(), 2);
     EXPECT_EQ(found->main_port(), 5000);
   }

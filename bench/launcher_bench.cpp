@@ -1,0 +1,185 @@
+// Launch and recovery times of the distributed probe program (tests/strategies/ddp_probe.cpp,
+// 2 processes, 1 thread each) under every launcher on this machine: from the command's start to
+// rank 0's first training step (ddp_spawn is the baseline of the ratio column), and the cost of a
+// failure: a worker SIGKILLed under torchrun --max_restarts (strategy elastic), and SLURM's
+// requeue signal (save, requeue, start again, resume).
+//   arc_bench_launchers [runs=5]
+#include "support/command.h"
+#include "support/ports.h"
+#include "support/slurm_cluster.h"
+
+#include <unistd.h>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using arc::testing::run_command;
+
+const std::string kProbe = ARC_PROBE;
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// The numbers of every "TIMING <what> ..." line.
+std::vector<std::vector<int64_t>> timings(const std::string& output, const std::string& what) {
+  std::vector<std::vector<int64_t>> out;
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const auto at = line.find("TIMING " + what + " ");
+    if (at == std::string::npos) continue;
+    std::istringstream numbers(line.substr(at + 8 + what.size()));
+    std::vector<int64_t> values;
+    for (int64_t value; numbers >> value;) values.push_back(value);
+    out.push_back(values);
+  }
+  return out;
+}
+
+std::string torchrun(const std::string& flags) {
+  return "timeout 120 torchrun -r 9:1 -t 9:1 --nproc_per_node 2 --master_port " +
+         std::to_string(arc::testing::free_port()) + " " + flags + " --no_python " + kProbe;
+}
+
+// Median milliseconds from starting `command` to rank 0's first step.
+double first_step_ms(const std::string& command, int runs) {
+  std::vector<double> samples;
+  for (int i = 0; i < runs; ++i) {
+    const int64_t start = unix_ms();
+    const auto run = run_command(command + " --steps 5");
+    const auto starts = timings(run.output, "start");
+    if (run.status != 0 || starts.empty()) throw std::runtime_error("the probe failed:\n" + run.output);
+    samples.push_back(static_cast<double>(starts[0][1] - start));
+  }
+  return median(samples);
+}
+
+struct Recovery {
+  double ms = 0;
+  int64_t steps_lost = 0;
+};
+
+// A worker killed at step 13 with a checkpoint every 5 steps: kill to the restarted group's
+// first step, and the steps done again.
+Recovery elastic_recovery(double monitor_interval, int runs) {
+  std::vector<double> samples;
+  Recovery out;
+  const std::string dir = "/tmp/arc_bench_elastic_" + std::to_string(getpid());
+  for (int i = 0; i < runs; ++i) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const auto run =
+        run_command(torchrun("--max_restarts 1 --monitor_interval " + std::to_string(monitor_interval)) +
+                    " --strategy elastic --steps 30 --elastic-every 5 --fail sigkill --fail-rank 1 --fail-step 13" +
+                    " --fail-attempt 0 --root " + dir);
+    const auto starts = timings(run.output, "start");
+    const auto kills = timings(run.output, "kill");
+    if (run.status != 0 || starts.size() != 2 || kills.size() != 1)
+      throw std::runtime_error("the elastic run failed:\n" + run.output);
+    samples.push_back(static_cast<double>(starts[1][1] - kills[0][1]));
+    out.steps_lost = kills[0][0] - starts[1][0];
+  }
+  std::filesystem::remove_all(dir);
+  out.ms = median(samples);
+  return out;
+}
+
+std::string read_file(const std::string& path) {
+  FILE* file = std::fopen(path.c_str(), "r");
+  if (file == nullptr) return "";
+  std::string text;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), file)) > 0;) text.append(buffer, n);
+  std::fclose(file);
+  return text;
+}
+
+bool wait_for(const std::string& path, const std::string& text, int seconds) {
+  for (int i = 0; i < seconds * 20; ++i) {
+    if (read_file(path).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// A batch job signalled with SIGUSR1 after its first step: signal to the requeued job's first step.
+Recovery requeue_recovery(arc::testing::SlurmCluster& cluster) {
+  const std::string dir = cluster.dir() + "/requeue";
+  std::filesystem::create_directories(dir);
+  const std::string script = dir + "/job.sh", out = dir + "/job.out";
+  std::FILE* file = std::fopen(script.c_str(), "w");
+  std::fprintf(file,
+               "#!/bin/bash\n#SBATCH -n 2\n#SBATCH -o %s\n#SBATCH --open-mode=append\nsrun %s --strategy ddp "
+               "--steps 40 --step-ms 40 --root %s\n",
+               out.c_str(), kProbe.c_str(), dir.c_str());
+  std::fclose(file);
+  const auto submitted = run_command(cluster.env() + " sbatch --parsable " + script);
+  const std::string id = submitted.output.substr(0, submitted.output.find_first_of(";\n"));
+  if (!wait_for(out, "TIMING start", 60)) throw std::runtime_error("the batch job did not start:\n" + read_file(out));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const int64_t signalled = unix_ms();
+  run_command(cluster.env() + " scancel --signal=USR1 " + id);
+  if (!wait_for(out, "PROBE ", 120)) throw std::runtime_error("the requeued job did not finish:\n" + read_file(out));
+  const std::string output = read_file(out);
+  const auto starts = timings(output, "start");
+  const std::string marker = "at global step ";
+  const auto saved = output.find(marker);
+  if (starts.size() != 2 || saved == std::string::npos) throw std::runtime_error("no requeue seen:\n" + output);
+  Recovery recovery;
+  recovery.ms = static_cast<double>(starts.back()[1] - signalled);
+  recovery.steps_lost = std::stoll(output.substr(saved + marker.size())) - starts.back()[0];
+  return recovery;
+}
+
+void print_row(const std::string& name, double ms, double baseline) {
+  std::printf("| %-44s | %8.0f | %5.2f |\n", name.c_str(), ms, ms / baseline);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int runs = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
+  const std::string root = "/tmp/arc_bench_launch_" + std::to_string(getpid());
+  std::filesystem::create_directories(root);
+  const std::string common = " --strategy ddp --root " + root;
+  const std::string as_root = getuid() == 0 ? " --allow-run-as-root" : "";
+  std::cout << "== launch to first training step, 2 processes (median of " << runs << ") ==\n\n"
+            << "| launcher | ms | ratio |\n|---|---|---|\n";
+  const double spawn = first_step_ms("timeout 120 " + kProbe + " --strategy ddp_spawn --root " + root, runs);
+  print_row("ddp_spawn (baseline)", spawn, spawn);
+  print_row("torchrun --no_python, strategy ddp", first_step_ms(torchrun("") + common, runs), spawn);
+  print_row("mpirun -np 2, strategy ddp",
+            first_step_ms("timeout 120 mpirun" + as_root + " --oversubscribe -np 2 " + kProbe + common, runs), spawn);
+  arc::testing::SlurmCluster cluster;
+  print_row("srun -n 2 (local SLURM), strategy ddp",
+            first_step_ms(cluster.env() + " timeout 120 srun -n 2 " + kProbe + common, runs), spawn);
+
+  std::cout << "\n== recovery (median of " << runs << " for torchrun) ==\n\n"
+            << "| failure | ms to training again | steps redone |\n|---|---|---|\n";
+  for (const double interval : {0.1, 1.0}) {
+    const auto recovery = elastic_recovery(interval, runs);
+    std::printf(
+        "| SIGKILL rank 1 at step 13, torchrun --monitor_interval %.1f, checkpoint every 5 steps | %.0f | %lld |\n",
+        interval, recovery.ms, static_cast<long long>(recovery.steps_lost));
+  }
+  const auto requeue = requeue_recovery(cluster);
+  std::printf("| SLURM SIGUSR1: save, scontrol requeue, start again (cred_expire=5 s) | %.0f | %lld |\n", requeue.ms,
+              static_cast<long long>(requeue.steps_lost));
+  std::filesystem::remove_all(root);
+  return 0;
+}
