@@ -21,7 +21,10 @@
 
 namespace {
 
+using arc::testing::read_file;
 using arc::testing::run_command;
+using arc::testing::timings;
+using arc::testing::wait_for_text;
 
 const std::string kProbe = ARC_PROBE;
 
@@ -33,22 +36,6 @@ int64_t unix_ms() {
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
-}
-
-// The numbers of every "TIMING <what> ..." line.
-std::vector<std::vector<int64_t>> timings(const std::string& output, const std::string& what) {
-  std::vector<std::vector<int64_t>> out;
-  std::istringstream lines(output);
-  std::string line;
-  while (std::getline(lines, line)) {
-    const auto at = line.find("TIMING " + what + " ");
-    if (at == std::string::npos) continue;
-    std::istringstream numbers(line.substr(at + 8 + what.size()));
-    std::vector<int64_t> values;
-    for (int64_t value; numbers >> value;) values.push_back(value);
-    out.push_back(values);
-  }
-  return out;
 }
 
 std::string torchrun(const std::string& flags) {
@@ -99,24 +86,6 @@ Recovery elastic_recovery(double monitor_interval, int runs) {
   return out;
 }
 
-std::string read_file(const std::string& path) {
-  FILE* file = std::fopen(path.c_str(), "r");
-  if (file == nullptr) return "";
-  std::string text;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), file)) > 0;) text.append(buffer, n);
-  std::fclose(file);
-  return text;
-}
-
-bool wait_for(const std::string& path, const std::string& text, int seconds) {
-  for (int i = 0; i < seconds * 20; ++i) {
-    if (read_file(path).find(text) != std::string::npos) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
-
 // A batch job signalled with SIGUSR1 after its first step: signal to the requeued job's first step.
 Recovery requeue_recovery(arc::testing::SlurmCluster& cluster) {
   const std::string dir = cluster.dir() + "/requeue";
@@ -130,11 +99,13 @@ Recovery requeue_recovery(arc::testing::SlurmCluster& cluster) {
   std::fclose(file);
   const auto submitted = run_command(cluster.env() + " sbatch --parsable " + script);
   const std::string id = submitted.output.substr(0, submitted.output.find_first_of(";\n"));
-  if (!wait_for(out, "TIMING start", 60)) throw std::runtime_error("the batch job did not start:\n" + read_file(out));
+  if (!wait_for_text(out, "TIMING start", 60))
+    throw std::runtime_error("the batch job did not start:\n" + read_file(out));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const int64_t signalled = unix_ms();
   run_command(cluster.env() + " scancel --signal=USR1 " + id);
-  if (!wait_for(out, "PROBE ", 120)) throw std::runtime_error("the requeued job did not finish:\n" + read_file(out));
+  if (!wait_for_text(out, "PROBE ", 120))
+    throw std::runtime_error("the requeued job did not finish:\n" + read_file(out));
   const std::string output = read_file(out);
   const auto starts = timings(output, "start");
   const std::string marker = "at global step ";

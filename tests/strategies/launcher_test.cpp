@@ -27,8 +27,11 @@ namespace {
 
 using arc::testing::CommandRun;
 using arc::testing::free_port;
+using arc::testing::read_file;
 using arc::testing::run_command;
 using arc::testing::SlurmCluster;
+using arc::testing::timings;
+using arc::testing::wait_for_text;
 
 const std::string kProbe = ARC_PROBE;
 
@@ -40,21 +43,6 @@ std::string scratch(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// Waits until `path` contains `text`; false after `seconds`.
-bool wait_for_text(const std::string& path, const std::string& text, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (read_file(path).find(text) == std::string::npos) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return true;
 }
 
 // Final weights of an uninterrupted ddp_spawn run of the probe, once per step count.
@@ -69,23 +57,6 @@ std::string reference_weights(int64_t steps) {
     std::filesystem::remove_all(dir);
   }
   return cache[steps];
-}
-
-// The numbers after "TIMING <what> " on the lines that have them.
-std::vector<std::vector<int64_t>> timings(const std::string& output, const std::string& what) {
-  std::vector<std::vector<int64_t>> out;
-  std::istringstream lines(output);
-  std::string line;
-  while (std::getline(lines, line)) {
-    const auto at = line.find("TIMING " + what + " ");
-    if (at == std::string::npos) continue;
-    std::istringstream numbers(line.substr(at + 8 + what.size()));
-    std::vector<int64_t> values;
-    int64_t value;
-    while (numbers >> value) values.push_back(value);
-    out.push_back(values);
-  }
-  return out;
 }
 
 // A probe run in the background, its output in a file, so that the test can signal it.

@@ -1,13 +1,20 @@
 // Runs a shell command as a user would and keeps what it printed, its exit status and how long
-// it took; reads the one-line JSON reports (RESULT, PROBE) that the programs under test print.
+// it took; reads the one-line JSON reports (RESULT, PROBE) and the TIMING lines that the programs
+// under test print, also from the files a background run writes.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <sys/wait.h>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace arc::testing {
 
@@ -38,6 +45,38 @@ inline nlohmann::json report_line(const std::string& output, const std::string& 
   if (at == std::string::npos) return nullptr;
   const auto begin = at + tag.size() + 1;
   return nlohmann::json::parse(output.substr(begin, output.find('\n', begin) - begin));
+}
+
+/// The numbers on every "TIMING `what` ..." line of `output`, line by line.
+inline std::vector<std::vector<int64_t>> timings(const std::string& output, const std::string& what) {
+  std::vector<std::vector<int64_t>> out;
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const auto at = line.find("TIMING " + what + " ");
+    if (at == std::string::npos) continue;
+    std::istringstream numbers(line.substr(at + 8 + what.size()));
+    std::vector<int64_t> values;
+    for (int64_t value; numbers >> value;) values.push_back(value);
+    out.push_back(values);
+  }
+  return out;
+}
+
+/// The whole file, or "" when it cannot be read.
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+/// Waits until the file at `path` contains `text`; false after `seconds`.
+inline bool wait_for_text(const std::string& path, const std::string& text, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (read_file(path).find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
 }
 
 }  // namespace arc::testing
