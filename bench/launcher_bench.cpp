@@ -97,13 +97,13 @@ Recovery requeue_recovery(arc::testing::SlurmCluster& cluster) {
                "--steps 40 --step-ms 40 --root %s\n",
                out.c_str(), kProbe.c_str(), dir.c_str());
   std::fclose(file);
-  const auto submitted = run_command(cluster.env() + " sbatch --parsable " + script);
+  const auto submitted = run_command(cluster.env() + " timeout 30 sbatch --parsable " + script);
   const std::string id = submitted.output.substr(0, submitted.output.find_first_of(";\n"));
   if (!wait_for_text(out, "TIMING start", 60))
     throw std::runtime_error("the batch job did not start:\n" + read_file(out));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const int64_t signalled = unix_ms();
-  run_command(cluster.env() + " scancel --signal=USR1 " + id);
+  run_command(cluster.env() + " timeout 10 scancel --signal=USR1 " + id);
   if (!wait_for_text(out, "PROBE ", 120))
     throw std::runtime_error("the requeued job did not finish:\n" + read_file(out));
   const std::string output = read_file(out);
