@@ -19,7 +19,7 @@ arc::testing::CommandRun arc(const std::string& args) {
 nlohmann::json result_of(const std::string& output) { return arc::testing::report_line(output, "RESULT"); }
 
 std::string write_config(const std::string& name, const std::string& content) {
-  const auto path = std::filesystem::temp_directory_path() / name;
+  const auto path = std::filesystem::temp_directory_path() / (std::to_string(getpid()) + "_" + name);
   std::ofstream(path) << content;
   return path.string();
 }
@@ -70,6 +70,7 @@ TEST(Cli, ConfigFileAndOverridesBuildTheCnn) {
   ASSERT_EQ(out.status, 0) << out.output;
   EXPECT_NE(out.output.find("Conv2d"), std::string::npos);
   EXPECT_EQ(result_of(out.output)["steps"], 5);
+  std::filesystem::remove(path);
 }
 
 TEST(Cli, BadConfigKeysNameTheKeyAndSuggest) {
@@ -95,8 +96,10 @@ TEST(Cli, UnreadableOrInvalidConfigFilesAreErrors) {
   auto out = arc("train --config /nonexistent/run.json");
   EXPECT_EQ(out.status, 2);
   EXPECT_NE(out.output.find("cannot read config file '/nonexistent/run.json'"), std::string::npos) << out.output;
-  out = arc("train --config " + write_config("arc_cli_bad.json", "{\"trainer\": "));
+  const auto bad = write_config("arc_cli_bad.json", "{\"trainer\": ");
+  out = arc("train --config " + bad);
   EXPECT_NE(out.output.find("is not valid JSON"), std::string::npos) << out.output;
+  std::filesystem::remove(bad);
   out = arc("train --set trainer");
   EXPECT_NE(out.output.find("--set needs key=value"), std::string::npos) << out.output;
 }
