@@ -10,6 +10,7 @@
 #include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <chrono>
@@ -62,6 +63,25 @@ class SlurmCluster {
  private:
   std::string conf() const { return dir_ + "/slurm.conf"; }
 
+  // Arclight derives a job's MASTER_PORT from its id (15000 + id % 10000, as Lightning does), so
+  // clusters running at once must not number their jobs alike: each takes the next block of ten
+  // ids from a counter that a file lock guards.
+  static int64_t first_job_id() {
+    const int fd = open("/tmp/arc_slurm_job_ids", O_RDWR | O_CREAT, 0644);
+    if (fd < 0) throw std::runtime_error("cannot open the job id counter /tmp/arc_slurm_job_ids");
+    flock(fd, LOCK_EX);
+    char text[32] = {};
+    const ssize_t got = pread(fd, text, sizeof(text) - 1, 0);
+    const int64_t block = got > 0 ? std::atoll(text) : 0;
+    const std::string next = std::to_string((block + 1) % 900);
+    const bool written =
+        ftruncate(fd, 0) == 0 && pwrite(fd, next.data(), next.size(), 0) == static_cast<ssize_t>(next.size());
+    flock(fd, LOCK_UN);
+    close(fd);
+    if (!written) throw std::runtime_error("cannot update the job id counter /tmp/arc_slurm_job_ids");
+    return 1000 + block * 10;
+  }
+
   void write_config() const {
     const passwd* user = getpwuid(getuid());
     const std::string name = user != nullptr ? user->pw_name : "root";
@@ -75,7 +95,7 @@ class SlurmCluster {
         << "SlurmctldLogFile=" << dir_ << "/slurmctld.log\nSlurmdLogFile=" << dir_
         << "/slurmd.log\n"
         // A requeued job waits for its credential to expire before it may start again (120 s by default).
-        << "AuthInfo=cred_expire=5\n"
+        << "AuthInfo=cred_expire=5\nFirstJobId=" << first_job_id() << "\n"
         << "SchedulerType=sched/builtin\nSchedulerParameters=sched_interval=1\nSelectType=select/"
            "cons_tres\nSelectTypeParameters=CR_CPU\n"
         << "ReturnToService=2\nSlurmdParameters=config_overrides\nJobCompType=jobcomp/none\n"
