@@ -4,8 +4,9 @@
 // failure: a worker SIGKILLed under torchrun --max_restarts (strategy elastic), and SLURM's
 // requeue signal (save, requeue, start again, resume).
 //   arc_bench_launchers [runs=5]
+#include "bench_util.h"
 #include "support/command.h"
-#include "support/ports.h"
+#include "support/launchers.h"
 #include "support/slurm_cluster.h"
 
 #include <unistd.h>
@@ -14,16 +15,17 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace {
 
+using arc::bench::median;
 using arc::testing::read_file;
 using arc::testing::run_command;
 using arc::testing::timings;
+using arc::testing::torchrun;
 using arc::testing::wait_for_text;
 
 const std::string kProbe = ARC_PROBE;
@@ -31,16 +33,6 @@ const std::string kProbe = ARC_PROBE;
 int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
-std::string torchrun(const std::string& flags) {
-  return "timeout 120 torchrun -r 9:1 -t 9:1 --nproc_per_node 2 --master_port " +
-         std::to_string(arc::testing::free_port()) + " " + flags + " --no_python " + kProbe;
 }
 
 // Median milliseconds from starting `command` to rank 0's first step.
@@ -71,7 +63,7 @@ Recovery elastic_recovery(double monitor_interval, int runs) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     const auto run =
-        run_command(torchrun("--max_restarts 1 --monitor_interval " + std::to_string(monitor_interval)) +
+        run_command(torchrun(kProbe, "--max_restarts 1 --monitor_interval " + std::to_string(monitor_interval)) +
                     " --strategy elastic --steps 30 --elastic-every 5 --fail sigkill --fail-rank 1 --fail-step 13" +
                     " --fail-attempt 0 --root " + dir);
     const auto starts = timings(run.output, "start");
@@ -88,17 +80,9 @@ Recovery elastic_recovery(double monitor_interval, int runs) {
 
 // A batch job signalled with SIGUSR1 after its first step: signal to the requeued job's first step.
 Recovery requeue_recovery(arc::testing::SlurmCluster& cluster) {
-  const std::string dir = cluster.dir() + "/requeue";
+  const std::string dir = cluster.dir() + "/requeue", out = dir + "/job.out";
   std::filesystem::create_directories(dir);
-  const std::string script = dir + "/job.sh", out = dir + "/job.out";
-  std::FILE* file = std::fopen(script.c_str(), "w");
-  std::fprintf(file,
-               "#!/bin/bash\n#SBATCH -n 2\n#SBATCH -o %s\n#SBATCH --open-mode=append\nsrun %s --strategy ddp "
-               "--steps 40 --step-ms 40 --root %s\n",
-               out.c_str(), kProbe.c_str(), dir.c_str());
-  std::fclose(file);
-  const auto submitted = run_command(cluster.env() + " timeout 30 sbatch --parsable " + script);
-  const std::string id = submitted.output.substr(0, submitted.output.find_first_of(";\n"));
+  const auto id = cluster.submit(kProbe + " --strategy ddp --steps 40 --step-ms 40 --root " + dir, out);
   if (!wait_for_text(out, "TIMING start", 60))
     throw std::runtime_error("the batch job did not start:\n" + read_file(out));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -128,14 +112,12 @@ int main(int argc, char** argv) {
   const std::string root = "/tmp/arc_bench_launch_" + std::to_string(getpid());
   std::filesystem::create_directories(root);
   const std::string common = " --strategy ddp --root " + root;
-  const std::string as_root = getuid() == 0 ? " --allow-run-as-root" : "";
   std::cout << "== launch to first training step, 2 processes (median of " << runs << ") ==\n\n"
             << "| launcher | ms | ratio |\n|---|---|---|\n";
   const double spawn = first_step_ms("timeout 120 " + kProbe + " --strategy ddp_spawn --root " + root, runs);
   print_row("ddp_spawn (baseline)", spawn, spawn);
-  print_row("torchrun --no_python, strategy ddp", first_step_ms(torchrun("") + common, runs), spawn);
-  print_row("mpirun -np 2, strategy ddp",
-            first_step_ms("timeout 120 mpirun" + as_root + " --oversubscribe -np 2 " + kProbe + common, runs), spawn);
+  print_row("torchrun --no_python, strategy ddp", first_step_ms(torchrun(kProbe) + common, runs), spawn);
+  print_row("mpirun -np 2, strategy ddp", first_step_ms(arc::testing::mpirun(kProbe) + common, runs), spawn);
   arc::testing::SlurmCluster cluster;
   print_row("srun -n 2 (local SLURM), strategy ddp",
             first_step_ms(cluster.env() + " timeout 120 srun -n 2 " + kProbe + common, runs), spawn);

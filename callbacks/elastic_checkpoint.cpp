@@ -9,7 +9,7 @@ ElasticCheckpoint::ElasticCheckpoint(int64_t every_n_steps, double every_seconds
     : every_n_steps_(every_n_steps), every_seconds_(every_seconds) {}
 
 std::string ElasticCheckpoint::path(const Trainer& trainer) {
-  return trainer.options().default_root_dir() + "/" + kElasticCheckpointName;
+  return trainer.options().default_root_dir() + "/elastic_last.ckpt";
 }
 
 void ElasticCheckpoint::on_fit_start(Trainer& trainer, TrainModule&) {

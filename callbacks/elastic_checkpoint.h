@@ -9,9 +9,6 @@
 
 namespace arc {
 
-/// The file's name in default_root_dir.
-inline constexpr const char* kElasticCheckpointName = "elastic_last.ckpt";
-
 /// Writes `<default_root_dir>/elastic_last.ckpt` every `every_n_steps` global steps and, when
 /// `every_seconds` > 0, also once that many seconds have passed since the last write.
 class ElasticCheckpoint : public Callback {

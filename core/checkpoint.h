@@ -49,6 +49,10 @@ class CheckpointReader {
  public:
   explicit CheckpointReader(std::string path);
   ~CheckpointReader();
+  /// The metadata of a complete checkpoint, without reading its data: header, trailer and index
+  /// are checked (files are renamed into place only once written, so that means complete); the
+  /// data checksums are left to the reader that loads it.
+  static nlohmann::json read_meta(const std::string& path);
   CheckpointReader(const CheckpointReader&) = delete;
   CheckpointReader& operator=(const CheckpointReader&) = delete;
 
@@ -73,6 +77,7 @@ class CheckpointReader {
     torch::ScalarType dtype = torch::kFloat;
     std::vector<int64_t> shape;
   };
+  CheckpointReader(std::string path, bool verify_data);
   const Entry& entry(const std::string& name, const std::string& kind) const;
   void map_file();
   void read_index();
@@ -82,6 +87,7 @@ class CheckpointReader {
   std::map<std::string, Entry> entries_;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  bool verify_data_ = true;
 };
 
 }  // namespace arc

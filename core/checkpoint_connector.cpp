@@ -200,8 +200,8 @@ std::string CheckpointConnector::automatic_resume_path() const {
   const std::string root = trainer_.options().default_root_dir();
   auto candidates = files_in(root, [](const std::string& name) { return hpc_index(name) >= 0; });
   if (trainer_.strategy().elastic()) {
-    for (auto& path : files_in(root, [](const std::string& name) { return name == kElasticCheckpointName; }))
-      candidates.push_back(std::move(path));
+    if (std::filesystem::exists(ElasticCheckpoint::path(trainer_)))
+      candidates.emplace_back(ElasticCheckpoint::path(trainer_));
     const auto ends_in_ckpt = [](const std::string& name) {
       return name.size() > 5 && name.compare(name.size() - 5, 5, ".ckpt") == 0;
     };
@@ -212,7 +212,7 @@ std::string CheckpointConnector::automatic_resume_path() const {
   std::sort(newest_first.rbegin(), newest_first.rend());
   for (const auto& [time, path] : newest_first) {
     try {
-      if (!CheckpointReader(path).meta().value("weights_only", false)) return path;
+      if (!CheckpointReader::read_meta(path).value("weights_only", false)) return path;
     } catch (const Error& error) {
       console().warn("not resuming from '{}': {}", path, error.what());
     }

@@ -25,8 +25,8 @@ class CheckpointConnector {
   /// `<default_root_dir>/hpc_ckpt_<n>.ckpt`, n one more than the highest there (Lightning's name).
   std::string hpc_save_path() const;
   /// What fit resumes from by itself, newest first: an hpc_ckpt_<n>.ckpt in default_root_dir and,
-  /// under strategy elastic, also elastic_last.ckpt and ModelCheckpoint's files. Damaged files are
-  /// skipped with a warning; "" when there is none.
+  /// under strategy elastic, also elastic_last.ckpt and ModelCheckpoint's files. Files without a
+  /// readable index are skipped with a warning; "" when there is none.
   std::string automatic_resume_path() const;
 
  private:

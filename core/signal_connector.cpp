@@ -30,13 +30,6 @@ extern "C" void on_terminate(int) {
 
 extern "C" void on_requeue(int) { requeue_received = 1; }
 
-int signal_number(const std::string& name) {
-  if (name == "SIGUSR2") return SIGUSR2;
-  if (name == "SIGHUP") return SIGHUP;
-  if (name == "SIGALRM") return SIGALRM;
-  return SIGUSR1;
-}
-
 void install(int signal, void (*handler)(int), struct sigaction* previous) {
   struct sigaction action {};
   action.sa_handler = handler;
@@ -48,13 +41,13 @@ void install(int signal, void (*handler)(int), struct sigaction* previous) {
 
 }  // namespace
 
-SignalConnector::SignalConnector(Trainer& trainer) : trainer_(trainer) {
+SignalConnector::SignalConnector(Trainer& trainer) : trainer_(trainer), ballot_(torch::zeros({2}, torch::kLong)) {
   terminate_received = 0;
   requeue_received = 0;
   install(SIGTERM, on_terminate, &previous_terminate_);
   const auto& options = trainer.options();
   if (options.auto_requeue() && cluster::env("SLURM_JOB_ID")) {
-    requeue_signal_ = signal_number(options.requeue_signal());
+    requeue_signal_ = options.requeue_signal_number();
     install(requeue_signal_, on_requeue, &previous_requeue_);
   }
 }
@@ -73,12 +66,15 @@ SignalConnector::Received SignalConnector::agreed() {
   const Received local{terminate_received != 0, requeue_received != 0};
   auto* group = trainer_.strategy().collectives();
   if (group == nullptr || group->world_size() == 1) return local;
+  // The ballot is reused: the previous vote has completed before it is read and refilled.
+  int64_t* ballot = ballot_.data_ptr<int64_t>();
   Received result;
   if (vote_.started()) {
     vote_.wait();
-    result = {ballot_[0].item<int64_t>() > 0, ballot_[1].item<int64_t>() > 0};
+    result = {ballot[0] > 0, ballot[1] > 0};
   }
-  ballot_ = torch::tensor({static_cast<int64_t>(local.terminate), static_cast<int64_t>(local.requeue)}, torch::kLong);
+  ballot[0] = local.terminate ? 1 : 0;
+  ballot[1] = local.requeue ? 1 : 0;
   vote_ = group->all_reduce(ballot_, Reduce::max);
   return result;
 }
@@ -101,9 +97,15 @@ void SignalConnector::save_and_stop(const Received& received) {
              "', and the next fit with the same default_root_dir resumes from it");
   const std::string job = cluster::env("SLURM_JOB_ID").value_or("");
   if (trainer_.is_global_zero()) {
-    const int code = run_program({"scontrol", "requeue", job}, std::chrono::seconds(60));
-    ARC_CHECK(code == 0, "'scontrol requeue ", job, "' failed with exit code ", code, " after ", name, "; '", path,
-              "' is saved, so submit the job again to resume from it");
+    std::string failure;
+    try {
+      const int code = run_program({"scontrol", "requeue", job}, std::chrono::seconds(60));
+      if (code != 0) failure = "exit code " + std::to_string(code);
+    } catch (const Error& error) {
+      failure = error.what();
+    }
+    ARC_CHECK(failure.empty(), "fit stopped by ", name, " at global step ", step, " and saved '", path,
+              "', but 'scontrol requeue ", job, "' failed (", failure, "); submit the job again to resume from it");
     console().info("requeued SLURM job {}", job);
   }
   ARC_FAIL("fit stopped by ", name, " at global step ", step, "; saved '", path, "' and requeued SLURM job ", job,

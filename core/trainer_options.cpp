@@ -5,6 +5,7 @@
 #include <arc/core/error.h>
 
 #include <cmath>
+#include <csignal>
 #include <sstream>
 #include <thread>
 
@@ -13,11 +14,18 @@ namespace {
 
 const std::vector<std::string> kAccelerators = {"auto", "cpu", "gpu", "cuda"};
 const std::vector<std::string> kClipAlgorithms = {"norm", "value"};
-const std::vector<std::string> kRequeueSignals = {"SIGUSR1", "SIGUSR2", "SIGHUP", "SIGALRM"};
+const std::vector<std::pair<std::string, int>> kRequeueSignals = {
+    {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGHUP", SIGHUP}, {"SIGALRM", SIGALRM}};
 const std::vector<std::string> kPrecisions = {"32-true", "32",       "64-true", "64",        "bf16-mixed",
                                               "bf16",    "16-mixed", "16",      "bf16-true", "16-true"};
 const std::vector<std::string> kClusterEnvironments = {"auto", "local", "slurm",   "torchelastic",
                                                        "mpi",  "lsf",   "kubeflow"};
+
+std::vector<std::string> requeue_signal_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, number] : kRequeueSignals) names.push_back(name);
+  return names;
+}
 
 BatchAmount read_amount(const Config& config, const std::string& key, BatchAmount fallback) {
   const auto* value = config.find(key);
@@ -131,6 +139,12 @@ int64_t BatchAmount::of(int64_t available) const {
   if (!is_fraction) return std::min<int64_t>(available, static_cast<int64_t>(value));
   if (value == 1.0) return available;
   return static_cast<int64_t>(std::floor(available * value));
+}
+
+int TrainerOptions::requeue_signal_number() const {
+  for (const auto& [name, number] : kRequeueSignals)
+    if (name == requeue_signal_) return number;
+  return 0;
 }
 
 int64_t TrainerOptions::threads_per_process(int64_t local_processes) const {
@@ -272,7 +286,7 @@ void TrainerOptions::validate() const {
   ARC_CHECK(timeout_ > 0, "timeout must be > 0 seconds, got ", timeout_);
   ARC_CHECK(first_bucket_mb_ > 0 && bucket_cap_mb_ > 0, "first_bucket_mb and bucket_cap_mb must be > 0, got ",
             first_bucket_mb_, " and ", bucket_cap_mb_);
-  check_choice("requeue_signal", requeue_signal_, kRequeueSignals);
+  check_choice("requeue_signal", requeue_signal_, requeue_signal_names());
   ARC_CHECK(elastic_checkpoint_every_n_steps_ >= 0, "elastic_checkpoint_every_n_steps must be >= 0 (0 = off), got ",
             elastic_checkpoint_every_n_steps_);
   ARC_CHECK(elastic_checkpoint_every_seconds_ >= 0, "elastic_checkpoint_every_seconds must be >= 0 (0 = off), got ",

@@ -110,6 +110,8 @@ class TrainerOptions {
   /// Intra-op threads for one of `local_processes` processes sharing this machine: num_threads, or
   /// the cores divided among the processes.
   int64_t threads_per_process(int64_t local_processes) const;
+  /// requeue_signal as a signal number (SIGUSR1, ...), or 0 when it names none of the allowed ones.
+  int requeue_signal_number() const;
   /// Reads options from a JSON object; unknown keys, wrong types and impossible values throw.
   static TrainerOptions from_json(const nlohmann::json& json);
   /// Every option as JSON; from_json(to_json()) gives the same options.

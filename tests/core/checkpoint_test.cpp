@@ -12,6 +12,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -107,17 +108,42 @@ TEST(Checkpoint, ResumingAfterAnyStepEndsBitIdentical) {
   fs::remove_all(dir);
 }
 
-// Sends this process SIGTERM after global batch `at`, as a scheduler's kill would.
-class TerminateAfter : public Callback {
+// Sends this process `signal` after global batch `at`, as a scheduler would; records whether a
+// handler for `signal` was installed while fit trained.
+class SignalAfter : public Callback {
  public:
-  explicit TerminateAfter(int64_t at) : at_(at) {}
-  std::string state_key() const override { return "TerminateAfter"; }
+  SignalAfter(int64_t at, int signal) : at_(at), signal_(signal) {}
+  std::string state_key() const override { return "SignalAfter"; }
   void on_train_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&, int64_t) override {
-    if (trainer.progress().total_batches == at_) std::raise(SIGTERM);
+    struct sigaction current {};
+    sigaction(signal_, nullptr, &current);
+    handled = current.sa_handler != SIG_DFL;
+    if (trainer.progress().total_batches == at_) std::raise(signal_);
   }
+  bool handled = false;
 
  private:
   int64_t at_;
+  int signal_;
+};
+
+// Sets an environment variable for a test's duration.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
 };
 
 TEST(Checkpoint, SigtermSavesHpcCheckpointsThatTheNextFitsResumeFromExactly) {
@@ -128,7 +154,7 @@ TEST(Checkpoint, SigtermSavesHpcCheckpointsThatTheNextFitsResumeFromExactly) {
   int64_t batches_run = 0;
   for (const int64_t at : {5, 12}) {
     Stateful interrupted;
-    Trainer trainer(options, {std::make_shared<TerminateAfter>(at)});
+    Trainer trainer(options, {std::make_shared<SignalAfter>(at, SIGTERM)});
     const auto error = testing::error_of([&] { trainer.fit(interrupted, shuffled(), tiny_data(4, 2)); });
     const auto expected = dir + "/hpc_ckpt_" + std::to_string(at == 5 ? 1 : 2) + ".ckpt";
     EXPECT_NE(error.find("fit stopped by SIGTERM at global step"), std::string::npos) << error;
@@ -136,6 +162,8 @@ TEST(Checkpoint, SigtermSavesHpcCheckpointsThatTheNextFitsResumeFromExactly) {
     EXPECT_TRUE(fs::exists(expected));
     batches_run += interrupted.counts["training_step"];
   }
+  // A newer file that is not a complete checkpoint is passed over.
+  std::ofstream(dir + "/hpc_ckpt_3.ckpt") << std::string(4096, 'x');
   Stateful resumed;
   Trainer(options).fit(resumed, shuffled(), tiny_data(4, 2));
   EXPECT_TRUE(torch::equal(flat(resumed), flat(reference)));
@@ -144,6 +172,32 @@ TEST(Checkpoint, SigtermSavesHpcCheckpointsThatTheNextFitsResumeFromExactly) {
   struct sigaction current {};
   sigaction(SIGTERM, nullptr, &current);
   EXPECT_EQ(current.sa_handler, SIG_DFL);
+  fs::remove_all(dir);
+}
+
+// Inside a SLURM job the requeue signal is caught; when scontrol cannot requeue (here it is not
+// on PATH), the checkpoint is still saved and the error says how to resume.
+TEST(Checkpoint, RequeueSignalInASlurmJobSavesAndSaysWhatToDoWhenRequeueFails) {
+  const auto dir = scratch_dir("requeue");
+  ScopedEnv job("SLURM_JOB_ID", "4242");
+  ScopedEnv path("PATH", dir);
+  Stateful module;
+  auto signal = std::make_shared<SignalAfter>(5, SIGUSR2);
+  Trainer trainer(resume_options().default_root_dir(dir).requeue_signal("SIGUSR2"), {signal});
+  const auto error = testing::error_of([&] { trainer.fit(module, shuffled(), tiny_data(4, 2)); });
+  EXPECT_NE(error.find("fit stopped by SIGUSR2 at global step 2 and saved '" + dir + "/hpc_ckpt_1.ckpt'"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("'scontrol requeue 4242' failed (cannot start 'scontrol'"), std::string::npos) << error;
+  EXPECT_NE(error.find("submit the job again to resume from it"), std::string::npos) << error;
+  EXPECT_TRUE(fs::exists(dir + "/hpc_ckpt_1.ckpt"));
+  // auto_requeue off: the signal keeps its default action (checked without raising it).
+  auto probe = std::make_shared<SignalAfter>(-1, SIGUSR2);
+  Stateful other;
+  Trainer(resume_options().default_root_dir(dir + "/off").auto_requeue(false).max_epochs(1), {probe})
+      .fit(other, shuffled(), tiny_data(4, 2));
+  EXPECT_FALSE(probe->handled);
+  EXPECT_TRUE(signal->handled);
   fs::remove_all(dir);
 }
 

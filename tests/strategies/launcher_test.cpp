@@ -2,7 +2,7 @@
 // cluster that the test starts), what SIGTERM and SLURM's requeue signal do to a fit, and
 // strategy elastic surviving killed workers under torchrun --max_restarts.
 #include "support/command.h"
-#include "support/ports.h"
+#include "support/launchers.h"
 #include "support/slurm_cluster.h"
 
 #include <gtest/gtest.h>
@@ -26,11 +26,11 @@ extern char** environ;
 namespace {
 
 using arc::testing::CommandRun;
-using arc::testing::free_port;
 using arc::testing::read_file;
 using arc::testing::run_command;
 using arc::testing::SlurmCluster;
 using arc::testing::timings;
+using arc::testing::torchrun;
 using arc::testing::wait_for_text;
 
 const std::string kProbe = ARC_PROBE;
@@ -93,25 +93,19 @@ class Background {
 TEST(Launchers, MpirunRunsDdpAsDdpSpawnDoes) {
   if (!installed("mpirun")) GTEST_SKIP() << "mpirun is not installed (Debian package openmpi-bin)";
   const std::string dir = scratch("mpirun");
-  const std::string as_root = getuid() == 0 ? " --allow-run-as-root" : "";
-  const auto run = run_command("timeout 120 mpirun" + as_root + " --oversubscribe -np 2 " + kProbe +
-                               " --strategy ddp --steps 30 --root " + dir + " --out " + dir + "/w.bin");
+  const auto run = run_command(arc::testing::mpirun(kProbe) + " --strategy ddp --steps 30 --root " + dir + " --out " +
+                               dir + "/w.bin");
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_NE(run.output.find("rank 0 of 2 on cpu (mpi environment, shared memory"), std::string::npos) << run.output;
   EXPECT_EQ(read_file(dir + "/w.bin"), reference_weights(30));
   std::filesystem::remove_all(dir);
 }
 
-// Debian's torchrun (torch 1.13 on Python 3.11) crashes at start without -r/-t.
-std::string torchrun(const std::string& flags) {
-  return "timeout 120 torchrun -r 9:1 -t 9:1 --nproc_per_node 2 --master_port " + std::to_string(free_port()) + " " +
-         flags + " --no_python " + kProbe;
-}
-
 TEST(Launchers, TorchrunStaticRunsDdpAsDdpSpawnDoes) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
   const std::string dir = scratch("torchrun");
-  const auto run = run_command(torchrun("") + " --strategy ddp --steps 30 --root " + dir + " --out " + dir + "/w.bin");
+  const auto run =
+      run_command(torchrun(kProbe) + " --strategy ddp --steps 30 --root " + dir + " --out " + dir + "/w.bin");
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_NE(run.output.find("rank 0 of 2 on cpu (torchelastic environment"), std::string::npos) << run.output;
   EXPECT_EQ(read_file(dir + "/w.bin"), reference_weights(30));
@@ -130,26 +124,22 @@ class Slurm : public ::testing::Test {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
-  // Submits a batch job that runs the probe with `args` under srun; returns its id.
-  std::string submit(const std::string& args) {
-    std::ofstream script(dir_ + "/job.sh");
-    script << "#!/bin/bash\n#SBATCH -n 2\n#SBATCH -o " << dir_ << "/job.out\n#SBATCH --open-mode=append\n"
-           << "echo \"attempt ${SLURM_RESTART_COUNT:-0}\"\nsrun " << kProbe << " --strategy ddp --root " << dir_
-           << " --out " << dir_ << "/w.bin " << args << "\n";
-    script.close();
-    const auto run = run_command(cluster_->env() + " timeout 30 sbatch --parsable " + dir_ + "/job.sh");
-    EXPECT_EQ(run.status, 0) << run.output;
-    return run.output.substr(0, run.output.find_first_of(";\n"));
+  // The probe under strategy ddp with `args`, its files in this test's folder.
+  std::string probe(const std::string& args) const {
+    return kProbe + " --strategy ddp --root " + dir_ + " --out " + dir_ + "/w.bin " + args;
   }
 
-  // Waits for job `id` to leave the queue.
-  bool wait_for_end(const std::string& id, double seconds) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-    while (run_command(cluster_->env() + " timeout 5 squeue -h -j " + id).output.find(id) != std::string::npos) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return true;
+  CommandRun srun(const std::string& args) const {
+    return run_command(cluster_->env() + " timeout 120 srun -n 2 " + probe(args));
+  }
+
+  // Submits a long job, waits for its first step, then sends it `scancel` with `flags`.
+  std::string submit_and_signal(const std::string& flags) {
+    const auto id = cluster_->submit(probe("--steps 60 --step-ms 40"), dir_ + "/job.out");
+    EXPECT_TRUE(wait_for_text(dir_ + "/job.out", "TIMING start", 60)) << job_output();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_EQ(run_command(cluster_->env() + " timeout 10 scancel " + flags + " " + id).status, 0);
+    return id;
   }
 
   std::string job_output() const { return read_file(dir_ + "/job.out"); }
@@ -159,8 +149,7 @@ class Slurm : public ::testing::Test {
 };
 
 TEST_F(Slurm, SrunRunsDdpAsDdpSpawnDoes) {
-  const auto run = run_command(cluster_->env() + " timeout 120 srun -n 2 " + kProbe + " --strategy ddp --steps 30 " +
-                               "--root " + dir_ + " --out " + dir_ + "/w.bin");
+  const auto run = srun("--steps 30");
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_NE(run.output.find("rank 0 of 2 on cpu (slurm environment, shared memory at localhost:"), std::string::npos)
       << run.output;
@@ -168,19 +157,16 @@ TEST_F(Slurm, SrunRunsDdpAsDdpSpawnDoes) {
 }
 
 TEST_F(Slurm, SbatchRunsDdpAsDdpSpawnDoes) {
-  const auto id = submit("--steps 30");
-  ASSERT_TRUE(wait_for_end(id, 120)) << job_output();
+  const auto id = cluster_->submit(probe("--steps 30"), dir_ + "/job.out");
+  ASSERT_TRUE(cluster_->wait_for_end(id, 120)) << job_output();
   EXPECT_NE(job_output().find("PROBE "), std::string::npos) << job_output();
   EXPECT_EQ(read_file(dir_ + "/w.bin"), reference_weights(30));
 }
 
 TEST_F(Slurm, RequeueSignalSavesRequeuesAndTheJobResumesExactly) {
-  const auto id = submit("--steps 60 --step-ms 40");
-  ASSERT_TRUE(wait_for_text(dir_ + "/job.out", "TIMING start", 60)) << job_output();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  ASSERT_EQ(run_command(cluster_->env() + " timeout 10 scancel --signal=USR1 " + id).status, 0);
+  const auto id = submit_and_signal("--signal=USR1");
   ASSERT_TRUE(wait_for_text(dir_ + "/job.out", "PROBE ", 120)) << job_output();
-  ASSERT_TRUE(wait_for_end(id, 60)) << job_output();
+  ASSERT_TRUE(cluster_->wait_for_end(id, 60)) << job_output();
   const auto output = job_output();
   EXPECT_NE(output.find("requeued SLURM job " + id), std::string::npos) << output;
   EXPECT_NE(output.find("attempt 1"), std::string::npos) << output;
@@ -192,17 +178,13 @@ TEST_F(Slurm, RequeueSignalSavesRequeuesAndTheJobResumesExactly) {
 }
 
 TEST_F(Slurm, SigtermSavesAndExitsNonZeroAndTheNextRunResumesExactly) {
-  const auto id = submit("--steps 60 --step-ms 40");
-  ASSERT_TRUE(wait_for_text(dir_ + "/job.out", "TIMING start", 60)) << job_output();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  ASSERT_EQ(run_command(cluster_->env() + " timeout 10 scancel " + id).status, 0);
-  ASSERT_TRUE(wait_for_end(id, 60)) << job_output();
+  const auto id = submit_and_signal("");
+  ASSERT_TRUE(cluster_->wait_for_end(id, 60)) << job_output();
   const auto output = job_output();
   EXPECT_NE(output.find("fit stopped by SIGTERM at global step"), std::string::npos) << output;
   EXPECT_EQ(output.find("PROBE "), std::string::npos) << output;
   ASSERT_TRUE(std::filesystem::exists(dir_ + "/hpc_ckpt_1.ckpt")) << output;
-  const auto rerun = run_command(cluster_->env() + " timeout 120 srun -n 2 " + kProbe + " --strategy ddp --steps 60 " +
-                                 "--root " + dir_ + " --out " + dir_ + "/w.bin");
+  const auto rerun = srun("--steps 60");
   ASSERT_EQ(rerun.status, 0) << rerun.output;
   EXPECT_NE(rerun.output.find("resuming from '" + dir_ + "/hpc_ckpt_1.ckpt'"), std::string::npos) << rerun.output;
   EXPECT_EQ(read_file(dir_ + "/w.bin"), reference_weights(60));
@@ -243,7 +225,7 @@ TEST_P(ElasticKill, TorchrunRestartsTheGroupAndTheRunEndsBitIdentical) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
   const auto [rank, step] = GetParam();
   const std::string dir = scratch("elastic_" + std::to_string(rank) + "_" + std::to_string(step));
-  const auto run = run_command(torchrun("--max_restarts 2 --monitor_interval 0.1") +
+  const auto run = run_command(torchrun(kProbe, "--max_restarts 2 --monitor_interval 0.1") +
                                " --strategy elastic --steps 40 --elastic-every 5 --fail sigkill --fail-attempt 0" +
                                " --fail-rank " + std::to_string(rank) + " --fail-step " + std::to_string(step) +
                                " --root " + dir + " --out " + dir + "/w.bin");
@@ -269,7 +251,7 @@ INSTANTIATE_TEST_SUITE_P(KillPoints, ElasticKill,
 TEST(Elastic, MoreFailuresThanRestartsEndTorchrunNonZeroNamingTheRankAndCause) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
   const std::string dir = scratch("elastic_exhausted");
-  const auto run = run_command(torchrun("--max_restarts 1 --monitor_interval 0.1") +
+  const auto run = run_command(torchrun(kProbe, "--max_restarts 1 --monitor_interval 0.1") +
                                " --strategy elastic --steps 40 --elastic-every 5 --fail sigkill --fail-rank 1" +
                                " --fail-step 3 --root " + dir);
   EXPECT_NE(run.status, 0) << run.output;

@@ -60,6 +60,27 @@ class SlurmCluster {
   std::string env() const { return "SLURM_CONF=" + conf() + " "; }
   const std::string& dir() const { return dir_; }
 
+  /// Submits a 2-task batch job that prints its attempt, then runs `command` under srun, all of it
+  /// appended to `output` (a requeued job adds to it); returns the job id.
+  std::string submit(const std::string& command, const std::string& output) const {
+    const std::string script = output + ".sh";
+    std::ofstream(script) << "#!/bin/bash\n#SBATCH -n 2\n#SBATCH -o " << output << "\n#SBATCH --open-mode=append\n"
+                          << "echo \"attempt ${SLURM_RESTART_COUNT:-0}\"\nsrun " << command << "\n";
+    const auto run = run_command(env() + " timeout 30 sbatch --parsable " + script);
+    if (run.status != 0) throw std::runtime_error("sbatch failed:\n" + run.output);
+    return run.output.substr(0, run.output.find_first_of(";\n"));
+  }
+
+  /// Waits for job `id` to leave the queue; false after `seconds`.
+  bool wait_for_end(const std::string& id, double seconds) const {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (run_command(env() + " timeout 5 squeue -h -j " + id).output.find(id) != std::string::npos) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return true;
+  }
+
  private:
   std::string conf() const { return dir_ + "/slurm.conf"; }
 
