@@ -3,11 +3,11 @@
 
 #include <arc/core/config.h>
 #include <arc/core/error.h>
+#include <arc/core/host.h>
 
 #include <cmath>
 #include <csignal>
 #include <sstream>
-#include <thread>
 
 namespace arc {
 namespace {
@@ -149,8 +149,7 @@ int TrainerOptions::requeue_signal_number() const {
 
 int64_t TrainerOptions::threads_per_process(int64_t local_processes) const {
   if (num_threads_ > 0) return num_threads_;
-  const auto cores = static_cast<int64_t>(std::thread::hardware_concurrency());
-  return std::max<int64_t>(1, cores / std::max<int64_t>(1, local_processes));
+  return std::max<int64_t>(1, usable_cores() / std::max<int64_t>(1, local_processes));
 }
 
 TrainerOptions TrainerOptions::from_json(const nlohmann::json& json) {

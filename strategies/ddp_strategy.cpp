@@ -51,11 +51,17 @@ void DDPStrategy::setup(AcceleratorBackend& accelerator, const TrainerOptions& o
   rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout() * 1000));
   rendezvous.node = host_name() + "#" + std::to_string(environment_->node_rank());
   rendezvous.shared_memory = options.shared_memory() && device_.is_cpu();
+  // A helper thread only overlaps communication with backward when a core is free to run it.
+  rendezvous.shm_helper_thread = local_world_size_ * options.threads_per_process(local_world_size_) < usable_cores();
   rendezvous.store_hosted_elsewhere = environment_->launcher_hosts_store();
   rendezvous.prefix = "arc/attempt_" + std::to_string(environment_->restart_count());
   collectives_ = make_collectives(rendezvous, hosted_store());
   console().info("{}: rank {} of {} on {} ({} environment, {} at {}:{})", name(), rank_, world_size_, device_.str(),
                  environment_->name(), collectives_->backend(), rendezvous.address, rendezvous.port);
+  if (collectives_->backend().rfind("shared memory", 0) == 0)
+    console().info("shared-memory collectives run on {}", rendezvous.shm_helper_thread
+                                                              ? "a helper thread, overlapping backward"
+                                                              : "the training thread (no core is free for a helper)");
 }
 
 void DDPStrategy::setup_module(torch::nn::Module& module) {

@@ -155,6 +155,7 @@ std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
   shm.world_size = options.world_size;
   shm.node = options.node;
   shm.timeout = options.timeout;
+  shm.helper_thread = options.shm_helper_thread;
   const auto make_leaders = [&](const std::string& name, int64_t rank, int64_t size) {
     auto leaders = options;
     leaders.rank = rank;

@@ -29,6 +29,8 @@ struct RendezvousOptions {
   std::string node = "localhost";
   /// All-reduce through shared memory among the ranks of a node (Gloo across nodes).
   bool shared_memory = true;
+  /// Shared-memory collectives on a helper thread (see ShmGroupOptions::helper_thread).
+  bool shm_helper_thread = true;
   /// The store at address:port is already open (torchrun's agent hosts it): rank 0 joins it too.
   bool store_hosted_elsewhere = false;
   /// Key prefix for this group in the store; a launcher's store outlives restarts, so each attempt

@@ -1,5 +1,7 @@
-// ShmCollectives: collectives run in order on one worker thread, so all-reduces start from
-// autograd hooks return at once and overlap with the rest of backward.
+// ShmCollectives: collectives run in order on one helper thread, so all-reduces started from
+// autograd hooks return at once and overlap with the rest of backward. When every core already
+// computes, the helper would only take turns with the computing thread, so they run on the
+// caller's thread instead.
 #include <arc/strategies/shm_collectives.h>
 
 #include <arc/core/error.h>
@@ -24,12 +26,16 @@ namespace {
 std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
 std::string text_of(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
 
-/// Runs jobs one at a time, in submission order; after a job fails, every later one fails with
-/// the same error (the group is out of step).
+/// Runs jobs one at a time, in submission order, on its own thread or (`threaded` false) at
+/// once on the caller's; after a job fails, every later one fails with the same error (the group
+/// is out of step).
 class Worker {
  public:
-  Worker() : thread_([this] { run(); }) {}
+  explicit Worker(bool threaded) {
+    if (threaded) thread_ = std::thread([this] { run(); });
+  }
   ~Worker() {
+    if (!thread_.joinable()) return;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
@@ -48,6 +54,10 @@ class Worker {
       }
     });
     auto done = task.get_future().share();
+    if (!thread_.joinable()) {
+      task();
+      return done;
+    }
     {
       std::lock_guard<std::mutex> lock(mutex_);
       jobs_.push_back(std::move(task));
@@ -83,12 +93,13 @@ class Worker {
 class ShmCollectives : public Collectives {
  public:
   ShmCollectives(std::unique_ptr<ShmSegment> segment, std::unique_ptr<Collectives> global,
-                 std::unique_ptr<Collectives> leaders, int64_t nodes, std::chrono::milliseconds timeout)
+                 std::unique_ptr<Collectives> leaders, int64_t nodes, const ShmGroupOptions& options)
       : segment_(std::move(segment)),
         global_(std::move(global)),
         leaders_(std::move(leaders)),
         nodes_(nodes),
-        timeout_(timeout) {}
+        timeout_(options.timeout),
+        worker_(options.helper_thread) {}
 
   int64_t rank() const override { return global_->rank(); }
   int64_t world_size() const override { return global_->world_size(); }
@@ -235,7 +246,7 @@ std::unique_ptr<Collectives> make_shm_collectives(c10d::Store& store, const ShmG
   const auto leader_index = std::find(leaders.begin(), leaders.end(), options.rank) - leaders.begin();
   if (nodes > 1 && local_index == 0) leader_group = make_leaders("leaders", leader_index, nodes);
   return std::make_unique<ShmCollectives>(std::move(segment), std::move(global), std::move(leader_group), nodes,
-                                          options.timeout);
+                                          options);
 }
 
 }  // namespace arc

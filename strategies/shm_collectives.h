@@ -24,6 +24,9 @@ struct ShmGroupOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   /// Bytes per rank and step; larger tensors go in several steps.
   int64_t slot_bytes = 4 << 20;
+  /// Collectives run on a helper thread, so that all-reduces overlap backward; off, they run on
+  /// the calling thread, which is faster when no core is left for the helper.
+  bool helper_thread = true;
 };
 
 /// Makes a group called `name` in the store for ranks `rank` of `size` (the node leaders).

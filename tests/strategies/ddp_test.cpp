@@ -1,5 +1,7 @@
 // DDP end to end with real processes: ddp_spawn runs of the probe program, and the same
 // program joined by hand under strategy ddp.
+#include <arc/core/host.h>
+
 #include "support/command.h"
 #include "support/ports.h"
 
@@ -180,6 +182,9 @@ TEST(DDP, SharedMemoryAndGlooTrainToIdenticalWeights) {
   const auto with_shm = probe("--strategy ddp_spawn --devices 2 --steps 40 --accumulate 2 --out " + shm);
   ASSERT_EQ(with_shm.status, 0) << with_shm.output;
   EXPECT_NE(with_shm.output.find("shared memory at 127.0.0.1"), std::string::npos) << with_shm.output;
+  // Two processes of one thread each leave no core for helper threads on this two-core machine.
+  const std::string thread = arc::usable_cores() > 2 ? "a helper thread" : "the training thread";
+  EXPECT_NE(with_shm.output.find("shared-memory collectives run on " + thread), std::string::npos) << with_shm.output;
   const auto with_gloo =
       probe("--strategy ddp_spawn --devices 2 --steps 40 --accumulate 2 --shared-memory 0 --out " + gloo);
   ASSERT_EQ(with_gloo.status, 0) << with_gloo.output;

@@ -27,6 +27,7 @@ struct Group {
   bool shared_memory = true;
   std::vector<std::string> nodes;
   std::chrono::milliseconds timeout = 20s;
+  bool helper_thread = true;
 };
 
 // Runs fn(rank, collectives) on `world` threads joined into one group; rethrows a rank's error.
@@ -44,6 +45,7 @@ void on_ranks(int64_t world, const Group& group, Fn fn) {
         options.world_size = world;
         options.timeout = group.timeout;
         options.shared_memory = group.shared_memory;
+        options.shm_helper_thread = group.helper_thread;
         options.node = group.nodes.empty() ? "one" : group.nodes[static_cast<size_t>(r)];
         auto collectives = make_collectives(options, r == 0 ? server.store() : c10::intrusive_ptr<c10d::TCPStore>());
         fn(r, *collectives);
@@ -88,10 +90,12 @@ std::vector<std::string> segments_of_this_process() {
 const std::vector<torch::ScalarType> kTypes = {torch::kFloat,    torch::kDouble, torch::kHalf,
                                                torch::kBFloat16, torch::kInt,    torch::kLong};
 
-void expect_reduces_like_reference(int64_t world) {
+void expect_reduces_like_reference(int64_t world, bool helper_thread = true) {
   // 1 element, an odd size, exactly one 4 MiB slot of floats, and several slots with a remainder.
   const std::vector<int64_t> sizes = {1, 1001, 1 << 20, 3'000'001};
-  on_ranks(world, {}, [&](int64_t rank, Collectives& group) {
+  Group group_options;
+  group_options.helper_thread = helper_thread;
+  on_ranks(world, group_options, [&](int64_t rank, Collectives& group) {
     EXPECT_EQ(group.backend(), "shared memory");
     for (const auto type : kTypes)
       for (const auto numel : sizes)
@@ -107,6 +111,8 @@ void expect_reduces_like_reference(int64_t world) {
 TEST(ShmCollectives, TwoRanksMatchTheReferenceForEveryTypeAndSize) { expect_reduces_like_reference(2); }
 
 TEST(ShmCollectives, ThreeRanksReduceInRankOrder) { expect_reduces_like_reference(3); }
+
+TEST(ShmCollectives, OnTheCallingThreadReducesTheSame) { expect_reduces_like_reference(3, false); }
 
 TEST(ShmCollectives, SixtyFourMegabytes) {
   const int64_t numel = 16 << 20;
@@ -156,8 +162,13 @@ TEST(ShmCollectives, ThreeRanksStayCloseToGloo) {
   }
 }
 
-TEST(ShmCollectives, ConcurrentBucketsAndRepeatedCalls) {
-  on_ranks(2, {}, [&](int64_t rank, Collectives& group) {
+// Without a helper thread each all-reduce is done when it returns; the results are the same.
+class ShmThreading : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ShmThreading, ConcurrentBucketsAndRepeatedCalls) {
+  Group options;
+  options.helper_thread = GetParam();
+  on_ranks(2, options, [&](int64_t rank, Collectives& group) {
     std::vector<torch::Tensor> buckets;
     std::vector<PendingWork> works;
     for (int64_t b = 0; b < 8; ++b) {
@@ -181,6 +192,9 @@ TEST(ShmCollectives, ConcurrentBucketsAndRepeatedCalls) {
     }
   });
 }
+
+INSTANTIATE_TEST_SUITE_P(ShmCollectives, ShmThreading, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "HelperThread" : "CallingThread"; });
 
 TEST(ShmCollectives, NonContiguousTensorsAreReducedInPlace) {
   on_ranks(2, {}, [&](int64_t rank, Collectives& group) {
@@ -227,15 +241,17 @@ TEST(ShmCollectives, OneRankPerNodeIsPlainGloo) {
 }
 
 TEST(ShmCollectives, MissingRankTimesOutNamingIt) {
-  const auto message = testing::error_of([] {
-    on_ranks(2, Group{true, {}, 2s}, [&](int64_t rank, Collectives& group) {
-      auto tensor = torch::ones({10});
-      if (rank == 0) group.all_reduce(tensor, Reduce::sum).wait();
+  for (const bool helper_thread : {true, false}) {
+    const auto message = testing::error_of([&] {
+      on_ranks(2, Group{true, {}, 2s, helper_thread}, [&](int64_t rank, Collectives& group) {
+        auto tensor = torch::ones({10});
+        if (rank == 0) group.all_reduce(tensor, Reduce::sum).wait();
+      });
     });
-  });
-  EXPECT_NE(message.find("rank 1 did not reach shared-memory collective step 1 within the 2 s timeout"),
-            std::string::npos)
-      << message;
+    EXPECT_NE(message.find("rank 1 did not reach shared-memory collective step 1 within the 2 s timeout"),
+              std::string::npos)
+        << "helper thread " << helper_thread << ": " << message;
+  }
 }
 
 TEST(ShmCollectives, SegmentsAreUnlinkedOnceEveryRankHasThem) {
