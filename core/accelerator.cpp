@@ -15,12 +15,16 @@ Accelerator::Accelerator(TrainerOptions options) : options_(std::move(options)) 
   strategy_->setup(*backend_, options_);
   torch::set_num_threads(static_cast<int>(options_.threads_per_process(strategy_->local_world_size())));
   if (options_.seed()) torch::manual_seed(*options_.seed());
+  precision_ = std::make_unique<Precision>(options_.precision(), strategy_->root_device());
 }
 
 // The other ranks may still be running; ddp_spawn waits for them when the program exits.
 Accelerator::~Accelerator() { strategy_->teardown(); }
 
-void Accelerator::prepare(torch::nn::Module& model) { strategy_->setup_module(model); }
+void Accelerator::prepare(torch::nn::Module& model) {
+  precision_->convert_module(model);
+  strategy_->setup_module(model);
+}
 
 void Accelerator::prepare(torch::optim::Optimizer& optimizer) {
   for (const auto& group : optimizer.param_groups())
@@ -34,12 +38,20 @@ std::unique_ptr<DataLoader> Accelerator::prepare(const DataSource& data) {
                                       options_.seed().value_or(0));
 }
 
-Batch Accelerator::prepare_batch(const Batch& batch) const { return batch.to(device()); }
+Batch Accelerator::prepare_batch(const Batch& batch) const { return batch.to(device(), precision_->input_dtype()); }
 
 void Accelerator::backward(const torch::Tensor& loss, bool sync) {
   strategy_->set_gradient_sync(sync);
-  strategy_->backward(loss);
+  strategy_->backward(precision_->pre_backward(loss));
   strategy_->set_gradient_sync(true);
+}
+
+void Accelerator::unscale_gradients(torch::optim::Optimizer& optimizer) { precision_->unscale(optimizer); }
+
+bool Accelerator::step(torch::optim::Optimizer& optimizer) {
+  const bool stepped = precision_->optimizer_step(optimizer);
+  precision_->update();
+  return stepped;
 }
 
 std::map<std::string, torch::Tensor> Accelerator::all_reduce_dict(const std::map<std::string, torch::Tensor>& values,
