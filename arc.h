@@ -3,6 +3,7 @@
 
 #include <arc/accelerators/accelerator_backend.h>
 #include <arc/callbacks/callback.h>
+#include <arc/callbacks/device_stats_monitor.h>
 #include <arc/callbacks/early_stopping.h>
 #include <arc/callbacks/elastic_checkpoint.h>
 #include <arc/callbacks/gradient_accumulation_scheduler.h>

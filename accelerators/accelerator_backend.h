@@ -7,6 +7,7 @@
 
 #include <c10/core/Device.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,8 @@ class AcceleratorBackend {
   virtual std::vector<c10::Device> select(const Devices& devices) const = 0;
   /// Makes `device` current for this process (e.g. cudaSetDevice).
   virtual void setup_device(c10::Device) {}
+  /// Utilisation and memory figures of `device` under Lightning's names, for DeviceStatsMonitor.
+  virtual std::map<std::string, double> device_stats(c10::Device device) = 0;
 };
 
 /// Accelerators by name: "cpu", "cuda" (alias "gpu").

@@ -1,8 +1,13 @@
-// CudaAccelerator.
+// CudaAccelerator. Memory statistics need the CUDA headers, which only a CUDA build of LibTorch
+// brings (ARC_WITH_CUDA); without them no CUDA device can be selected in the first place.
 #include <arc/accelerators/cuda_accelerator.h>
 
 #include <c10/core/DeviceGuard.h>
 #include <torch/cuda.h>
+
+#ifdef ARC_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 namespace arc {
 
@@ -32,5 +37,25 @@ std::vector<c10::Device> CudaAccelerator::select(const Devices& devices) const {
 }
 
 void CudaAccelerator::setup_device(c10::Device device) { c10::impl::getDeviceGuardImpl(c10::kCUDA)->setDevice(device); }
+
+std::map<std::string, double> CudaAccelerator::device_stats(c10::Device device) {
+#ifdef ARC_WITH_CUDA
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  std::map<std::string, double> out;
+  // Index 0 of each StatArray is the aggregate over the small and large pools ("all").
+  const auto add = [&](const std::string& name, const auto& array) {
+    out[name + ".all.current"] = static_cast<double>(array[0].current);
+    out[name + ".all.peak"] = static_cast<double>(array[0].peak);
+  };
+  add("allocated_bytes", stats.allocated_bytes);
+  add("reserved_bytes", stats.reserved_bytes);
+  add("active_bytes", stats.active_bytes);
+  out["num_alloc_retries"] = static_cast<double>(stats.num_alloc_retries);
+  out["num_ooms"] = static_cast<double>(stats.num_ooms);
+  return out;
+#else
+  ARC_FAIL("device statistics for ", device.str(), " need a CUDA build of LibTorch; this one has no CUDA");
+#endif
+}
 
 }  // namespace arc

@@ -14,6 +14,9 @@ class CudaAccelerator : public AcceleratorBackend {
   int64_t device_count() const override;
   std::vector<c10::Device> select(const Devices& devices) const override;
   void setup_device(c10::Device device) override;
+  /// The caching allocator's byte counts under torch.cuda.memory_stats() names
+  /// ("allocated_bytes.all.current", ...), and its retry and out-of-memory counts.
+  std::map<std::string, double> device_stats(c10::Device device) override;
 };
 
 }  // namespace arc

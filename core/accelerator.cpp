@@ -38,7 +38,9 @@ std::unique_ptr<DataLoader> Accelerator::prepare(const DataSource& data) {
                                       options_.seed().value_or(0));
 }
 
-Batch Accelerator::prepare_batch(const Batch& batch) const { return batch.to(device(), precision_->input_dtype()); }
+Batch Accelerator::prepare_batch(const Batch& batch) const {
+  return batch.to(device(), precision_->input_dtype(), /*non_blocking=*/true);
+}
 
 void Accelerator::backward(const torch::Tensor& loss, bool sync) {
   strategy_->set_gradient_sync(sync);

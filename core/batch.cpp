@@ -70,11 +70,18 @@ int64_t Batch::batch_size() const {
 }
 
 Batch Batch::to(torch::Device device, std::optional<torch::ScalarType> dtype, bool non_blocking) const {
+  return map([&](const torch::Tensor& tensor) { return move(tensor, device, dtype, non_blocking); });
+}
+
+Batch Batch::pin_memory() const {
+  return map([](const torch::Tensor& tensor) { return tensor.is_cpu() ? tensor.pin_memory() : tensor; });
+}
+
+Batch Batch::map(const std::function<torch::Tensor(const torch::Tensor&)>& fn) const {
   Batch out;
   out.tensors_.reserve(tensors_.size());
-  for (const auto& tensor : tensors_) out.tensors_.push_back(move(tensor, device, dtype, non_blocking));
-  for (const auto& entry : named_)
-    out.named_.emplace_back(entry.first, move(entry.second, device, dtype, non_blocking));
+  for (const auto& tensor : tensors_) out.tensors_.push_back(fn(tensor));
+  for (const auto& entry : named_) out.named_.emplace_back(entry.first, fn(entry.second));
   return out;
 }
 

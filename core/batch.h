@@ -3,6 +3,7 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -35,14 +36,20 @@ class Batch {
   int64_t batch_size() const;
 
   /// A copy with every tensor on `device`; floating tensors also cast to `dtype` when given.
+  /// `non_blocking`: copies from pinned memory to a GPU return before they finish (ordered on
+  /// the current stream, as every later use of the tensors is).
   Batch to(torch::Device device, std::optional<torch::ScalarType> dtype = std::nullopt,
            bool non_blocking = false) const;
+  /// A copy with every CPU tensor in page-locked memory (needs CUDA).
+  Batch pin_memory() const;
 
   const std::vector<torch::Tensor>& tensors() const { return tensors_; }
   const std::vector<std::pair<std::string, torch::Tensor>>& named() const { return named_; }
 
  private:
   const torch::Tensor* find(const std::string& name) const;
+  /// A batch of fn(tensor) for every tensor, names kept.
+  Batch map(const std::function<torch::Tensor(const torch::Tensor&)>& fn) const;
 
   std::vector<torch::Tensor> tensors_;
   std::vector<std::pair<std::string, torch::Tensor>> named_;

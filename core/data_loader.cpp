@@ -1,7 +1,10 @@
 // DataLoader: ordering, sharding and prefetching.
 #include <arc/core/data_loader.h>
 
+#include <arc/core/console.h>
 #include <arc/core/error.h>
+
+#include <torch/cuda.h>
 
 #include <algorithm>
 
@@ -15,6 +18,9 @@ DataLoader::DataLoader(DataSource source, int64_t rank, int64_t world_size, uint
   ARC_CHECK(options.batch_size() >= 1, "batch_size must be >= 1, got ", options.batch_size());
   ARC_CHECK(options.num_workers() >= 0, "num_workers must be >= 0, got ", options.num_workers());
   ARC_CHECK(options.prefetch_factor() >= 1, "prefetch_factor must be >= 1, got ", options.prefetch_factor());
+  pin_memory_ = options.pin_memory() && torch::cuda::is_available();
+  if (options.pin_memory() && !pin_memory_)
+    console().warn("pin_memory is on, but no CUDA device is available; batches stay in ordinary memory");
   sampler_ = source_.sampler;
   if (!sampler_) {
     sampler_ = options.shuffle() ? std::shared_ptr<Sampler>(std::make_shared<RandomSampler>(seed))
@@ -58,6 +64,11 @@ void DataLoader::start(int64_t first_batch) {
   for (int64_t i = 0; i < source_.options.num_workers(); ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
+Batch DataLoader::fetch(int64_t batch) const {
+  auto fetched = source_.dataset->get_batch(indices_of(batch));
+  return pin_memory_ ? fetched.pin_memory() : fetched;
+}
+
 void DataLoader::worker_loop() {
   const int64_t capacity = source_.options.num_workers() * source_.options.prefetch_factor();
   std::unique_lock<std::mutex> lock(mutex_);
@@ -69,7 +80,7 @@ void DataLoader::worker_loop() {
     std::optional<Batch> fetched;
     std::exception_ptr error;
     try {
-      fetched = source_.dataset->get_batch(indices_of(batch));
+      fetched = fetch(batch);
     } catch (...) {
       error = std::current_exception();
     }
@@ -88,7 +99,7 @@ std::optional<Batch> DataLoader::next() {
   const int64_t batch = position_;
   if (workers_.empty()) {
     ++position_;
-    return source_.dataset->get_batch(indices_of(batch));
+    return fetch(batch);
   }
   std::unique_lock<std::mutex> lock(mutex_);
   batch_ready_.wait(lock, [&] { return ready_.count(batch) > 0 || failed_.count(batch) > 0; });

@@ -34,10 +34,13 @@ class DataLoader {
   std::optional<Batch> next();
   /// Batches handed out in this epoch so far (including skipped ones when started mid-epoch).
   int64_t position() const { return position_; }
+  /// Whether batches come in page-locked memory (pin_memory asked for, and CUDA present).
+  bool pins_memory() const { return pin_memory_; }
   const DataSource& source() const { return source_; }
 
  private:
   std::vector<int64_t> indices_of(int64_t batch) const;
+  Batch fetch(int64_t batch) const;
   void stop_workers();
   void worker_loop();
 
@@ -45,6 +48,7 @@ class DataLoader {
   std::shared_ptr<Sampler> sampler_;
   int64_t rank_;
   int64_t world_size_;
+  bool pin_memory_ = false;
   int64_t epoch_ = 0;
   std::vector<int64_t> shard_;
   int64_t position_ = 0;

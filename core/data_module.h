@@ -24,6 +24,9 @@ class DataLoaderOptions {
   ARC_ARG(int64_t, prefetch_factor) = 2;
   /// When several ranks read, pad the order so every rank gets as many samples (else drop).
   ARC_ARG(bool, even_pad) = true;
+  /// Fetched batches go to page-locked memory, so that their copies to a GPU run asynchronously.
+  /// Needs CUDA; without it the loader warns and keeps ordinary memory.
+  ARC_ARG(bool, pin_memory) = false;
 };
 
 /// A dataset with its loader options and, optionally, a sampler that defines the order.

@@ -102,7 +102,7 @@ Metrics EvaluationLoop::run_batches(DataLoader& loader, int64_t batches) {
     for (int64_t batch_idx = 0; batch_idx < batches; ++batch_idx) {
       auto fetched = loader.next();
       if (!fetched) break;
-      Batch batch = fetched->to(t.device(), t.precision_->input_dtype());
+      Batch batch = fetched->to(t.device(), t.precision_->input_dtype(), /*non_blocking=*/true);
       t.current_batch_size_ = batch.batch_size();
       step(batch, batch_idx);
     }
@@ -126,7 +126,7 @@ std::vector<torch::Tensor> EvaluationLoop::predict(DataLoader& loader, const Bat
   for (int64_t batch_idx = 0; batch_idx < batches; ++batch_idx) {
     auto fetched = loader.next();
     if (!fetched) break;
-    Batch batch = fetched->to(t.device(), t.precision_->input_dtype());
+    Batch batch = fetched->to(t.device(), t.precision_->input_dtype(), /*non_blocking=*/true);
     t.current_batch_size_ = batch.batch_size();
     {
       const auto autocast = t.precision_->forward_context();

@@ -115,7 +115,7 @@ void FitLoop::run_epoch() {
     if (steps_done() || stop_requested()) break;
     auto fetched = train_->next();
     if (!fetched) break;
-    Batch batch = fetched->to(t.device(), t.precision_->input_dtype());
+    Batch batch = fetched->to(t.device(), t.precision_->input_dtype(), /*non_blocking=*/true);
     run_batch(batch, batch_idx);
     if (validation_due(batch_idx)) validate();
     signals_->check();

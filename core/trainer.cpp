@@ -134,7 +134,14 @@ void Trainer::setup_environment() {
   torch::set_num_threads(static_cast<int>(options_.threads_per_process(strategy_->local_world_size())));
   if (options_.tune_malloc()) keep_large_buffers_in_heap();
   if (options_.seed()) torch::manual_seed(*options_.seed());
-  at::globalContext().setDeterministicAlgorithms(options_.deterministic(), false);
+  auto& context = at::globalContext();
+  context.setDeterministicAlgorithms(options_.deterministic(), false);
+  context.setDeterministicCuDNN(options_.deterministic());
+  if (options_.deterministic() && options_.benchmark().value_or(false))
+    console().warn(
+        "deterministic and benchmark are both on; cuDNN's benchmark mode picks algorithms by speed and "
+        "may not be deterministic (turn benchmark off for bitwise reproducible runs)");
+  if (options_.benchmark() || options_.deterministic()) context.setBenchmarkCuDNN(options_.benchmark().value_or(false));
 }
 
 void Trainer::attach(TrainModule& module) {

@@ -173,6 +173,7 @@ TrainerOptions TrainerOptions::from_json(const nlohmann::json& json) {
   o.gradient_clip_val_ = config.get_optional<double>("gradient_clip_val");
   o.gradient_clip_algorithm_ = config.get<std::string>("gradient_clip_algorithm", o.gradient_clip_algorithm_);
   o.deterministic_ = config.get<bool>("deterministic", o.deterministic_);
+  o.benchmark_ = config.get_optional<bool>("benchmark");
   o.seed_ = config.get_optional<uint64_t>("seed");
   o.fast_dev_run_ = read_fast_dev_run(config);
   o.default_root_dir_ = config.get<std::string>("default_root_dir", o.default_root_dir_);
@@ -226,6 +227,7 @@ nlohmann::json TrainerOptions::to_json() const {
           {"gradient_clip_val", optional(gradient_clip_val_)},
           {"gradient_clip_algorithm", gradient_clip_algorithm_},
           {"deterministic", deterministic_},
+          {"benchmark", optional(benchmark_)},
           {"seed", optional(seed_)},
           {"fast_dev_run", fast_dev_run_},
           {"default_root_dir", default_root_dir_},

@@ -62,7 +62,11 @@ class TrainerOptions {
   ARC_ARG(std::optional<double>, gradient_clip_val);
   /// "norm" or "value".
   ARC_ARG(std::string, gradient_clip_algorithm) = "norm";
+  /// Deterministic algorithms only (and cuDNN's deterministic ones).
   ARC_ARG(bool, deterministic) = false;
+  /// cuDNN picks the fastest convolution algorithm for each input shape; unset leaves LibTorch's
+  /// setting, or turns it off under `deterministic`.
+  ARC_ARG(std::optional<bool>, benchmark);
   ARC_ARG(std::optional<uint64_t>, seed);
   /// 0 is off; n runs n batches of every stage once, without sanity checks or side effects.
   ARC_ARG(int64_t, fast_dev_run) = 0;

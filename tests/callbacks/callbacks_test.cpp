@@ -76,6 +76,44 @@ TEST(Callbacks, LearningRateMonitorLogsEveryEpochsRate) {
   EXPECT_THROW(LearningRateMonitor("batch"), Error);
 }
 
+TEST(Callbacks, DeviceStatsMonitorLogsCpuFiguresAroundTheLoggedBatches) {
+  auto recorder = std::make_shared<Recorder>();
+  TinyModule module;
+  // 8 batches, logged every 2nd: 4 records from each hook.
+  Trainer(quiet().max_epochs(1).log_every_n_steps(2), {std::make_shared<DeviceStatsMonitor>()}, {recorder})
+      .fit(module, tiny_data(16, 2));
+  const std::string start = "DeviceStatsMonitor.on_train_batch_start/";
+  const std::string end = "DeviceStatsMonitor.on_train_batch_end/";
+  for (const auto& name : {"cpu_percent", "cpu_vm_percent", "cpu_swap_percent"})
+    for (const auto& prefix : {start, end}) {
+      const auto values = recorder->values(prefix + name);
+      ASSERT_EQ(values.size(), 4u) << prefix << name;
+      for (const double value : values) {
+        EXPECT_GE(value, 0.0) << prefix << name;
+        EXPECT_LE(value, 100.0) << prefix << name;
+      }
+    }
+  EXPECT_GT(recorder->values(start + "cpu_vm_percent").front(), 0.0);
+  // A process with LibTorch loaded holds tens of megabytes at least.
+  for (const double mb : recorder->values(end + "cpu_rss_mb")) EXPECT_GT(mb, 20.0);
+}
+
+TEST(Callbacks, DeviceStatsMonitorWithoutCpuStatsOnTheCpuLogsNothingAndNeedsALogger) {
+  auto recorder = std::make_shared<Recorder>();
+  TinyModule module;
+  Trainer(quiet().max_epochs(1), {std::make_shared<DeviceStatsMonitor>(false)}, {recorder})
+      .fit(module, tiny_data(8, 2));
+  EXPECT_TRUE(recorder->values("DeviceStatsMonitor.on_train_batch_start/cpu_percent").empty());
+  TinyModule other;
+  Trainer without_loggers(quiet().max_epochs(1), {std::make_shared<DeviceStatsMonitor>()});
+  try {
+    without_loggers.fit(other, tiny_data(8, 2));
+    ADD_FAILURE() << "fit without a logger should fail";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("add a logger"), std::string::npos) << error.what();
+  }
+}
+
 struct FailsAtStep3 : TinyModule {
   torch::Tensor training_step(Batch& batch, int64_t i) override {
     if (global_step() == 3) throw std::runtime_error("boom");

@@ -32,6 +32,22 @@ TEST(DataLoader, SequentialBatchesWithShortLastBatch) {
   EXPECT_EQ(sizes, (std::vector<int64_t>{4, 4, 2}));
 }
 
+// With CUDA the batches come page-locked (with workers too); without, the option is ignored.
+TEST(DataLoader, PinMemoryPinsBatchesWhenCudaIsPresent) {
+  for (const int64_t workers : {0, 2}) {
+    DataLoader loader({numbers(10), DataLoaderOptions(4).pin_memory(true).num_workers(workers)});
+    EXPECT_EQ(loader.pins_memory(), torch::cuda::is_available());
+    loader.start();
+    std::vector<int64_t> seen;
+    while (auto batch = loader.next()) {
+      EXPECT_EQ((*batch)[0].is_pinned(), torch::cuda::is_available());
+      for (int64_t i = 0; i < (*batch)[0].size(0); ++i) seen.push_back((*batch)[0][i].item<int64_t>());
+    }
+    EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  }
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: pinned batches were only checked to be off";
+}
+
 TEST(DataLoader, DropLastDropsTheShortBatch) {
   DataLoader loader({numbers(10), DataLoaderOptions(4).drop_last(true)});
   EXPECT_EQ(loader.num_batches(), 2);

@@ -26,6 +26,7 @@ TEST(TrainerOptions, JsonRoundTripKeepsEveryOption) {
                                {"gradient_clip_val", 1.5},
                                {"gradient_clip_algorithm", "value"},
                                {"deterministic", true},
+                               {"benchmark", false},
                                {"seed", 42},
                                {"fast_dev_run", true},
                                {"devices", {0, 1}},

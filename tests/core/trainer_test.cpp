@@ -30,6 +30,26 @@ std::unique_ptr<Run> fit(TrainerOptions options, int64_t train_samples = 10) {
   return run;
 }
 
+TEST(Trainer, DeterministicAndBenchmarkSetTheCudnnSwitches) {
+  auto& context = at::globalContext();
+  const auto run = [](TrainerOptions options) {
+    TinyModule module;
+    Trainer(options.max_steps(1)).fit(module, tiny_data(4, 2));
+  };
+  run(quiet().benchmark(true));
+  EXPECT_TRUE(context.benchmarkCuDNN());
+  EXPECT_FALSE(context.deterministicCuDNN());
+  run(quiet());
+  EXPECT_TRUE(context.benchmarkCuDNN()) << "unset leaves the setting as it is";
+  run(quiet().deterministic(true));
+  EXPECT_FALSE(context.benchmarkCuDNN()) << "deterministic turns an unset benchmark off";
+  EXPECT_TRUE(context.deterministicCuDNN());
+  EXPECT_TRUE(context.deterministicAlgorithms());
+  run(quiet());
+  EXPECT_FALSE(context.deterministicCuDNN());
+  EXPECT_FALSE(context.deterministicAlgorithms());
+}
+
 TEST(Trainer, MaxEpochsRunsEveryBatchOfEachEpoch) {
   const auto run = fit(quiet().max_epochs(3).num_sanity_val_steps(0));
   EXPECT_EQ(run->module.counts["training_step"], 15);
