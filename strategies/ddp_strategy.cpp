@@ -51,6 +51,7 @@ void DDPStrategy::setup(AcceleratorBackend& accelerator, const TrainerOptions& o
   rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout() * 1000));
   rendezvous.node = host_name() + "#" + std::to_string(environment_->node_rank());
   rendezvous.shared_memory = options.shared_memory() && device_.is_cpu();
+  rendezvous.nccl = device_.is_cuda();
   // A helper thread only overlaps communication with backward when a core is free to run it.
   rendezvous.shm_helper_thread = local_world_size_ * options.threads_per_process(local_world_size_) < usable_cores();
   rendezvous.store_hosted_elsewhere = environment_->launcher_hosts_store();

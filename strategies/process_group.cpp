@@ -1,4 +1,5 @@
-// Rendezvous and Gloo collectives on c10d.
+// Rendezvous, and Gloo and NCCL collectives on c10d. NCCL is compiled only with a CUDA build of
+// LibTorch (ARC_WITH_NCCL).
 #include <arc/strategies/process_group.h>
 
 #include <arc/core/error.h>
@@ -8,6 +9,9 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef ARC_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <thread>
 
@@ -66,24 +70,16 @@ void check_in(c10d::Store& store, const RendezvousOptions& o) {
   }
 }
 
-class GlooCollectives : public Collectives {
+// Collectives over one c10d process group; Gloo's and NCCL's take the same calls.
+template <typename Group>
+class C10dCollectives : public Collectives {
  public:
-  GlooCollectives(c10::intrusive_ptr<c10d::Store> store, const std::string& prefix, const RendezvousOptions& o)
-      : store_(std::move(store)) {
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
-    check_in(*prefixed, o);
-    auto options = ProcessGroupGloo::Options::create(o.timeout);
-    const bool loopback = o.address.rfind("127.", 0) == 0 || o.address == "localhost";
-    options->devices.push_back(loopback ? ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                        : ProcessGroupGloo::createDefaultDevice());
-    options->threads = 2;
-    group_ = c10::make_intrusive<ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(prefix + "/gloo", store_),
-                                                   static_cast<int>(o.rank), static_cast<int>(o.world_size), options);
-  }
+  C10dCollectives(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<Group> group, std::string backend)
+      : store_(std::move(store)), group_(std::move(group)), backend_(std::move(backend)) {}
 
   int64_t rank() const override { return group_->getRank(); }
   int64_t world_size() const override { return group_->getSize(); }
-  std::string backend() const override { return "gloo"; }
+  std::string backend() const override { return backend_; }
 
   PendingWork all_reduce(torch::Tensor tensor, Reduce op) override {
     std::vector<torch::Tensor> tensors{std::move(tensor)};
@@ -112,8 +108,53 @@ class GlooCollectives : public Collectives {
 
  private:
   c10::intrusive_ptr<c10d::Store> store_;
-  c10::intrusive_ptr<ProcessGroupGloo> group_;
+  c10::intrusive_ptr<Group> group_;
+  std::string backend_;
 };
+
+std::unique_ptr<Collectives> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
+                                       const RendezvousOptions& o) {
+  check_in(*c10::make_intrusive<c10d::PrefixStore>(prefix, store), o);
+  auto options = ProcessGroupGloo::Options::create(o.timeout);
+  const bool loopback = o.address.rfind("127.", 0) == 0 || o.address == "localhost";
+  options->devices.push_back(loopback ? ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                      : ProcessGroupGloo::createDefaultDevice());
+  options->threads = 2;
+  auto group = c10::make_intrusive<ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(prefix + "/gloo", store),
+                                                     static_cast<int>(o.rank), static_cast<int>(o.world_size), options);
+  return std::make_unique<C10dCollectives<ProcessGroupGloo>>(store, std::move(group), "gloo");
+}
+
+#ifdef ARC_WITH_NCCL
+std::unique_ptr<Collectives> make_nccl(const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
+                                       const RendezvousOptions& o) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = o.timeout;
+  auto group =
+      c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>(prefix + "/nccl", store),
+                                                  static_cast<int>(o.rank), static_cast<int>(o.world_size), options);
+  return std::make_unique<C10dCollectives<c10d::ProcessGroupNCCL>>(store, std::move(group), "nccl");
+}
+
+// CUDA tensors go through NCCL; CPU tensors (strings, signal votes) and barriers through Gloo.
+class ByDevice : public Collectives {
+ public:
+  ByDevice(std::unique_ptr<Collectives> cpu, std::unique_ptr<Collectives> cuda)
+      : cpu_(std::move(cpu)), cuda_(std::move(cuda)) {}
+  int64_t rank() const override { return cpu_->rank(); }
+  int64_t world_size() const override { return cpu_->world_size(); }
+  std::string backend() const override { return cuda_->backend() + " (" + cpu_->backend() + " for CPU tensors)"; }
+  PendingWork all_reduce(torch::Tensor tensor, Reduce op) override { return of(tensor).all_reduce(tensor, op); }
+  void broadcast(torch::Tensor tensor, int64_t src) override { of(tensor).broadcast(tensor, src); }
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override { return of(tensor).all_gather(tensor); }
+  void barrier() override { cpu_->barrier(); }
+
+ private:
+  Collectives& of(const torch::Tensor& tensor) { return tensor.is_cuda() ? *cuda_ : *cpu_; }
+  std::unique_ptr<Collectives> cpu_;
+  std::unique_ptr<Collectives> cuda_;
+};
+#endif
 
 }  // namespace
 
@@ -148,7 +189,10 @@ std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
     store = options.rank == 0 && !options.store_hosted_elsewhere
                 ? StoreServer(options.address, options.port, options.timeout).store()
                 : connect(options);
-  auto gloo = std::make_unique<GlooCollectives>(store, options.prefix, options);
+  auto gloo = make_gloo(store, options.prefix, options);
+#ifdef ARC_WITH_NCCL
+  if (options.nccl) return std::make_unique<ByDevice>(std::move(gloo), make_nccl(store, options.prefix, options));
+#endif
   if (!options.shared_memory || options.world_size == 1) return gloo;
   ShmGroupOptions shm;
   shm.rank = options.rank;
@@ -160,7 +204,7 @@ std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
     auto leaders = options;
     leaders.rank = rank;
     leaders.world_size = size;
-    return std::make_unique<GlooCollectives>(store, options.prefix + "/" + name, leaders);
+    return make_gloo(store, options.prefix + "/" + name, leaders);
   };
   c10d::PrefixStore prefixed(options.prefix + "/shm", store);
   return make_shm_collectives(prefixed, shm, std::move(gloo), make_leaders);

@@ -31,6 +31,8 @@ struct RendezvousOptions {
   bool shared_memory = true;
   /// Shared-memory collectives on a helper thread (see ShmGroupOptions::helper_thread).
   bool shm_helper_thread = true;
+  /// CUDA tensors through NCCL (when LibTorch has it), CPU tensors through Gloo.
+  bool nccl = false;
   /// The store at address:port is already open (torchrun's agent hosts it): rank 0 joins it too.
   bool store_hosted_elsewhere = false;
   /// Key prefix for this group in the store; a launcher's store outlives restarts, so each attempt
