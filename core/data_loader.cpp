@@ -56,6 +56,7 @@ void DataLoader::start(int64_t first_batch) {
   end_ = num_batches();
   ARC_CHECK(first_batch >= 0 && first_batch <= end_, "cannot start the epoch at batch ", first_batch, "; it has ", end_,
             " batches (resuming with another dataset or batch size than the checkpoint was saved with?)");
+  started_ = true;
   position_ = first_batch;
   next_fetch_ = first_batch;
   ready_.clear();
@@ -95,6 +96,8 @@ void DataLoader::worker_loop() {
 }
 
 std::optional<Batch> DataLoader::next() {
+  ARC_CHECK(started_, "DataLoader::next() was called before start(); call set_epoch(epoch) and start() at the ",
+            "beginning of every epoch");
   if (position_ >= end_) return std::nullopt;
   const int64_t batch = position_;
   if (workers_.empty()) {

@@ -49,6 +49,7 @@ class DataLoader {
   int64_t rank_;
   int64_t world_size_;
   bool pin_memory_ = false;
+  bool started_ = false;
   int64_t epoch_ = 0;
   std::vector<int64_t> shard_;
   int64_t position_ = 0;

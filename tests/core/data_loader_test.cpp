@@ -48,6 +48,18 @@ TEST(DataLoader, PinMemoryPinsBatchesWhenCudaIsPresent) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: pinned batches were only checked to be off";
 }
 
+TEST(DataLoader, NextBeforeStartIsAnError) {
+  DataLoader loader({numbers(10), DataLoaderOptions(4)});
+  try {
+    loader.next();
+    ADD_FAILURE() << "next() before start() should throw";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("call set_epoch(epoch) and start()"), std::string::npos) << error.what();
+  }
+  loader.start();
+  EXPECT_TRUE(loader.next().has_value());
+}
+
 TEST(DataLoader, DropLastDropsTheShortBatch) {
   DataLoader loader({numbers(10), DataLoaderOptions(4).drop_last(true)});
   EXPECT_EQ(loader.num_batches(), 2);
