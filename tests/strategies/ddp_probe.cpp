@@ -39,7 +39,7 @@ struct Args {
   int64_t elastic_every = 0, step_ms = 0;
   double timeout = 30;
   bool shared_memory = true;
-  std::string out, fail, loop = "trainer", root = ".";
+  std::string out, fail, loop = "trainer", root = ".", precision = "32-true";
 };
 
 Args parse(int argc, char** argv) {
@@ -62,6 +62,7 @@ Args parse(int argc, char** argv) {
     if (key == "--elastic-every") a.elastic_every = std::stoll(value);
     if (key == "--fail-attempt") a.fail_attempt = std::stoll(value);
     if (key == "--step-ms") a.step_ms = std::stoll(value);
+    if (key == "--precision") a.precision = value;
   }
   return a;
 }
@@ -133,9 +134,12 @@ void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc
       if (!batch) break;
       const auto local = accelerator.prepare_batch(*batch);
       sgd.zero_grad();
-      loss = torch::nn::functional::cross_entropy(module.fc2(torch::relu(module.fc1(local[0]))), local[1]);
+      {
+        const auto autocast = accelerator.autocast();
+        loss = torch::nn::functional::cross_entropy(module.fc2(torch::relu(module.fc1(local[0]))), local[1]);
+      }
       accelerator.backward(loss);
-      sgd.step();
+      accelerator.step(sgd);
       ++step;
     }
   }
@@ -163,7 +167,7 @@ int main(int argc, char** argv) {
   arc::TrainerOptions options;
   options.strategy(args.strategy).devices(arc::Devices::of_count(args.devices)).max_steps(args.steps);
   options.accumulate_grad_batches(args.accumulate).timeout(args.timeout).num_threads(1);
-  options.shared_memory(args.shared_memory).default_root_dir(args.root);
+  options.shared_memory(args.shared_memory).default_root_dir(args.root).precision(args.precision);
   options.elastic_checkpoint_every_n_steps(args.elastic_every);
   options.enable_progress_bar(false).enable_model_summary(false).enable_checkpointing(false).deterministic(true);
   try {

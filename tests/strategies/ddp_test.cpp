@@ -212,11 +212,14 @@ TEST(DDP, PeerKilledMidTrainingFailsTheSurvivorQuickly) {
   EXPECT_NE(rank0.output.find("exited during a shared-memory collective"), std::string::npos) << rank0.output;
 }
 
-TEST(DDP, CustomLoopOnAcceleratorMatchesTheTrainer) {
+class CustomLoop : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CustomLoop, OnAcceleratorMatchesTheTrainer) {
   const auto custom = scratch("custom"), trained = scratch("trained");
-  const auto by_hand = probe("--loop custom --strategy ddp_spawn --devices 2 --steps 12 --out " + custom);
+  const std::string common = "--strategy ddp_spawn --devices 2 --steps 12 --precision " + GetParam();
+  const auto by_hand = probe("--loop custom " + common + " --out " + custom);
   ASSERT_EQ(by_hand.status, 0) << by_hand.output;
-  const auto by_trainer = probe("--strategy ddp_spawn --devices 2 --steps 12 --out " + trained);
+  const auto by_trainer = probe(common + " --out " + trained);
   ASSERT_EQ(by_trainer.status, 0) << by_trainer.output;
   ASSERT_FALSE(read_floats(custom).empty());
   EXPECT_EQ(read_floats(custom), read_floats(trained));
@@ -226,6 +229,11 @@ TEST(DDP, CustomLoopOnAcceleratorMatchesTheTrainer) {
   std::remove(custom.c_str());
   std::remove(trained.c_str());
 }
+
+// bf16-mixed computes in bfloat16 and keeps float32 weights, which the byte comparison reads.
+INSTANTIATE_TEST_SUITE_P(DDP, CustomLoop, ::testing::Values("32-true", "bf16-mixed"), [](const auto& info) {
+  return info.param == "32-true" ? std::string("Float32") : std::string("Bf16Mixed");
+});
 
 TEST(DDP, DdpWithoutALauncherSaysToUseDdpSpawn) {
   const auto run = probe("--strategy ddp --devices 2 --steps 2");
