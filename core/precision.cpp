@@ -8,7 +8,18 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+
 namespace arc {
+namespace {
+
+// Every name the option takes, with the precision it means (Lightning's aliases included).
+const std::vector<std::pair<std::string, std::string>> kNames = {
+    {"32-true", "32-true"},       {"32", "32-true"},      {"64-true", "64-true"},   {"64", "64-true"},
+    {"bf16-mixed", "bf16-mixed"}, {"bf16", "bf16-mixed"}, {"16-mixed", "16-mixed"}, {"16", "16-mixed"},
+    {"bf16-true", "bf16-true"},   {"16-true", "16-true"}};
+
+}  // namespace
 
 Precision::ForwardContext::ForwardContext(std::optional<torch::ScalarType> dtype, torch::DeviceType device)
     : active_(dtype.has_value()), device_(device) {
@@ -26,11 +37,19 @@ Precision::ForwardContext::~ForwardContext() {
   compat::set_autocast(device_, was_enabled_, was_dtype_);
 }
 
-Precision::Precision(const std::string& name, torch::Device device) : name_(name), device_(device) {
-  if (name_ == "32") name_ = "32-true";
-  if (name_ == "64") name_ = "64-true";
-  if (name_ == "16") name_ = "16-mixed";
-  if (name_ == "bf16") name_ = "bf16-mixed";
+const std::vector<std::string>& Precision::names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& [name, canonical] : kNames) out.push_back(name);
+    return out;
+  }();
+  return names;
+}
+
+Precision::Precision(const std::string& name, torch::Device device) : device_(device) {
+  const auto known = std::find_if(kNames.begin(), kNames.end(), [&](const auto& entry) { return entry.first == name; });
+  if (known == kNames.end()) throw Error(unknown_name_message("precision", name, names()));
+  name_ = known->second;
   if (name_ == "16-mixed" && !device.is_cuda()) {
     console().warn("precision '16-mixed' needs CUDA; using 'bf16-mixed' on {}, as Lightning does", device.str());
     name_ = "bf16-mixed";
@@ -46,9 +65,6 @@ Precision::Precision(const std::string& name, torch::Device device) : name_(name
   } else if (name_ == "16-mixed") {
     autocast_dtype_ = torch::kHalf;
     scaler_.emplace();
-  } else {
-    ARC_CHECK(name_ == "32-true", "unknown precision '", name, "'; use one of 32-true, 64-true, bf16-mixed, ",
-              "16-mixed, bf16-true, 16-true");
   }
   if (autocast_dtype_)
     console().info("precision {}: autocast to {} on {}{}", name_, c10::toString(*autocast_dtype_), device.str(),

@@ -11,6 +11,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace torch::nn {
 class Module;
@@ -41,6 +42,8 @@ class Precision {
 
   /// Resolves `name` for `device`; unknown names are an error listing the known ones.
   Precision(const std::string& name, torch::Device device);
+  /// Every name the precision option takes: Lightning's names and aliases ("32-true", "32", ...).
+  static const std::vector<std::string>& names();
 
   /// The resolved name ("16-mixed" on the CPU reads "bf16-mixed").
   const std::string& name() const { return name_; }

@@ -4,6 +4,7 @@
 #include <arc/core/config.h>
 #include <arc/core/error.h>
 #include <arc/core/host.h>
+#include <arc/core/precision.h>
 
 #include <cmath>
 #include <csignal>
@@ -16,8 +17,6 @@ const std::vector<std::string> kAccelerators = {"auto", "cpu", "gpu", "cuda"};
 const std::vector<std::string> kClipAlgorithms = {"norm", "value"};
 const std::vector<std::pair<std::string, int>> kRequeueSignals = {
     {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGHUP", SIGHUP}, {"SIGALRM", SIGALRM}};
-const std::vector<std::string> kPrecisions = {"32-true", "32",       "64-true", "64",        "bf16-mixed",
-                                              "bf16",    "16-mixed", "16",      "bf16-true", "16-true"};
 const std::vector<std::string> kClusterEnvironments = {"auto", "local", "slurm",   "torchelastic",
                                                        "mpi",  "lsf",   "kubeflow"};
 
@@ -281,7 +280,7 @@ void TrainerOptions::validate() const {
   ARC_CHECK(devices_.is_auto || devices_.count >= 1 || devices_.count == -1,
             "devices must be \"auto\", -1 (all) or >= 1, got ", devices_.count);
   ARC_CHECK(num_nodes_ >= 1, "num_nodes must be >= 1, got ", num_nodes_);
-  check_choice("precision", precision_, kPrecisions);
+  check_choice("precision", precision_, Precision::names());
   ARC_CHECK(num_threads_ >= 0, "num_threads must be >= 0 (0 = all cores), got ", num_threads_);
   check_choice("cluster_environment", cluster_environment_, kClusterEnvironments);
   ARC_CHECK(timeout_ > 0, "timeout must be > 0 seconds, got ", timeout_);
