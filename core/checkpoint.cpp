@@ -98,6 +98,14 @@ torch::ScalarType scalar_type_named(const std::string& name, const std::string& 
 
 std::string shape_text(const std::vector<int64_t>& shape) { return nlohmann::json(shape).dump(); }
 
+// A module's parameters and buffers by name: what a checkpoint stores as "model/<name>".
+std::vector<std::pair<std::string, torch::Tensor>> named_state(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, torch::Tensor>> state;
+  for (const auto& item : module.named_parameters()) state.emplace_back(item.key(), item.value());
+  for (const auto& item : module.named_buffers()) state.emplace_back(item.key(), item.value());
+  return state;
+}
+
 uint64_t read_u64(const uint8_t* at) {
   uint64_t value;
   std::memcpy(&value, at, 8);
@@ -115,8 +123,7 @@ void CheckpointWriter::add(const std::string& name, torch::serialize::OutputArch
 }
 
 void CheckpointWriter::add_module(const torch::nn::Module& module) {
-  for (const auto& item : module.named_parameters()) add("model/" + item.key(), item.value());
-  for (const auto& item : module.named_buffers()) add("model/" + item.key(), item.value());
+  for (const auto& [name, tensor] : named_state(module)) add("model/" + name, tensor);
 }
 
 void CheckpointWriter::write(const std::string& path) {
@@ -188,7 +195,11 @@ void CheckpointReader::map_file() {
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   ARC_CHECK(fd >= 0, "cannot open checkpoint '", path_, "' (", std::strerror(errno), "); check its permissions");
   struct stat info {};
-  ::fstat(fd, &info);
+  if (::fstat(fd, &info) != 0) {
+    const int error = errno;
+    ::close(fd);
+    ARC_FAIL("cannot read the size of checkpoint '", path_, "' (", std::strerror(error), "); check the file system");
+  }
   size_ = static_cast<size_t>(info.st_size);
   if (size_ < kHeaderBytes + kTrailerBytes) {
     ::close(fd);
@@ -197,8 +208,10 @@ void CheckpointReader::map_file() {
   // Reading everything anyway: fault the whole file in at once.
   const int populate = verify_data_ ? MAP_POPULATE : 0;
   void* mapped = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | populate, fd, 0);
+  const int error = errno;
   ::close(fd);
-  ARC_CHECK(mapped != MAP_FAILED, "cannot map checkpoint '", path_, "' (", std::strerror(errno), ")");
+  ARC_CHECK(mapped != MAP_FAILED, "cannot map checkpoint '", path_, "' of ", size_, " bytes (", std::strerror(error),
+            "); check free memory and the address-space limit (ulimit -v)");
   data_ = static_cast<const uint8_t*>(mapped);
 }
 
@@ -279,9 +292,7 @@ torch::serialize::InputArchive CheckpointReader::archive(const std::string& name
 }
 
 void CheckpointReader::load_module(torch::nn::Module& module) const {
-  std::vector<std::pair<std::string, torch::Tensor>> state;
-  for (const auto& item : module.named_parameters()) state.emplace_back(item.key(), item.value());
-  for (const auto& item : module.named_buffers()) state.emplace_back(item.key(), item.value());
+  auto state = named_state(module);
   std::vector<std::string> problems;
   std::set<std::string> expected;
   for (const auto& [name, tensor] : state) {
