@@ -19,15 +19,15 @@ void DeviceStatsMonitor::on_fit_start(Trainer& trainer, TrainModule&) {
 }
 
 void DeviceStatsMonitor::on_train_batch_start(Trainer& trainer, TrainModule&, Batch&, int64_t) {
-  log_stats(trainer, "on_train_batch_start", trainer.progress().total_batches + 1);
+  log_stats(trainer, "on_train_batch_start");
 }
 
 void DeviceStatsMonitor::on_train_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&, int64_t) {
-  log_stats(trainer, "on_train_batch_end", trainer.progress().total_batches);
+  log_stats(trainer, "on_train_batch_end");
 }
 
-void DeviceStatsMonitor::log_stats(Trainer& trainer, const std::string& hook, int64_t batches_done) {
-  if (batches_done % trainer.options().log_every_n_steps() != 0) return;
+void DeviceStatsMonitor::log_stats(Trainer& trainer, const std::string& hook) {
+  if (!trainer.logging_batch()) return;
   const auto device = trainer.device();
   if (cpu_stats_ == false && device.is_cpu()) return;
   auto stats = trainer.accelerator().device_stats(device);

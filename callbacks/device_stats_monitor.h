@@ -27,9 +27,8 @@ class DeviceStatsMonitor : public Callback {
                           int64_t batch_idx) override;
 
  private:
-  // Logs on the batches whose step metrics are logged: those that make `batches_done` a
-  // multiple of log_every_n_steps.
-  void log_stats(Trainer& trainer, const std::string& hook, int64_t batches_done);
+  // Logs on the batches whose step metrics are logged (Trainer::logging_batch).
+  void log_stats(Trainer& trainer, const std::string& hook);
 
   std::optional<bool> cpu_stats_;
   // The CPU's figures next to a GPU's (cpu_stats true).

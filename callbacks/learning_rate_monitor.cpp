@@ -30,8 +30,7 @@ void LearningRateMonitor::on_train_epoch_start(Trainer& trainer, TrainModule&) {
 }
 
 void LearningRateMonitor::on_train_batch_start(Trainer& trainer, TrainModule&, Batch&, int64_t) {
-  if (interval_ == "step" && trainer.progress().total_batches % trainer.options().log_every_n_steps() == 0)
-    trainer.log_to_loggers(rates(trainer));
+  if (interval_ == "step" && trainer.logging_batch()) trainer.log_to_loggers(rates(trainer));
 }
 
 }  // namespace arc

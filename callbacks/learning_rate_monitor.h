@@ -7,7 +7,8 @@
 
 namespace arc {
 
-/// Logs "lr-<Optimizer>[-<i>][/pg<j>]" every step or every epoch.
+/// Logs "lr-<Optimizer>[-<i>][/pg<j>]" at the start of every epoch, or ("step") of every batch
+/// whose step metrics are logged (every log_every_n_steps batches).
 class LearningRateMonitor : public Callback {
  public:
   /// `logging_interval`: "step" or "epoch".

@@ -132,6 +132,7 @@ void FitLoop::run_epoch() {
 void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {
   auto& t = trainer_;
   t.current_batch_size_ = batch.batch_size();
+  t.logging_batch_ = (t.progress_.total_batches + 1) % t.options().log_every_n_steps() == 0;
   t.call_callbacks([&](Callback& c) { c.on_train_batch_start(t, module_, batch, batch_idx); });
   module_.on_train_batch_start(batch, batch_idx);
   torch::Tensor loss;
@@ -145,7 +146,8 @@ void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {
   ++t.progress_.total_batches;
   t.call_callbacks([&](Callback& c) { c.on_train_batch_end(t, module_, loss, batch, batch_idx); });
   module_.on_train_batch_end(loss, batch, batch_idx);
-  if (t.progress_.total_batches % t.options().log_every_n_steps() == 0) log_step();
+  if (t.logging_batch_) log_step();
+  t.logging_batch_ = false;
 }
 
 void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& loss) {

@@ -83,6 +83,9 @@ class Trainer {
   const Metrics& callback_metrics() const;
   /// What was last sent to the loggers.
   const Metrics& logged_metrics() const { return logged_metrics_; }
+  /// During a training batch (its hooks included): whether its step metrics go to the loggers,
+  /// as they do every log_every_n_steps batches. Callbacks that log per step follow it.
+  bool logging_batch() const { return logging_batch_; }
   Metrics progress_bar_metrics() const;
   /// Seconds since the current stage started.
   double elapsed_seconds() const;
@@ -154,6 +157,7 @@ class Trainer {
   bool training_ = false;
   bool sanity_checking_ = false;
   bool should_stop_ = false;
+  bool logging_batch_ = false;
   std::string stop_reason_;
   int64_t num_training_batches_ = 0;
   int64_t num_val_batches_ = 0;
