@@ -240,17 +240,29 @@ TEST(ShmCollectives, OneRankPerNodeIsPlainGloo) {
   on_ranks(2, Group{true, {"a", "b"}}, [&](int64_t, Collectives& group) { EXPECT_EQ(group.backend(), "gloo"); });
 }
 
+// The error is the same in both modes; the helper thread returns from all_reduce at once and
+// reports at wait(), the calling thread does the waiting inside all_reduce.
 TEST(ShmCollectives, MissingRankTimesOutNamingIt) {
   for (const bool helper_thread : {true, false}) {
+    std::chrono::duration<double> in_call{};
     const auto message = testing::error_of([&] {
       on_ranks(2, Group{true, {}, 2s, helper_thread}, [&](int64_t rank, Collectives& group) {
         auto tensor = torch::ones({10});
-        if (rank == 0) group.all_reduce(tensor, Reduce::sum).wait();
+        if (rank != 0) return;
+        const auto start = std::chrono::steady_clock::now();
+        auto work = group.all_reduce(tensor, Reduce::sum);
+        in_call = std::chrono::steady_clock::now() - start;
+        work.wait();
       });
     });
     EXPECT_NE(message.find("rank 1 did not reach shared-memory collective step 1 within the 2 s timeout"),
               std::string::npos)
         << "helper thread " << helper_thread << ": " << message;
+    if (helper_thread) {
+      EXPECT_LT(in_call.count(), 1.0);
+    } else {
+      EXPECT_GE(in_call.count(), 1.9);
+    }
   }
 }
 
