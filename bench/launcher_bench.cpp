@@ -26,14 +26,10 @@ using arc::testing::read_file;
 using arc::testing::run_command;
 using arc::testing::timings;
 using arc::testing::torchrun;
+using arc::testing::unix_ms;
 using arc::testing::wait_for_text;
 
 const std::string kProbe = ARC_PROBE;
-
-int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Median milliseconds from starting `command` to rank 0's first step.
 double first_step_ms(const std::string& command, int runs) {

@@ -4,9 +4,11 @@
 //             [--out params.bin] [--fail exception|exit3|segv|sigkill --fail-rank 1 --fail-step 5]
 //             [--timeout 20] [--shared-memory 0] [--tag anything]
 //             [--root DIR] [--elastic-every 5] [--fail-attempt 0] [--step-ms 20]
-// --fail-attempt: fail only in that start of the job (torchrun or SLURM restart count).
+// --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // Rank 0 prints "TIMING start <step> <unix ms> <attempt>" at its first step and the failing rank
 // "TIMING kill <step> <unix ms>" before it kills itself, for the launcher tests and benchmarks.
+#include "support/command.h"
+
 #include <arc/arc.h>
 
 #include <torch/torch.h>
@@ -21,17 +23,7 @@
 
 namespace {
 
-int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// Which start of the job this is: torchrun's or SLURM's restart count.
-int64_t attempt() {
-  for (const char* name : {"TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"})
-    if (const char* value = std::getenv(name)) return std::atoll(value);
-  return 0;
-}
+using arc::testing::unix_ms;
 
 struct Args {
   std::string strategy = "ddp_spawn";
@@ -103,6 +95,9 @@ class Probe : public arc::TrainModule {
     if (args_.fail == "segv") std::raise(SIGSEGV);
     if (args_.fail == "sigkill") std::raise(SIGKILL);
   }
+  // Which start of the job this is: the launcher's restart count (torchrun's or SLURM's).
+  int64_t attempt() const { return trainer().strategy().restart_count(); }
+
   Args args_;
   bool started_ = false;
 };

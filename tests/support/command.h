@@ -25,6 +25,12 @@ struct CommandRun {
   double seconds = 0;
 };
 
+/// Milliseconds since the Unix epoch: the clock of the TIMING lines, comparable across processes.
+inline int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 /// Runs `command` through the shell with stderr folded into the output.
 inline CommandRun run_command(const std::string& command) {
   const auto start = std::chrono::steady_clock::now();
