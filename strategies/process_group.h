@@ -1,5 +1,6 @@
 // Process groups over a c10d TCPStore: the rendezvous (every wait has a timeout and names the
-// ranks that did not arrive), Gloo collectives, and the choice of shared memory within a node.
+// ranks that did not arrive), Gloo and NCCL collectives, and the choice of shared memory within
+// a node.
 // The c10d calls here are the same in LibTorch 1.13 and 2.x (differences go to core/torch_compat).
 #pragma once
 
@@ -54,9 +55,9 @@ class StoreServer {
 };
 
 /// Joins the group: rank 0 uses `hosted` (or hosts a store itself, unless it is hosted elsewhere),
-/// other ranks connect; every
-/// rank checks in and waits for all others. A timeout names the missing ranks. Gloo, with
-/// shared memory within each node unless options.shared_memory is off.
+/// other ranks connect; every rank checks in and waits for all others, and a timeout names the
+/// missing ranks. Gloo, with shared memory within each node unless options.shared_memory is off,
+/// or NCCL for CUDA tensors when options.nccl is on and LibTorch has it.
 std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
                                               c10::intrusive_ptr<c10d::TCPStore> hosted);
 /// The same, with rank 0 hosting its own store.
