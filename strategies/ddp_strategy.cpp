@@ -59,10 +59,6 @@ void DDPStrategy::setup(AcceleratorBackend& accelerator, const TrainerOptions& o
   collectives_ = make_collectives(rendezvous, hosted_store());
   console().info("{}: rank {} of {} on {} ({} environment, {} at {}:{})", name(), rank_, world_size_, device_.str(),
                  environment_->name(), collectives_->backend(), rendezvous.address, rendezvous.port);
-  if (collectives_->backend().rfind("shared memory", 0) == 0)
-    console().info("shared-memory collectives run on {}", rendezvous.shm_helper_thread
-                                                              ? "a helper thread, overlapping backward"
-                                                              : "the training thread (no core is free for a helper)");
 }
 
 void DDPStrategy::setup_module(torch::nn::Module& module) {

@@ -4,6 +4,7 @@
 // caller's thread instead.
 #include <arc/strategies/shm_collectives.h>
 
+#include <arc/core/console.h>
 #include <arc/core/error.h>
 #include <arc/strategies/shm_reduce.h>
 #include <arc/strategies/shm_segment.h>
@@ -245,6 +246,9 @@ std::unique_ptr<Collectives> make_shm_collectives(c10d::Store& store, const ShmG
   std::unique_ptr<Collectives> leader_group;
   const auto leader_index = std::find(leaders.begin(), leaders.end(), options.rank) - leaders.begin();
   if (nodes > 1 && local_index == 0) leader_group = make_leaders("leaders", leader_index, nodes);
+  console().info("shared-memory collectives run on {}", options.helper_thread
+                                                            ? "a helper thread, overlapping backward"
+                                                            : "the training thread (no core is free for a helper)");
   return std::make_unique<ShmCollectives>(std::move(segment), std::move(global), std::move(leader_group), nodes,
                                           options);
 }
