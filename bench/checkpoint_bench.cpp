@@ -5,6 +5,8 @@
 
 #include <arc/core/checkpoint.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <iomanip>
@@ -23,11 +25,9 @@ torch::nn::Sequential big_model() {
 std::vector<torch::Tensor> payload(torch::nn::Module& model, torch::optim::SGD* sgd) {
   auto tensors = model.parameters();
   if (sgd == nullptr) return tensors;
-  for (const auto& p : model.parameters()) {
-    auto& state =
-        static_cast<torch::optim::SGDParamState&>(*sgd->state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
-    tensors.push_back(state.momentum_buffer());
-  }
+  // The state's key type differs between LibTorch 1.13 and 2.x; only its values are needed.
+  for (const auto& entry : sgd->state())
+    tensors.push_back(static_cast<torch::optim::SGDParamState&>(*entry.second).momentum_buffer());
   return tensors;
 }
 

@@ -1,8 +1,10 @@
-// LibTorch 2.4 moved autocast to per-device-type functions and deprecated the CPU/GPU pairs.
+// LibTorch 2.4 moved autocast to per-device-type functions and deprecated the CPU/GPU pairs, and
+// made the TCPStore server's libuv backend the default.
 #include <arc/core/torch_compat.h>
 
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #define ARC_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -42,5 +44,18 @@ void set_autocast(c10::DeviceType device, bool enabled, c10::ScalarType dtype) {
 }
 
 #endif
+
+c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& host, c10d::TCPStoreOptions options) {
+#if ARC_TORCH_AT_LEAST(2, 4)
+  if (options.useLibUV) {
+    try {
+      return c10::make_intrusive<c10d::TCPStore>(host, options);
+    } catch (const std::exception&) {
+      options.useLibUV = false;
+    }
+  }
+#endif
+  return c10::make_intrusive<c10d::TCPStore>(host, options);
+}
 
 }  // namespace arc::compat

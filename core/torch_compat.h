@@ -3,6 +3,14 @@
 
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <string>
+
+namespace c10d {
+class TCPStore;
+struct TCPStoreOptions;
+}  // namespace c10d
 
 namespace arc::compat {
 
@@ -10,5 +18,10 @@ namespace arc::compat {
 bool autocast_enabled(c10::DeviceType device);
 c10::ScalarType autocast_dtype(c10::DeviceType device);
 void set_autocast(c10::DeviceType device, bool enabled, c10::ScalarType dtype);
+
+/// Opens a TCPStore client or server. From LibTorch 2.4 both ask for the libuv backend by default,
+/// which builds without libuv (Debian's) refuse: a store that fails on it is opened again on the
+/// classic backend, whose error, if any, is the one thrown.
+c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& host, c10d::TCPStoreOptions options);
 
 }  // namespace arc::compat

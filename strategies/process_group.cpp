@@ -3,6 +3,7 @@
 #include <arc/strategies/process_group.h>
 
 #include <arc/core/error.h>
+#include <arc/core/torch_compat.h>
 #include <arc/strategies/shm_collectives.h>
 
 #include <torch/torch.h>
@@ -42,7 +43,7 @@ c10::intrusive_ptr<c10d::TCPStore> connect(const RendezvousOptions& o) {
   options.waitWorkers = false;
   options.timeout = o.timeout;
   try {
-    return c10::make_intrusive<c10d::TCPStore>(o.address, options);
+    return compat::open_tcp_store(o.address, options);
   } catch (const std::exception& error) {
     ARC_FAIL("rank ", o.rank, " could not reach the rendezvous store at ", o.address, ":", o.port, " within ",
              seconds(o.timeout), " s (", error.what(), "); check that rank 0 is running and that MASTER_ADDR and ",
@@ -169,7 +170,7 @@ StoreServer::StoreServer(const std::string& address, int64_t port, std::chrono::
   options.waitWorkers = false;
   options.timeout = timeout;
   try {
-    store_ = c10::make_intrusive<c10d::TCPStore>(address, options);
+    store_ = compat::open_tcp_store(address, options);
   } catch (const std::exception& error) {
     ARC_FAIL("cannot open the rendezvous store on ", address, ":", port, " (", error.what(), "); ",
              port == 0 ? "check the address" : "the port may be taken: choose another MASTER_PORT");
