@@ -21,6 +21,26 @@ inline uint64_t mix(uint64_t z) {
 
 constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ULL;
 
+// The features of samples [0, rows). Each pixel's noise is independent of the others, so the inner
+// loop vectorises; 64-bit multiplies need AVX-512 (or AVX2, emulated) to pay, hence one clone per
+// x86 level, chosen at load time. The arithmetic is integral, so every clone gives the same bits.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+void fill_features(float* x, const int64_t* y, const int32_t (*prototype)[kFeatures], int64_t rows) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const int32_t* row = prototype[y[i]];
+    // Stream 3's state for k = i * 784 + j advances by gamma per pixel.
+    const uint64_t first = 3 + (static_cast<uint64_t>(i * kFeatures) + 1) * kGamma;
+    for (int64_t j = 0; j < kFeatures; ++j) {
+      const uint64_t h = mix(first + static_cast<uint64_t>(j) * kGamma);
+      const auto noise =
+          static_cast<int32_t>(((h >> 32) & 255) + ((h >> 40) & 255) + ((h >> 48) & 255) + (h >> 56)) - 510;
+      x[i * kFeatures + j] = static_cast<float>(row[j] + noise) / 256.0f;
+    }
+  }
+}
+
 Data generate() {
   // Class prototypes: a 7x7 grid of 4x4-pixel blocks of +-16, laid out per pixel.
   int32_t prototype[kClasses][kFeatures];
@@ -32,20 +52,10 @@ Data generate() {
   Data out;
   out.x = torch::empty({kSamples, kFeatures}, torch::kFloat);
   out.y = torch::empty({kSamples}, torch::kLong);
-  float* x = out.x.data_ptr<float>();
   int64_t* y = out.y.data_ptr<int64_t>();
-  for (int64_t i = 0; i < kSamples; ++i) {
+  for (int64_t i = 0; i < kSamples; ++i)
     y[i] = static_cast<int64_t>(splitmix64(1, static_cast<uint64_t>(i)) % kClasses);
-    const int32_t* row = prototype[y[i]];
-    // Stream 3's state for k = i * 784 + j advances by gamma per pixel.
-    uint64_t state = 3 + (static_cast<uint64_t>(i * kFeatures) + 1) * kGamma;
-    for (int64_t j = 0; j < kFeatures; ++j, state += kGamma) {
-      const uint64_t h = mix(state);
-      const auto noise =
-          static_cast<int32_t>(((h >> 32) & 255) + ((h >> 40) & 255) + ((h >> 48) & 255) + (h >> 56)) - 510;
-      x[i * kFeatures + j] = static_cast<float>(row[j] + noise) / 256.0f;
-    }
-  }
+  fill_features(out.x.data_ptr<float>(), y, prototype, kSamples);
   return out;
 }
 
