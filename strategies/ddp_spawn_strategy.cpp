@@ -11,6 +11,9 @@
 
 namespace arc {
 
+DDPSpawnStrategy::DDPSpawnStrategy() = default;
+DDPSpawnStrategy::~DDPSpawnStrategy() = default;
+
 std::shared_ptr<cluster::ClusterEnvironment> DDPSpawnStrategy::find_environment(const TrainerOptions& options) {
   ARC_CHECK(options.num_nodes() == 1,
             "strategy 'ddp_spawn' starts processes on this machine only, got num_nodes=", options.num_nodes(),
@@ -28,12 +31,15 @@ std::shared_ptr<cluster::ClusterEnvironment> DDPSpawnStrategy::find_environment(
     setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);
     setenv("MASTER_ADDR", "127.0.0.1", 1);
     setenv("MASTER_PORT", std::to_string(launcher_->port()).c_str(), 1);
+  } else {
+    tool_store_ =
+        SpawnLauncher::join_tool_launcher(std::chrono::milliseconds(static_cast<int64_t>(options.timeout() * 1000)));
   }
   return std::make_shared<cluster::LocalEnvironment>();
 }
 
 c10::intrusive_ptr<c10d::TCPStore> DDPSpawnStrategy::hosted_store() {
-  return launcher_ != nullptr ? launcher_->store() : c10::intrusive_ptr<c10d::TCPStore>();
+  return launcher_ != nullptr ? launcher_->store() : tool_store_;
 }
 
 void DDPSpawnStrategy::setup_module(torch::nn::Module& module) {

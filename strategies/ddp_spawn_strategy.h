@@ -9,8 +9,12 @@ class SpawnLauncher;
 
 /// Strategy "ddp_spawn": the calling process becomes rank 0 and re-executes the program once
 /// per extra device; the store's port is chosen before any child starts, so runs never clash.
+/// Under the `arc` tool, whose launcher starts every rank at once, rank 0 opens the store on a
+/// free port and passes the port on (SpawnLauncher::join_tool_launcher).
 class DDPSpawnStrategy : public DDPStrategy {
  public:
+  DDPSpawnStrategy();
+  ~DDPSpawnStrategy() override;
   std::string name() const override { return "ddp_spawn"; }
   void setup_module(torch::nn::Module& module) override;
   void on_failure(const std::string& reason) override;
@@ -22,6 +26,7 @@ class DDPSpawnStrategy : public DDPStrategy {
 
  private:
   SpawnLauncher* launcher_ = nullptr;
+  c10::intrusive_ptr<c10d::TCPStore> tool_store_;
 };
 
 }  // namespace arc

@@ -3,14 +3,17 @@
 
 #include <arc/core/error.h>
 #include <arc/strategies/process_group.h>
+#include <arc/strategies/rank_processes.h>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <fstream>
@@ -21,6 +24,32 @@ namespace arc {
 namespace {
 
 constexpr const char* kChildFlag = "ARC_SPAWN_CHILD";
+constexpr const char* kPortPipe = "ARC_SPAWN_PORT_FD";
+
+int64_t env_int(const char* name) {
+  const char* text = std::getenv(name);
+  ARC_CHECK(text != nullptr, name, " is not set; the arc tool's launcher sets it for every rank it starts");
+  return std::atoll(text);
+}
+
+// Rank 0 writes one 8-byte record per other rank; a write that small is atomic on a pipe, so each
+// reader takes exactly one.
+void send_port(int fd, int64_t port, int64_t readers) {
+  for (int64_t i = 0; i < readers; ++i)
+    ARC_CHECK(write(fd, &port, sizeof(port)) == static_cast<ssize_t>(sizeof(port)),
+              "rank 0 could not pass the rendezvous port to the other ranks: ", std::strerror(errno));
+}
+
+int64_t receive_port(int fd, int64_t rank, std::chrono::milliseconds timeout) {
+  pollfd ready{fd, POLLIN, 0};
+  const int polled = poll(&ready, 1, static_cast<int>(timeout.count()));
+  ARC_CHECK(polled > 0, "rank ", rank, " did not get the rendezvous port from rank 0 within ", timeout.count() / 1000.0,
+            " s; rank 0 is stuck before it opens the store, or raise the trainer's timeout");
+  int64_t port = 0;
+  ARC_CHECK(read(fd, &port, sizeof(port)) == static_cast<ssize_t>(sizeof(port)),
+            "rank 0 ended before it opened the rendezvous store; its error is above");
+  return port;
+}
 
 std::vector<std::string> own_argv() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
@@ -28,20 +57,6 @@ std::vector<std::string> own_argv() {
   std::string arg;
   while (std::getline(in, arg, '\0')) args.push_back(arg);
   return args;
-}
-
-std::string describe(int status) {
-  if (WIFSIGNALED(status)) {
-    const int signal = WTERMSIG(status);
-    return "was killed by signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
-  }
-  return "exited with code " + std::to_string(WEXITSTATUS(status));
-}
-
-// Plain stdio: the launcher also reports from exit handlers, after spdlog's statics are gone.
-void report(const std::string& message) {
-  std::fprintf(stderr, "[arc] error: ddp_spawn: %s\n", message.c_str());
-  std::fflush(stderr);
 }
 
 // A spawned child dies with its parent, so that no rank outlives a killed launcher.
@@ -60,6 +75,28 @@ bool SpawnLauncher::is_child() {
     return spawned;
   }();
   return child;
+}
+
+c10::intrusive_ptr<c10d::TCPStore> SpawnLauncher::join_tool_launcher(std::chrono::milliseconds timeout) {
+  // Once per program: every Trainer of it uses the same store.
+  static std::unique_ptr<StoreServer> server;
+  static bool joined = false;
+  if (!joined && std::getenv(kPortPipe) != nullptr) {
+    const int fd = static_cast<int>(env_int(kPortPipe));
+    const int64_t rank = env_int("RANK");
+    int64_t port = 0;
+    if (rank == 0) {
+      server = std::make_unique<StoreServer>("127.0.0.1", 0, timeout);
+      port = server->port();
+      send_port(fd, port, env_int("WORLD_SIZE") - 1);
+    } else {
+      port = receive_port(fd, rank, timeout);
+    }
+    close(fd);
+    setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    joined = true;
+  }
+  return server ? server->store() : c10::intrusive_ptr<c10d::TCPStore>();
 }
 
 SpawnLauncher& SpawnLauncher::launch(int64_t world_size, std::chrono::milliseconds timeout) {
@@ -82,49 +119,10 @@ int64_t SpawnLauncher::port() const { return server_->port(); }
 c10::intrusive_ptr<c10d::TCPStore> SpawnLauncher::store() const { return server_->store(); }
 
 void SpawnLauncher::spawn(int64_t rank) {
-  std::vector<std::string> environment;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string item(*entry);
-    const std::string key = item.substr(0, item.find('='));
-    if (key != "RANK" && key != "LOCAL_RANK" && key != "WORLD_SIZE" && key != "LOCAL_WORLD_SIZE" &&
-        key != "MASTER_ADDR" && key != "MASTER_PORT" && key != "NODE_RANK")
-      environment.push_back(item);
-  }
-  for (const auto& [key, value] :
-       std::vector<std::pair<std::string, std::string>>{{"RANK", std::to_string(rank)},
-                                                        {"LOCAL_RANK", std::to_string(rank)},
-                                                        {"WORLD_SIZE", std::to_string(world_size_)},
-                                                        {"LOCAL_WORLD_SIZE", std::to_string(world_size_)},
-                                                        {"NODE_RANK", "0"},
-                                                        {"MASTER_ADDR", "127.0.0.1"},
-                                                        {"MASTER_PORT", std::to_string(port())},
-                                                        {kChildFlag, "1"},
-                                                        {"ARC_SPAWN_PARENT_PID", std::to_string(getpid())}})
-    environment.push_back(key + "=" + value);
-  const auto args = own_argv();
-  std::vector<char*> argv, envp;
-  for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& item : environment) envp.push_back(const_cast<char*>(item.c_str()));
-  envp.push_back(nullptr);
-  pid_t pid = 0;
-  const int error = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
-  ARC_CHECK(error == 0, "ddp_spawn could not start rank ", rank, ": ", std::strerror(error),
-            "; check the process limit (ulimit -u) and free memory, or lower devices");
+  const auto environment = rank_environment(rank, world_size_, port(),
+                                            {{kChildFlag, "1"}, {"ARC_SPAWN_PARENT_PID", std::to_string(getpid())}});
   std::lock_guard<std::mutex> lock(mutex_);
-  children_.push_back(pid);
-}
-
-std::string SpawnLauncher::reap_failed() {
-  for (size_t i = 0; i < children_.size(); ++i) {
-    if (children_[i] <= 0) continue;
-    int status = 0;
-    if (waitpid(children_[i], &status, WNOHANG) != children_[i]) continue;
-    children_[i] = -1;
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-      return "rank " + std::to_string(i + 1) + " " + describe(status);
-  }
-  return "";
+  children_.start(rank, "/proc/self/exe", own_argv(), environment);
 }
 
 // Polls the children; the first failure ends the others and this process.
@@ -133,31 +131,12 @@ void SpawnLauncher::watch() {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return;
-    const std::string failure = reap_failed();
+    const std::string failure = children_.reap_failed();
     if (failure.empty()) continue;
-    report(failure + "; stopping the other ranks");
-    kill_children();
+    report_spawn_failure(failure + "; stopping the other ranks");
+    children_.stop_all();
     std::fflush(stdout);
     std::_Exit(1);
-  }
-}
-
-void SpawnLauncher::kill_children() {
-  for (const pid_t pid : children_)
-    if (pid > 0) kill(pid, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  for (pid_t& pid : children_) {
-    while (pid > 0 && std::chrono::steady_clock::now() < deadline) {
-      if (waitpid(pid, nullptr, WNOHANG) == pid)
-        pid = -1;
-      else
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-      pid = -1;
-    }
   }
 }
 
@@ -167,11 +146,11 @@ void SpawnLauncher::abort(const std::string& reason) {
   // A dead peer is the usual reason for rank 0's collective to fail: give it a moment to be reaped.
   std::string failure;
   for (int i = 0; i < 25 && failure.empty(); ++i) {
-    failure = reap_failed();
+    failure = children_.reap_failed();
     if (failure.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  report((failure.empty() ? "rank 0 failed (" + reason + ")" : failure) + "; stopping the other ranks");
-  kill_children();
+  report_spawn_failure((failure.empty() ? "rank 0 failed (" + reason + ")" : failure) + "; stopping the other ranks");
+  children_.stop_all();
   busy_ = false;
   if (!failure.empty()) {
     std::fflush(stdout);
@@ -185,32 +164,14 @@ SpawnLauncher::~SpawnLauncher() {
   if (watcher_.joinable()) watcher_.join();
   if (busy_) {
     // exit() was called inside fit: the other ranks wait in a collective for this one.
-    report("rank 0 exited during training; stopping the other ranks");
-    kill_children();
+    report_spawn_failure("rank 0 exited during training; stopping the other ranks");
+    children_.stop_all();
     std::fflush(stdout);
     std::_Exit(1);
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  bool failed = false;
-  for (size_t i = 0; i < children_.size(); ++i) {
-    while (children_[i] > 0) {
-      int status = 0;
-      if (waitpid(children_[i], &status, WNOHANG) == children_[i]) {
-        children_[i] = -1;
-        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-          report("rank " + std::to_string(i + 1) + " " + describe(status));
-          failed = true;
-        }
-      } else if (std::chrono::steady_clock::now() > deadline) {
-        report("rank " + std::to_string(i + 1) + " did not finish within the timeout; killing it");
-        failed = true;
-        kill_children();
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-    }
-  }
-  if (failed) std::_Exit(1);
+  const auto failures = children_.wait_all(std::chrono::steady_clock::now() + timeout_);
+  for (const auto& failure : failures) report_spawn_failure(failure);
+  if (!failures.empty()) std::_Exit(1);
 }
 
 }  // namespace arc

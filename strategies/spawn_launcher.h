@@ -4,9 +4,9 @@
 // ends the others and the command, naming the rank and the cause.
 #pragma once
 
-#include <c10/util/intrusive_ptr.h>
+#include <arc/strategies/rank_processes.h>
 
-#include <sys/types.h>
+#include <c10/util/intrusive_ptr.h>
 
 #include <atomic>
 #include <chrono>
@@ -29,6 +29,11 @@ class SpawnLauncher {
  public:
   /// Whether this process was started by a SpawnLauncher.
   static bool is_child();
+  /// Under the `arc` tool's launcher, which starts every rank itself (ARC_SPAWN_PORT_FD is set):
+  /// rank 0 opens the rendezvous store on a free port and passes the port through that pipe to the
+  /// other ranks, which wait for it within `timeout`; every rank then has MASTER_PORT. Returns the
+  /// store rank 0 hosts (null on other ranks, and without that launcher).
+  static c10::intrusive_ptr<c10d::TCPStore> join_tool_launcher(std::chrono::milliseconds timeout);
   /// The launcher of this process, started on first use with `world_size` ranks.
   static SpawnLauncher& launch(int64_t world_size, std::chrono::milliseconds timeout);
 
@@ -49,14 +54,11 @@ class SpawnLauncher {
   SpawnLauncher(int64_t world_size, std::chrono::milliseconds timeout);
   void spawn(int64_t rank);
   void watch();
-  void kill_children();
-  /// Reaps children that exited; returns "rank N <cause>" for the first failed one, else "".
-  std::string reap_failed();
 
   int64_t world_size_;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<StoreServer> server_;
-  std::vector<pid_t> children_;
+  RankProcesses children_;
   std::mutex mutex_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> busy_{false};

@@ -37,8 +37,9 @@ double process_start_unix() {
 }  // namespace
 
 double RunReport::command_start_unix() {
-  const char* t0 = std::getenv("BENCH_T0");
-  return t0 != nullptr ? std::strtod(t0, nullptr) : process_start_unix();
+  for (const char* name : {"BENCH_T0", "ARC_COMMAND_START"})
+    if (const char* t0 = std::getenv(name)) return std::strtod(t0, nullptr);
+  return process_start_unix();
 }
 
 void RunReport::on_train_epoch_start(Trainer&, TrainModule&) {

@@ -23,7 +23,8 @@ class RunReport : public Callback {
   /// train_time_s, train_sps, step times, t_first_step_s, losses, val metrics, parameter digest.
   nlohmann::json report(const Trainer& trainer, const TrainModule& module) const;
 
-  /// When the command started, in Unix seconds: BENCH_T0 if set, else this process's start.
+  /// When the command started, in Unix seconds: BENCH_T0 if set, else ARC_COMMAND_START (which
+  /// the `arc` tool sets as it starts), else this process's start.
   static double command_start_unix();
 
  private:

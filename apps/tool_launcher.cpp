@@ -1,0 +1,92 @@
+// The `arc` tool's launcher.
+#include <arc/apps/tool_launcher.h>
+
+#include <arc/apps/cli.h>
+#include <arc/core/error.h>
+#include <arc/strategies/rank_processes.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstring>
+#include <thread>
+
+namespace arc::cli {
+namespace {
+
+std::atomic<int> forwarded{0};
+
+void remember(int signal) { forwarded = signal; }
+
+}  // namespace
+
+int64_t spawn_world(const std::vector<std::string>& args) {
+  if (args.empty() || std::getenv("ARC_SPAWN_CHILD") != nullptr) return 0;
+  const std::string& command = args[0];
+  if (command != "train" && command != "validate" && command != "test" && command != "predict") return 0;
+  std::string config_path;
+  std::vector<std::string> overrides;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    const bool has_value = i + 1 < args.size();
+    if ((arg == "--config" || arg == "-c") && has_value) {
+      config_path = args[++i];
+    } else if ((arg == "--set" || arg == "-s") && has_value) {
+      overrides.push_back(args[++i]);
+    } else if ((arg == "--resume" || arg == "--ckpt") && has_value) {
+      ++i;
+    } else {
+      return 0;
+    }
+  }
+  try {
+    const auto config = load_config(config_path, overrides);
+    const auto trainer = config.value("trainer", nlohmann::json::object());
+    if (!trainer.is_object() || trainer.value("strategy", nlohmann::json()) != "ddp_spawn" ||
+        trainer.value("accelerator", nlohmann::json()) != "cpu" || trainer.value("num_nodes", nlohmann::json(1)) != 1)
+      return 0;
+    const auto devices = trainer.value("devices", nlohmann::json());
+    return devices.is_number_integer() && devices.get<int64_t>() > 1 ? devices.get<int64_t>() : 0;
+  } catch (const Error&) {
+    return 0;
+  }
+}
+
+int run_ranks(const std::string& engine, const std::vector<std::string>& args, int64_t world) {
+  // Rank 0 writes the port into the pipe; every other rank reads it from there.
+  int port_pipe[2];
+  ARC_CHECK(pipe(port_pipe) == 0, "cannot make a pipe for the rendezvous port: ", std::strerror(errno));
+  // Ctrl-C reaches the ranks from the terminal itself; SIGTERM and SIGHUP (kill, timeout, a
+  // scheduler) reach this process only, and are passed on.
+  std::signal(SIGINT, SIG_IGN);
+  for (const int signal : {SIGTERM, SIGHUP}) std::signal(signal, remember);
+  std::vector<std::string> argv = {engine};
+  argv.insert(argv.end(), args.begin(), args.end());
+  RankProcesses ranks;
+  for (int64_t rank = 0; rank < world; ++rank) {
+    const int own_end = rank == 0 ? port_pipe[1] : port_pipe[0];
+    const int other_end = rank == 0 ? port_pipe[0] : port_pipe[1];
+    const auto environment = rank_environment(rank, world, 0,
+                                              {{"ARC_SPAWN_CHILD", "1"},
+                                               {"ARC_SPAWN_PARENT_PID", std::to_string(getpid())},
+                                               {"ARC_SPAWN_PORT_FD", std::to_string(own_end)}});
+    ranks.start(rank, engine, argv, environment, {other_end});
+  }
+  close(port_pipe[0]);
+  close(port_pipe[1]);
+  while (ranks.running()) {
+    if (const int signal = forwarded.exchange(0)) ranks.signal_all(signal);
+    const std::string failure = ranks.reap_failed();
+    if (!failure.empty()) {
+      report_spawn_failure(failure + "; stopping the other ranks");
+      ranks.stop_all();
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return 0;
+}
+
+}  // namespace arc::cli

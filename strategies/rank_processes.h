@@ -1,0 +1,48 @@
+// RankProcesses: the rank processes a launcher started on this machine, and the rules both of
+// Arclight's launchers follow (ddp_spawn's, inside a training program, and the `arc` tool's, which
+// loads no LibTorch): one that fails ends the others, named by rank and cause. No LibTorch here.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace arc {
+
+/// This process's environment without the rank variables of any launcher, plus those of `rank`
+/// of `world_size` on one node (MASTER_PORT only when `port` > 0) and `extra`.
+std::vector<std::string> rank_environment(int64_t rank, int64_t world_size, int64_t port,
+                                          const std::vector<std::pair<std::string, std::string>>& extra);
+
+/// Prints "[arc] error: ddp_spawn: <message>" with plain stdio: launchers also report from exit
+/// handlers, after spdlog's statics are gone.
+void report_spawn_failure(const std::string& message);
+
+/// "exited with code 3", "was killed by signal 9 (Killed)".
+std::string describe_exit(int status);
+
+class RankProcesses {
+ public:
+  /// Starts `program` with `argv` and `environment` as `rank`; `close_fds` are closed in it.
+  void start(int64_t rank, const std::string& program, const std::vector<std::string>& argv,
+             const std::vector<std::string>& environment, const std::vector<int>& close_fds = {});
+  /// Reaps ranks that ended; "rank N <cause>" for the first that failed, else "".
+  std::string reap_failed();
+  bool running() const;
+  /// Sends `signal` to every running rank.
+  void signal_all(int signal);
+  /// SIGTERM to every running rank, SIGKILL to those still there 2 s later; reaps them all.
+  void stop_all();
+  /// Waits until every rank ended or `deadline`; returns a line per failed or overdue rank (the
+  /// overdue are stopped).
+  std::vector<std::string> wait_all(std::chrono::steady_clock::time_point deadline);
+
+ private:
+  std::vector<std::pair<int64_t, pid_t>> ranks_;  // pid -1 once reaped
+};
+
+}  // namespace arc

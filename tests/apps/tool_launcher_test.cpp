@@ -1,0 +1,154 @@
+// The `arc` tool's launcher: which command lines it starts every rank for, and what happens to
+// the ranks when one of them dies or the tool is told to stop.
+#include <arc/apps/tool_launcher.h>
+
+#include "support/command.h"
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <future>
+#include <sstream>
+#include <thread>
+
+namespace {
+
+using arc::testing::read_file;
+using arc::testing::run_command;
+using arc::testing::wait_for_text;
+
+std::string shipped_config() { return std::string(ARC_SOURCE_DIR) + "/apps/configs/mlp_ddp_spawn.json"; }
+
+TEST(ToolLauncher, StartsRanksOnlyForDdpSpawnOnTheCpuOfOneNode) {
+  using arc::cli::spawn_world;
+  const auto config = shipped_config();
+  EXPECT_EQ(spawn_world({"train", "--config", config}), 2);
+  EXPECT_EQ(spawn_world({"validate", "-c", config, "-s", "trainer.devices=3", "--ckpt", "last"}), 3);
+  // Everything else runs in the engine alone, which also reports bad command lines and configs.
+  EXPECT_EQ(spawn_world({"train"}), 0);
+  EXPECT_EQ(spawn_world({"modules"}), 0);
+  EXPECT_EQ(spawn_world({"train", "--config", config, "--set", "trainer.strategy=ddp"}), 0);
+  EXPECT_EQ(spawn_world({"train", "--config", config, "--set", "trainer.accelerator=auto"}), 0);
+  EXPECT_EQ(spawn_world({"train", "--config", config, "--set", "trainer.num_nodes=2"}), 0);
+  EXPECT_EQ(spawn_world({"train", "--config", config, "--set", "trainer.devices=1"}), 0);
+  EXPECT_EQ(spawn_world({"train", "--config", config, "--help"}), 0);
+  EXPECT_EQ(spawn_world({"train", "--config", "/nonexistent/run.json"}), 0);
+  // A rank that the launcher started runs its own command line as one rank.
+  setenv("ARC_SPAWN_CHILD", "1", 1);
+  EXPECT_EQ(spawn_world({"train", "--config", config}), 0);
+  unsetenv("ARC_SPAWN_CHILD");
+}
+
+// A long `arc train` under ddp_spawn in the background: its output, then "EXIT <status>", go to
+// a file in a folder of its own.
+class ToolLauncherRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (std::filesystem::temp_directory_path() / ("arc_tool_" + std::to_string(getpid()))).string();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    const std::string command = std::string(ARC_BINARY) + " train --config " + shipped_config() +
+                                " --set trainer.max_epochs=100 --set trainer.enable_progress_bar=false" +
+                                " --set trainer.default_root_dir=" + dir_;
+    const auto started = run_command("(" + command + " > " + out() + " 2>&1; echo \"EXIT $?\" >> " + out() +
+                                     ") > /dev/null 2>&1 & echo $!");
+    shell_ = std::stoi(started.output);
+    ASSERT_TRUE(wait_for_text(out(), "model summary", 60)) << read_file(out());
+    tool_ = children(shell_).at(0);
+    ranks_ = children(tool_);
+    ASSERT_EQ(ranks_.size(), 2u) << read_file(out());
+  }
+
+  void TearDown() override {
+    for (const pid_t pid : ranks_) kill(pid, SIGKILL);
+    if (tool_ > 0) kill(tool_, SIGKILL);
+    std::filesystem::remove_all(dir_);
+  }
+
+  static std::vector<pid_t> children(pid_t pid) {
+    std::istringstream list(read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
+    std::vector<pid_t> out;
+    for (pid_t child; list >> child;) out.push_back(child);
+    return out;
+  }
+
+  // The rank a process of the tool is, from its RANK variable.
+  static int rank_of(pid_t pid) {
+    std::istringstream entries(read_file("/proc/" + std::to_string(pid) + "/environ"));
+    for (std::string entry; std::getline(entries, entry, '\0');)
+      if (entry.rfind("RANK=", 0) == 0) return std::stoi(entry.substr(5));
+    return -1;
+  }
+
+  pid_t rank_pid(int rank) const {
+    for (const pid_t pid : ranks_)
+      if (rank_of(pid) == rank) return pid;
+    return -1;
+  }
+
+  std::string out() const { return dir_ + "/out.txt"; }
+
+  static bool gone(pid_t pid) { return kill(pid, 0) != 0; }
+
+  std::string dir_;
+  pid_t shell_ = -1;
+  pid_t tool_ = -1;
+  std::vector<pid_t> ranks_;
+};
+
+class ToolLauncherKill : public ToolLauncherRun, public ::testing::WithParamInterface<int> {};
+
+TEST_P(ToolLauncherKill, ARankKilledEndsTheOthersAndTheToolNamingIt) {
+  const int rank = GetParam();
+  const pid_t victim = rank_pid(rank);
+  ASSERT_GT(victim, 0);
+  const auto start = std::chrono::steady_clock::now();
+  kill(victim, SIGKILL);
+  ASSERT_TRUE(wait_for_text(out(), "EXIT ", 10)) << read_file(out());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  const auto output = read_file(out());
+  EXPECT_NE(output.find("ddp_spawn: rank " + std::to_string(rank) + " was killed by signal 9"), std::string::npos)
+      << output;
+  EXPECT_NE(output.find("EXIT 1"), std::string::npos) << output;
+  for (const pid_t pid : ranks_) EXPECT_TRUE(gone(pid)) << "rank process " << pid << " was left behind";
+}
+
+INSTANTIATE_TEST_SUITE_P(Rank, ToolLauncherKill, ::testing::Values(0, 1));
+
+TEST_F(ToolLauncherRun, SigtermToTheToolReachesEveryRank) {
+  // Until fit installs its handler, SIGTERM ends a rank as it ends any process: wait for the first
+  // epoch's checkpoint, written well after that.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(dir_ + "/checkpoints") || std::filesystem::is_empty(dir_ + "/checkpoints")) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << read_file(out());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(tool_, SIGTERM);
+  ASSERT_TRUE(wait_for_text(out(), "EXIT ", 30)) << read_file(out());
+  const auto output = read_file(out());
+  EXPECT_NE(output.find("fit stopped by SIGTERM at global step"), std::string::npos) << output;
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/hpc_ckpt_1.ckpt")) << output;
+  EXPECT_EQ(output.find("EXIT 0"), std::string::npos) << output;
+  for (const pid_t pid : ranks_) EXPECT_TRUE(gone(pid)) << "rank process " << pid << " was left behind";
+}
+
+// Each run's rank 0 opens its store on a port of its own and hands it on: no clashes.
+TEST(ToolLauncher, ConcurrentRunsNeverClash) {
+  std::vector<std::future<arc::testing::CommandRun>> runs;
+  for (int i = 0; i < 8; ++i)
+    runs.push_back(std::async(std::launch::async, [] {
+      return run_command(std::string(ARC_BINARY) + " train --config " + shipped_config() +
+                         " --set trainer.limit_train_batches=3 --set trainer.limit_val_batches=1" +
+                         " --set trainer.enable_progress_bar=false --set trainer.enable_checkpointing=false");
+    }));
+  for (auto& run : runs) {
+    const auto result = run.get();
+    EXPECT_EQ(result.status, 0) << result.output;
+    EXPECT_NE(result.output.find("\"world_size\":2"), std::string::npos) << result.output;
+  }
+}
+
+}  // namespace
