@@ -22,10 +22,10 @@ void remember(int signal) { forwarded = signal; }
 
 }  // namespace
 
-int64_t spawn_world(const std::vector<std::string>& args) {
-  if (args.empty() || std::getenv("ARC_SPAWN_CHILD") != nullptr) return 0;
+SpawnPlan spawn_plan(const std::vector<std::string>& args) {
+  if (args.empty() || std::getenv("ARC_SPAWN_CHILD") != nullptr) return {};
   const std::string& command = args[0];
-  if (command != "train" && command != "validate" && command != "test" && command != "predict") return 0;
+  if (command != "train" && command != "validate" && command != "test" && command != "predict") return {};
   std::string config_path;
   std::vector<std::string> overrides;
   for (size_t i = 1; i < args.size(); ++i) {
@@ -38,23 +38,31 @@ int64_t spawn_world(const std::vector<std::string>& args) {
     } else if ((arg == "--resume" || arg == "--ckpt") && has_value) {
       ++i;
     } else {
-      return 0;
+      return {};
     }
   }
   try {
     const auto config = load_config(config_path, overrides);
     const auto trainer = config.value("trainer", nlohmann::json::object());
     if (!trainer.is_object() || trainer.value("strategy", nlohmann::json()) != "ddp_spawn" ||
-        trainer.value("accelerator", nlohmann::json()) != "cpu" || trainer.value("num_nodes", nlohmann::json(1)) != 1)
-      return 0;
+        trainer.value("num_nodes", nlohmann::json(1)) != 1)
+      return {};
+    // A count or a list of devices gives one rank each, on any accelerator; -1 and "auto" need
+    // the engine to count the devices.
     const auto devices = trainer.value("devices", nlohmann::json());
-    return devices.is_number_integer() && devices.get<int64_t>() > 1 ? devices.get<int64_t>() : 0;
+    const int64_t world = devices.is_number_integer() ? devices.get<int64_t>()
+                          : devices.is_array()        ? static_cast<int64_t>(devices.size())
+                                                      : 0;
+    const auto timeout = trainer.value("timeout", nlohmann::json(SpawnPlan().timeout_s));
+    if (world < 2 || !timeout.is_number() || timeout <= 0) return {};
+    return {world, timeout.get<double>()};
   } catch (const Error&) {
-    return 0;
+    return {};
   }
 }
 
-int run_ranks(const std::string& engine, const std::vector<std::string>& args, int64_t world) {
+int run_ranks(const std::string& engine, const std::vector<std::string>& args, const SpawnPlan& plan) {
+  const int64_t world = plan.world;
   // Rank 0 writes the port into the pipe; every other rank reads it from there.
   int port_pipe[2];
   ARC_CHECK(pipe(port_pipe) == 0, "cannot make a pipe for the rendezvous port: ", std::strerror(errno));
@@ -76,7 +84,7 @@ int run_ranks(const std::string& engine, const std::vector<std::string>& args, i
   }
   close(port_pipe[0]);
   close(port_pipe[1]);
-  while (ranks.running()) {
+  while (ranks.running() == world) {
     if (const int signal = forwarded.exchange(0)) ranks.signal_all(signal);
     const std::string failure = ranks.reap_failed();
     if (!failure.empty()) {
@@ -86,7 +94,12 @@ int run_ranks(const std::string& engine, const std::vector<std::string>& args, i
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  return 0;
+  // One rank finished: the others have the trainer's timeout to finish too.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                               std::chrono::duration<double>(plan.timeout_s));
+  const auto failures = ranks.wait_all(deadline);
+  for (const auto& failure : failures) report_spawn_failure(failure);
+  return failures.empty() ? 0 : 1;
 }
 
 }  // namespace arc::cli

@@ -1,5 +1,5 @@
 // The `arc` tool's own launcher. The tool is two programs: `arc`, which loads no LibTorch, and
-// `arc-engine`, which does the work. For a ddp_spawn run on this machine's CPU, `arc` starts every
+// `arc-engine`, which does the work. For a ddp_spawn run on this machine, `arc` starts every
 // rank of the engine at once, so that no rank waits for another to load LibTorch before it starts
 // loading its own; anything else it hands to the engine unchanged (exec).
 #pragma once
@@ -10,15 +10,23 @@
 
 namespace arc::cli {
 
-/// The number of ranks the launcher starts for `args` (argv without the program): the devices
-/// of a train/validate/test/predict command whose config asks for ddp_spawn on the CPU, on one
-/// node. 0 for everything else, and for a command line or config the engine should judge (it
-/// reports errors; a ddp_spawn it runs itself is only slower to start).
-int64_t spawn_world(const std::vector<std::string>& args);
+/// What the launcher starts: `world` ranks (0: none, the engine runs alone); once one of them
+/// finished, the others have the trainer's `timeout_s` to finish too.
+struct SpawnPlan {
+  int64_t world = 0;
+  double timeout_s = 1800;
+};
 
-/// Starts `world` ranks of `engine` with `args`, lets rank 0 pass the rendezvous port to the
+/// The plan for `args` (argv without the program): a rank per device of a train/validate/test/
+/// predict command whose config asks for ddp_spawn on one node with `devices` a count (2 or more)
+/// or a list. No ranks for everything else,
+/// and for a command line or config the engine should judge (it reports errors; a ddp_spawn it
+/// runs itself is only slower to start).
+SpawnPlan spawn_plan(const std::vector<std::string>& args);
+
+/// Starts the plan's ranks of `engine` with `args`, lets rank 0 pass the rendezvous port to the
 /// others, passes SIGTERM and SIGHUP on to them (Ctrl-C reaches them from the terminal), and ends them all when one
 /// fails, naming its rank and cause. Returns the exit status: 0 when every rank succeeded.
-int run_ranks(const std::string& engine, const std::vector<std::string>& args, int64_t world);
+int run_ranks(const std::string& engine, const std::vector<std::string>& args, const SpawnPlan& plan);
 
 }  // namespace arc::cli

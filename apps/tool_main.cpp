@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
   }
   const std::vector<std::string> args(argv + 1, argv + argc);
   try {
-    if (const int64_t world = arc::cli::spawn_world(args)) return arc::cli::run_ranks(engine, args, world);
+    const auto plan = arc::cli::spawn_plan(args);
+    if (plan.world > 0) return arc::cli::run_ranks(engine, args, plan);
   } catch (const arc::Error& error) {
     std::cerr << "arc: error: " << error.what() << std::endl;
     return 2;

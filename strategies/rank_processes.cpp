@@ -79,10 +79,10 @@ std::string RankProcesses::reap_failed() {
   return "";
 }
 
-bool RankProcesses::running() const {
-  for (const auto& [rank, pid] : ranks_)
-    if (pid > 0) return true;
-  return false;
+int64_t RankProcesses::running() const {
+  int64_t count = 0;
+  for (const auto& [rank, pid] : ranks_) count += pid > 0 ? 1 : 0;
+  return count;
 }
 
 void RankProcesses::signal_all(int signal) {
@@ -110,7 +110,7 @@ void RankProcesses::stop_all() {
 
 std::vector<std::string> RankProcesses::wait_all(std::chrono::steady_clock::time_point deadline) {
   std::vector<std::string> failures;
-  while (running()) {
+  while (running() > 0) {
     const std::string failure = reap_failed();
     if (!failure.empty()) {
       failures.push_back(failure);

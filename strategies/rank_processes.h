@@ -32,7 +32,8 @@ class RankProcesses {
              const std::vector<std::string>& environment, const std::vector<int>& close_fds = {});
   /// Reaps ranks that ended; "rank N <cause>" for the first that failed, else "".
   std::string reap_failed();
-  bool running() const;
+  /// How many ranks have not ended (or not been reaped) yet.
+  int64_t running() const;
   /// Sends `signal` to every running rank.
   void signal_all(int signal);
   /// SIGTERM to every running rank, SIGKILL to those still there 2 s later; reaps them all.

@@ -22,16 +22,22 @@ using arc::testing::wait_for_text;
 
 std::string shipped_config() { return std::string(ARC_SOURCE_DIR) + "/apps/configs/mlp_ddp_spawn.json"; }
 
-TEST(ToolLauncher, StartsRanksOnlyForDdpSpawnOnTheCpuOfOneNode) {
-  using arc::cli::spawn_world;
+int64_t spawn_world(const std::vector<std::string>& args) { return arc::cli::spawn_plan(args).world; }
+
+TEST(ToolLauncher, StartsARankPerDeviceOnlyForDdpSpawnOnOneNode) {
   const auto config = shipped_config();
   EXPECT_EQ(spawn_world({"train", "--config", config}), 2);
   EXPECT_EQ(spawn_world({"validate", "-c", config, "-s", "trainer.devices=3", "--ckpt", "last"}), 3);
+  EXPECT_EQ(arc::cli::spawn_plan({"train", "--config", config}).timeout_s, 1800);
+  EXPECT_EQ(arc::cli::spawn_plan({"train", "--config", config, "--set", "trainer.timeout=2.5"}).timeout_s, 2.5);
   // Everything else runs in the engine alone, which also reports bad command lines and configs.
   EXPECT_EQ(spawn_world({"train"}), 0);
   EXPECT_EQ(spawn_world({"modules"}), 0);
   EXPECT_EQ(spawn_world({"train", "--config", config, "--set", "trainer.strategy=ddp"}), 0);
-  EXPECT_EQ(spawn_world({"train", "--config", config, "--set", "trainer.accelerator=auto"}), 0);
+  EXPECT_EQ(spawn_world({"train", "--config", config, "--set", "trainer.accelerator=auto"}), 2);
+  EXPECT_EQ(spawn_world({"train", "--config", config, "--set", "trainer.devices=[0,1,2]"}), 3);
+  EXPECT_EQ(spawn_world({"train", "--config", config, "--set", "trainer.devices=-1"}), 0);
+  EXPECT_EQ(spawn_world({"train", "--config", config, "--set", "trainer.devices=auto"}), 0);
   EXPECT_EQ(spawn_world({"train", "--config", config, "--set", "trainer.num_nodes=2"}), 0);
   EXPECT_EQ(spawn_world({"train", "--config", config, "--set", "trainer.devices=1"}), 0);
   EXPECT_EQ(spawn_world({"train", "--config", config, "--help"}), 0);
