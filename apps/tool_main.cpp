@@ -31,6 +31,6 @@ int main(int argc, char** argv) {
   argv[0] = engine.data();
   execv(engine.c_str(), argv);
   std::cerr << "arc: error: cannot run " << engine << ": " << std::strerror(errno)
-            << "; it is installed next to arc (build it with the arc target)" << std::endl;
+            << "; it belongs next to arc (CMake target arc_engine, built with arc)" << std::endl;
   return 2;
 }
