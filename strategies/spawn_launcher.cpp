@@ -2,6 +2,7 @@
 #include <arc/strategies/spawn_launcher.h>
 
 #include <arc/core/error.h>
+#include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/process_group.h>
 #include <arc/strategies/rank_processes.h>
 
@@ -26,18 +27,13 @@ namespace {
 constexpr const char* kChildFlag = "ARC_SPAWN_CHILD";
 constexpr const char* kPortPipe = "ARC_SPAWN_PORT_FD";
 
-int64_t env_int(const char* name) {
-  const char* text = std::getenv(name);
-  ARC_CHECK(text != nullptr, name, " is not set; the arc tool's launcher sets it for every rank it starts");
-  return std::atoll(text);
-}
-
 // Rank 0 writes one 8-byte record per other rank; a write that small is atomic on a pipe, so each
 // reader takes exactly one.
 void send_port(int fd, int64_t port, int64_t readers) {
   for (int64_t i = 0; i < readers; ++i)
-    ARC_CHECK(write(fd, &port, sizeof(port)) == static_cast<ssize_t>(sizeof(port)),
-              "rank 0 could not pass the rendezvous port to the other ranks: ", std::strerror(errno));
+    ARC_CHECK(write(fd, &port, sizeof(port)) == static_cast<ssize_t>(sizeof(port)), "rank 0 could not pass the ",
+              "rendezvous port to the other ranks (writing to ", kPortPipe, "=", fd, ": ", std::strerror(errno),
+              "); they have ended already: their errors are above");
 }
 
 int64_t receive_port(int fd, int64_t rank, std::chrono::milliseconds timeout) {
@@ -82,13 +78,13 @@ c10::intrusive_ptr<c10d::TCPStore> SpawnLauncher::join_tool_launcher(std::chrono
   static std::unique_ptr<StoreServer> server;
   static bool joined = false;
   if (!joined && std::getenv(kPortPipe) != nullptr) {
-    const int fd = static_cast<int>(env_int(kPortPipe));
-    const int64_t rank = env_int("RANK");
+    const int fd = static_cast<int>(cluster::env_int(kPortPipe));
+    const int64_t rank = cluster::env_int("RANK");
     int64_t port = 0;
     if (rank == 0) {
       server = std::make_unique<StoreServer>("127.0.0.1", 0, timeout);
       port = server->port();
-      send_port(fd, port, env_int("WORLD_SIZE") - 1);
+      send_port(fd, port, cluster::env_int("WORLD_SIZE") - 1);
     } else {
       port = receive_port(fd, rank, timeout);
     }
