@@ -23,7 +23,7 @@ void remember(int signal) { forwarded = signal; }
 }  // namespace
 
 SpawnPlan spawn_plan(const std::vector<std::string>& args) {
-  if (args.empty() || std::getenv("ARC_SPAWN_CHILD") != nullptr) return {};
+  if (args.empty() || std::getenv(kSpawnChildVariable) != nullptr) return {};
   const std::string& command = args[0];
   if (command != "train" && command != "validate" && command != "test" && command != "predict") return {};
   std::string config_path;
@@ -76,10 +76,7 @@ int run_ranks(const std::string& engine, const std::vector<std::string>& args, c
   for (int64_t rank = 0; rank < world; ++rank) {
     const int own_end = rank == 0 ? port_pipe[1] : port_pipe[0];
     const int other_end = rank == 0 ? port_pipe[0] : port_pipe[1];
-    const auto environment = rank_environment(rank, world, 0,
-                                              {{"ARC_SPAWN_CHILD", "1"},
-                                               {"ARC_SPAWN_PARENT_PID", std::to_string(getpid())},
-                                               {"ARC_SPAWN_PORT_FD", std::to_string(own_end)}});
+    const auto environment = rank_environment(rank, world, 0, {{kSpawnPortPipeVariable, std::to_string(own_end)}});
     ranks.start(rank, engine, argv, environment, {other_end});
   }
   close(port_pipe[0]);

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -21,7 +22,9 @@ std::vector<std::string> rank_environment(int64_t rank, int64_t world_size, int6
                                                           {"WORLD_SIZE", std::to_string(world_size)},
                                                           {"LOCAL_WORLD_SIZE", std::to_string(world_size)},
                                                           {"NODE_RANK", "0"},
-                                                          {"MASTER_ADDR", "127.0.0.1"}};
+                                                          {"MASTER_ADDR", "127.0.0.1"},
+                                                          {kSpawnChildVariable, "1"},
+                                                          {kSpawnParentVariable, std::to_string(getpid())}};
   if (port > 0) own.emplace_back("MASTER_PORT", std::to_string(port));
   own.insert(own.end(), extra.begin(), extra.end());
   std::vector<std::string> environment;

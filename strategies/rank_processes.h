@@ -13,8 +13,15 @@
 
 namespace arc {
 
+/// What a launcher tells the ranks it starts: that they are its children, its pid (they die with
+/// it), and under the `arc` tool the pipe that carries rank 0's store port.
+constexpr const char* kSpawnChildVariable = "ARC_SPAWN_CHILD";
+constexpr const char* kSpawnParentVariable = "ARC_SPAWN_PARENT_PID";
+constexpr const char* kSpawnPortPipeVariable = "ARC_SPAWN_PORT_FD";
+
 /// This process's environment without the rank variables of any launcher, plus those of `rank`
-/// of `world_size` on one node (MASTER_PORT only when `port` > 0) and `extra`.
+/// of `world_size` on one node (MASTER_PORT only when `port` > 0), the child marker and this
+/// process's pid as the parent's, and `extra`.
 std::vector<std::string> rank_environment(int64_t rank, int64_t world_size, int64_t port,
                                           const std::vector<std::pair<std::string, std::string>>& extra);
 

@@ -24,16 +24,13 @@ extern char** environ;
 namespace arc {
 namespace {
 
-constexpr const char* kChildFlag = "ARC_SPAWN_CHILD";
-constexpr const char* kPortPipe = "ARC_SPAWN_PORT_FD";
-
 // Rank 0 writes one 8-byte record per other rank; a write that small is atomic on a pipe, so each
 // reader takes exactly one.
 void send_port(int fd, int64_t port, int64_t readers) {
   for (int64_t i = 0; i < readers; ++i)
     ARC_CHECK(write(fd, &port, sizeof(port)) == static_cast<ssize_t>(sizeof(port)), "rank 0 could not pass the ",
-              "rendezvous port to the other ranks (writing to ", kPortPipe, "=", fd, ": ", std::strerror(errno),
-              "); they have ended already: their errors are above");
+              "rendezvous port to the other ranks (writing to ", kSpawnPortPipeVariable, "=", fd, ": ",
+              std::strerror(errno), "); they have ended already: their errors are above");
 }
 
 int64_t receive_port(int fd, int64_t rank, std::chrono::milliseconds timeout) {
@@ -58,7 +55,7 @@ std::vector<std::string> own_argv() {
 // A spawned child dies with its parent, so that no rank outlives a killed launcher.
 void die_with_parent() {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  const char* parent = std::getenv("ARC_SPAWN_PARENT_PID");
+  const char* parent = std::getenv(kSpawnParentVariable);
   if (parent != nullptr && getppid() != static_cast<pid_t>(std::atoll(parent))) std::_Exit(1);
 }
 
@@ -66,7 +63,7 @@ void die_with_parent() {
 
 bool SpawnLauncher::is_child() {
   static const bool child = [] {
-    const bool spawned = std::getenv(kChildFlag) != nullptr;
+    const bool spawned = std::getenv(kSpawnChildVariable) != nullptr;
     if (spawned) die_with_parent();
     return spawned;
   }();
@@ -77,8 +74,8 @@ c10::intrusive_ptr<c10d::TCPStore> SpawnLauncher::join_tool_launcher(std::chrono
   // Once per program: every Trainer of it uses the same store.
   static std::unique_ptr<StoreServer> server;
   static bool joined = false;
-  if (!joined && std::getenv(kPortPipe) != nullptr) {
-    const int fd = static_cast<int>(cluster::env_int(kPortPipe));
+  if (!joined && std::getenv(kSpawnPortPipeVariable) != nullptr) {
+    const int fd = static_cast<int>(cluster::env_int(kSpawnPortPipeVariable));
     const int64_t rank = cluster::env_int("RANK");
     int64_t port = 0;
     if (rank == 0) {
@@ -115,8 +112,7 @@ int64_t SpawnLauncher::port() const { return server_->port(); }
 c10::intrusive_ptr<c10d::TCPStore> SpawnLauncher::store() const { return server_->store(); }
 
 void SpawnLauncher::spawn(int64_t rank) {
-  const auto environment = rank_environment(rank, world_size_, port(),
-                                            {{kChildFlag, "1"}, {"ARC_SPAWN_PARENT_PID", std::to_string(getpid())}});
+  const auto environment = rank_environment(rank, world_size_, port(), {});
   std::lock_guard<std::mutex> lock(mutex_);
   children_.start(rank, "/proc/self/exe", own_argv(), environment);
 }

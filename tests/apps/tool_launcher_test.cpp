@@ -1,6 +1,7 @@
 // The `arc` tool's launcher: which command lines it starts every rank for, and what happens to
 // the ranks when one of them dies or the tool is told to stop.
 #include <arc/apps/tool_launcher.h>
+#include <arc/strategies/rank_processes.h>
 
 #include "support/command.h"
 
@@ -43,9 +44,9 @@ TEST(ToolLauncher, StartsARankPerDeviceOnlyForDdpSpawnOnOneNode) {
   EXPECT_EQ(spawn_world({"train", "--config", config, "--help"}), 0);
   EXPECT_EQ(spawn_world({"train", "--config", "/nonexistent/run.json"}), 0);
   // A rank that the launcher started runs its own command line as one rank.
-  setenv("ARC_SPAWN_CHILD", "1", 1);
+  setenv(arc::kSpawnChildVariable, "1", 1);
   EXPECT_EQ(spawn_world({"train", "--config", config}), 0);
-  unsetenv("ARC_SPAWN_CHILD");
+  unsetenv(arc::kSpawnChildVariable);
 }
 
 // A long `arc train` under ddp_spawn in the background: its output, then "EXIT <status>", go to
