@@ -83,11 +83,12 @@ int run_ranks(const std::string& engine, const std::vector<std::string>& args, c
   close(port_pipe[1]);
   while (ranks.running() == world) {
     if (const int signal = forwarded.exchange(0)) ranks.signal_all(signal);
-    const std::string failure = ranks.reap_failed();
+    int exit_code = 1;
+    const std::string failure = ranks.reap_failed(&exit_code);
     if (!failure.empty()) {
       report_spawn_failure(failure + "; stopping the other ranks");
       ranks.stop_all();
-      return 1;
+      return exit_code;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

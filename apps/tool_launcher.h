@@ -25,8 +25,10 @@ struct SpawnPlan {
 SpawnPlan spawn_plan(const std::vector<std::string>& args);
 
 /// Starts the plan's ranks of `engine` with `args`, lets rank 0 pass the rendezvous port to the
-/// others, passes SIGTERM and SIGHUP on to them (Ctrl-C reaches them from the terminal), and ends them all when one
-/// fails, naming its rank and cause. Returns the exit status: 0 when every rank succeeded.
+/// others, passes SIGTERM and SIGHUP on to them (Ctrl-C reaches them from the terminal), and
+/// ends them all when one fails, naming its rank and cause. Returns 0 when every rank succeeded,
+/// else the failed rank's exit status (a config error is 2, as in one process; 1 when a signal
+/// ended it).
 int run_ranks(const std::string& engine, const std::vector<std::string>& args, const SpawnPlan& plan);
 
 }  // namespace arc::cli

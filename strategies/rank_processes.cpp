@@ -70,14 +70,15 @@ void RankProcesses::start(int64_t rank, const std::string& program, const std::v
   ranks_.emplace_back(rank, pid);
 }
 
-std::string RankProcesses::reap_failed() {
+std::string RankProcesses::reap_failed(int* exit_code) {
   for (auto& [rank, pid] : ranks_) {
     if (pid <= 0) continue;
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) != pid) continue;
     pid = -1;
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-      return "rank " + std::to_string(rank) + " " + describe_exit(status);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+    if (exit_code != nullptr) *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    return "rank " + std::to_string(rank) + " " + describe_exit(status);
   }
   return "";
 }

@@ -37,8 +37,9 @@ class RankProcesses {
   /// Starts `program` with `argv` and `environment` as `rank`; `close_fds` are closed in it.
   void start(int64_t rank, const std::string& program, const std::vector<std::string>& argv,
              const std::vector<std::string>& environment, const std::vector<int>& close_fds = {});
-  /// Reaps ranks that ended; "rank N <cause>" for the first that failed, else "".
-  std::string reap_failed();
+  /// Reaps ranks that ended; "rank N <cause>" for the first that failed, else "". `exit_code`,
+  /// when given, gets that rank's exit code (1 for a rank that a signal ended).
+  std::string reap_failed(int* exit_code = nullptr);
   /// How many ranks have not ended (or not been reaped) yet.
   int64_t running() const;
   /// Sends `signal` to every running rank.

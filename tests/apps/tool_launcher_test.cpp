@@ -142,6 +142,16 @@ TEST_F(ToolLauncherRun, SigtermToTheToolReachesEveryRank) {
   for (const pid_t pid : ranks_) EXPECT_TRUE(gone(pid)) << "rank process " << pid << " was left behind";
 }
 
+// Every rank fails on the same config error, and the tool exits with its status, as one process does.
+TEST(ToolLauncher, ARankConfigErrorEndsTheToolWithTheRankStatus) {
+  const auto run = run_command(std::string(ARC_BINARY) + " train --config " + shipped_config() +
+                               " --set trainer.devices=[0,1] --set trainer.enable_progress_bar=false");
+  EXPECT_EQ(run.status, 2) << run.output;
+  EXPECT_NE(run.output.find("takes devices as a process count, not indices; write devices: 2"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("ddp_spawn: rank "), std::string::npos) << "the ranks were the tool's: " << run.output;
+}
+
 // Each run's rank 0 opens its store on a port of its own and hands it on: no clashes.
 TEST(ToolLauncher, ConcurrentRunsNeverClash) {
   std::vector<std::future<arc::testing::CommandRun>> runs;
