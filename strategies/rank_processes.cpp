@@ -121,7 +121,8 @@ std::vector<std::string> RankProcesses::wait_all(std::chrono::steady_clock::time
     } else if (std::chrono::steady_clock::now() > deadline) {
       for (const auto& [rank, pid] : ranks_)
         if (pid > 0)
-          failures.push_back("rank " + std::to_string(rank) + " did not finish within the timeout; killing it");
+          failures.push_back("rank " + std::to_string(rank) + " did not finish within the timeout after another rank " +
+                             "had; killing it (raise the trainer's timeout if it needs longer)");
       stop_all();
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
