@@ -15,6 +15,7 @@ namespace {
 
 const std::vector<std::string> kAccelerators = {"auto", "cpu", "gpu", "cuda"};
 const std::vector<std::string> kClipAlgorithms = {"norm", "value"};
+const std::vector<std::string> kProcessGroupBackends = {"auto", "nccl", "gloo"};
 const std::vector<std::pair<std::string, int>> kRequeueSignals = {
     {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGHUP", SIGHUP}, {"SIGALRM", SIGALRM}};
 const std::vector<std::string> kClusterEnvironments = {"auto", "local", "slurm",   "torchelastic",
@@ -192,6 +193,7 @@ TrainerOptions TrainerOptions::from_json(const nlohmann::json& json) {
   o.first_bucket_mb_ = config.get<double>("first_bucket_mb", o.first_bucket_mb_);
   o.bucket_cap_mb_ = config.get<double>("bucket_cap_mb", o.bucket_cap_mb_);
   o.shared_memory_ = config.get<bool>("shared_memory", o.shared_memory_);
+  o.process_group_backend_ = config.get<std::string>("process_group_backend", o.process_group_backend_);
   o.auto_requeue_ = config.get<bool>("auto_requeue", o.auto_requeue_);
   o.requeue_signal_ = config.get<std::string>("requeue_signal", o.requeue_signal_);
   o.elastic_checkpoint_every_n_steps_ =
@@ -246,6 +248,7 @@ nlohmann::json TrainerOptions::to_json() const {
           {"first_bucket_mb", first_bucket_mb_},
           {"bucket_cap_mb", bucket_cap_mb_},
           {"shared_memory", shared_memory_},
+          {"process_group_backend", process_group_backend_},
           {"auto_requeue", auto_requeue_},
           {"requeue_signal", requeue_signal_},
           {"elastic_checkpoint_every_n_steps", elastic_checkpoint_every_n_steps_},
@@ -286,6 +289,7 @@ void TrainerOptions::validate() const {
   ARC_CHECK(timeout_ > 0, "timeout must be > 0 seconds, got ", timeout_);
   ARC_CHECK(first_bucket_mb_ > 0 && bucket_cap_mb_ > 0, "first_bucket_mb and bucket_cap_mb must be > 0, got ",
             first_bucket_mb_, " and ", bucket_cap_mb_);
+  check_choice("process_group_backend", process_group_backend_, kProcessGroupBackends);
   check_choice("requeue_signal", requeue_signal_, requeue_signal_names());
   ARC_CHECK(elastic_checkpoint_every_n_steps_ >= 0, "elastic_checkpoint_every_n_steps must be >= 0 (0 = off), got ",
             elastic_checkpoint_every_n_steps_);

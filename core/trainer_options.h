@@ -77,7 +77,8 @@ class TrainerOptions {
   ARC_ARG(std::string, strategy) = "auto";
   ARC_ARG(Devices, devices);
   ARC_ARG(int64_t, num_nodes) = 1;
-  /// Lightning's names; "32-true" (also "32") is the one supported today.
+  /// Lightning's names: "32-true" (also "32"), "64-true", "bf16-mixed", "16-mixed", "bf16-true",
+  /// "16-true" (see Precision).
   ARC_ARG(std::string, precision) = "32-true";
   ARC_ARG(bool, enable_checkpointing) = true;
   ARC_ARG(bool, enable_progress_bar) = true;
@@ -98,6 +99,10 @@ class TrainerOptions {
   /// DDP: all-reduce through shared memory among the processes of one machine (Gloo across
   /// machines); off = Gloo everywhere.
   ARC_ARG(bool, shared_memory) = true;
+  /// DDP on GPUs, as Lightning's DDPStrategy(process_group_backend=...): "auto" (NCCL for CUDA
+  /// tensors when this build has it, else Gloo), "nccl" (an error where it cannot run) or "gloo"
+  /// (Gloo for CUDA tensors too, e.g. for several ranks on one GPU, which NCCL refuses).
+  ARC_ARG(std::string, process_group_backend) = "auto";
   /// Under SLURM: on `requeue_signal`, save hpc_ckpt_<n>.ckpt at the next batch boundary and requeue
   /// the job (`scontrol requeue`); the requeued job resumes from it. Off: the signal is not caught.
   ARC_ARG(bool, auto_requeue) = true;

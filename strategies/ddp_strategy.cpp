@@ -9,7 +9,24 @@
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
+
 namespace arc {
+namespace {
+
+// Whether CUDA tensors go through NCCL, from the trainer's process_group_backend.
+bool use_nccl(const std::string& backend, c10::Device device) {
+  if (backend == "gloo") return false;
+  if (backend == "auto") return device.is_cuda() && nccl_available();
+  ARC_CHECK(device.is_cuda(), "process_group_backend 'nccl' needs GPU ranks, but this rank runs on ", device.str(),
+            "; set accelerator to \"gpu\", or process_group_backend to \"gloo\" or \"auto\"");
+  ARC_CHECK(nccl_available(), "process_group_backend 'nccl' was asked for, but this build has no NCCL (",
+            torch::cuda::is_available() ? "NCCL was not found when it was built" : "its LibTorch has no CUDA",
+            "); use \"gloo\" or \"auto\", or rebuild against a CUDA LibTorch with NCCL_HOME set to NCCL's folder");
+  return true;
+}
+
+}  // namespace
 
 std::shared_ptr<cluster::ClusterEnvironment> DDPStrategy::find_environment(const TrainerOptions& options) {
   auto found = options.cluster_environment() == "auto"
@@ -39,6 +56,10 @@ void DDPStrategy::setup(AcceleratorBackend& accelerator, const TrainerOptions& o
   ARC_CHECK(local_rank_ < static_cast<int64_t>(selected.size()), "local rank ", local_rank_,
             " has no device among the ", selected.size(), " selected; set devices to the processes per node");
   device_ = selected[static_cast<size_t>(local_rank_)];
+  const bool nccl = use_nccl(options.process_group_backend(), device_);
+  ARC_CHECK(!nccl || std::count(selected.begin(), selected.end(), device_) == 1, "devices lists ", device_.str(),
+            " more than once, and NCCL cannot run two ranks on one GPU; list each GPU once, or set ",
+            "process_group_backend to \"gloo\" to share it");
   accelerator.setup_device(device_);
   reducer_options_.first_bucket_bytes = static_cast<int64_t>(options.first_bucket_mb() * (1 << 20));
   reducer_options_.bucket_bytes = static_cast<int64_t>(options.bucket_cap_mb() * (1 << 20));
@@ -51,7 +72,7 @@ void DDPStrategy::setup(AcceleratorBackend& accelerator, const TrainerOptions& o
   rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout() * 1000));
   rendezvous.node = host_name() + "#" + std::to_string(environment_->node_rank());
   rendezvous.shared_memory = options.shared_memory() && device_.is_cpu();
-  rendezvous.nccl = device_.is_cuda();
+  rendezvous.nccl = nccl;
   // A helper thread only overlaps communication with backward when a core is free to run it.
   rendezvous.shm_helper_thread = local_world_size_ * options.threads_per_process(local_world_size_) < usable_cores();
   rendezvous.store_hosted_elsewhere = environment_->launcher_hosts_store();

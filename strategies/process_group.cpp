@@ -215,4 +215,12 @@ std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options) 
   return make_collectives(options, {});
 }
 
+bool nccl_available() {
+#ifdef ARC_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
 }  // namespace arc

@@ -63,4 +63,7 @@ std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
 /// The same, with rank 0 hosting its own store.
 std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options);
 
+/// Whether this build has c10d's NCCL process group: LibTorch with CUDA, and NCCL found at build time.
+bool nccl_available();
+
 }  // namespace arc

@@ -113,6 +113,24 @@ TEST(Callbacks, DeviceStatsMonitorLogsCpuFiguresAroundTheLoggedBatches) {
   for (const double mb : recorder->values(end + "cpu_rss_mb")) EXPECT_GT(mb, 20.0);
 }
 
+TEST(Callbacks, DeviceStatsMonitorLogsTheCudaAllocatorsFiguresOnAGpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: the CUDA allocator's figures exist on a GPU only";
+  auto recorder = std::make_shared<Recorder>();
+  TinyModule module;
+  Trainer(quiet().max_epochs(1).log_every_n_steps(2).accelerator("gpu").devices(Devices::of_count(1)),
+          {std::make_shared<DeviceStatsMonitor>(false)}, {recorder})
+      .fit(module, tiny_data(16, 2));
+  EXPECT_TRUE(module.linear->weight.is_cuda());
+  const std::string end = "DeviceStatsMonitor.on_train_batch_end/";
+  for (const auto& name : {"allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.all.peak"}) {
+    const auto values = recorder->values(end + name);
+    ASSERT_EQ(values.size(), 4u) << name;
+    for (const double bytes : values) EXPECT_GT(bytes, 0.0) << name;
+  }
+  EXPECT_EQ(recorder->values(end + "num_ooms"), (std::vector<double>{0, 0, 0, 0}));
+  EXPECT_TRUE(recorder->values(end + "cpu_percent").empty());
+}
+
 TEST(Callbacks, DeviceStatsMonitorWithoutCpuStatsOnTheCpuLogsNothingAndNeedsALogger) {
   auto recorder = std::make_shared<Recorder>();
   TinyModule module;

@@ -97,6 +97,10 @@ TEST(TrainerOptions, UnknownChoicesListTheKnownOnes) {
   const auto requeue = error_of({{"requeue_signal", "USR1"}});
   EXPECT_NE(requeue.find("unknown requeue_signal 'USR1'"), std::string::npos) << requeue;
   EXPECT_NE(requeue.find("SIGUSR1"), std::string::npos) << requeue;
+  const auto backend = error_of({{"process_group_backend", "mpi"}});
+  EXPECT_NE(backend.find("unknown process_group_backend 'mpi'"), std::string::npos) << backend;
+  EXPECT_NE(backend.find("auto, nccl, gloo"), std::string::npos) << backend;
+  EXPECT_EQ(TrainerOptions::from_json({{"process_group_backend", "gloo"}}).process_group_backend(), "gloo");
 }
 
 TEST(TrainerOptions, FaultToleranceOptions) {

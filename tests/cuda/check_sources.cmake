@@ -4,7 +4,8 @@
 # its CUDA build, c10/cuda/impl/cuda_cmake_macros.h; its line is written to a scratch folder.
 #   cmake -DBUILD_DIR=... -DWORK_DIR=... -DSOURCES="a.cpp;b.cpp" -P check_sources.cmake
 find_path(CUDA_INCLUDE cuda_runtime_api.h PATHS $ENV{CUDA_HOME}/include /usr/local/cuda/include NO_DEFAULT_PATH)
-find_path(NCCL_INCLUDE nccl.h PATHS ${CUDA_INCLUDE} /usr/include NO_DEFAULT_PATH)
+include(${CMAKE_CURRENT_LIST_DIR}/../../cmake/ArclightNccl.cmake)
+arc_find_nccl(NCCL_INCLUDE NCCL_LIBRARY ${CUDA_INCLUDE})
 if(NOT CUDA_INCLUDE OR NOT NCCL_INCLUDE)
   message("SKIP: no CUDA toolkit headers (cuda_runtime_api.h, nccl.h) on this machine")
   return()
@@ -35,7 +36,8 @@ foreach(source ${SOURCES})
       endif()
     endforeach()
     execute_process(COMMAND ${args} -fsyntax-only -DARC_WITH_CUDA -DARC_WITH_NCCL -DUSE_C10D_NCCL
-                            -isystem ${CUDA_INCLUDE} -isystem ${WORK_DIR} ${source}
+                            -isystem ${CUDA_INCLUDE} -isystem ${NCCL_INCLUDE} -isystem ${WORK_DIR}
+                            ${source}
                     RESULT_VARIABLE status ERROR_VARIABLE errors)
     if(NOT status EQUAL 0 OR errors MATCHES "warning")
       message(FATAL_ERROR "${source} does not compile with CUDA and NCCL on:\n${errors}")

@@ -2,7 +2,8 @@
 // for, can fail on purpose at a given rank and step, and reports what it saw.
 //   ddp_probe --strategy ddp_spawn --devices 2 --batch 16 --steps 30 [--accumulate 2]
 //             [--out params.bin] [--fail exception|exit3|segv|sigkill --fail-rank 1 --fail-step 5]
-//             [--timeout 20] [--shared-memory 0] [--tag anything]
+//             [--timeout 20] [--shared-memory 0] [--tag anything] [--precision bf16-mixed]
+//             [--accelerator gpu] [--device-list 0,0] [--process-group-backend gloo]
 //             [--root DIR] [--elastic-every 5] [--fail-attempt 0] [--step-ms 20]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // Rank 0 prints "TIMING start <step> <unix ms> <attempt>" at its first step and the failing rank
@@ -19,6 +20,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 namespace {
@@ -32,6 +34,8 @@ struct Args {
   double timeout = 30;
   bool shared_memory = true;
   std::string out, fail, loop = "trainer", root = ".", precision = "32-true";
+  // The CPU unless asked: "auto" would take a GPU wherever one is, and the tests count CPU ranks.
+  std::string accelerator = "cpu", device_list, process_group_backend = "auto";
 };
 
 Args parse(int argc, char** argv) {
@@ -55,6 +59,9 @@ Args parse(int argc, char** argv) {
     if (key == "--fail-attempt") a.fail_attempt = std::stoll(value);
     if (key == "--step-ms") a.step_ms = std::stoll(value);
     if (key == "--precision") a.precision = value;
+    if (key == "--accelerator") a.accelerator = value;
+    if (key == "--device-list") a.device_list = value;
+    if (key == "--process-group-backend") a.process_group_backend = value;
   }
   return a;
 }
@@ -106,7 +113,7 @@ void write_parameters(torch::nn::Module& module, const std::string& path) {
   if (path.empty()) return;
   std::ofstream out(path, std::ios::binary);
   for (const auto& p : module.parameters()) {
-    const auto values = p.detach().contiguous();
+    const auto values = p.detach().to(torch::kCPU).contiguous();
     out.write(reinterpret_cast<const char*>(values.data_ptr<float>()), values.numel() * 4);
   }
 }
@@ -160,7 +167,14 @@ int main(int argc, char** argv) {
   auto data = std::make_shared<arc::TensorDataset>(std::vector<torch::Tensor>{x, y});
   Probe module(args);
   arc::TrainerOptions options;
-  options.strategy(args.strategy).devices(arc::Devices::of_count(args.devices)).max_steps(args.steps);
+  std::vector<int64_t> listed;
+  for (std::stringstream parts(args.device_list); parts.good();) {
+    std::string part;
+    if (std::getline(parts, part, ',') && !part.empty()) listed.push_back(std::stoll(part));
+  }
+  options.strategy(args.strategy).max_steps(args.steps).accelerator(args.accelerator);
+  options.devices(listed.empty() ? arc::Devices::of_count(args.devices) : arc::Devices::of_indices(listed));
+  options.process_group_backend(args.process_group_backend);
   options.accumulate_grad_batches(args.accumulate).timeout(args.timeout).num_threads(1);
   options.shared_memory(args.shared_memory).default_root_dir(args.root).precision(args.precision);
   options.elastic_checkpoint_every_n_steps(args.elastic_every);

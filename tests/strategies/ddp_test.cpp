@@ -6,6 +6,7 @@
 #include "support/ports.h"
 
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 #include <nlohmann/json.hpp>
 
 #include <dirent.h>
@@ -234,6 +235,57 @@ TEST_P(CustomLoop, OnAcceleratorMatchesTheTrainer) {
 INSTANTIATE_TEST_SUITE_P(DDP, CustomLoop, ::testing::Values("32-true", "bf16-mixed"), [](const auto& info) {
   return info.param == "32-true" ? std::string("Float32") : std::string("Bf16Mixed");
 });
+
+TEST(DDP, NcclOnCpuRanksIsAnErrorThatSaysWhatToSet) {
+  const auto run = probe("--strategy ddp_spawn --devices 2 --steps 2 --process-group-backend nccl");
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.output.find("process_group_backend 'nccl' needs GPU ranks, but this rank runs on cpu"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("set accelerator to \"gpu\""), std::string::npos) << run.output;
+  EXPECT_LT(run.seconds, 30.0);
+}
+
+// One GPU: DDP of world size 1 on NCCL trains as the single-device strategy does.
+TEST(DDP, CudaNcclWorldOfOneMatchesOneDevice) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: NCCL DDP runs on a GPU only";
+  const auto one = scratch("cuda_one"), ddp = scratch("cuda_ddp");
+  const std::string common = " --accelerator gpu --devices 1 --batch 32 --steps 40";
+  const auto single = probe("--strategy single_device --out " + one + common);
+  ASSERT_EQ(single.status, 0) << single.output;
+  const auto nccl = probe("--strategy ddp_spawn --out " + ddp + common);
+  ASSERT_EQ(nccl.status, 0) << nccl.output;
+  EXPECT_NE(nccl.output.find("on cuda:0"), std::string::npos) << nccl.output;
+  EXPECT_NE(nccl.output.find("nccl (gloo for CPU tensors)"), std::string::npos) << nccl.output;
+  ASSERT_FALSE(read_floats(one).empty());
+  EXPECT_LT(max_abs_diff(read_floats(one), read_floats(ddp)), 1e-5);
+  std::remove(one.c_str());
+  std::remove(ddp.c_str());
+}
+
+// Two ranks on one GPU: NCCL refuses them with a clear error; Gloo on CUDA tensors trains them as
+// one process with twice the batch.
+TEST(DDP, CudaTwoRanksOnOneGpuNeedGloo) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: Gloo on CUDA tensors runs on a GPU only";
+  const auto refused = probe("--strategy ddp_spawn --accelerator gpu --device-list 0,0 --steps 4");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.output.find("NCCL cannot run two ranks on one GPU"), std::string::npos) << refused.output;
+  const auto one = scratch("cuda_one_gloo"), two = scratch("cuda_two_gloo");
+  const auto single =
+      probe("--strategy single_device --accelerator gpu --devices 1 --batch 32 --steps 40 --out " + one);
+  ASSERT_EQ(single.status, 0) << single.output;
+  const auto gloo = probe(
+      "--strategy ddp_spawn --accelerator gpu --device-list 0,0 --process-group-backend gloo"
+      " --batch 16 --steps 40 --out " +
+      two);
+  ASSERT_EQ(gloo.status, 0) << gloo.output;
+  EXPECT_NE(gloo.output.find("gloo at 127.0.0.1"), std::string::npos) << gloo.output;
+  EXPECT_EQ(report(gloo)["world_size"], 2);
+  ASSERT_FALSE(read_floats(one).empty());
+  EXPECT_LT(max_abs_diff(read_floats(one), read_floats(two)), 1e-5);
+  std::remove(one.c_str());
+  std::remove(two.c_str());
+}
 
 TEST(DDP, DdpWithoutALauncherSaysToUseDdpSpawn) {
   const auto run = probe("--strategy ddp --devices 2 --steps 2");
