@@ -13,7 +13,10 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/time.h>
 #include <cstdio>
+#include <iomanip>
+#include <sstream>
 #include <stdexcept>
 
 namespace arc::bench {
@@ -64,5 +67,49 @@ inline nlohmann::json result_of(const std::string& command) {
     throw std::runtime_error("no RESULT line from: " + command + "\n" + output);
   return nlohmann::json::parse(output.substr(at + 7, output.find('\n', at) - at - 7));
 }
+
+/// One fresh command's RESULT line and its wall time.
+struct Result {
+  nlohmann::json json;
+  double wall_s = 0;
+};
+
+inline double unix_now() {
+  timeval now{};
+  gettimeofday(&now, nullptr);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_usec) * 1e-6;
+}
+
+/// Runs `command` with BENCH_T0 set just before it starts; returns its RESULT line.
+inline Result run(const std::string& command) {
+  const double start = unix_now();
+  std::ostringstream full;
+  full << std::fixed << std::setprecision(6) << "BENCH_T0=" << start << " " << command;
+  Result result;
+  result.json = result_of(full.str());
+  result.wall_s = unix_now() - start;
+  return result;
+}
+
+/// A table row: the runs of one command, summarised by medians.
+struct Row {
+  std::string name;
+  std::vector<Result> runs;
+  double sps() const {
+    std::vector<double> v;
+    for (const auto& r : runs) v.push_back(r.json["train_sps"].get<double>());
+    return median(v);
+  }
+  double first_step() const {
+    std::vector<double> v;
+    for (const auto& r : runs) v.push_back(r.json["t_first_step_s"].get<double>());
+    return median(v);
+  }
+  double wall() const {
+    std::vector<double> v;
+    for (const auto& r : runs) v.push_back(r.wall_s);
+    return median(v);
+  }
+};
 
 }  // namespace arc::bench

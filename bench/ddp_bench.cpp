@@ -6,61 +6,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include <sys/time.h>
-#include <unistd.h>
-#include <cstdio>
 #include <iomanip>
-#include <map>
-#include <sstream>
 
 namespace arc::bench {
 namespace {
 
-struct Result {
-  nlohmann::json json;
-  double wall_s = 0;
-};
-
-double unix_now() {
-  timeval now{};
-  gettimeofday(&now, nullptr);
-  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_usec) * 1e-6;
-}
-
-// Runs `command` with BENCH_T0 set just before it starts; returns its RESULT line.
-Result run(const std::string& command) {
-  const double start = unix_now();
-  std::ostringstream full;
-  full << std::fixed << std::setprecision(6) << "BENCH_T0=" << start << " " << command;
-  Result result;
-  result.json = result_of(full.str());
-  result.wall_s = unix_now() - start;
-  return result;
-}
-
 bool have_torchrun() {
   return std::system("command -v torchrun >/dev/null 2>&1 && /usr/bin/python3 -c 'import torch' 2>/dev/null") == 0;
 }
-
-struct Row {
-  std::string name;
-  std::vector<Result> runs;
-  double sps() const {
-    std::vector<double> v;
-    for (const auto& r : runs) v.push_back(r.json["train_sps"].get<double>());
-    return median(v);
-  }
-  double first_step() const {
-    std::vector<double> v;
-    for (const auto& r : runs) v.push_back(r.json["t_first_step_s"].get<double>());
-    return median(v);
-  }
-  double wall() const {
-    std::vector<double> v;
-    for (const auto& r : runs) v.push_back(r.wall_s);
-    return median(v);
-  }
-};
 
 }  // namespace
 }  // namespace arc::bench

@@ -7,7 +7,8 @@
 namespace arc::examples {
 
 /// Train = samples 0..59,999 in splitmix64 epoch order; val = 60,000..69,999 in order.
-/// Config: batch_size (64), val_batch_size (1000), num_workers (0).
+/// Config: batch_size (64), val_batch_size (1000), num_workers (0), pin_memory (false: page-locked
+/// batches, for asynchronous copies to a GPU).
 class CanonicalData : public DataModule {
  public:
   explicit CanonicalData(const Config& config);
@@ -21,6 +22,7 @@ class CanonicalData : public DataModule {
   int64_t batch_size_;
   int64_t val_batch_size_;
   int64_t num_workers_;
+  bool pin_memory_;
 };
 
 }  // namespace arc::examples

@@ -48,9 +48,9 @@ void RunReport::on_train_epoch_start(Trainer&, TrainModule&) {
 
 void RunReport::on_train_batch_end(Trainer&, TrainModule&, const torch::Tensor& loss, Batch& batch, int64_t) {
   samples_ += batch.batch_size();
+  if (loss.defined()) losses_.push_back(loss.item<float>());  // also waits for a GPU to finish the step
   step_ends_.push_back(Clock::now());
   if (step_ends_.size() == 1) first_step_unix_ = unix_now();
-  if (loss.defined()) losses_.push_back(loss.item<float>());
 }
 
 void RunReport::on_fit_end(Trainer& trainer, TrainModule&) {

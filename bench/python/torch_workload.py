@@ -2,6 +2,7 @@
 torchrun (gloo). The baseline that bench/ddp_bench runs beside Arclight.
 
     python3 torch_workload.py --model mlp
+    python3 torch_workload.py --model cnn --device cuda --precision bf16-mixed
     torchrun --nproc_per_node 2 -r 9:1 -t 9:1 torch_workload.py --model cnn
 
 Prints one line: RESULT {json} with WORKLOAD.md section 6's fields.
@@ -68,8 +69,31 @@ def init_parameters(model):
 def parameter_sha256(model):
     digest = hashlib.sha256()
     for p in model.parameters():
-        digest.update(p.detach().contiguous().numpy().astype("<f4").tobytes())
+        digest.update(p.detach().float().cpu().contiguous().numpy().astype("<f4").tobytes())
     return digest.hexdigest()
+
+
+def validate(model, x, y, precision, rank=0, world=1):
+    """Summed loss, correct count and count over this rank's share of the validation samples."""
+    device = next(model.parameters()).device
+    model.eval()
+    with torch.no_grad():
+        val = torch.arange(60000 + rank, 70000, world)
+        totals = torch.zeros(3, dtype=torch.float64)
+        for b in range(0, len(val), 1000):
+            index = val[b:b + 1000]
+            labels = y[index].to(device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
+                logits = model(x.index_select(0, index).to(device))
+            totals[0] += F.cross_entropy(logits.float(), labels, reduction="sum").item()
+            totals[1] += (logits.argmax(1) == labels).sum().item()
+            totals[2] += len(index)
+    return totals
+
+
+def epoch_order():
+    """The training samples in WORKLOAD.md's epoch order."""
+    return torch.from_numpy(np.argsort(splitmix64(1000, np.arange(60000)), kind="stable"))
 
 
 def t0():
@@ -85,7 +109,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
     parser.add_argument("--steps", type=int, default=0, help="stop after this many steps (0 = one epoch)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="32-true",
+                        help="bf16-mixed: forward and loss under autocast to bfloat16, as Lightning's")
     args = parser.parse_args()
+    device = torch.device(args.device)
     torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "1")))
     distributed = "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1
     if distributed:
@@ -95,10 +123,10 @@ def main():
     x, y = make_data()
     model = make_model(args.model)
     init_parameters(model)
+    model.to(device)
     net = nn.parallel.DistributedDataParallel(model) if distributed else model
     optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-    order = torch.from_numpy(np.argsort(splitmix64(1000, np.arange(60000)), kind="stable"))
-    shard = order[rank::world]
+    shard = epoch_order()[rank::world]
     steps = (len(shard) + 63) // 64
     if args.steps:
         steps = min(steps, args.steps)
@@ -107,27 +135,19 @@ def main():
     start = time.perf_counter()
     for step in range(steps):
         index = shard[step * 64:(step + 1) * 64]
-        inputs, labels = x.index_select(0, index), y.index_select(0, index)
+        inputs, labels = x.index_select(0, index).to(device), y.index_select(0, index).to(device)
         optimizer.zero_grad()
-        loss = F.cross_entropy(net(inputs), labels)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16-mixed"):
+            loss = F.cross_entropy(net(inputs), labels)
         loss.backward()
         optimizer.step()
+        losses.append(loss.item())  # also waits for a GPU to finish the step
         step_ends.append(time.perf_counter())
         if first_step is None:
             first_step = time.time() - t0()
-        losses.append(loss.item())
     train_time = step_ends[-1] - start
 
-    model.eval()
-    with torch.no_grad():
-        val = torch.arange(60000 + rank, 70000, world)
-        totals = torch.zeros(3, dtype=torch.float64)
-        for b in range(0, len(val), 1000):
-            index = val[b:b + 1000]
-            logits = model(x.index_select(0, index))
-            totals[0] += F.cross_entropy(logits, y[index], reduction="sum").item()
-            totals[1] += (logits.argmax(1) == y[index]).sum().item()
-            totals[2] += len(index)
+    totals = validate(model, x, y, args.precision, rank, world)
     figures = torch.tensor([train_time, first_step], dtype=torch.float64)
     last100 = torch.tensor([float(np.mean(losses[-100:]))], dtype=torch.float64)
     if distributed:

@@ -1,0 +1,102 @@
+// One device, three ways: the canonical workloads trained by Arclight (`arc train`), by a plain
+// PyTorch loop (bench/python/torch_workload.py) and by PyTorch Lightning
+// (bench/python/lightning_workload.py), in 32-true and bf16-mixed, in the same invocation. Every
+// run is a fresh command; the ratio is samples/s against the PyTorch loop at the same precision.
+// On a GPU it adds Arclight's DDP rows: world size 1 on NCCL, and two ranks sharing the GPU
+// through Gloo (NCCL refuses two ranks on one device).
+//   arc_bench_frameworks [accelerator=gpu|cpu] [repeats=1] [models=mlp,cnn]
+// The Python side runs under $ARC_BENCH_PYTHON, else the first of /usr/bin/python3 and python3
+// that imports torch; a Lightning that does not import leaves its rows out, saying so.
+#include "bench_util.h"
+
+#include <cstdlib>
+#include <iomanip>
+
+namespace arc::bench {
+namespace {
+
+bool imports(const std::string& python, const std::string& module) {
+  return std::system((python + " -c 'import " + module + "' >/dev/null 2>&1").c_str()) == 0;
+}
+
+std::string find_python() {
+  std::vector<std::string> candidates = {"/usr/bin/python3", "python3"};
+  if (const char* chosen = std::getenv("ARC_BENCH_PYTHON")) candidates.insert(candidates.begin(), chosen);
+  for (const auto& python : candidates)
+    if (imports(python, "torch")) return python;
+  return "";
+}
+
+}  // namespace
+}  // namespace arc::bench
+
+int main(int argc, char** argv) {
+  using namespace arc::bench;
+  const std::string accelerator = argc > 1 ? argv[1] : "gpu";
+  const int repeats = argc > 2 ? std::atoi(argv[2]) : 1;
+  const std::string models = argc > 3 ? argv[3] : "mlp,cnn";
+  if (accelerator != "gpu" && accelerator != "cpu") {
+    std::cerr << "arc_bench_frameworks: accelerator must be gpu or cpu, got '" << accelerator << "'\n";
+    return 2;
+  }
+  const bool gpu = accelerator == "gpu";
+  if (gpu && !torch::cuda::is_available()) {
+    std::cerr << "arc_bench_frameworks: no CUDA device is visible to this LibTorch; run it on a GPU machine "
+                 "with a CUDA build, or pass cpu to compare on the CPU\n";
+    return 2;
+  }
+  torch::set_num_threads(1);
+  print_header("Arclight vs a PyTorch loop vs PyTorch Lightning, one epoch on one " + accelerator +
+               ", 1 CPU thread, median of " + std::to_string(repeats));
+  if (gpu) std::cout << "GPU: " << torch::cuda::device_count() << " visible CUDA device(s)\n";
+  const std::string python = find_python();
+  const bool lightning = !python.empty() && (imports(python, "lightning") || imports(python, "pytorch_lightning"));
+  if (python.empty()) std::cout << "(no python3 that imports torch: PyTorch and Lightning rows left out)\n";
+  if (!python.empty() && !lightning) std::cout << "(Lightning does not import under " << python << ": rows left out)\n";
+  const std::string scripts = std::string(ARC_SOURCE_DIR) + "/bench/python/";
+  const std::string arc = std::string(ARC_BINARY) + " train --set trainer.num_threads=1" +
+                          " --set trainer.enable_progress_bar=false --set trainer.accelerator=" + accelerator +
+                          " --set trainer.devices=1 --set data.pin_memory=" + (gpu ? "true" : "false");
+
+  for (const std::string model : {"mlp", "cnn"}) {
+    if (models.find(model) == std::string::npos) continue;
+    std::cout << "\n"
+              << model << " (ratio = samples/s against the PyTorch loop at the same precision)\n"
+              << std::left << std::setw(40) << "run" << std::right << std::setw(12) << "samples/s" << std::setw(8)
+              << "ratio" << std::setw(12) << "1st step s" << std::setw(9) << "wall s" << std::setw(9) << "val_acc"
+              << "\n";
+    for (const std::string precision : {"32-true", "bf16-mixed"}) {
+      const std::string arc_run =
+          arc + " --set module.name=" + model + "_classifier --set trainer.precision=" + precision;
+      const std::string python_args = " --model " + model + " --precision " + precision;
+      std::vector<Row> rows = {
+          {"Arclight " + precision, {}}, {"PyTorch loop " + precision, {}}, {"Lightning " + precision, {}}};
+      if (gpu) {
+        rows.push_back({"Arclight ddp_spawn x1 NCCL " + precision, {}});
+        rows.push_back({"Arclight ddp_spawn x2 on 1 GPU, Gloo " + precision, {}});
+      }
+      for (int r = 0; r < repeats; ++r) {
+        rows[0].runs.push_back(run(arc_run));
+        if (!python.empty())
+          rows[1].runs.push_back(run("TORCH_THREADS=1 " + python + " " + scripts + "torch_workload.py --device " +
+                                     (gpu ? "cuda" : "cpu") + python_args));
+        if (lightning)
+          rows[2].runs.push_back(run("TORCH_THREADS=1 " + python + " " + scripts + "lightning_workload.py" +
+                                     " --accelerator " + accelerator + python_args));
+        if (!gpu) continue;
+        rows[3].runs.push_back(run(arc_run + " --set trainer.strategy=ddp_spawn"));
+        rows[4].runs.push_back(run(arc_run + " --set trainer.strategy=ddp_spawn --set trainer.devices=0,0" +
+                                   " --set trainer.process_group_backend=gloo"));
+      }
+      const double reference = rows[1].runs.empty() ? rows[0].sps() : rows[1].sps();
+      for (const auto& row : rows) {
+        if (row.runs.empty()) continue;
+        std::cout << std::left << std::setw(40) << row.name << std::right << std::fixed << std::setprecision(0)
+                  << std::setw(12) << row.sps() << std::setprecision(3) << std::setw(8) << row.sps() / reference
+                  << std::setw(12) << row.first_step() << std::setprecision(2) << std::setw(9) << row.wall()
+                  << std::setprecision(4) << std::setw(9) << row.runs.front().json["val_acc"].get<double>() << "\n";
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,95 @@
+"""The canonical workload (shared/WORKLOAD.md) as a PyTorch Lightning user writes it: a
+LightningModule, a DataLoader over the training samples in the workload's epoch order, and
+Trainer.fit for one epoch. The Lightning rows of bench/frameworks_bench.
+
+    python3 lightning_workload.py --model mlp --accelerator gpu --precision bf16-mixed
+
+Prints one line: RESULT {json} with WORKLOAD.md section 6's fields, timed at the same points as
+torch_workload.py and Arclight's RunReport (a step ends once its loss is read back).
+"""
+import argparse
+import json
+import os
+import time
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+try:
+    import lightning.pytorch as pl
+except ImportError:
+    import pytorch_lightning as pl
+
+import torch_workload as workload
+
+
+class Classifier(pl.LightningModule):
+    def __init__(self, kind):
+        super().__init__()
+        self.net = workload.make_model(kind)
+        workload.init_parameters(self.net)
+
+    def training_step(self, batch, batch_idx):
+        inputs, labels = batch
+        return F.cross_entropy(self.net(inputs), labels)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
+
+
+class Timing(pl.Callback):
+    def __init__(self):
+        self.start, self.first_step, self.step_ends, self.losses = None, None, [], []
+
+    def on_train_epoch_start(self, trainer, module):
+        if self.start is None:
+            self.start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        # Lightning hands on a training_step's loss as {"loss": loss}.
+        loss = outputs["loss"] if isinstance(outputs, Mapping) else outputs
+        self.losses.append(loss.item())
+        self.step_ends.append(time.perf_counter())
+        if self.first_step is None:
+            self.first_step = time.time() - workload.t0()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    parser.add_argument("--steps", type=int, default=0, help="stop after this many steps (0 = one epoch)")
+    parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="32-true")
+    args = parser.parse_args()
+    torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "1")))
+
+    x, y = workload.make_data()
+    train = TensorDataset(x[:60000], y[:60000])
+    loader = DataLoader(train, batch_size=64, sampler=workload.epoch_order().tolist(),
+                        pin_memory=args.accelerator == "gpu")
+    module = Classifier(args.model)
+    timing = Timing()
+    trainer = pl.Trainer(accelerator=args.accelerator, devices=1, precision=args.precision, max_epochs=1,
+                         limit_train_batches=args.steps or 1.0, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, callbacks=[timing])
+    trainer.fit(module, loader)
+
+    train_time = timing.step_ends[-1] - timing.start
+    steps = len(timing.step_ends)
+    intervals = [(b - a) * 1000 for a, b in zip(timing.step_ends, timing.step_ends[1:])]
+    totals = workload.validate(module.net, x, y, args.precision)
+    result = {"train_time_s": train_time, "train_sps": steps * 64 / train_time if args.steps else 60000 / train_time,
+              "median_step_ms": float(np.median(intervals)),
+              "mean_step_ms": sum(intervals) / len(intervals), "t_first_step_s": timing.first_step,
+              "train_loss_last100": sum(timing.losses[-100:]) / len(timing.losses[-100:]),
+              "val_loss": (totals[0] / totals[2]).item(), "val_acc": (totals[1] / totals[2]).item(),
+              "final_param_sha256": workload.parameter_sha256(module.net), "world_size": 1,
+              "threads": torch.get_num_threads(), "steps": steps}
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
