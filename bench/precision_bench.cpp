@@ -1,6 +1,7 @@
 // Precision on the canonical workloads: one epoch of the MLP and the CNN as fresh `arc train`
-// commands (1 thread), 32-true against bf16-mixed (and 64-true) in the same invocation.
-//   arc_bench_precision [repeats=1] [mlp,cnn]
+// commands, 32-true against bf16-mixed (and 64-true) in the same invocation. The thread count
+// changes the order of float sums, and with it how far one epoch's accuracy lands from another's.
+//   arc_bench_precision [repeats=1] [mlp,cnn] [threads=1]
 #include "bench_util.h"
 
 #include <iomanip>
@@ -9,8 +10,9 @@ int main(int argc, char** argv) {
   using namespace arc::bench;
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 1;
   const std::string models = argc > 2 ? argv[2] : "mlp,cnn";
-  torch::set_num_threads(1);
-  print_header("Precision: one epoch, 1 thread, median of " + std::to_string(repeats));
+  const int threads = argc > 3 ? std::atoi(argv[3]) : 1;
+  torch::set_num_threads(threads);
+  print_header("Precision: one epoch, " + std::to_string(threads) + " thread(s), median of " + std::to_string(repeats));
   std::cout << std::left << std::setw(24) << "run" << std::right << std::setw(12) << "samples/s" << std::setw(8)
             << "ratio" << std::setw(10) << "val_acc" << std::setw(10) << "d acc"
             << "\n";
@@ -23,8 +25,8 @@ int main(int argc, char** argv) {
       for (int r = 0; r < repeats; ++r) {
         const auto result =
             result_of(std::string(ARC_BINARY) + " train --set module.name=" + model +
-                      "_classifier --set trainer.num_threads=1 --set trainer.enable_progress_bar=false" +
-                      " --set trainer.precision=" + precision);
+                      "_classifier --set trainer.num_threads=" + std::to_string(threads) +
+                      " --set trainer.enable_progress_bar=false" + " --set trainer.precision=" + precision);
         sps.push_back(result["train_sps"].get<double>());
         acc = result["val_acc"].get<double>();
       }
