@@ -14,10 +14,18 @@ command -v debootstrap >/dev/null || apt-get -o DPkg::Lock::Timeout=600 install 
 [ -x "$root/usr/bin/apt-get" ] || debootstrap --variant=minbase trixie "$root" http://deb.debian.org/debian
 
 # The tests need /proc (re-execution), /dev/shm (shared-memory collectives) and, for slurmd, cgroups.
-unmount() { umount -R "$root/sys" "$root/dev" "$root/proc" 2>/dev/null || true; }
+# The host's CUDA toolkit, when it has one, is lent read-only, so that cuda.SourcesCompileWithCudaAndNccl
+# compiles the CUDA and NCCL code against LibTorch 2.x's headers too.
+unmount() { umount -R "$root/sys" "$root/dev" "$root/proc" "$root/opt/cuda" 2>/dev/null || true; }
 trap unmount EXIT
 unmount
 mount -t proc proc "$root/proc"
+cuda_home=
+if [ -f /usr/local/cuda/include/cuda_runtime_api.h ]; then
+  mkdir -p "$root/opt/cuda"
+  mount --bind -o ro "$(realpath /usr/local/cuda)" "$root/opt/cuda"
+  cuda_home=/opt/cuda
+fi
 mount --rbind /dev "$root/dev"
 mount -t sysfs sys "$root/sys"
 mount --rbind /sys/fs/cgroup "$root/sys/fs/cgroup"
@@ -36,5 +44,5 @@ git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -C "$root/s
 #   lacks, and USE_LIBUV=0 does not reach it;
 # - Slurm.Sigterm...: `scancel` of a running job does not return under Slurm 24.11 in the chroot.
 excluded='Launchers\.Torchrun|ElasticKill|Elastic\.MoreFailures|Slurm\.Sigterm'
-chroot "$root" bash -c "cd /src && scripts/install-deps.sh && scripts/build.sh &&
+chroot "$root" env CUDA_HOME="$cuda_home" bash -c "cd /src && scripts/install-deps.sh && scripts/build.sh &&
   ctest --test-dir build --output-on-failure -j \"\$(nproc)\" -E '$excluded'"
