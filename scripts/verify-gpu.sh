@@ -32,7 +32,7 @@ if [[ $steps == *build* ]]; then
     echo "verify-gpu: the LibTorch at $torch_prefix has no Gloo headers; using Debian's, which must match its Gloo"
     flags+=("-DCMAKE_CXX_FLAGS=-isystem $deps/gloo/usr/include")
   fi
-  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$torch_prefix;$prefix" "${flags[@]}" \
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$prefix;$torch_prefix" "${flags[@]}" \
     2>&1 | tee "$logs/configure.log"
   if ! cmake --build build-gpu -j "$(nproc)" >"$logs/build.log" 2>&1; then
     grep -E -A3 "error:" "$logs/build.log" | head -n 60 >&2 || tail -n 30 "$logs/build.log" >&2
