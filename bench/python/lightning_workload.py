@@ -80,7 +80,8 @@ def main():
     train_time = timing.step_ends[-1] - timing.start
     steps = len(timing.step_ends)
     intervals = [(b - a) * 1000 for a, b in zip(timing.step_ends, timing.step_ends[1:])]
-    totals = workload.validate(module.net, x, y, args.precision)
+    # Lightning's teardown moves the module back to the CPU; validate where it trained.
+    totals = workload.validate(module.net.to("cuda" if args.accelerator == "gpu" else "cpu"), x, y, args.precision)
     result = {"train_time_s": train_time, "train_sps": steps * 64 / train_time if args.steps else 60000 / train_time,
               "median_step_ms": float(np.median(intervals)),
               "mean_step_ms": sum(intervals) / len(intervals), "t_first_step_s": timing.first_step,
