@@ -9,17 +9,12 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <fstream>
-
-extern char** environ;
 
 namespace arc {
 namespace {
