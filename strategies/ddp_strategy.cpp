@@ -20,9 +20,9 @@ bool use_nccl(const std::string& backend, c10::Device device) {
   if (backend == "auto") return device.is_cuda() && nccl_available();
   ARC_CHECK(device.is_cuda(), "process_group_backend 'nccl' needs GPU ranks, but this rank runs on ", device.str(),
             "; set accelerator to \"gpu\", or process_group_backend to \"gloo\" or \"auto\"");
-  ARC_CHECK(nccl_available(), "process_group_backend 'nccl' was asked for, but this build has no NCCL (",
-            torch::cuda::is_available() ? "NCCL was not found when it was built" : "its LibTorch has no CUDA",
-            "); use \"gloo\" or \"auto\", or rebuild against a CUDA LibTorch with NCCL_HOME set to NCCL's folder");
+  // A GPU rank means LibTorch has CUDA: what can be missing is NCCL, not found when this was built.
+  ARC_CHECK(nccl_available(), "process_group_backend 'nccl' was asked for, but NCCL was not found when this ",
+            "build was configured; use \"gloo\" or \"auto\", or rebuild with NCCL_HOME set to NCCL's folder");
   return true;
 }
 
