@@ -8,7 +8,6 @@ Prints one line: RESULT {json} with WORKLOAD.md section 6's fields, timed at the
 torch_workload.py and Arclight's RunReport (a step ends once its loss is read back).
 """
 import argparse
-import json
 import os
 import time
 from collections.abc import Mapping
@@ -59,10 +58,8 @@ class Timing(pl.Callback):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
-    parser.add_argument("--steps", type=int, default=0, help="stop after this many steps (0 = one epoch)")
+    workload.add_workload_arguments(parser)
     parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu")
-    parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="32-true")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "1")))
 
@@ -77,19 +74,10 @@ def main():
                          enable_progress_bar=False, enable_model_summary=False, callbacks=[timing])
     trainer.fit(module, loader)
 
-    train_time = timing.step_ends[-1] - timing.start
-    steps = len(timing.step_ends)
-    intervals = [(b - a) * 1000 for a, b in zip(timing.step_ends, timing.step_ends[1:])]
     # Lightning's teardown moves the module back to the CPU; validate where it trained.
     totals = workload.validate(module.net.to("cuda" if args.accelerator == "gpu" else "cpu"), x, y, args.precision)
-    result = {"train_time_s": train_time, "train_sps": steps * 64 / train_time if args.steps else 60000 / train_time,
-              "median_step_ms": float(np.median(intervals)),
-              "mean_step_ms": sum(intervals) / len(intervals), "t_first_step_s": timing.first_step,
-              "train_loss_last100": sum(timing.losses[-100:]) / len(timing.losses[-100:]),
-              "val_loss": (totals[0] / totals[2]).item(), "val_acc": (totals[1] / totals[2]).item(),
-              "final_param_sha256": workload.parameter_sha256(module.net), "world_size": 1,
-              "threads": torch.get_num_threads(), "steps": steps}
-    print("RESULT " + json.dumps(result), flush=True)
+    workload.print_result(module.net, len(timing.step_ends), 1, bool(args.steps), timing.step_ends[-1] - timing.start,
+                          timing.first_step, float(np.mean(timing.losses[-100:])), timing.step_ends, totals)
 
 
 if __name__ == "__main__":

@@ -96,6 +96,26 @@ def epoch_order():
     return torch.from_numpy(np.argsort(splitmix64(1000, np.arange(60000)), kind="stable"))
 
 
+def add_workload_arguments(parser):
+    """The options both implementations take: model, step limit and precision."""
+    parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    parser.add_argument("--steps", type=int, default=0, help="stop after this many steps (0 = one epoch)")
+    parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="32-true",
+                        help="bf16-mixed: forward and loss under autocast to bfloat16, as Lightning's")
+
+
+def print_result(model, steps, world, partial, train_time, first_step, loss_last100, step_ends, totals):
+    """Prints WORKLOAD.md section 6's RESULT line from figures already reduced over the ranks."""
+    intervals = np.diff(np.array(step_ends)) * 1000
+    result = {"train_time_s": train_time, "train_sps": (steps * 64 * world if partial else 60000) / train_time,
+              "median_step_ms": float(np.median(intervals)), "mean_step_ms": float(np.mean(intervals)),
+              "t_first_step_s": first_step, "train_loss_last100": loss_last100,
+              "val_loss": (totals[0] / totals[2]).item(), "val_acc": (totals[1] / totals[2]).item(),
+              "final_param_sha256": parameter_sha256(model), "world_size": world,
+              "threads": torch.get_num_threads(), "steps": steps}
+    print("RESULT " + json.dumps(result), flush=True)
+
+
 def t0():
     if "BENCH_T0" in os.environ:
         return float(os.environ["BENCH_T0"])
@@ -107,11 +127,8 @@ def t0():
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
-    parser.add_argument("--steps", type=int, default=0, help="stop after this many steps (0 = one epoch)")
+    add_workload_arguments(parser)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="32-true",
-                        help="bf16-mixed: forward and loss under autocast to bfloat16, as Lightning's")
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "1")))
@@ -155,16 +172,9 @@ def main():
         dist.all_reduce(figures, op=dist.ReduceOp.MAX)
         dist.all_reduce(last100)
         last100 /= world
-    intervals = np.diff(np.array(step_ends)) * 1000
     if rank == 0:
-        result = {"train_time_s": figures[0].item(), "train_sps": steps * 64 * world / figures[0].item()
-                  if args.steps else 60000 / figures[0].item(),
-                  "median_step_ms": float(np.median(intervals)), "mean_step_ms": float(np.mean(intervals)),
-                  "t_first_step_s": figures[1].item(), "train_loss_last100": last100.item(),
-                  "val_loss": (totals[0] / totals[2]).item(), "val_acc": (totals[1] / totals[2]).item(),
-                  "final_param_sha256": parameter_sha256(model), "world_size": world,
-                  "threads": torch.get_num_threads(), "steps": steps}
-        print("RESULT " + json.dumps(result), flush=True)
+        print_result(model, steps, world, bool(args.steps), figures[0].item(), figures[1].item(), last100.item(),
+                     step_ends, totals)
     if distributed:
         dist.destroy_process_group()
 
