@@ -2,6 +2,7 @@
 #include "support/command.h"
 
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
@@ -66,10 +67,13 @@ TEST(Cli, ShippedDdpSpawnConfigTrainsOnTwoProcesses) {
 TEST(Cli, ConfigFileAndOverridesBuildTheCnn) {
   const auto path = write_config("arc_cli_cnn.json", R"({"module": {"name": "cnn_classifier"},
     "data": {"batch_size": 32}, "trainer": {"max_steps": 3, "limit_val_batches": 0, "enable_progress_bar": false}})");
-  const auto out = arc("train --config " + path + " --set trainer.max_steps=5");
+  const auto out = arc("train --config " + path + " --set trainer.max_steps=5 --set data.pin_memory=true");
   ASSERT_EQ(out.status, 0) << out.output;
   EXPECT_NE(out.output.find("Conv2d"), std::string::npos);
   EXPECT_EQ(result_of(out.output)["steps"], 5);
+  // data.pin_memory reaches the loaders, which pin only where CUDA is.
+  const bool warned = out.output.find("pin_memory is on, but no CUDA device is available") != std::string::npos;
+  EXPECT_EQ(warned, !torch::cuda::is_available()) << out.output;
   std::filesystem::remove(path);
 }
 
