@@ -20,7 +20,9 @@ DataLoader::DataLoader(DataSource source, int64_t rank, int64_t world_size, uint
   ARC_CHECK(options.prefetch_factor() >= 1, "prefetch_factor must be >= 1, got ", options.prefetch_factor());
   pin_memory_ = options.pin_memory() && torch::cuda::is_available();
   if (options.pin_memory() && !pin_memory_)
-    console().warn("pin_memory is on, but no CUDA device is available; batches stay in ordinary memory");
+    console().warn(
+        "pin_memory is on, but no CUDA device is available; batches stay in ordinary memory (set pin_memory "
+        "to false where no GPU is used)");
   sampler_ = source_.sampler;
   if (!sampler_) {
     sampler_ = options.shuffle() ? std::shared_ptr<Sampler>(std::make_shared<RandomSampler>(seed))
