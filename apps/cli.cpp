@@ -2,6 +2,7 @@
 #include <arc/apps/cli.h>
 
 #include <arc/apps/examples/run_report.h>
+#include <arc/callbacks/on_exception_checkpoint.h>
 #include <arc/core/config.h>
 #include <arc/core/console.h>
 #include <arc/core/module_registry.h>
@@ -62,7 +63,9 @@ void print_result(const nlohmann::json& result) { std::cout << "RESULT " << resu
 int train(const nlohmann::json& config, const std::string& resume) {
   auto experiment = build(config);
   auto report = std::make_shared<examples::RunReport>();
-  Trainer trainer(experiment.options, {report});
+  // Ctrl-C (or any failure) during fit saves where the run stopped, to resume from with --resume.
+  auto on_exception = std::make_shared<OnExceptionCheckpoint>(experiment.options.default_root_dir() + "/checkpoints");
+  Trainer trainer(experiment.options, {report, on_exception});
   trainer.fit(*experiment.module, *experiment.data, resume);
   if (trainer.is_global_zero()) print_result(report->report(trainer, *experiment.module));
   return 0;

@@ -2,7 +2,9 @@
 #include <arc/apps/tool_launcher.h>
 
 #include <arc/apps/cli.h>
+#include <arc/core/devices.h>
 #include <arc/core/error.h>
+#include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/rank_processes.h>
 
 #include <signal.h>
@@ -11,14 +13,32 @@
 #include <atomic>
 #include <csignal>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 namespace arc::cli {
 namespace {
 
 std::atomic<int> forwarded{0};
+std::atomic<int> interrupts{0};
+std::atomic<bool> interrupt_to_forward{false};
 
 void remember(int signal) { forwarded = signal; }
+
+// Ctrl-C reaches every rank from the terminal itself (they share its process group); SIGINT that a
+// process sent (kill, si_code <= 0) reached this process only, and is passed on.
+void on_interrupt(int, siginfo_t* info, void*) {
+  ++interrupts;
+  if (info->si_code <= 0) interrupt_to_forward = true;
+}
+
+void catch_interrupts() {
+  struct sigaction action {};
+  action.sa_sigaction = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+}
 
 }  // namespace
 
@@ -44,17 +64,17 @@ SpawnPlan spawn_plan(const std::vector<std::string>& args) {
   try {
     const auto config = load_config(config_path, overrides);
     const auto trainer = config.value("trainer", nlohmann::json::object());
-    if (!trainer.is_object() || trainer.value("strategy", nlohmann::json()) != "ddp_spawn" ||
-        trainer.value("num_nodes", nlohmann::json(1)) != 1)
-      return {};
+    if (!trainer.is_object()) return {};
     // A count or a list of devices gives one rank each, on any accelerator; -1 and "auto" need
     // the engine to count the devices.
-    const auto devices = trainer.value("devices", nlohmann::json());
-    const int64_t world = devices.is_number_integer() ? devices.get<int64_t>()
-                          : devices.is_array()        ? static_cast<int64_t>(devices.size())
-                                                      : 0;
+    const int64_t world =
+        Devices::from_json(trainer.value("devices", nlohmann::json("auto")), "trainer.devices").known_count();
+    const auto num_nodes = trainer.value("num_nodes", nlohmann::json(1));
+    const auto strategy = trainer.value("strategy", nlohmann::json("auto"));
+    if (num_nodes != 1 || world < 2) return {};
+    if (strategy != "ddp_spawn" && (strategy != "auto" || cluster::auto_strategy(world, 1) != "ddp_spawn")) return {};
     const auto timeout = trainer.value("timeout", nlohmann::json(SpawnPlan().timeout_s));
-    if (world < 2 || !timeout.is_number() || timeout <= 0) return {};
+    if (!timeout.is_number() || timeout <= 0) return {};
     return {world, timeout.get<double>()};
   } catch (const Error&) {
     return {};
@@ -66,9 +86,8 @@ int run_ranks(const std::string& engine, const std::vector<std::string>& args, c
   // Rank 0 writes the port into the pipe; every other rank reads it from there.
   int port_pipe[2];
   ARC_CHECK(pipe(port_pipe) == 0, "cannot make a pipe for the rendezvous port: ", std::strerror(errno));
-  // Ctrl-C reaches the ranks from the terminal itself; SIGTERM and SIGHUP (kill, timeout, a
-  // scheduler) reach this process only, and are passed on.
-  std::signal(SIGINT, SIG_IGN);
+  // SIGTERM and SIGHUP (kill, timeout, a scheduler) reach this process only, and are passed on.
+  catch_interrupts();
   for (const int signal : {SIGTERM, SIGHUP}) std::signal(signal, remember);
   std::vector<std::string> argv = {engine};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -81,23 +100,38 @@ int run_ranks(const std::string& engine, const std::vector<std::string>& args, c
   }
   close(port_pipe[0]);
   close(port_pipe[1]);
-  while (ranks.running() == world) {
+  // Once one rank finished, the others have the trainer's timeout to finish too.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  // The first SIGINT stops every rank at the next batch boundary; a second ends them at once (the
+  // ranks that got it from the terminal may have died of it already).
+  const auto ended_at_once = [&ranks] {
+    ranks.kill_all();
+    report_spawn_failure("a second Ctrl-C (SIGINT): every rank was ended at once, without saving");
+    return kInterruptedExitCode;
+  };
+  while (ranks.running() > 0) {
+    if (interrupts >= 2) return ended_at_once();
+    if (interrupt_to_forward.exchange(false)) ranks.signal_all(SIGINT);
     if (const int signal = forwarded.exchange(0)) ranks.signal_all(signal);
     int exit_code = 1;
     const std::string failure = ranks.reap_failed(&exit_code);
+    if (!failure.empty() && interrupts >= 2) return ended_at_once();
     if (!failure.empty()) {
       report_spawn_failure(failure + "; stopping the other ranks");
       ranks.stop_all();
       return exit_code;
     }
+    const auto now = std::chrono::steady_clock::now();
+    if (!deadline && ranks.running() < world)
+      deadline =
+          now + std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(plan.timeout_s));
+    if (deadline && now > *deadline) {
+      for (const auto& line : ranks.stop_overdue()) report_spawn_failure(line);
+      return 1;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  // One rank finished: the others have the trainer's timeout to finish too.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                               std::chrono::duration<double>(plan.timeout_s));
-  const auto failures = ranks.wait_all(deadline);
-  for (const auto& failure : failures) report_spawn_failure(failure);
-  return failures.empty() ? 0 : 1;
+  return ranks.interrupted() ? kInterruptedExitCode : 0;
 }
 
 }  // namespace arc::cli

@@ -18,17 +18,17 @@ struct SpawnPlan {
 };
 
 /// The plan for `args` (argv without the program): a rank per device of a train/validate/test/
-/// predict command whose config asks for ddp_spawn on one node with `devices` a count (2 or more)
-/// or a list. No ranks for everything else,
+/// predict command whose config asks for ddp_spawn (or "auto", which means it here) on one node with
+/// `devices` a count (2 or more) or a list. No ranks for everything else,
 /// and for a command line or config the engine should judge (it reports errors; a ddp_spawn it
 /// runs itself is only slower to start).
 SpawnPlan spawn_plan(const std::vector<std::string>& args);
 
 /// Starts the plan's ranks of `engine` with `args`, lets rank 0 pass the rendezvous port to the
-/// others, passes SIGTERM and SIGHUP on to them (Ctrl-C reaches them from the terminal), and
-/// ends them all when one fails, naming its rank and cause. Returns 0 when every rank succeeded,
-/// else the failed rank's exit status (a config error is 2, as in one process; 1 when a signal
-/// ended it).
+/// others, passes SIGTERM, SIGHUP and a sent SIGINT on to them (Ctrl-C reaches them from the
+/// terminal), ends them all at once on a second SIGINT, and ends them all when one fails, naming its
+/// rank and cause. Returns 0 when every rank succeeded, 130 when SIGINT stopped them, else the
+/// failed rank's exit status (a config error is 2, as in one process; 1 when a signal ended it).
 int run_ranks(const std::string& engine, const std::vector<std::string>& args, const SpawnPlan& plan);
 
 }  // namespace arc::cli

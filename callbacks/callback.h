@@ -59,6 +59,9 @@ class Callback {
   virtual void on_before_zero_grad(Trainer&, TrainModule&, torch::optim::Optimizer&) {}
   /// Called when fit, validate, test or predict fails, before the error leaves the Trainer.
   virtual void on_exception(Trainer&, TrainModule&, const std::exception&) {}
+  /// The checkpoint this callback wrote in its last on_exception, or "" (an interrupted fit names
+  /// it as the file to resume from).
+  virtual std::string exception_checkpoint() const { return ""; }
 
   /// State saved in checkpoints under state_key() (null: nothing to save).
   virtual nlohmann::json state_dict() const { return nullptr; }

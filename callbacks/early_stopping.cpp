@@ -44,7 +44,8 @@ std::string EarlyStopping::check(double value) {
 }
 
 void EarlyStopping::on_validation_end(Trainer& trainer, TrainModule&) {
-  if (trainer.sanity_checking() || trainer.stage() != Stage::fit) return;
+  // fast_dev_run checks that the code runs; like Lightning, it stops nothing early.
+  if (trainer.sanity_checking() || trainer.stage() != Stage::fit || trainer.options().fast_dev_run() > 0) return;
   const auto& metrics = trainer.callback_metrics();
   const auto found = metrics.find(options_.monitor());
   ARC_CHECK(found != metrics.end(), "EarlyStopping monitors '", options_.monitor(),

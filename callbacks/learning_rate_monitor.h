@@ -7,7 +7,8 @@
 
 namespace arc {
 
-/// Logs "lr-<Optimizer>[-<i>][/pg<j>]" at the start of every epoch, or ("step") of every batch
+/// Logs Lightning's "lr-<Optimizer class>[-<k>][/pg<j>]" ("lr-SGD", a second SGD "lr-SGD-1", groups
+/// from "/pg1") at the start of every epoch, or ("step") of every batch
 /// whose step metrics are logged (every log_every_n_steps batches).
 class LearningRateMonitor : public Callback {
  public:

@@ -96,6 +96,8 @@ std::optional<double> ModelCheckpoint::best_model_score() const {
 }
 
 void ModelCheckpoint::save(Trainer& trainer) {
+  // fast_dev_run checks that the code runs; like Lightning, it leaves no checkpoint behind.
+  if (trainer.options().fast_dev_run() > 0) return;
   auto metrics = trainer.callback_metrics();
   metrics["epoch"] = static_cast<double>(trainer.current_epoch());
   metrics["step"] = static_cast<double>(trainer.global_step());

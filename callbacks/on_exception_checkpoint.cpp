@@ -2,6 +2,7 @@
 #include <arc/callbacks/on_exception_checkpoint.h>
 
 #include <arc/core/console.h>
+#include <arc/core/error.h>
 #include <arc/core/trainer.h>
 
 namespace arc {
@@ -13,7 +14,10 @@ void OnExceptionCheckpoint::on_exception(Trainer& trainer, TrainModule&, const s
   if (trainer.stage() != Stage::fit || trainer.optimizer_configs().empty()) return;
   try {
     trainer.save_checkpoint(path());
-    if (trainer.is_global_zero()) console().warn("fit failed ({}); saved '{}' to resume from", error.what(), path());
+    saved_ = path();
+    // An interrupted fit names the file in its own last line.
+    if (trainer.is_global_zero() && dynamic_cast<const Interrupted*>(&error) == nullptr)
+      console().warn("fit failed ({}); saved '{}' to resume from", error.what(), path());
   } catch (const std::exception& failure) {
     console().error("fit failed ({}) and the exception checkpoint could not be written: {}", error.what(),
                     failure.what());

@@ -13,9 +13,11 @@ class OnExceptionCheckpoint : public Callback {
   explicit OnExceptionCheckpoint(std::string dirpath, std::string filename = "on_exception");
   std::string state_key() const override { return "OnExceptionCheckpoint"; }
   void on_exception(Trainer& trainer, TrainModule& module, const std::exception& error) override;
+  std::string exception_checkpoint() const override { return saved_; }
   std::string path() const { return dirpath_ + "/" + filename_ + ".ckpt"; }
 
  private:
+  std::string saved_;
   std::string dirpath_;
   std::string filename_;
 };

@@ -11,7 +11,8 @@ namespace arc {
 Accelerator::Accelerator(TrainerOptions options) : options_(std::move(options)) {
   options_.validate();
   backend_ = resolve_accelerator(options_.accelerator());
-  strategy_ = resolve_strategy(options_.strategy(), static_cast<int64_t>(backend_->select(options_.devices()).size()));
+  strategy_ = resolve_strategy(options_.strategy(), static_cast<int64_t>(backend_->select(options_.devices()).size()),
+                               options_.num_nodes());
   strategy_->setup(*backend_, options_);
   torch::set_num_threads(static_cast<int>(options_.threads_per_process(strategy_->local_world_size())));
   if (options_.seed()) torch::manual_seed(*options_.seed());

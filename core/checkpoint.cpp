@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -34,12 +35,32 @@ void fsync_path(const std::string& path, int flags) {
   ::close(fd);
 }
 
-// The temporary file being written; removed unless committed.
+// What to do about a failed write, by its cause.
+const char* write_fix(int error) {
+  switch (error) {
+    case ENOSPC:
+    case EDQUOT:
+      return "free space on that file system, or save elsewhere (ModelCheckpoint's dirpath, default_root_dir)";
+    case EFBIG:
+      return "raise the file size limit (ulimit -f) or save smaller checkpoints (save_weights_only)";
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return "make the folder writable, or save elsewhere (ModelCheckpoint's dirpath, default_root_dir)";
+    default:
+      return "check the health of that file system, or save elsewhere";
+  }
+}
+
+// The temporary file `<target>.tmp-<pid>` being written; removed unless committed. Every failure
+// is an arc::Error naming the checkpoint, the cause and the fix; the previous file at `target` is
+// never touched before the new one is complete.
 class OutputFile {
  public:
-  explicit OutputFile(std::string path) : path_(std::move(path)) {
+  explicit OutputFile(std::string target)
+      : target_(std::move(target)), path_(target_ + kTemporaryInfix + std::to_string(::getpid())) {
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    ARC_CHECK(fd_ >= 0, "cannot create '", path_, "' (", std::strerror(errno), "); check permissions of the folder");
+    if (fd_ < 0) fail("create");
   }
   ~OutputFile() {
     if (fd_ >= 0) ::close(fd_);
@@ -48,9 +69,10 @@ class OutputFile {
   void write(const void* data, size_t size) {
     const auto* bytes = static_cast<const uint8_t*>(data);
     while (size > 0) {
+      errno = 0;
       const ssize_t n = ::write(fd_, bytes, size);
       if (n < 0 && errno == EINTR) continue;
-      ARC_CHECK(n > 0, "cannot write '", path_, "' (", std::strerror(errno), "); check free space");
+      if (n <= 0) fail("write");
       bytes += n;
       size -= static_cast<size_t>(n);
       offset_ += static_cast<size_t>(n);
@@ -72,16 +94,25 @@ class OutputFile {
     return checksum.hex();
   }
   size_t offset() const { return offset_; }
-  const std::string& path() const { return path_; }
+  // Flushes the data to disk and moves the file into place.
   void commit() {
-    ARC_CHECK(::fsync(fd_) == 0, "cannot flush '", path_, "' to disk (", std::strerror(errno),
-              "); check free space and the health of that file system");
-    ::close(fd_);
+    if (::fsync(fd_) != 0) fail("flush");
+    const int closed = ::close(fd_);
     fd_ = -1;
+    if (closed != 0) fail("close");
+    if (::rename(path_.c_str(), target_.c_str()) != 0) fail("move into place");
     committed_ = true;
   }
 
  private:
+  // A short write without errno (a full disk on some file systems) reads as "no space".
+  [[noreturn]] void fail(const char* what) const {
+    const int error = errno != 0 ? errno : ENOSPC;
+    ARC_FAIL("cannot ", what, " checkpoint '", target_, "' (", std::strerror(error), " writing '", path_, "'); ",
+             write_fix(error), ". The temporary file is removed and the previous '", target_, "', if any, is intact");
+  }
+
+  std::string target_;
   std::string path_;
   int fd_ = -1;
   size_t offset_ = 0;
@@ -128,10 +159,24 @@ void CheckpointWriter::add_module(const torch::nn::Module& module) {
 
 void CheckpointWriter::write(const std::string& path) {
   const std::filesystem::path target(path);
+  const std::string folder = target.has_parent_path() ? target.parent_path().string() : ".";
   std::error_code error;
-  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path(), error);
-  ARC_CHECK(!error, "cannot create the folder of checkpoint '", path, "': ", error.message());
-  OutputFile file(path + ".tmp-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(folder, error);
+  ARC_CHECK(!error, "cannot create the folder of checkpoint '", path, "': ", error.message(),
+            "; make its parent writable, or save elsewhere (ModelCheckpoint's dirpath, default_root_dir)");
+  remove_stale_temporaries(folder);
+  // LibTorch's archive writer must not see a failing sink (it would throw from its destructor and
+  // end the process), so archives are serialized to memory first, and only our writes can fail.
+  std::vector<std::string> archive_bytes;
+  for (auto& [name, archive] : archives_) {
+    std::string bytes;
+    archive.save_to([&bytes](const void* data, size_t size) {
+      bytes.append(static_cast<const char*>(data), size);
+      return size;
+    });
+    archive_bytes.push_back(std::move(bytes));
+  }
+  OutputFile file(path);
   const uint64_t version = kCheckpointFormatVersion;
   file.write(kMagic, 8);
   file.write(&version, 8);
@@ -147,17 +192,14 @@ void CheckpointWriter::write(const std::string& path) {
                      {"dtype", c10::toString(tensor.scalar_type())},
                      {"shape", tensor.sizes().vec()}};
   }
-  for (auto& [name, archive] : archives_) {
+  for (size_t i = 0; i < archives_.size(); ++i) {
     file.pad_to(64);
     const auto offset = file.offset();
-    BlobChecksum checksum;
-    archive.save_to([&](const void* data, size_t size) {
-      checksum.update(data, size);
-      file.write(data, size);
-      return size;
-    });
-    entries[name] = {
-        {"kind", "archive"}, {"offset", offset}, {"bytes", file.offset() - offset}, {"checksum", checksum.hex()}};
+    const auto& bytes = archive_bytes[i];
+    entries[archives_[i].first] = {{"kind", "archive"},
+                                   {"offset", offset},
+                                   {"bytes", bytes.size()},
+                                   {"checksum", file.write_blob(bytes.data(), bytes.size())}};
   }
   const std::string index = nlohmann::json{{"meta", meta_}, {"entries", entries}}.dump();
   const uint64_t index_offset = file.offset(), index_bytes = index.size();
@@ -168,9 +210,23 @@ void CheckpointWriter::write(const std::string& path) {
   file.write(index_crc, 8);
   file.write(kTrailerMagic, 8);
   file.commit();
-  std::filesystem::rename(file.path(), target, error);
-  ARC_CHECK(!error, "cannot move checkpoint into place at '", path, "': ", error.message());
-  fsync_path(target.has_parent_path() ? target.parent_path().string() : ".", O_RDONLY | O_DIRECTORY);
+  fsync_path(folder, O_RDONLY | O_DIRECTORY);
+}
+
+void remove_stale_temporaries(const std::string& folder) {
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(folder, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    const auto at = name.rfind(kTemporaryInfix);
+    if (at == std::string::npos) continue;
+    const std::string pid_text = name.substr(at + std::strlen(kTemporaryInfix));
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    // A writer that is still alive (this process, another run's) keeps its file.
+    const pid_t pid = static_cast<pid_t>(std::stoll(pid_text));
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::error_code ignored;
+    std::filesystem::remove(it->path(), ignored);
+  }
 }
 
 CheckpointReader::CheckpointReader(std::string path) : CheckpointReader(std::move(path), true) {}

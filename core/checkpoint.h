@@ -24,6 +24,12 @@ namespace arc {
 /// The format this build writes and reads.
 constexpr int64_t kCheckpointFormatVersion = 2;
 
+/// What a checkpoint being written is called until it is complete: `<path>.tmp-<pid>`.
+constexpr const char* kTemporaryInfix = ".tmp-";
+
+/// Removes the temporary files in `folder` that writers which died (a crash, SIGKILL) left behind.
+void remove_stale_temporaries(const std::string& folder);
+
 /// Collects what one checkpoint holds, then writes it in one go.
 class CheckpointWriter {
  public:
@@ -34,7 +40,9 @@ class CheckpointWriter {
   void add(const std::string& name, torch::serialize::OutputArchive archive);
   /// The parameters and buffers of `module`, as "model/<name>".
   void add_module(const torch::nn::Module& module);
-  /// Writes through `path.tmp-<pid>`: write, fsync, rename, fsync the folder.
+  /// Writes through `path.tmp-<pid>`: write, fsync, rename, fsync the folder. A failed write is an
+  /// arc::Error naming the file, the cause and the fix, and leaves no temporary file and the
+  /// previous `path` intact. Temporary files of dead writers in that folder are removed first.
   void write(const std::string& path);
 
  private:

@@ -53,6 +53,15 @@ std::string model_checkpoint_folder(Trainer& trainer) {
   return trainer.log_dir() + "/checkpoints";
 }
 
+// The most recently written of `paths` (not empty).
+std::string newest(const std::vector<std::filesystem::path>& paths) {
+  return std::max_element(paths.begin(), paths.end(),
+                          [](const auto& a, const auto& b) {
+                            return std::filesystem::last_write_time(a) < std::filesystem::last_write_time(b);
+                          })
+      ->string();
+}
+
 // n of "hpc_ckpt_<n>.ckpt", or -1 for any other name.
 int64_t hpc_index(const std::string& file_name) {
   const std::string prefix = "hpc_ckpt_", suffix = ".ckpt";
@@ -170,6 +179,21 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
   const auto& callbacks = meta.at("callbacks");
   for (const auto& callback : trainer_.callbacks())
     if (callbacks.contains(callback->state_key())) callback->load_state_dict(callbacks.at(callback->state_key()));
+  restore_logger_versions(meta.value("loggers", nlohmann::json::array()));
+}
+
+// The resumed run writes on in the version folders of the run it continues (loggers matched by
+// position and name; a version the user gave stays).
+void CheckpointConnector::restore_logger_versions(const nlohmann::json& saved) {
+  auto& loggers = trainer_.loggers();
+  for (size_t i = 0; i < loggers.size() && i < saved.size(); ++i) {
+    auto& logger = *loggers[i];
+    const std::string version = saved[i].value("version", "");
+    if (logger.version_fixed() || logger.versions_folder().empty() || saved[i].value("name", "") != logger.name() ||
+        version.rfind("version_", 0) != 0)
+      continue;
+    logger.set_version_number(std::stoll(version.substr(8)));
+  }
 }
 
 std::string CheckpointConnector::resolve(const std::string& ckpt_path) const {
@@ -182,10 +206,21 @@ std::string CheckpointConnector::resolve(const std::string& ckpt_path) const {
     return checkpoint->best_model_path();
   }
   const std::string folder = model_checkpoint_folder(trainer_);
-  const std::string last = folder + "/last.ckpt";
-  ARC_CHECK(std::filesystem::exists(last), "ckpt_path=\"last\": no last.ckpt in '", folder,
+  std::vector<std::filesystem::path> candidates;
+  if (std::filesystem::exists(folder + "/last.ckpt")) candidates.emplace_back(folder + "/last.ckpt");
+  // In the default folder, <log_dir>/checkpoints, a new run has a new version: "last" is the newest
+  // last.ckpt among the versions of the first logger's folder.
+  auto* model_checkpoint = find_model_checkpoint(trainer_);
+  const bool default_folder = model_checkpoint == nullptr || model_checkpoint->options().dirpath().empty();
+  if (default_folder && !trainer_.loggers().empty() && !trainer_.loggers()[0]->versions_folder().empty()) {
+    std::error_code ignored;
+    for (const auto& entry : std::filesystem::directory_iterator(trainer_.loggers()[0]->versions_folder(), ignored))
+      if (std::filesystem::exists(entry.path() / "checkpoints" / "last.ckpt"))
+        candidates.push_back(entry.path() / "checkpoints" / "last.ckpt");
+  }
+  ARC_CHECK(!candidates.empty(), "ckpt_path=\"last\": no last.ckpt in '", folder,
             "'; train with ModelCheckpoint save_last (the default checkpointing does) or pass a file path");
-  return last;
+  return newest(candidates);
 }
 
 std::string CheckpointConnector::hpc_save_path() const {

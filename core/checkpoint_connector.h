@@ -2,6 +2,8 @@
 // progress, gradients mid-accumulation, RNG, callback states) and how a run resumes from one.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <string>
 
 namespace arc {
@@ -16,11 +18,13 @@ class CheckpointConnector {
 
   /// Writes the checkpoint (rank 0 only; no collective inside, so any rank subset may call it).
   void save(TrainModule& module, const std::string& path, bool weights_only);
-  /// Restores everything for resuming fit; returns the batch to start the epoch at.
+  /// Restores everything for resuming fit, the loggers' versions included.
   void restore_training(TrainModule& module, const std::string& path);
   /// Restores only the module's weights (validate, test, predict).
   void restore_weights(TrainModule& module, const std::string& path);
-  /// "last" and "best" through the ModelCheckpoint callback; any other text is a path.
+  /// "last" and "best" through the ModelCheckpoint callback ("last": the newest last.ckpt, among
+  /// the loggers' versions when checkpoints go to the default <log_dir>/checkpoints); any other text
+  /// is a path.
   std::string resolve(const std::string& ckpt_path) const;
   /// `<default_root_dir>/hpc_ckpt_<n>.ckpt`, n one more than the highest there (Lightning's name).
   std::string hpc_save_path() const;
@@ -30,6 +34,8 @@ class CheckpointConnector {
   std::string automatic_resume_path() const;
 
  private:
+  void restore_logger_versions(const nlohmann::json& saved);
+
   Trainer& trainer_;
 };
 

@@ -51,7 +51,8 @@ const char* to_string(Stage stage);
 class DataModule {
  public:
   virtual ~DataModule() = default;
-  /// Called once per process before setup.
+  /// Downloads or writes what setup reads: called on local rank 0 of each node, the other ranks
+  /// waiting for it, before setup (Lightning's prepare_data_per_node).
   virtual void prepare_data() {}
   virtual void setup(Stage) {}
   virtual DataSource train_dataloader() { return {}; }

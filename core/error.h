@@ -15,6 +15,12 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+/// Ends a fit that SIGINT (Ctrl-C) stopped at a batch boundary, on every rank alike.
+class Interrupted : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <typename... Args>
 std::string str(const Args&... args) {

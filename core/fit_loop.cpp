@@ -41,12 +41,13 @@ bool FitLoop::epochs_done() const { return max_epochs_ != -1 && trainer_.progres
 
 bool FitLoop::steps_done() const {
   const auto& o = trainer_.options();
-  if (o.max_steps() != -1 && trainer_.progress_.global_step >= o.max_steps()) return true;
-  return o.max_time() && trainer_.elapsed_seconds() >= *o.max_time();
+  return (o.max_steps() != -1 && trainer_.progress_.global_step >= o.max_steps()) || agreed_.time_up;
 }
 
+// A stop asked for on any rank (request_stop), once the ranks agreed on it: every rank stops at
+// the same batch, whatever each one's monitored values said.
 bool FitLoop::stop_requested() const {
-  if (!trainer_.should_stop_) return false;
+  if (!agreed_.stop) return false;
   const auto& o = trainer_.options();
   const bool epochs_met = !o.min_epochs() || trainer_.progress_.current_epoch >= *o.min_epochs();
   const bool steps_met = !o.min_steps() || trainer_.progress_.global_step >= *o.min_steps();
@@ -74,6 +75,7 @@ void FitLoop::run() {
   t.call_callbacks([&](Callback& c) { c.on_train_start(t, module_); });
   module_.on_train_start();
   signals_ = std::make_unique<SignalConnector>(t);
+  agreed_ = signals_->settle();
   if (t.num_training_batches_ == 0)
     console().warn("no training batch selected (limit_train_batches or an empty dataset); fit skips training");
   while (t.num_training_batches_ > 0 && !epochs_done() && !steps_done() && !stop_requested()) run_epoch();
@@ -118,15 +120,17 @@ void FitLoop::run_epoch() {
     Batch batch = fetched->to(t.device(), t.precision_->input_dtype(), /*non_blocking=*/true);
     run_batch(batch, batch_idx);
     if (validation_due(batch_idx)) validate();
-    signals_->check();
+    agreed_ = signals_->check();
   }
   // Epoch metrics are ready for on_train_epoch_end; values logged there are added after it.
   t.send_to_loggers(t.train_metrics_.end_epoch(t.metric_gather()));
   t.call_callbacks([&](Callback& c) { c.on_train_epoch_end(t, module_); });
   module_.on_train_epoch_end();
   t.send_to_loggers(t.train_metrics_.end_epoch(t.metric_gather()));
-  step_schedulers(Interval::epoch);
+  // Under manual optimization the module steps its schedulers itself (lr_schedulers()), as in Lightning.
+  if (module_.automatic_optimization()) step_schedulers(Interval::epoch);
   ++progress.current_epoch;
+  agreed_ = signals_->settle();
 }
 
 void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <arc/core/batch.h>
+#include <arc/core/signal_connector.h>
 #include <arc/core/train_module.h>
 
 #include <memory>
@@ -11,7 +12,6 @@
 namespace arc {
 
 class DataLoader;
-class SignalConnector;
 class Trainer;
 
 /// Runs Trainer::fit's training.
@@ -48,6 +48,8 @@ class FitLoop {
   std::string resume_from_;
   int64_t first_batch_ = 0;
   std::unique_ptr<SignalConnector> signals_;
+  /// What the ranks agreed at the last batch boundary (a stop request, max_time).
+  SignalConnector::Decision agreed_;
 };
 
 }  // namespace arc

@@ -17,17 +17,20 @@ namespace {
 
 volatile std::sig_atomic_t terminate_received = 0;
 volatile std::sig_atomic_t requeue_received = 0;
+volatile std::sig_atomic_t interrupt_received = 0;
 
-// A second SIGTERM ends the process at once, as it would without Arclight: a launcher that
-// asks twice does not wait for a batch that may never end.
-extern "C" void on_terminate(int) {
-  if (terminate_received != 0) {
-    std::signal(SIGTERM, SIG_DFL);
-    std::raise(SIGTERM);
+// A second SIGTERM or SIGINT ends the process at once, as it would without Arclight: a launcher
+// or a user that asks twice does not wait for a batch that may never end.
+void second_ends_at_once(volatile std::sig_atomic_t& received, int signal) {
+  if (received != 0) {
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
   }
-  terminate_received = 1;
+  received = 1;
 }
 
+extern "C" void on_terminate(int) { second_ends_at_once(terminate_received, SIGTERM); }
+extern "C" void on_interrupt(int) { second_ends_at_once(interrupt_received, SIGINT); }
 extern "C" void on_requeue(int) { requeue_received = 1; }
 
 void install(int signal, void (*handler)(int), struct sigaction* previous) {
@@ -39,12 +42,20 @@ void install(int signal, void (*handler)(int), struct sigaction* previous) {
   sigaction(signal, &action, previous);
 }
 
+// The group when there is more than one rank to agree with.
+Collectives* group_of(Trainer& trainer) {
+  auto* group = trainer.strategy().collectives();
+  return group != nullptr && group->world_size() > 1 ? group : nullptr;
+}
+
 }  // namespace
 
-SignalConnector::SignalConnector(Trainer& trainer) : trainer_(trainer), ballot_(torch::zeros({2}, torch::kLong)) {
+SignalConnector::SignalConnector(Trainer& trainer) : trainer_(trainer), ballot_(torch::zeros({kFields}, torch::kLong)) {
   terminate_received = 0;
   requeue_received = 0;
+  interrupt_received = 0;
   install(SIGTERM, on_terminate, &previous_terminate_);
+  install(SIGINT, on_interrupt, &previous_interrupt_);
   const auto& options = trainer.options();
   if (options.auto_requeue() && cluster::env("SLURM_JOB_ID")) {
     requeue_signal_ = options.requeue_signal_number();
@@ -54,6 +65,7 @@ SignalConnector::SignalConnector(Trainer& trainer) : trainer_(trainer), ballot_(
 
 SignalConnector::~SignalConnector() {
   sigaction(SIGTERM, &previous_terminate_, nullptr);
+  sigaction(SIGINT, &previous_interrupt_, nullptr);
   if (requeue_signal_ != 0) sigaction(requeue_signal_, &previous_requeue_, nullptr);
   try {
     vote_.wait();
@@ -62,29 +74,65 @@ SignalConnector::~SignalConnector() {
   }
 }
 
-SignalConnector::Received SignalConnector::agreed() {
-  const Received local{terminate_received != 0, requeue_received != 0};
-  auto* group = trainer_.strategy().collectives();
-  if (group == nullptr || group->world_size() == 1) return local;
+SignalConnector::Ballot SignalConnector::local() const {
+  Ballot ballot;
+  ballot.terminate = terminate_received != 0;
+  ballot.requeue = requeue_received != 0;
+  ballot.interrupt = interrupt_received != 0;
+  ballot.decision.stop = trainer_.should_stop();
+  const auto& max_time = trainer_.options().max_time();
+  ballot.decision.time_up = max_time && trainer_.elapsed_seconds() >= *max_time;
+  return ballot;
+}
+
+void SignalConnector::fill(const Ballot& ballot) {
+  int64_t* out = ballot_.data_ptr<int64_t>();
+  out[0] = ballot.terminate;
+  out[1] = ballot.requeue;
+  out[2] = ballot.interrupt;
+  out[3] = ballot.decision.stop;
+  out[4] = ballot.decision.time_up;
+}
+
+SignalConnector::Ballot SignalConnector::read() const {
+  const int64_t* in = ballot_.data_ptr<int64_t>();
+  return {in[0] > 0, in[1] > 0, in[2] > 0, {in[3] > 0, in[4] > 0}};
+}
+
+SignalConnector::Decision SignalConnector::check() {
+  auto* group = group_of(trainer_);
+  if (group == nullptr) return act(local());
   // The ballot is reused: the previous vote has completed before it is read and refilled.
-  int64_t* ballot = ballot_.data_ptr<int64_t>();
-  Received result;
+  Ballot agreed;
   if (vote_.started()) {
     vote_.wait();
-    result = {ballot[0] > 0, ballot[1] > 0};
+    vote_ = PendingWork();
+    agreed = read();
   }
-  ballot[0] = local.terminate ? 1 : 0;
-  ballot[1] = local.requeue ? 1 : 0;
+  fill(local());
   vote_ = group->all_reduce(ballot_, Reduce::max);
-  return result;
+  return act(agreed);
 }
 
-void SignalConnector::check() {
-  const auto received = agreed();
-  if (received.terminate || received.requeue) save_and_stop(received);
+SignalConnector::Decision SignalConnector::settle() {
+  auto* group = group_of(trainer_);
+  if (group == nullptr) return act(local());
+  vote_.wait();
+  vote_ = PendingWork();
+  // Every flag only ever turns on, so this vote includes everything the one in flight carried.
+  fill(local());
+  group->all_reduce(ballot_, Reduce::max).wait();
+  return act(read());
 }
 
-void SignalConnector::save_and_stop(const Received& received) {
+SignalConnector::Decision SignalConnector::act(const Ballot& agreed) {
+  if (agreed.terminate || agreed.requeue) save_and_stop(agreed);
+  if (agreed.interrupt)
+    throw Interrupted(detail::str("fit interrupted by SIGINT (Ctrl-C) at global step ", trainer_.global_step()));
+  return agreed.decision;
+}
+
+void SignalConnector::save_and_stop(const Ballot& received) {
   const std::string name = received.terminate ? "SIGTERM" : trainer_.options().requeue_signal();
   const std::string path = CheckpointConnector(trainer_).hpc_save_path();
   const int64_t step = trainer_.global_step();

@@ -1,7 +1,10 @@
-// SignalConnector: SIGTERM, and SLURM's requeue signal, during fit. The handlers only set a flag;
-// the fit loop acts at the next batch boundary once every rank has agreed: it saves an HPC
-// checkpoint (hpc_ckpt_<n>.ckpt, which the next fit in that folder resumes from), requeues the
-// SLURM job when asked, and ends fit with an error that says so.
+// SignalConnector: the per-batch vote of a fit. It carries SIGTERM, SLURM's requeue signal and
+// SIGINT (Ctrl-C), whose handlers only set a flag, and every reason to stop (request_stop, which
+// EarlyStopping and Timer use, and max_time), so that every rank acts at the same batch: a rank
+// that left the loop alone would leave the others waiting in the gradient all-reduce.
+// On a signal it saves an HPC checkpoint (hpc_ckpt_<n>.ckpt, which the next fit in that folder
+// resumes from), requeues the SLURM job when asked, and ends fit with an error that says so; on
+// SIGINT it ends fit with arc::Interrupted.
 #pragma once
 
 #include <arc/strategies/collectives.h>
@@ -17,27 +20,45 @@ class Trainer;
 /// Installed for the length of one fit; the previous handlers come back on destruction.
 class SignalConnector {
  public:
+  /// What every rank agreed to do at this batch boundary.
+  struct Decision {
+    /// Some rank asked to stop (Trainer::request_stop).
+    bool stop = false;
+    /// Some rank's clock passed max_time.
+    bool time_up = false;
+  };
+
   explicit SignalConnector(Trainer& trainer);
   ~SignalConnector();
   SignalConnector(const SignalConnector&) = delete;
   SignalConnector& operator=(const SignalConnector&) = delete;
 
-  /// Called after every training batch. When a signal arrived (on any rank), saves and throws.
-  void check();
+  /// Called after every training batch: this rank's flags join a vote that overlaps the next batch,
+  /// and what the ranks agreed in the previous vote takes effect. A signal saves and throws.
+  Decision check();
+  /// Called where the batches of every rank end together (before the first epoch, after each):
+  /// waits for the vote in flight and votes once more with this rank's latest flags.
+  Decision settle();
 
  private:
-  struct Received {
+  struct Ballot {
     bool terminate = false;
     bool requeue = false;
+    bool interrupt = false;
+    Decision decision;
   };
-  /// What the ranks agreed on. Each call starts a max-reduction of this rank's flags and returns
-  /// the previous call's result, so the vote overlaps a batch and every rank acts at the same one.
-  Received agreed();
-  [[noreturn]] void save_and_stop(const Received& received);
+  static constexpr int64_t kFields = 5;
+
+  Ballot local() const;
+  void fill(const Ballot& ballot);
+  Ballot read() const;
+  Decision act(const Ballot& agreed);
+  [[noreturn]] void save_and_stop(const Ballot& received);
 
   Trainer& trainer_;
   int requeue_signal_ = 0;
   struct sigaction previous_terminate_ {};
+  struct sigaction previous_interrupt_ {};
   struct sigaction previous_requeue_ {};
   torch::Tensor ballot_;
   PendingWork vote_;

@@ -7,15 +7,20 @@
 #include <arc/callbacks/model_checkpoint.h>
 #include <arc/callbacks/model_summary.h>
 #include <arc/callbacks/progress_bar.h>
+#include <arc/core/checkpoint.h>
 #include <arc/core/checkpoint_connector.h>
 #include <arc/core/console.h>
 #include <arc/core/data_loader.h>
 #include <arc/core/evaluation_loop.h>
 #include <arc/core/fit_loop.h>
+#include <arc/loggers/folder_logger.h>
+#include <arc/strategies/rank_processes.h>
 #include <arc/strategies/strategy.h>
 
 #include <malloc.h>
 #include <torch/torch.h>
+#include <cstdio>
+#include <cstdlib>
 
 namespace arc {
 namespace {
@@ -72,11 +77,35 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> 
   options_.validate();
   if (options_.fast_dev_run() > 0) loggers_.clear();
   accelerator_ = resolve_accelerator(options_.accelerator());
-  strategy_ =
-      resolve_strategy(options_.strategy(), static_cast<int64_t>(accelerator_->select(options_.devices()).size()));
+  strategy_ = resolve_strategy(
+      options_.strategy(), static_cast<int64_t>(accelerator_->select(options_.devices()).size()), options_.num_nodes());
   strategy_->setup(*accelerator_, options_);
   precision_ = std::make_unique<Precision>(options_.precision(), strategy_->root_device());
+  agree_on_logger_versions();
   add_default_callbacks();
+}
+
+// Rank 0 picks each logger's version and every rank takes it, as Lightning broadcasts log_dir:
+// the loggers of one folder share the version given to any of them, or else the next free one.
+void Trainer::agree_on_logger_versions() {
+  nlohmann::json versions = nlohmann::json::array();
+  if (is_global_zero()) {
+    std::map<std::string, int64_t> chosen;
+    for (const auto& logger : loggers_)
+      if (logger->version_fixed()) chosen.emplace(logger->versions_folder(), logger->version_number());
+    for (const auto& logger : loggers_) {
+      const std::string folder = logger->versions_folder();
+      if (!folder.empty() && !logger->version_fixed()) {
+        auto [entry, inserted] = chosen.emplace(folder, 0);
+        if (inserted) entry->second = next_version(folder);
+        logger->set_version_number(entry->second);
+      }
+      versions.push_back(logger->version_number());
+    }
+  }
+  versions = nlohmann::json::parse(strategy_->broadcast(versions.dump()));
+  for (size_t i = 0; i < loggers_.size(); ++i)
+    if (!loggers_[i]->versions_folder().empty()) loggers_[i]->set_version_number(versions.at(i).get<int64_t>());
 }
 
 Trainer::~Trainer() = default;
@@ -167,7 +196,8 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
   try {
     setup_environment();
     if (data != nullptr) {
-      data->prepare_data();
+      if (strategy_->local_rank() == 0) data->prepare_data();
+      strategy_->barrier();
       data->setup(stage);
     }
     module.setup(stage);
@@ -179,6 +209,8 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
     if (data != nullptr) data->teardown(stage);
     if (is_global_zero())
       for (auto& logger : loggers_) logger->finalize("success");
+  } catch (const Interrupted& interrupted) {
+    end_interrupted(module, interrupted);
   } catch (const std::exception& error) {
     strategy_->on_failure(error.what());
     call_callbacks([&](Callback& c) { c.on_exception(*this, module, error); });
@@ -188,6 +220,35 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
     throw;
   }
   detach();
+}
+
+// Every rank got here at the same batch (the signal vote), so the ranks end together, as Lightning
+// ends the process after a KeyboardInterrupt: the callbacks save, rank 0 says where, and every
+// process exits with 130, the status of a command that SIGINT stopped.
+void Trainer::end_interrupted(TrainModule& module, const Interrupted& interrupted) {
+  call_callbacks([&](Callback& c) { c.on_exception(*this, module, interrupted); });
+  if (is_global_zero())
+    for (auto& logger : loggers_) logger->finalize("failed");
+  std::string saved;
+  for (const auto& callback : callbacks_)
+    if (!callback->exception_checkpoint().empty()) saved = callback->exception_checkpoint();
+  try {
+    strategy_->barrier();
+    strategy_->on_interrupted();
+  } catch (const std::exception& error) {
+    console().error("the ranks could not end together after the interruption: {}", error.what());
+  }
+  if (is_global_zero()) {
+    if (saved.empty())
+      console().warn("{}; nothing was saved at this step (an OnExceptionCheckpoint callback saves it)",
+                     interrupted.what());
+    else
+      console().warn("{}; saved '{}'; resume with fit(..., ckpt_path=\"{}\") (arc train ... --resume {})",
+                     interrupted.what(), saved, saved, saved);
+  }
+  console().flush();
+  std::fflush(nullptr);
+  std::_Exit(kInterruptedExitCode);
 }
 
 DataSource Trainer::pick(DataSource given, DataModule* data, DataSource (DataModule::*from_data)(),
@@ -217,6 +278,10 @@ void Trainer::configure_optimizers(TrainModule& module) {
       !optimizers_.empty() || !module.automatic_optimization(),
       "configure_optimizers() returned no optimizer; return at least one, e.g. std::make_shared<torch::optim::SGD>(",
       "parameters(), torch::optim::SGDOptions(0.1))");
+  ARC_CHECK(optimizers_.size() <= 1 || !module.automatic_optimization(), "configure_optimizers() of ", module.name(),
+            " returned ", optimizers_.size(), " optimizers, but automatic optimization steps one, as Lightning's ",
+            "does; call set_automatic_optimization(false) and step each in training_step (optimizers(), ",
+            "manual_backward), or return one optimizer with a parameter group per part");
   for (const auto& config : optimizers_) {
     ARC_CHECK(
         config.optimizer != nullptr, "configure_optimizers() of ", module.name(),
@@ -245,6 +310,10 @@ void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, D
         pick(std::move(train), data, &DataModule::train_dataloader, &TrainModule::train_dataloader, module, "train");
     auto val_source =
         pick(std::move(val), data, &DataModule::val_dataloader, &TrainModule::val_dataloader, module, nullptr);
+    // What saves that a crash or SIGKILL interrupted left behind in this run's folders.
+    if (is_global_zero())
+      for (const auto& folder : {options_.default_root_dir(), log_dir() + "/checkpoints"})
+        remove_stale_temporaries(folder);
     std::string resume = ckpt_path.empty() ? "" : CheckpointConnector(*this).resolve(ckpt_path);
     // Rank 0 picks, so that every rank resumes from the same file.
     const auto automatic =

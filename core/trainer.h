@@ -4,6 +4,7 @@
 
 #include <arc/callbacks/callback.h>
 #include <arc/core/data_module.h>
+#include <arc/core/error.h>
 #include <arc/core/metric_store.h>
 #include <arc/core/precision.h>
 #include <arc/core/train_module.h>
@@ -124,6 +125,8 @@ class Trainer {
   friend class CheckpointConnector;
 
   void run_stage(Stage stage, TrainModule& module, DataModule* data, const std::function<void()>& body);
+  /// Saves through the callbacks, says where, and ends this process with status 130.
+  [[noreturn]] void end_interrupted(TrainModule& module, const Interrupted& interrupted);
   void run_fit(TrainModule& module, DataModule* data, DataSource train, DataSource val, const std::string& ckpt_path);
   Metrics run_evaluation(Stage stage, TrainModule& module, DataModule* data, DataSource given,
                          const std::string& ckpt_path);
@@ -141,6 +144,7 @@ class Trainer {
   /// Gathers metric values across ranks, or nullptr with one process.
   GatherFn metric_gather() const;
   void add_default_callbacks();
+  void agree_on_logger_versions();
 
   TrainerOptions options_;
   std::vector<std::shared_ptr<Callback>> callbacks_;

@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <csignal>
-#include <sstream>
 
 namespace arc {
 namespace {
@@ -43,42 +42,6 @@ BatchAmount read_amount(const Config& config, const std::string& key, BatchAmoun
 nlohmann::json amount_json(const BatchAmount& amount) {
   if (amount.is_fraction) return amount.value;
   return static_cast<int64_t>(amount.value);
-}
-
-Devices read_devices(const Config& config) {
-  const auto* value = config.find("devices");
-  if (value == nullptr || (value->is_string() && value->get<std::string>() == "auto")) return {};
-  if (value->is_number_integer()) return Devices::of_count(value->get<int64_t>());
-  if (value->is_array()) {
-    std::vector<int64_t> ids;
-    for (const auto& item : *value) {
-      ARC_CHECK(item.is_number_integer() && item.get<int64_t>() >= 0, "config key '", config.qualified("devices"),
-                "' lists device indices, which must be non-negative integers, got ", value->dump());
-      ids.push_back(item.get<int64_t>());
-    }
-    return Devices::of_indices(ids);
-  }
-  if (value->is_string()) {
-    std::vector<int64_t> ids;
-    std::stringstream parts(value->get<std::string>());
-    std::string part;
-    while (std::getline(parts, part, ',')) {
-      char* end = nullptr;
-      const long id = std::strtol(part.c_str(), &end, 10);
-      ARC_CHECK(!part.empty() && *end == '\0' && id >= 0, "config key '", config.qualified("devices"),
-                "' must be \"auto\", a count, a list of indices or \"0,1\", got ", value->dump());
-      ids.push_back(id);
-    }
-    return Devices::of_indices(ids);
-  }
-  ARC_FAIL("config key '", config.qualified("devices"),
-           "' must be \"auto\", a count (-1 = all), a list of indices or \"0,1\", got ", value->dump());
-}
-
-nlohmann::json devices_json(const Devices& devices) {
-  if (devices.is_auto) return "auto";
-  if (!devices.indices.empty()) return devices.indices;
-  return devices.count;
 }
 
 // Lightning accepts seconds, "DD:HH:MM:SS" and {"days": .., "hours": .., ...}.
@@ -179,7 +142,8 @@ TrainerOptions TrainerOptions::from_json(const nlohmann::json& json) {
   o.default_root_dir_ = config.get<std::string>("default_root_dir", o.default_root_dir_);
   o.accelerator_ = config.get<std::string>("accelerator", o.accelerator_);
   o.strategy_ = config.get<std::string>("strategy", o.strategy_);
-  o.devices_ = read_devices(config);
+  if (const auto* devices = config.find("devices"))
+    o.devices_ = Devices::from_json(*devices, config.qualified("devices"));
   o.num_nodes_ = config.get<int64_t>("num_nodes", o.num_nodes_);
   o.precision_ = read_precision(config);
   o.enable_checkpointing_ = config.get<bool>("enable_checkpointing", o.enable_checkpointing_);
@@ -234,7 +198,7 @@ nlohmann::json TrainerOptions::to_json() const {
           {"default_root_dir", default_root_dir_},
           {"accelerator", accelerator_},
           {"strategy", strategy_},
-          {"devices", devices_json(devices_)},
+          {"devices", devices_.to_json()},
           {"num_nodes", num_nodes_},
           {"precision", precision_},
           {"enable_checkpointing", enable_checkpointing_},

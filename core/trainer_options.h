@@ -2,6 +2,7 @@
 #pragma once
 
 #include <arc/core/arg.h>
+#include <arc/core/devices.h>
 
 #include <nlohmann/json.hpp>
 
@@ -23,19 +24,6 @@ struct BatchAmount {
   /// How many of `available` batches this amount selects.
   int64_t of(int64_t available) const;
   bool is_zero() const { return value == 0.0; }
-};
-
-/// Which devices to use: "auto", a count (-1 = all) or explicit indices.
-struct Devices {
-  bool is_auto = true;
-  int64_t count = 1;
-  std::vector<int64_t> indices;
-
-  static Devices automatic() { return {}; }
-  static Devices of_count(int64_t n) { return {false, n, {}}; }
-  static Devices of_indices(std::vector<int64_t> ids) {
-    return {false, static_cast<int64_t>(ids.size()), std::move(ids)};
-  }
 };
 
 /// Every Trainer option. Defaults are Lightning's.
@@ -75,6 +63,7 @@ class TrainerOptions {
   ARC_ARG(std::string, accelerator) = "auto";
   /// "auto" or a registered strategy name.
   ARC_ARG(std::string, strategy) = "auto";
+  /// "auto", a count (-1 = all), indices: `devices(2)`, `devices({0, 1})`, `devices("auto")`.
   ARC_ARG(Devices, devices);
   ARC_ARG(int64_t, num_nodes) = 1;
   /// Lightning's names: "32-true" (also "32"), "64-true", "bf16-mixed", "16-mixed", "bf16-true",

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <sstream>
 
 namespace arc {
 
@@ -20,9 +21,34 @@ void CSVLogger::log_metrics(const std::map<std::string, double>& metrics, int64_
   if (static_cast<int64_t>(rows_.size() - written_) >= flush_every_) save();
 }
 
+// A run resumed in its version folder continues the file it wrote before.
+void CSVLogger::load_existing(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!std::getline(in, line)) return;
+  std::vector<std::string> header;
+  std::stringstream names(line);
+  for (std::string name; std::getline(names, name, ',');) header.push_back(name);
+  std::vector<std::map<std::string, double>> earlier;
+  while (std::getline(in, line)) {
+    std::map<std::string, double> row;
+    std::stringstream cells(line);
+    std::string cell;
+    for (size_t i = 0; i < header.size() && std::getline(cells, cell, ','); ++i)
+      if (!cell.empty()) row[header[i]] = std::stod(cell);
+    earlier.push_back(std::move(row));
+  }
+  columns_.insert(header.begin(), header.end());
+  rows_.insert(rows_.begin(), earlier.begin(), earlier.end());
+}
+
 // Rewrites the whole file: the header may have grown since the last write.
 void CSVLogger::save() {
-  const std::string path = log_dir() + "/metrics.csv";
+  const std::string path = folder() + "/metrics.csv";
+  if (!opened_) {
+    opened_ = true;
+    load_existing(path);
+  }
   std::ofstream out(path + ".tmp");
   ARC_CHECK(out.good(), "cannot write '", path, "'; check permissions of the log folder");
   bool first = true;

@@ -12,6 +12,7 @@ namespace arc {
 
 /// One row per logged step; the header is the union of all metric names (the file is rewritten
 /// when a new name appears, as Lightning does). Written every `flush_every` rows and at the end.
+/// A run resumed in the same version folder keeps the rows written before.
 class CSVLogger : public FolderLogger {
  public:
   explicit CSVLogger(const std::string& save_dir, std::string name = "lightning_logs", int64_t version = -1,
@@ -21,7 +22,10 @@ class CSVLogger : public FolderLogger {
   void save() override;
 
  private:
+  void load_existing(const std::string& path);
+
   int64_t flush_every_;
+  bool opened_ = false;
   std::set<std::string> columns_;
   std::vector<std::map<std::string, double>> rows_;
   size_t written_ = 0;

@@ -21,16 +21,27 @@ int64_t next_version(const std::string& folder) {
   return next;
 }
 
-FolderLogger::FolderLogger(const std::string& save_dir, std::string name, int64_t version)
-    : name_(std::move(name)), version_(version >= 0 ? version : next_version(save_dir + "/" + name_)) {
-  dir_ = save_dir + "/" + name_ + "/version_" + std::to_string(version_);
+FolderLogger::FolderLogger(std::string save_dir, std::string name, int64_t version)
+    : save_dir_(std::move(save_dir)), name_(std::move(name)), version_(version), fixed_(version >= 0) {}
+
+int64_t FolderLogger::version_number() const {
+  if (version_ < 0) version_ = next_version(versions_folder());
+  return version_;
+}
+
+std::string FolderLogger::log_dir() const { return versions_folder() + "/" + version(); }
+
+std::string FolderLogger::folder() {
+  const std::string dir = log_dir();
   std::error_code error;
-  std::filesystem::create_directories(dir_, error);
-  ARC_CHECK(!error, "cannot create the log folder '", dir_, "': ", error.message(), "; check save_dir");
+  std::filesystem::create_directories(dir, error);
+  ARC_CHECK(!error, "cannot create the log folder '", dir, "': ", error.message(),
+            "; make save_dir writable or choose another");
+  return dir;
 }
 
 void FolderLogger::log_hyperparams(const nlohmann::json& hparams) {
-  std::ofstream(dir_ + "/hparams.json") << hparams.dump(2) << '\n';
+  std::ofstream(folder() + "/hparams.json") << hparams.dump(2) << '\n';
 }
 
 }  // namespace arc

@@ -1,5 +1,7 @@
-// FolderLogger: the part every file logger shares — Lightning's save_dir/name/version_N folder,
-// picked as the next free version, and hyper-parameters written beside the metrics.
+// FolderLogger: the part every file logger shares — Lightning's save_dir/name/version_N folder and
+// hyper-parameters written beside the metrics. The version is decided once per run by the Trainer
+// (rank 0 picks, every rank learns it; loggers of one folder share it), and nothing is created
+// before the first write, which only rank 0 makes.
 #pragma once
 
 #include <arc/loggers/logger.h>
@@ -12,19 +14,27 @@ namespace arc {
 class FolderLogger : public Logger {
  public:
   std::string name() const override { return name_; }
-  std::string version() const override { return "version_" + std::to_string(version_); }
-  std::string log_dir() const override { return dir_; }
+  std::string version() const override { return "version_" + std::to_string(version_number()); }
+  std::string log_dir() const override;
+  std::string versions_folder() const override { return save_dir_ + "/" + name_; }
+  /// The version given, chosen or, for a logger used alone, the next free one.
+  int64_t version_number() const override;
+  void set_version_number(int64_t version) override { version_ = version; }
+  bool version_fixed() const override { return fixed_; }
   /// Writes hparams.json in the run's folder.
   void log_hyperparams(const nlohmann::json& hparams) override;
 
  protected:
-  /// Creates the folder; `version` < 0 takes the next free one.
-  FolderLogger(const std::string& save_dir, std::string name, int64_t version);
+  /// `version` < 0 leaves the choice to the Trainer.
+  FolderLogger(std::string save_dir, std::string name, int64_t version);
+  /// log_dir(), created on first use.
+  std::string folder();
 
  private:
+  std::string save_dir_;
   std::string name_;
-  int64_t version_;
-  std::string dir_;
+  mutable int64_t version_;
+  bool fixed_;
 };
 
 /// The next free `version_N` number in `folder` (0 when it does not exist).

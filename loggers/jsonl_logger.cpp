@@ -6,12 +6,15 @@
 namespace arc {
 
 JsonLinesLogger::JsonLinesLogger(const std::string& save_dir, std::string name, int64_t version)
-    : FolderLogger(save_dir, std::move(name), version) {
-  out_.open(log_dir() + "/metrics.jsonl", std::ios::app);
-  ARC_CHECK(out_.good(), "cannot open '", log_dir(), "/metrics.jsonl' for writing; check permissions of save_dir");
-}
+    : FolderLogger(save_dir, std::move(name), version) {}
 
 void JsonLinesLogger::log_metrics(const std::map<std::string, double>& metrics, int64_t step) {
+  // Appends: a resumed run continues the file of its version.
+  if (!out_.is_open()) {
+    const std::string path = folder() + "/metrics.jsonl";
+    out_.open(path, std::ios::app);
+    ARC_CHECK(out_.good(), "cannot open '", path, "' for writing; make save_dir writable or choose another");
+  }
   nlohmann::json record = {{"step", step}};
   for (const auto& [key, value] : metrics) record[key] = value;
   out_ << record.dump() << '\n';

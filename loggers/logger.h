@@ -1,4 +1,4 @@
-// Logger: where metrics go. Only rank 0 calls loggers.
+// Logger: where metrics go. Only rank 0 calls loggers; every rank agrees on their versions.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -18,6 +18,15 @@ class Logger {
   virtual std::string version() const { return ""; }
   /// Folder of this run's files, or "" when the logger writes none.
   virtual std::string log_dir() const { return ""; }
+  /// The folder whose version_N subfolders the run's version is picked among (save_dir/name), or
+  /// "" for a logger without versions.
+  virtual std::string versions_folder() const { return ""; }
+  /// The run's version number; -1 for a logger without versions.
+  virtual int64_t version_number() const { return -1; }
+  /// Sets the version: the Trainer's choice for the run, or the resumed checkpoint's.
+  virtual void set_version_number(int64_t) {}
+  /// Whether the user gave the version (a resumed checkpoint leaves it then).
+  virtual bool version_fixed() const { return false; }
   virtual void log_metrics(const std::map<std::string, double>& metrics, int64_t step) = 0;
   virtual void log_hyperparams(const nlohmann::json&) {}
   /// Writes buffered records out.

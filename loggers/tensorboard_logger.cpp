@@ -20,11 +20,14 @@ double now_seconds() {
 }  // namespace
 
 TensorBoardLogger::TensorBoardLogger(const std::string& save_dir, std::string name, int64_t version)
-    : FolderLogger(save_dir, std::move(name), version) {
-  path_ = log_dir() + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." +
-          host_name() + "." + std::to_string(getpid());
+    : FolderLogger(save_dir, std::move(name), version) {}
+
+// The events file is opened at the first record: only rank 0 writes one.
+void TensorBoardLogger::open() {
+  path_ = folder() + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." + host_name() +
+          "." + std::to_string(getpid());
   out_.open(path_, std::ios::binary);
-  ARC_CHECK(out_.good(), "cannot open '", path_, "' for writing; check permissions of save_dir");
+  ARC_CHECK(out_.good(), "cannot open '", path_, "' for writing; make save_dir writable or choose another");
   tensorboard::Event header;
   header.set_wall_time(now_seconds());
   header.set_file_version("brain.Event:2");
@@ -32,6 +35,7 @@ TensorBoardLogger::TensorBoardLogger(const std::string& save_dir, std::string na
 }
 
 void TensorBoardLogger::write_record(const std::string& data) {
+  if (!out_.is_open()) open();
   const uint64_t length = data.size();
   char framed[12];
   for (int i = 0; i < 8; ++i) framed[i] = static_cast<char>((length >> (8 * i)) & 0xFF);
@@ -51,7 +55,6 @@ void TensorBoardLogger::log_metrics(const std::map<std::string, double>& metrics
   event.set_step(step);
   auto* summary = event.mutable_summary();
   for (const auto& [tag, value] : metrics) {
-    if (tag == "epoch") continue;  // Lightning keeps the epoch out of TensorBoard's scalars too
     auto* entry = summary->add_value();
     entry->set_tag(tag);
     entry->set_simple_value(static_cast<float>(value));

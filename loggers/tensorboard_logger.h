@@ -15,12 +15,13 @@ class TensorBoardLogger : public FolderLogger {
  public:
   explicit TensorBoardLogger(const std::string& save_dir, std::string name = "lightning_logs", int64_t version = -1);
 
-  /// The events file being written.
+  /// The events file being written ("" before the first record).
   const std::string& events_path() const { return path_; }
   void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override;
   void save() override;
 
  private:
+  void open();
   void write_record(const std::string& data);
 
   std::string path_;

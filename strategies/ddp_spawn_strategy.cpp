@@ -51,6 +51,10 @@ void DDPSpawnStrategy::teardown() {
   if (launcher_ != nullptr) launcher_->set_busy(false);
 }
 
+void DDPSpawnStrategy::on_interrupted() {
+  if (launcher_ != nullptr) launcher_->wait_interrupted();
+}
+
 void DDPSpawnStrategy::on_failure(const std::string& reason) {
   if (launcher_ != nullptr) launcher_->abort(reason);
 }

@@ -18,6 +18,7 @@ class DDPSpawnStrategy : public DDPStrategy {
   std::string name() const override { return "ddp_spawn"; }
   void setup_module(torch::nn::Module& module) override;
   void on_failure(const std::string& reason) override;
+  void on_interrupted() override;
   void teardown() override;
 
  protected:

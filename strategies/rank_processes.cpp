@@ -77,6 +77,10 @@ std::string RankProcesses::reap_failed(int* exit_code) {
     if (waitpid(pid, &status, WNOHANG) != pid) continue;
     pid = -1;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == kInterruptedExitCode) {
+      interrupted_ = true;
+      continue;
+    }
     if (exit_code != nullptr) *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
     return "rank " + std::to_string(rank) + " " + describe_exit(status);
   }
@@ -112,6 +116,25 @@ void RankProcesses::stop_all() {
   }
 }
 
+void RankProcesses::kill_all() {
+  for (auto& [rank, pid] : ranks_) {
+    if (pid <= 0) continue;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
+}
+
+std::vector<std::string> RankProcesses::stop_overdue() {
+  std::vector<std::string> lines;
+  for (const auto& [rank, pid] : ranks_)
+    if (pid > 0)
+      lines.push_back("rank " + std::to_string(rank) + " did not finish within the timeout after another rank " +
+                      "had; killing it (raise the trainer's timeout if it needs longer)");
+  stop_all();
+  return lines;
+}
+
 std::vector<std::string> RankProcesses::wait_all(std::chrono::steady_clock::time_point deadline) {
   std::vector<std::string> failures;
   while (running() > 0) {
@@ -119,11 +142,7 @@ std::vector<std::string> RankProcesses::wait_all(std::chrono::steady_clock::time
     if (!failure.empty()) {
       failures.push_back(failure);
     } else if (std::chrono::steady_clock::now() > deadline) {
-      for (const auto& [rank, pid] : ranks_)
-        if (pid > 0)
-          failures.push_back("rank " + std::to_string(rank) + " did not finish within the timeout after another rank " +
-                             "had; killing it (raise the trainer's timeout if it needs longer)");
-      stop_all();
+      for (auto& line : stop_overdue()) failures.push_back(std::move(line));
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }

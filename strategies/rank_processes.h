@@ -18,6 +18,8 @@ namespace arc {
 constexpr const char* kSpawnChildVariable = "ARC_SPAWN_CHILD";
 constexpr const char* kSpawnParentVariable = "ARC_SPAWN_PARENT_PID";
 constexpr const char* kSpawnPortPipeVariable = "ARC_SPAWN_PORT_FD";
+/// The exit status of a rank whose fit SIGINT (Ctrl-C) stopped, as every rank does together.
+constexpr int kInterruptedExitCode = 130;
 
 /// This process's environment without the rank variables of any launcher, plus those of `rank`
 /// of `world_size` on one node (MASTER_PORT only when `port` > 0), the child marker and this
@@ -38,20 +40,29 @@ class RankProcesses {
   void start(int64_t rank, const std::string& program, const std::vector<std::string>& argv,
              const std::vector<std::string>& environment, const std::vector<int>& close_fds = {});
   /// Reaps ranks that ended; "rank N <cause>" for the first that failed, else "". `exit_code`,
-  /// when given, gets that rank's exit code (1 for a rank that a signal ended).
+  /// when given, gets that rank's exit code (1 for a rank that a signal ended). A rank that ended
+  /// with kInterruptedExitCode did not fail: it stopped with the others (interrupted()).
   std::string reap_failed(int* exit_code = nullptr);
+  /// Whether a rank ended with kInterruptedExitCode.
+  bool interrupted() const { return interrupted_; }
   /// How many ranks have not ended (or not been reaped) yet.
   int64_t running() const;
   /// Sends `signal` to every running rank.
   void signal_all(int signal);
   /// SIGTERM to every running rank, SIGKILL to those still there 2 s later; reaps them all.
   void stop_all();
+  /// SIGKILL to every running rank; reaps them all.
+  void kill_all();
+  /// A line per rank still running, which stop_all() then ends: ranks overdue after another one
+  /// finished.
+  std::vector<std::string> stop_overdue();
   /// Waits until every rank ended or `deadline`; returns a line per failed or overdue rank (the
   /// overdue are stopped).
   std::vector<std::string> wait_all(std::chrono::steady_clock::time_point deadline);
 
  private:
   std::vector<std::pair<int64_t, pid_t>> ranks_;  // pid -1 once reaped
+  bool interrupted_ = false;
 };
 
 }  // namespace arc

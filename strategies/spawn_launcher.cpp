@@ -145,6 +145,15 @@ void SpawnLauncher::abort(const std::string& reason) {
   }
 }
 
+void SpawnLauncher::wait_interrupted() {
+  stopping_ = true;
+  if (watcher_.joinable()) watcher_.join();
+  busy_ = false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& failure : children_.wait_all(std::chrono::steady_clock::now() + timeout_))
+    report_spawn_failure(failure);
+}
+
 // At exit: the children finish the same program; wait for them, within the timeout.
 SpawnLauncher::~SpawnLauncher() {
   stopping_ = true;

@@ -47,6 +47,9 @@ class SpawnLauncher {
   /// Ends every child now. A child that just died is named as the cause (rank 0's own error is
   /// then only its symptom); otherwise rank 0 is, with `reason`.
   void abort(const std::string& reason);
+  /// Waits, within the timeout, for the children that SIGINT stopped with this process (ending
+  /// those overdue), so that none outlives it.
+  void wait_interrupted();
   /// Marks that a Trainer stage runs: exiting during one ends the children at once.
   void set_busy(bool busy) { busy_ = busy; }
 

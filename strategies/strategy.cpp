@@ -78,12 +78,8 @@ Registry<Strategy>& strategy_registry() {
   return registry;
 }
 
-std::shared_ptr<Strategy> resolve_strategy(const std::string& name, int64_t devices) {
-  if (name != "auto") return strategy_registry().create(name);
-  ARC_CHECK(devices == 1, "devices=", devices,
-            " needs a multi-process strategy, and none is registered yet (known: ", join(strategy_registry().names()),
-            "); set devices to 1");
-  return strategy_registry().create("single_device");
+std::shared_ptr<Strategy> resolve_strategy(const std::string& name, int64_t devices, int64_t num_nodes) {
+  return strategy_registry().create(name == "auto" ? cluster::auto_strategy(devices, num_nodes) : name);
 }
 
 }  // namespace arc

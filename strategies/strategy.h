@@ -48,6 +48,9 @@ class Strategy {
   virtual int64_t restart_count() const { return 0; }
   /// Called when this process's stage fails, before the error leaves the Trainer.
   virtual void on_failure(const std::string&) {}
+  /// Called on every rank when SIGINT stopped fit, after the callbacks saved, before the process
+  /// ends with status 130.
+  virtual void on_interrupted() {}
   /// Called when a stage (fit, validate, ...) ends well.
   virtual void teardown() {}
 
@@ -66,8 +69,8 @@ class Strategy {
 /// Strategies by name: "single_device", "ddp", "ddp_spawn", "elastic".
 Registry<Strategy>& strategy_registry();
 
-/// The strategy for the `strategy` option; "auto" picks single_device for one device, else ddp
-/// under a launcher and ddp_spawn without one.
-std::shared_ptr<Strategy> resolve_strategy(const std::string& name, int64_t devices);
+/// The strategy for the `strategy` option, with `devices` selected per node; "auto" picks single_device
+/// for one process, else ddp under a launcher and ddp_spawn without one (cluster::auto_strategy).
+std::shared_ptr<Strategy> resolve_strategy(const std::string& name, int64_t devices, int64_t num_nodes);
 
 }  // namespace arc

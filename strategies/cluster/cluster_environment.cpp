@@ -8,6 +8,7 @@
 #include <arc/strategies/cluster/mpi_environment.h>
 #include <arc/strategies/cluster/slurm_environment.h>
 #include <arc/strategies/cluster/torchelastic_environment.h>
+#include <arc/strategies/rank_processes.h>
 
 #include <cstdlib>
 
@@ -99,6 +100,12 @@ std::shared_ptr<ClusterEnvironment> detect() {
   if (MpiEnvironment::detect()) return std::make_shared<MpiEnvironment>();
   if (KubeflowEnvironment::detect()) return std::make_shared<KubeflowEnvironment>();
   return std::make_shared<LocalEnvironment>();
+}
+
+std::string auto_strategy(int64_t devices, int64_t num_nodes) {
+  if (devices == 1 && num_nodes == 1) return "single_device";
+  if (env(kSpawnChildVariable)) return "ddp_spawn";
+  return num_nodes > 1 || detect()->creates_processes_externally() ? "ddp" : "ddp_spawn";
 }
 
 }  // namespace arc::cluster

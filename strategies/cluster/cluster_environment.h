@@ -42,6 +42,12 @@ Registry<ClusterEnvironment>& cluster_registry();
 /// MPI > Kubeflow > Local.
 std::shared_ptr<ClusterEnvironment> detect();
 
+/// The strategy that strategy "auto" stands for, as Lightning chooses it, for `devices` processes
+/// per node on `num_nodes` nodes: "single_device" for one process; for more, "ddp" when a launcher
+/// (srun, mpirun, torchrun, ...) started this process and "ddp_spawn" otherwise. A rank that
+/// Arclight's own launcher started stays "ddp_spawn", as its parent chose.
+std::string auto_strategy(int64_t devices, int64_t num_nodes);
+
 /// The environment variable `name`, or nullopt when unset or empty.
 std::optional<std::string> env(const std::string& name);
 /// `name` parsed as an integer; an error naming the variable when unset or not a number.

@@ -64,6 +64,19 @@ TEST(Cli, ShippedDdpSpawnConfigTrainsOnTwoProcesses) {
   EXPECT_EQ(out.output.find("RESULT", out.output.find("RESULT") + 1), std::string::npos) << "only rank 0 reports";
 }
 
+// strategy left at "auto": two devices mean two processes started here, as Lightning's DDP.
+TEST(Cli, TwoDevicesUnderAutoTrainOnTwoProcesses) {
+  const auto out =
+      arc("train --set trainer.devices=2 --set trainer.limit_train_batches=20 "
+          "--set trainer.limit_val_batches=2 --set trainer.enable_progress_bar=false "
+          "--set trainer.enable_checkpointing=false");
+  ASSERT_EQ(out.status, 0) << out.output;
+  const auto result = result_of(out.output);
+  ASSERT_TRUE(result.is_object()) << out.output;
+  EXPECT_EQ(result["world_size"], 2);
+  EXPECT_EQ(result["steps"], 20);
+}
+
 TEST(Cli, ConfigFileAndOverridesBuildTheCnn) {
   const auto path = write_config("arc_cli_cnn.json", R"({"module": {"name": "cnn_classifier"},
     "data": {"batch_size": 32}, "trainer": {"max_steps": 3, "limit_val_batches": 0, "enable_progress_bar": false}})");

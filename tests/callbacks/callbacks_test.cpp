@@ -72,8 +72,32 @@ TEST(Callbacks, LearningRateMonitorLogsEveryEpochsRate) {
   auto recorder = std::make_shared<Recorder>();
   Scheduled module;
   Trainer(quiet().max_epochs(3), {std::make_shared<LearningRateMonitor>()}, {recorder}).fit(module, tiny_data(4, 2));
-  EXPECT_EQ(recorder->values("lr-optimizer"), (std::vector<double>{1.0, 0.5, 0.25}));
+  EXPECT_EQ(recorder->values("lr-SGD"), (std::vector<double>{1.0, 0.5, 0.25}));
   EXPECT_THROW(LearningRateMonitor("batch"), Error);
+}
+
+// Lightning's names: the optimizer's class, "-1" for a second one of the same class, "/pg1".. for
+// parameter groups.
+struct ManyOptimizers : TinyModule {
+  ManyOptimizers() { set_automatic_optimization(false); }
+  torch::Tensor training_step(Batch& batch, int64_t index) override {
+    return TinyModule::training_step(batch, index).detach();
+  }
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    std::vector<torch::optim::OptimizerParamGroup> groups = {{{linear->weight}}, {{linear->bias}}};
+    return {std::make_shared<torch::optim::SGD>(groups, torch::optim::SGDOptions(0.1)),
+            std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.2)),
+            std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(0.3))};
+  }
+};
+
+TEST(Callbacks, LearningRateMonitorNamesRatesAsLightningDoes) {
+  ManyOptimizers module;
+  Trainer trainer(quiet().max_epochs(1));
+  trainer.fit(module, tiny_data(4, 2));
+  EXPECT_EQ(
+      LearningRateMonitor::rates(trainer),
+      (std::map<std::string, double>{{"lr-SGD/pg1", 0.1}, {"lr-SGD/pg2", 0.1}, {"lr-SGD-1", 0.2}, {"lr-Adam", 0.3}}));
 }
 
 TEST(Callbacks, LearningRateMonitorByStepLogsOnTheBatchesWhoseMetricsAreLogged) {
@@ -84,7 +108,7 @@ TEST(Callbacks, LearningRateMonitorByStepLogsOnTheBatchesWhoseMetricsAreLogged) 
       .fit(module, tiny_data(16, 2));
   std::vector<int64_t> lr_steps, loss_steps;
   for (const auto& [step, metrics] : recorder->records) {
-    if (metrics.count("lr-optimizer")) lr_steps.push_back(step);
+    if (metrics.count("lr-SGD")) lr_steps.push_back(step);
     if (metrics.count("train_loss")) loss_steps.push_back(step);
   }
   EXPECT_EQ(lr_steps, (std::vector<int64_t>{1, 3, 5, 7}));

@@ -1,11 +1,13 @@
 // Checkpoints: exact resume from any step, every bad-file case, ModelCheckpoint's policy.
 #include "support/tiny_module.h"
 
+#include "support/command.h"
 #include "support/errors.h"
 
 #include <gtest/gtest.h>
 
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <chrono>
@@ -446,6 +448,77 @@ TEST(Checkpoint, KilledWhileSavingAlwaysLeavesTheLastGoodCheckpoint) {
     last_generation = generation;
   }
   EXPECT_GE(last_generation, 0);
+  fs::remove_all(dir);
+}
+
+std::vector<std::string> temporaries_in(const std::string& dir) {
+  std::vector<std::string> found;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().filename().string().find(".tmp-") != std::string::npos) found.push_back(entry.path().string());
+  return found;
+}
+
+// A write that fails midway (here: past the file size limit, as a full disk would) is an arc::Error
+// naming the file, the cause and the fix; no temporary file stays, the previous checkpoint is intact.
+TEST(Checkpoint, FailedWriteIsAClearErrorAndLosesNothing) {
+  const auto dir = scratch_dir("fsize");
+  const std::string path = dir + "/last.ckpt";
+  TinyModule module;
+  Trainer trainer(quiet().max_epochs(1).default_root_dir(dir));
+  trainer.fit(module, tiny_data(16, 4));
+  trainer.save_checkpoint(path);
+  const auto before = arc::testing::read_file(path);
+  ASSERT_GT(before.size(), 1024u);
+  rlimit saved_limit{};
+  getrlimit(RLIMIT_FSIZE, &saved_limit);
+  const auto saved_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = saved_limit;
+  small.rlim_cur = 1024;
+  setrlimit(RLIMIT_FSIZE, &small);
+  const auto message = testing::error_of([&] { trainer.save_checkpoint(path); });
+  setrlimit(RLIMIT_FSIZE, &saved_limit);
+  std::signal(SIGXFSZ, saved_handler);
+  EXPECT_NE(message.find("cannot write checkpoint '" + path + "' (File too large"), std::string::npos) << message;
+  EXPECT_NE(message.find("ulimit -f"), std::string::npos) << message;
+  EXPECT_NE(message.find("previous '" + path + "', if any, is intact"), std::string::npos) << message;
+  EXPECT_TRUE(temporaries_in(dir).empty());
+  EXPECT_EQ(arc::testing::read_file(path), before);
+  EXPECT_NO_THROW(CheckpointReader{path});
+  fs::remove_all(dir);
+}
+
+// A checkpoint folder that cannot be made fails fit with an arc::Error, not an abort.
+TEST(Checkpoint, UnwritableFolderFailsFitWithTheFix) {
+  const auto dir = scratch_dir("unwritable");
+  std::ofstream(dir + "/file") << "not a folder";
+  TinyModule module;
+  Trainer trainer(quiet().max_epochs(1).default_root_dir(dir),
+                  {std::make_shared<ModelCheckpoint>(ModelCheckpointOptions().dirpath(dir + "/file/checkpoints"))});
+  const auto message = testing::error_of([&] { trainer.fit(module, tiny_data(16, 4)); });
+  EXPECT_NE(message.find("cannot create the folder of checkpoint '" + dir + "/file/checkpoints/"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("save elsewhere"), std::string::npos) << message;
+  fs::remove_all(dir);
+}
+
+// Saves that a crash or SIGKILL interrupted leave <name>.tmp-<pid>: the next fit in that folder
+// removes those of dead processes, and keeps those of live ones.
+TEST(Checkpoint, NextFitRemovesTemporariesOfDeadWriters) {
+  const auto dir = scratch_dir("stale");
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);
+  fs::create_directories(dir + "/checkpoints");
+  const std::string stale = dir + "/checkpoints/last.ckpt.tmp-" + std::to_string(dead);
+  const std::string stale_hpc = dir + "/hpc_ckpt_1.ckpt.tmp-" + std::to_string(dead);
+  const std::string live = dir + "/checkpoints/other.ckpt.tmp-" + std::to_string(getpid());
+  for (const auto& file : {stale, stale_hpc, live}) std::ofstream(file) << "partial";
+  TinyModule module;
+  Trainer trainer(quiet().max_epochs(1).default_root_dir(dir).enable_checkpointing(false));
+  trainer.fit(module, tiny_data(16, 4));
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_FALSE(fs::exists(stale_hpc));
+  EXPECT_TRUE(fs::exists(live));
   fs::remove_all(dir);
 }
 

@@ -2,6 +2,8 @@
 // optimizers, determinism.
 #include "support/tiny_module.h"
 
+#include "support/errors.h"
+
 #include <gtest/gtest.h>
 
 namespace arc {
@@ -162,15 +164,31 @@ class TwoOptimizers : public TinyModule {
   }
 };
 
-TEST(TrainerOptimization, AutomaticOptimizationStepsEveryOptimizer) {
+// Lightning refuses several optimizers under automatic optimization and points to manual optimization.
+TEST(TrainerOptimization, AutomaticOptimizationRefusesSeveralOptimizers) {
   TwoOptimizers module;
-  const auto weight = module.linear->weight.detach().clone();
-  const auto bias = module.linear->bias.detach().clone();
   Trainer trainer(quiet().max_steps(2));
-  trainer.fit(module, tiny_data(4, 2));
-  EXPECT_FALSE(torch::equal(weight, module.linear->weight.detach()));
-  EXPECT_FALSE(torch::equal(bias, module.linear->bias.detach()));
-  EXPECT_EQ(trainer.global_step(), 2);
+  const auto message = testing::error_of([&] { trainer.fit(module, tiny_data(4, 2)); });
+  EXPECT_NE(message.find("returned 2 optimizers, but automatic optimization steps one"), std::string::npos) << message;
+  EXPECT_NE(message.find("set_automatic_optimization(false)"), std::string::npos) << message;
+}
+
+// Under manual optimization the module steps its schedulers itself: the Trainer steps none, not even
+// those of interval epoch (Lightning's rule).
+class ManualScheduled : public ManualModule {
+ public:
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    auto sgd = std::make_shared<torch::optim::SGD>(a->parameters(), torch::optim::SGDOptions(1.0));
+    return {OptimizerConfig(sgd, SchedulerConfig{std::make_shared<StepLR>(*sgd, 1, 0.5), Interval::epoch, 1, ""}),
+            std::make_shared<torch::optim::SGD>(b->parameters(), torch::optim::SGDOptions(0.1))};
+  }
+};
+
+TEST(TrainerOptimization, ManualOptimizationStepsNoScheduler) {
+  ManualScheduled module;
+  Trainer trainer(quiet().max_epochs(3));
+  trainer.fit(module, tiny_data(8, 2));
+  EXPECT_DOUBLE_EQ(trainer.optimizer_configs()[0].optimizer->param_groups()[0].options().get_lr(), 1.0);
 }
 
 TEST(TrainerOptimization, SeedMakesShuffledRunsIdentical) {

@@ -57,6 +57,38 @@ TEST(TrainerOptions, BatchAmountCountsAndFractions) {
   EXPECT_EQ(BatchAmount::count(30).of(10), 10);
 }
 
+// Lightning's forms of devices=: 2, -1, [0, 1], "auto", "2" (a count), "0,1" and "1," (indices).
+TEST(TrainerOptions, DevicesTakeLightningsForms) {
+  const auto count = [](const Devices& d) { return d.is_auto ? -100 : d.indices.empty() ? d.count : -200; };
+  EXPECT_EQ(count(TrainerOptions().devices(2).devices()), 2);
+  EXPECT_EQ(count(TrainerOptions().devices(-1).devices()), -1);
+  EXPECT_TRUE(TrainerOptions().devices("auto").devices().is_auto);
+  EXPECT_TRUE(TrainerOptions().devices().is_auto);
+  EXPECT_EQ(TrainerOptions().devices({0, 1}).devices().indices, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(TrainerOptions().devices(std::vector<int64_t>{3}).devices().indices, (std::vector<int64_t>{3}));
+  EXPECT_EQ(count(TrainerOptions().devices("2").devices()), 2);
+  EXPECT_EQ(count(TrainerOptions().devices(std::string("-1")).devices()), -1);
+  EXPECT_EQ(TrainerOptions().devices("0,1").devices().indices, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(TrainerOptions().devices("1,").devices().indices, (std::vector<int64_t>{1}));
+  // The JSON key means the same.
+  EXPECT_EQ(count(TrainerOptions::from_json({{"devices", "2"}}).devices()), 2);
+  EXPECT_EQ(count(TrainerOptions::from_json({{"devices", 3}}).devices()), 3);
+  EXPECT_EQ(TrainerOptions::from_json({{"devices", "0,2"}}).devices().indices, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(TrainerOptions::from_json({{"devices", {1}}}).devices().indices, (std::vector<int64_t>{1}));
+  EXPECT_EQ(TrainerOptions::from_json({{"devices", "2"}}).to_json()["devices"], 2);
+  EXPECT_NE(error_of({{"devices", "two"}}).find("config key 'trainer.devices' must be \"auto\", a count"),
+            std::string::npos)
+      << error_of({{"devices", "two"}});
+  EXPECT_NE(error_of({{"devices", "0,x"}}).find("lists device indices"), std::string::npos);
+  try {
+    TrainerOptions().devices("all");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("devices must be \"auto\", a count (-1 = all)"), std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(TrainerOptions, UnknownKeySuggestsTheClosest) {
   const auto message = error_of({{"max_epoch", 3}});
   EXPECT_NE(message.find("unknown config key 'trainer.max_epoch'; did you mean 'max_epochs'?"), std::string::npos)

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -60,6 +61,46 @@ TEST(JsonLinesLogger, OneObjectPerLoggedStepAndSeveralLoggersAtOnce) {
   EXPECT_TRUE(first.contains("train_loss"));
   EXPECT_EQ(nlohmann::json::parse(rows[1])["step"], 6);
   EXPECT_EQ(lines(csv->log_dir() + "/metrics.csv").size(), 3u);
+  fs::remove_all(root);
+}
+
+// As Lightning's: the CSV and TensorBoard loggers of one save_dir and name share one version_N,
+// nothing is created before the first write, and a resumed run (ckpt_path "last", found among the
+// versions) writes on in the version folder of the run it continues.
+TEST(Loggers, OneFolderSharesAVersionAndAResumeContinuesIt) {
+  const auto root = fs::temp_directory_path() / ("arc_versions_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "lightning_logs" / "version_0");
+  const auto options = [&](int64_t epochs) {
+    return testing::quiet().default_root_dir(root.string()).enable_checkpointing(true).max_epochs(epochs);
+  };
+  auto csv = std::make_shared<CSVLogger>(root.string());
+  auto tensorboard = std::make_shared<TensorBoardLogger>(root.string());
+  EXPECT_FALSE(fs::exists(root / "lightning_logs" / "version_1")) << "a logger made a folder before any write";
+  testing::TinyModule module;
+  Trainer first(options(2), {}, {csv, tensorboard});
+  first.fit(module, testing::tiny_data(8, 2));
+  EXPECT_EQ(csv->version(), "version_1");
+  EXPECT_EQ(tensorboard->version(), "version_1");
+  std::vector<std::string> versions;
+  for (const auto& entry : fs::directory_iterator(root / "lightning_logs"))
+    versions.push_back(entry.path().filename().string());
+  std::sort(versions.begin(), versions.end());
+  EXPECT_EQ(versions, (std::vector<std::string>{"version_0", "version_1"}));
+  const auto first_rows = lines(csv->log_dir() + "/metrics.csv").size();
+  ASSERT_TRUE(fs::exists(root / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"));
+
+  auto resumed_csv = std::make_shared<CSVLogger>(root.string());
+  auto resumed_tensorboard = std::make_shared<TensorBoardLogger>(root.string());
+  testing::TinyModule again;
+  Trainer second(options(4), {}, {resumed_csv, resumed_tensorboard});
+  second.fit(again, testing::tiny_data(8, 2), {}, "last");
+  EXPECT_EQ(second.current_epoch(), 4);
+  EXPECT_EQ(resumed_csv->version(), "version_1");
+  EXPECT_EQ(resumed_tensorboard->version(), "version_1");
+  EXPECT_FALSE(fs::exists(root / "lightning_logs" / "version_2"));
+  const auto rows = lines(resumed_csv->log_dir() + "/metrics.csv");
+  EXPECT_EQ(rows.size(), 1 + 2 * (first_rows - 1)) << "the resumed run keeps the rows of the first";
   fs::remove_all(root);
 }
 

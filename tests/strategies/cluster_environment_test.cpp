@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <vector>
 
 namespace arc::cluster {
 namespace {
@@ -50,7 +51,8 @@ const char* kVariables[] = {"SLURM_NTASKS",
                             "JSM_NAMESPACE_SIZE",
                             "JSM_NAMESPACE_RANK",
                             "JSM_NAMESPACE_LOCAL_RANK",
-                            "KUBERNETES_PORT"};
+                            "KUBERNETES_PORT",
+                            "ARC_SPAWN_CHILD"};
 
 // Sets exactly `values` among the launcher variables for the test's duration.
 class Env {
@@ -90,6 +92,29 @@ TEST(ClusterEnvironment, NothingSetIsLocalWithOneProcess) {
   EXPECT_FALSE(found->creates_processes_externally());
   EXPECT_EQ(found->world_size(), 1);
   EXPECT_EQ(found->main_address(), "127.0.0.1");
+}
+
+// Lightning's choice for strategy "auto": one process runs alone; several are started here unless a
+// launcher already started them.
+TEST(ClusterEnvironment, AutoStrategyIsDdpUnderALauncherAndDdpSpawnWithout) {
+  {
+    Env env({});
+    EXPECT_EQ(auto_strategy(1, 1), "single_device");
+    EXPECT_EQ(auto_strategy(2, 1), "ddp_spawn");
+    EXPECT_EQ(auto_strategy(1, 2), "ddp");
+  }
+  for (const auto& launcher : std::vector<std::map<std::string, std::string>>{
+           {{"TORCHELASTIC_RUN_ID", "r"}, {"RANK", "0"}, {"LOCAL_RANK", "0"}, {"WORLD_SIZE", "2"}},
+           {{"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "1"}},
+           {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_MCA_ess_base_jobid", "1"}},
+           {{"RANK", "1"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "2"}}}) {
+    Env env(launcher);
+    EXPECT_EQ(auto_strategy(2, 1), "ddp") << launcher.begin()->first;
+    EXPECT_EQ(auto_strategy(1, 1), "single_device");
+  }
+  // A rank that ddp_spawn started has the rank variables too, and stays ddp_spawn.
+  Env env({{"ARC_SPAWN_CHILD", "1"}, {"RANK", "1"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "2"}});
+  EXPECT_EQ(auto_strategy(2, 1), "ddp_spawn");
 }
 
 TEST(ClusterEnvironment, Slurm) {

@@ -1,11 +1,20 @@
 // A training program for the distributed tests: trains a small MLP under the strategy asked
 // for, can fail on purpose at a given rank and step, and reports what it saw.
 //   ddp_probe --strategy ddp_spawn --devices 2 --batch 16 --steps 30 [--accumulate 2]
-//             [--out params.bin] [--fail exception|exit3|segv|sigkill --fail-rank 1 --fail-step 5]
+//             [--out params.bin] [--fail exception|exit3|segv|sigkill|sigint --fail-rank 1 --fail-step 5]
 //             [--timeout 20] [--shared-memory 0] [--tag anything] [--precision bf16-mixed]
 //             [--accelerator gpu] [--device-list 0,0] [--process-group-backend gloo]
 //             [--root DIR] [--elastic-every 5] [--fail-attempt 0] [--step-ms 20]
+//             [--stop-rank 1 --stop-step 5] [--early-stop-rank 1] [--max-time 2 --late-rank 1 --late-ms 1000]
+//             [--loggers DIR] [--prepare-log FILE]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
+// --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
+// rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
+// EarlyStopping stops below 0.5, so that only that rank wants to stop. --late-rank: that rank
+// starts fit --late-ms later, so that its max_time clock runs behind the others'.
+// --prepare-log: the data comes from a DataModule whose prepare_data appends a line to FILE.
+// --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
+// Every rank prints "STOPPED <rank> <global step>" after fit.
 // Rank 0 prints "TIMING start <step> <unix ms> <attempt>" at its first step and the failing rank
 // "TIMING kill <step> <unix ms>" before it kills itself, for the launcher tests and benchmarks.
 #include "support/command.h"
@@ -30,10 +39,11 @@ using arc::testing::unix_ms;
 struct Args {
   std::string strategy = "ddp_spawn";
   int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, fail_rank = -1, fail_step = -1, fail_attempt = -1;
-  int64_t elastic_every = 0, step_ms = 0;
-  double timeout = 30;
+  int64_t elastic_every = 0, step_ms = 0, stop_rank = -1, stop_step = -1, early_stop_rank = -1, late_rank = -1;
+  int64_t late_ms = 0;
+  double timeout = 30, max_time = 0;
   bool shared_memory = true;
-  std::string out, fail, loop = "trainer", root = ".", precision = "32-true";
+  std::string out, fail, loop = "trainer", root = ".", precision = "32-true", loggers, prepare_log;
   // The CPU unless asked: "auto" would take a GPU wherever one is, and the tests count CPU ranks.
   std::string accelerator = "cpu", device_list, process_group_backend = "auto";
 };
@@ -62,6 +72,14 @@ Args parse(int argc, char** argv) {
     if (key == "--accelerator") a.accelerator = value;
     if (key == "--device-list") a.device_list = value;
     if (key == "--process-group-backend") a.process_group_backend = value;
+    if (key == "--stop-rank") a.stop_rank = std::stoll(value);
+    if (key == "--stop-step") a.stop_step = std::stoll(value);
+    if (key == "--early-stop-rank") a.early_stop_rank = std::stoll(value);
+    if (key == "--max-time") a.max_time = std::stod(value);
+    if (key == "--late-rank") a.late_rank = std::stoll(value);
+    if (key == "--late-ms") a.late_ms = std::stoll(value);
+    if (key == "--loggers") a.loggers = value;
+    if (key == "--prepare-log") a.prepare_log = value;
   }
   return a;
 }
@@ -79,6 +97,8 @@ class Probe : public arc::TrainModule {
     started_ = true;
     if (args_.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(args_.step_ms));
     maybe_fail();
+    if (trainer().global_rank() == args_.stop_rank && global_step() == args_.stop_step)
+      trainer().request_stop("probe: rank " + std::to_string(args_.stop_rank) + " alone asks to stop");
     auto loss = torch::nn::functional::cross_entropy(fc2(torch::relu(fc1(batch[0]))), batch[1]);
     const auto rank = static_cast<double>(trainer().global_rank());
     log("rank_mean", rank, {.on_epoch = true, .sync_dist = true});
@@ -86,6 +106,9 @@ class Probe : public arc::TrainModule {
     log("rank_min", rank, {.on_epoch = true, .reduce = arc::Reduce::min, .sync_dist = true});
     log("rank_sum", rank, {.on_step = false, .on_epoch = true, .reduce = arc::Reduce::sum, .sync_dist = true});
     return loss;
+  }
+  void validation_step(arc::Batch&, int64_t) override {
+    log("val_flag", trainer().global_rank() == args_.early_stop_rank ? 0.0 : 1.0, {.on_epoch = true});
   }
   std::vector<arc::OptimizerConfig> configure_optimizers() override {
     return {std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1).momentum(0.9))};
@@ -101,12 +124,27 @@ class Probe : public arc::TrainModule {
     if (args_.fail == "exit3") std::exit(3);
     if (args_.fail == "segv") std::raise(SIGSEGV);
     if (args_.fail == "sigkill") std::raise(SIGKILL);
+    if (args_.fail == "sigint") std::raise(SIGINT);
   }
   // Which start of the job this is: the launcher's restart count (torchrun's or SLURM's).
   int64_t attempt() const { return trainer().strategy().restart_count(); }
 
   Args args_;
   bool started_ = false;
+};
+
+// The probe's data through a DataModule that notes every prepare_data call.
+class NotingData : public arc::DataModule {
+ public:
+  NotingData(arc::DataSource train, arc::DataSource val, std::string log)
+      : train_(std::move(train)), val_(std::move(val)), log_(std::move(log)) {}
+  void prepare_data() override { std::ofstream(log_, std::ios::app) << "prepared\n"; }
+  arc::DataSource train_dataloader() override { return train_; }
+  arc::DataSource val_dataloader() override { return val_; }
+
+ private:
+  arc::DataSource train_, val_;
+  std::string log_;
 };
 
 void write_parameters(torch::nn::Module& module, const std::string& path) {
@@ -184,8 +222,28 @@ int main(int argc, char** argv) {
       custom_loop(args, options, {data, arc::DataLoaderOptions(args.batch)});
       return 0;
     }
-    arc::Trainer trainer(options);
-    trainer.fit(module, {data, arc::DataLoaderOptions(args.batch)});
+    std::vector<std::shared_ptr<arc::Callback>> callbacks;
+    arc::DataSource val;
+    if (args.early_stop_rank >= 0) {
+      callbacks.push_back(std::make_shared<arc::EarlyStopping>(
+          arc::EarlyStoppingOptions("val_flag").stopping_threshold(0.5).check_finite(false)));
+      val = {data, arc::DataLoaderOptions(args.batch)};
+      options.limit_val_batches(arc::BatchAmount::count(2)).num_sanity_val_steps(0);
+    }
+    if (args.max_time > 0) options.max_time(args.max_time);
+    std::vector<std::shared_ptr<arc::Logger>> loggers;
+    if (!args.loggers.empty())
+      loggers = {std::make_shared<arc::CSVLogger>(args.loggers),
+                 std::make_shared<arc::TensorBoardLogger>(args.loggers)};
+    arc::Trainer trainer(options, callbacks, loggers);
+    if (trainer.global_rank() == args.late_rank) std::this_thread::sleep_for(std::chrono::milliseconds(args.late_ms));
+    if (args.prepare_log.empty()) {
+      trainer.fit(module, {data, arc::DataLoaderOptions(args.batch)}, val);
+    } else {
+      NotingData noting({data, arc::DataLoaderOptions(args.batch)}, val, args.prepare_log);
+      trainer.fit(module, noting);
+    }
+    std::cout << "STOPPED " << trainer.global_rank() << " " << trainer.global_step() << std::endl;
     if (trainer.is_global_zero()) {
       nlohmann::json report = trainer.callback_metrics();
       report["global_step"] = trainer.global_step();

@@ -219,6 +219,8 @@ struct KillPoint {
   int64_t step;
 };
 
+void PrintTo(const KillPoint& point, std::ostream* out) { *out << "rank " << point.rank << " step " << point.step; }
+
 class ElasticKill : public ::testing::TestWithParam<KillPoint> {};
 
 TEST_P(ElasticKill, TorchrunRestartsTheGroupAndTheRunEndsBitIdentical) {
