@@ -6,13 +6,15 @@
 //             [--accelerator gpu] [--device-list 0,0] [--process-group-backend gloo]
 //             [--root DIR] [--elastic-every 5] [--fail-attempt 0] [--step-ms 20]
 //             [--stop-rank 1 --stop-step 5] [--early-stop-rank 1] [--max-time 2 --late-rank 1 --late-ms 1000]
-//             [--loggers DIR] [--prepare-log FILE]
+//             [--loggers DIR] [--prepare-log FILE] [--checkpoint-every 5 --fsize-limit 1024]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
 // EarlyStopping stops below 0.5, so that only that rank wants to stop. --late-rank: that rank
 // starts fit --late-ms later, so that its max_time clock runs behind the others'.
 // --prepare-log: the data comes from a DataModule whose prepare_data appends a line to FILE.
+// --checkpoint-every: a ModelCheckpoint in ROOT/checkpoints every that many steps. --fsize-limit: rank 0
+// may write files of that many bytes at most (RLIMIT_FSIZE, SIGXFSZ ignored), so that its saves fail.
 // --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
 // Every rank prints "STOPPED <rank> <global step>" after fit.
 // Rank 0 prints "TIMING start <step> <unix ms> <attempt>" at its first step and the failing rank
@@ -23,6 +25,7 @@
 
 #include <torch/torch.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 #include <chrono>
 #include <csignal>
@@ -40,7 +43,7 @@ struct Args {
   std::string strategy = "ddp_spawn";
   int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, fail_rank = -1, fail_step = -1, fail_attempt = -1;
   int64_t elastic_every = 0, step_ms = 0, stop_rank = -1, stop_step = -1, early_stop_rank = -1, late_rank = -1;
-  int64_t late_ms = 0;
+  int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0;
   double timeout = 30, max_time = 0;
   bool shared_memory = true;
   std::string out, fail, loop = "trainer", root = ".", precision = "32-true", loggers, prepare_log;
@@ -80,6 +83,8 @@ Args parse(int argc, char** argv) {
     if (key == "--late-ms") a.late_ms = std::stoll(value);
     if (key == "--loggers") a.loggers = value;
     if (key == "--prepare-log") a.prepare_log = value;
+    if (key == "--checkpoint-every") a.checkpoint_every = std::stoll(value);
+    if (key == "--fsize-limit") a.fsize_limit = std::stoll(value);
   }
   return a;
 }
@@ -231,11 +236,22 @@ int main(int argc, char** argv) {
       options.limit_val_batches(arc::BatchAmount::count(2)).num_sanity_val_steps(0);
     }
     if (args.max_time > 0) options.max_time(args.max_time);
+    if (args.checkpoint_every > 0)
+      callbacks.push_back(std::make_shared<arc::ModelCheckpoint>(arc::ModelCheckpointOptions()
+                                                                     .dirpath(args.root + "/checkpoints")
+                                                                     .every_n_train_steps(args.checkpoint_every)));
     std::vector<std::shared_ptr<arc::Logger>> loggers;
     if (!args.loggers.empty())
       loggers = {std::make_shared<arc::CSVLogger>(args.loggers),
                  std::make_shared<arc::TensorBoardLogger>(args.loggers)};
     arc::Trainer trainer(options, callbacks, loggers);
+    if (args.fsize_limit > 0 && trainer.is_global_zero()) {
+      std::signal(SIGXFSZ, SIG_IGN);
+      rlimit limit{};
+      getrlimit(RLIMIT_FSIZE, &limit);
+      limit.rlim_cur = static_cast<rlim_t>(args.fsize_limit);
+      setrlimit(RLIMIT_FSIZE, &limit);
+    }
     if (trainer.global_rank() == args.late_rank) std::this_thread::sleep_for(std::chrono::milliseconds(args.late_ms));
     if (args.prepare_log.empty()) {
       trainer.fit(module, {data, arc::DataLoaderOptions(args.batch)}, val);

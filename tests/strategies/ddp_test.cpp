@@ -214,6 +214,28 @@ TEST(DDP, SigintToOneRankStopsEveryRankWith130) {
   EXPECT_NE(rank0.output.find("fit interrupted by SIGINT (Ctrl-C) at global step"), std::string::npos) << rank0.output;
 }
 
+// Rank 0's checkpoint write fails (past its file size limit, as on a full disk): the run ends on
+// every rank, soon, with the file, the cause and the fix, and leaves no temporary file.
+TEST(DDP, FailedSaveOnRankZeroEndsEveryRankWithTheCause) {
+  const auto root = scratch("failed_save");
+  std::filesystem::remove_all(root);
+  const std::string tag = "tag_" + std::to_string(getpid()) + "_failed_save";
+  const double timeout = 60;
+  const auto run =
+      probe("--strategy ddp_spawn --devices 2 --steps 100 --checkpoint-every 5 --fsize-limit 1024 --root " + root +
+            " --timeout " + std::to_string(timeout) + " --tag " + tag);
+  EXPECT_NE(run.status, 0) << run.output;
+  EXPECT_LT(run.seconds, timeout / 2) << run.output;
+  EXPECT_NE(run.output.find("cannot write checkpoint '" + root + "/checkpoints/"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("File too large"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("ulimit -f"), std::string::npos) << run.output;
+  for (const auto& entry : std::filesystem::directory_iterator(root + "/checkpoints")) {
+    EXPECT_EQ(entry.path().string().find(".tmp-"), std::string::npos) << entry.path();
+  }
+  EXPECT_EQ(count_tagged(tag), 0) << "a rank outlived the run";
+  std::filesystem::remove_all(root);
+}
+
 // As Lightning: prepare_data runs on local rank 0 only, and the other ranks wait for it.
 TEST(DDP, PrepareDataRunsOnceOnLocalRankZero) {
   const auto log = scratch("prepare_log");
@@ -258,7 +280,9 @@ TEST_P(DisagreeingRanks, StopTogetherAtTheSameStep) {
   ASSERT_EQ(steps.size(), 2u) << run.output;
   EXPECT_EQ(steps.at(0), steps.at(1)) << run.output;
   EXPECT_LT(steps.at(0), 100000) << run.output;
-  if (disagreement.expected_step >= 0) EXPECT_EQ(steps.at(0), disagreement.expected_step) << run.output;
+  if (disagreement.expected_step >= 0) {
+    EXPECT_EQ(steps.at(0), disagreement.expected_step) << run.output;
+  }
 }
 
 // 512 samples, 2 ranks x batch 16: 16 batches an epoch. The lone request at step 5 takes effect one
