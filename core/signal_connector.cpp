@@ -17,7 +17,8 @@ namespace {
 
 volatile std::sig_atomic_t terminate_received = 0;
 volatile std::sig_atomic_t requeue_received = 0;
-volatile std::sig_atomic_t interrupt_received = 0;
+volatile std::sig_atomic_t interrupt_from_terminal = 0;
+volatile std::sig_atomic_t interrupt_sent = 0;
 
 // A second SIGTERM or SIGINT ends the process at once, as it would without Arclight: a launcher
 // or a user that asks twice does not wait for a batch that may never end.
@@ -30,8 +31,14 @@ void second_ends_at_once(volatile std::sig_atomic_t& received, int signal) {
 }
 
 extern "C" void on_terminate(int) { second_ends_at_once(terminate_received, SIGTERM); }
-extern "C" void on_interrupt(int) { second_ends_at_once(interrupt_received, SIGINT); }
 extern "C" void on_requeue(int) { requeue_received = 1; }
+
+// One Ctrl-C can reach a launcher's rank twice: from the terminal driver (SI_KERNEL) and again from
+// a launcher that passes it on (torchrun's agent, with kill). One of each kind is one Ctrl-C; a second
+// of the same kind is a second Ctrl-C.
+extern "C" void on_interrupt(int, siginfo_t* info, void*) {
+  second_ends_at_once(info->si_code == SI_KERNEL ? interrupt_from_terminal : interrupt_sent, SIGINT);
+}
 
 void install(int signal, void (*handler)(int), struct sigaction* previous) {
   struct sigaction action {};
@@ -40,6 +47,14 @@ void install(int signal, void (*handler)(int), struct sigaction* previous) {
   // Restart interrupted system calls: file and socket I/O of the step carries on unharmed.
   action.sa_flags = SA_RESTART;
   sigaction(signal, &action, previous);
+}
+
+void install_interrupt(struct sigaction* previous) {
+  struct sigaction action {};
+  action.sa_sigaction = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART | SA_SIGINFO;
+  sigaction(SIGINT, &action, previous);
 }
 
 // The group when there is more than one rank to agree with.
@@ -53,9 +68,10 @@ Collectives* group_of(Trainer& trainer) {
 SignalConnector::SignalConnector(Trainer& trainer) : trainer_(trainer), ballot_(torch::zeros({kFields}, torch::kLong)) {
   terminate_received = 0;
   requeue_received = 0;
-  interrupt_received = 0;
+  interrupt_from_terminal = 0;
+  interrupt_sent = 0;
   install(SIGTERM, on_terminate, &previous_terminate_);
-  install(SIGINT, on_interrupt, &previous_interrupt_);
+  install_interrupt(&previous_interrupt_);
   const auto& options = trainer.options();
   if (options.auto_requeue() && cluster::env("SLURM_JOB_ID")) {
     requeue_signal_ = options.requeue_signal_number();
@@ -78,7 +94,7 @@ SignalConnector::Ballot SignalConnector::local() const {
   Ballot ballot;
   ballot.terminate = terminate_received != 0;
   ballot.requeue = requeue_received != 0;
-  ballot.interrupt = interrupt_received != 0;
+  ballot.interrupt = interrupt_from_terminal != 0 || interrupt_sent != 0;
   ballot.decision.stop = trainer_.should_stop();
   const auto& max_time = trainer_.options().max_time();
   ballot.decision.time_up = max_time && trainer_.elapsed_seconds() >= *max_time;

@@ -10,7 +10,6 @@
 #include <torch/cuda.h>
 #include <nlohmann/json.hpp>
 
-#include <dirent.h>
 #include <unistd.h>
 #include <algorithm>
 #include <chrono>
@@ -28,6 +27,7 @@
 namespace {
 
 using arc::testing::CommandRun;
+using arc::testing::count_tagged;
 using arc::testing::free_port;
 
 CommandRun probe(const std::string& args, const std::string& env = "") {
@@ -45,21 +45,6 @@ std::vector<float> read_floats(const std::string& path) {
 }
 
 std::string scratch(const std::string& name) { return "/tmp/arc_ddp_test_" + std::to_string(getpid()) + "_" + name; }
-
-// Processes whose command line holds `tag`.
-int count_tagged(const std::string& tag) {
-  int found = 0;
-  DIR* proc = opendir("/proc");
-  while (dirent* entry = readdir(proc)) {
-    const std::string pid = entry->d_name;
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in("/proc/" + pid + "/cmdline");
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmdline.find(tag) != std::string::npos && cmdline.rfind("timeout", 0) != 0) ++found;
-  }
-  closedir(proc);
-  return found;
-}
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double worst = 0;

@@ -4,6 +4,7 @@
 #include "support/command.h"
 #include "support/launchers.h"
 #include "support/slurm_cluster.h"
+#include "support/terminal.h"
 
 #include <gtest/gtest.h>
 
@@ -110,6 +111,36 @@ TEST(Launchers, TorchrunStaticRunsDdpAsDdpSpawnDoes) {
   EXPECT_NE(run.output.find("rank 0 of 2 on cpu (torchelastic environment"), std::string::npos) << run.output;
   EXPECT_EQ(read_file(dir + "/w.bin"), reference_weights(30));
   std::filesystem::remove_all(dir);
+}
+
+// Ctrl-C in the terminal of a launcher: every rank stops gracefully, at one batch boundary. torchrun
+// passes the terminal's SIGINT on to ranks that got it from the terminal already (one Ctrl-C, not
+// two: they say they were interrupted); mpirun sends SIGTERM, whose save the next fit resumes from.
+TEST(Launchers, CtrlCStopsEveryRankUnderTorchrunAndMpirun) {
+  for (const std::string launcher : {"torchrun", "mpirun"}) {
+    if (!installed(launcher)) continue;
+    const std::string dir = scratch("ctrl_c_" + launcher);
+    const std::string tag = "tag_" + std::to_string(getpid()) + "_ctrl_c_" + launcher;
+    // The launcher alone in the terminal, as typed by hand (no `timeout` in between, which would pass
+    // the SIGINT on once more); wait_exit bounds the wait, and the ranks are found by their tag.
+    std::string command = launcher == "torchrun" ? torchrun(kProbe) : arc::testing::mpirun(kProbe);
+    command.replace(0, std::string("timeout 120").size(), "exec");
+    arc::testing::Terminal terminal(
+        {"/bin/sh", "-c", command + " --strategy ddp --steps 100000 --step-ms 5 --root " + dir + " --tag " + tag});
+    ASSERT_TRUE(terminal.wait_for("TIMING start", 120)) << terminal.output();
+    terminal.type("\x03");
+    EXPECT_NE(terminal.wait_exit(120), -1) << terminal.output();
+    const auto& output = terminal.output();
+    if (launcher == "torchrun") {
+      EXPECT_NE(output.find("fit interrupted by SIGINT (Ctrl-C) at global step"), std::string::npos) << output;
+    } else {
+      EXPECT_NE(output.find("fit stopped by SIGTERM at global step"), std::string::npos) << output;
+      EXPECT_TRUE(std::filesystem::exists(dir + "/hpc_ckpt_1.ckpt")) << output;
+    }
+    EXPECT_EQ(arc::testing::count_tagged(tag), 0) << "a rank outlived the run: " << output;
+    arc::testing::kill_tagged(tag);
+    std::filesystem::remove_all(dir);
+  }
 }
 
 class Slurm : public ::testing::Test {

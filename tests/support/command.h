@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <dirent.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <chrono>
 #include <cstdint>
@@ -67,6 +69,28 @@ inline std::vector<std::vector<int64_t>> timings(const std::string& output, cons
     out.push_back(values);
   }
   return out;
+}
+
+/// The pids of the processes whose command line holds `tag` (not counting a `timeout` wrapper).
+inline std::vector<int> tagged_pids(const std::string& tag) {
+  std::vector<int> found;
+  DIR* proc = opendir("/proc");
+  while (dirent* entry = readdir(proc)) {
+    const std::string pid = entry->d_name;
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in("/proc/" + pid + "/cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.find(tag) != std::string::npos && cmdline.rfind("timeout", 0) != 0) found.push_back(std::stoi(pid));
+  }
+  closedir(proc);
+  return found;
+}
+
+inline int count_tagged(const std::string& tag) { return static_cast<int>(tagged_pids(tag).size()); }
+
+/// SIGKILL to every process `tag` names: what a failed test leaves is cleaned up by pid.
+inline void kill_tagged(const std::string& tag) {
+  for (const int pid : tagged_pids(tag)) kill(pid, SIGKILL);
 }
 
 /// The whole file, or "" when it cannot be read.
