@@ -3,6 +3,7 @@
 
 #include <arc/core/error.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -34,8 +35,13 @@ void CSVLogger::load_existing(const std::string& path) {
     std::map<std::string, double> row;
     std::stringstream cells(line);
     std::string cell;
-    for (size_t i = 0; i < header.size() && std::getline(cells, cell, ','); ++i)
-      if (!cell.empty()) row[header[i]] = std::stod(cell);
+    for (size_t i = 0; i < header.size() && std::getline(cells, cell, ','); ++i) {
+      if (cell.empty()) continue;
+      char* end = nullptr;
+      row[header[i]] = std::strtod(cell.c_str(), &end);
+      ARC_CHECK(*end == '\0', "'", path, "' holds '", cell, "' in column '", header[i],
+                "', which is not a number; move the file away to start a new one");
+    }
     earlier.push_back(std::move(row));
   }
   columns_.insert(header.begin(), header.end());
