@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <future>
 #include <sstream>
 #include <thread>
 
@@ -160,22 +159,6 @@ TEST(ToolLauncher, ARankConfigErrorEndsTheToolWithTheRankStatus) {
   EXPECT_NE(run.output.find("takes devices as a process count, not indices; write devices: 2"), std::string::npos)
       << run.output;
   EXPECT_NE(run.output.find("ddp_spawn: rank "), std::string::npos) << "the ranks were the tool's: " << run.output;
-}
-
-// Each run's rank 0 opens its store on a port of its own and hands it on: no clashes.
-TEST(ToolLauncher, ConcurrentRunsNeverClash) {
-  std::vector<std::future<arc::testing::CommandRun>> runs;
-  for (int i = 0; i < 8; ++i)
-    runs.push_back(std::async(std::launch::async, [] {
-      return run_command(std::string(ARC_BINARY) + " train --config " + shipped_config() +
-                         " --set trainer.limit_train_batches=3 --set trainer.limit_val_batches=1" +
-                         " --set trainer.enable_progress_bar=false --set trainer.enable_checkpointing=false");
-    }));
-  for (auto& run : runs) {
-    const auto result = run.get();
-    EXPECT_EQ(result.status, 0) << result.output;
-    EXPECT_NE(result.output.find("\"world_size\":2"), std::string::npos) << result.output;
-  }
 }
 
 }  // namespace

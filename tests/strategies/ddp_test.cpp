@@ -130,18 +130,6 @@ INSTANTIATE_TEST_SUITE_P(DDP, LauncherFailure,
                            return std::get<0>(info.param).kind + "_rank" + std::to_string(std::get<1>(info.param));
                          });
 
-TEST(DDP, TwentyConcurrentSpawnRunsNeverClashOnPorts) {
-  std::vector<std::thread> threads;
-  std::vector<CommandRun> runs(20);
-  for (size_t i = 0; i < runs.size(); ++i)
-    threads.emplace_back([&runs, i] { runs[i] = probe("--strategy ddp_spawn --devices 2 --steps 2 --timeout 90"); });
-  for (auto& thread : threads) thread.join();
-  for (const auto& run : runs) {
-    EXPECT_EQ(run.status, 0) << run.output;
-    EXPECT_EQ(report(run)["world_size"], 2) << run.output;
-  }
-}
-
 TEST(DDP, RendezvousTimeoutNamesTheMissingRank) {
   const std::string env =
       "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port());
@@ -360,13 +348,15 @@ INSTANTIATE_TEST_SUITE_P(DDP, CustomLoop, ::testing::Values("32-true", "bf16-mix
 });
 
 TEST(DDP, NcclOnCpuRanksIsAnErrorThatSaysWhatToSet) {
-  const auto run = probe("--strategy ddp_spawn --devices 2 --steps 2 --process-group-backend nccl");
+  const double timeout = 60;
+  const auto run = probe("--strategy ddp_spawn --devices 2 --steps 2 --process-group-backend nccl --timeout " +
+                         std::to_string(timeout));
   EXPECT_NE(run.status, 0);
   EXPECT_NE(run.output.find("process_group_backend 'nccl' needs GPU ranks, but this rank runs on cpu"),
             std::string::npos)
       << run.output;
   EXPECT_NE(run.output.find("set accelerator to \"gpu\""), std::string::npos) << run.output;
-  EXPECT_LT(run.seconds, 30.0);
+  EXPECT_LT(run.seconds, timeout / 2) << "the error must end the run, not the timeout";
 }
 
 // One GPU: DDP of world size 1 on NCCL trains as the single-device strategy does.
