@@ -6,6 +6,12 @@
 
 namespace arc {
 
+int64_t AcceleratorBackend::count(const Devices& devices) const {
+  require_available();
+  if (devices.is_auto) return auto_device_count();
+  return devices.count == -1 ? device_count() : devices.count;
+}
+
 Registry<AcceleratorBackend>& accelerator_registry() {
   static Registry<AcceleratorBackend> registry = [] {
     Registry<AcceleratorBackend> r("accelerator");

@@ -2,8 +2,8 @@
 // arc::Accelerator, the facade for users who write their own loop.
 #pragma once
 
-#include <arc/core/registry.h>
-#include <arc/core/trainer_options.h>
+#include <arc/base/devices.h>
+#include <arc/base/registry.h>
 
 #include <c10/core/Device.h>
 
@@ -22,6 +22,13 @@ class AcceleratorBackend {
   virtual bool available() const = 0;
   /// Devices one node offers (processes for cpu).
   virtual int64_t device_count() const = 0;
+  /// An error saying what is missing when this accelerator cannot run here.
+  virtual void require_available() const {}
+  /// Devices that `devices: "auto"` means: every GPU, one CPU process.
+  virtual int64_t auto_device_count() const { return device_count(); }
+  /// How many devices `devices` asks for here (a count, the indices, "auto" or -1), before any is
+  /// selected; an error when the accelerator is not available.
+  int64_t count(const Devices& devices) const;
   /// The devices selected by the `devices` option; an error when they cannot be had.
   virtual std::vector<c10::Device> select(const Devices& devices) const = 0;
   /// Makes `device` current for this process (e.g. cudaSetDevice).

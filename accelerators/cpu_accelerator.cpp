@@ -33,8 +33,7 @@ int64_t CpuAccelerator::device_count() const {
 std::vector<c10::Device> CpuAccelerator::select(const Devices& devices) const {
   ARC_CHECK(devices.indices.empty(),
             "accelerator 'cpu' takes devices as a process count, not indices; write devices: ", devices.indices.size());
-  const int64_t count = devices.is_auto ? 1 : devices.count == -1 ? device_count() : devices.count;
-  return std::vector<c10::Device>(static_cast<size_t>(count), c10::Device(c10::kCPU));
+  return std::vector<c10::Device>(static_cast<size_t>(count(devices)), c10::Device(c10::kCPU));
 }
 
 std::map<std::string, double> CpuAccelerator::device_stats(c10::Device) {

@@ -11,6 +11,7 @@ class CpuAccelerator : public AcceleratorBackend {
   std::string name() const override { return "cpu"; }
   bool available() const override { return true; }
   int64_t device_count() const override;
+  int64_t auto_device_count() const override { return 1; }
   std::vector<c10::Device> select(const Devices& devices) const override;
   /// "cpu_percent" (the machine's busy share since the previous call, or since boot), "cpu_vm_percent"
   /// (memory in use), "cpu_swap_percent" and "cpu_rss_mb" (this process's resident memory).

@@ -12,6 +12,7 @@ class CudaAccelerator : public AcceleratorBackend {
   std::string name() const override { return "cuda"; }
   bool available() const override;
   int64_t device_count() const override;
+  void require_available() const override;
   std::vector<c10::Device> select(const Devices& devices) const override;
   void setup_device(c10::Device device) override;
   /// The caching allocator's byte counts under torch.cuda.memory_stats() names

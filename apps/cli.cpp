@@ -2,9 +2,9 @@
 #include <arc/apps/cli.h>
 
 #include <arc/apps/examples/run_report.h>
+#include <arc/base/config.h>
+#include <arc/base/console.h>
 #include <arc/callbacks/on_exception_checkpoint.h>
-#include <arc/core/config.h>
-#include <arc/core/console.h>
 #include <arc/core/module_registry.h>
 #include <arc/core/trainer.h>
 

@@ -2,8 +2,8 @@
 // reads it too.
 #include <arc/apps/cli.h>
 
-#include <arc/core/config.h>
-#include <arc/core/error.h>
+#include <arc/base/config.h>
+#include <arc/base/error.h>
 
 #include <fstream>
 

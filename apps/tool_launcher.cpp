@@ -2,10 +2,10 @@
 #include <arc/apps/tool_launcher.h>
 
 #include <arc/apps/cli.h>
-#include <arc/core/devices.h>
-#include <arc/core/error.h>
+#include <arc/base/devices.h>
+#include <arc/base/error.h>
 #include <arc/strategies/cluster/cluster_environment.h>
-#include <arc/strategies/rank_processes.h>
+#include <arc/strategies/launchers/rank_processes.h>
 
 #include <signal.h>
 #include <unistd.h>

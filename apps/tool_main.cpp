@@ -1,6 +1,6 @@
 // Entry point of the `arc` tool: its launcher, which loads no LibTorch (apps/tool_launcher.h).
 #include <arc/apps/tool_launcher.h>
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 
 #include <unistd.h>
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <arc/apps/cli.h>
+
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
@@ -62,10 +64,9 @@ inline nlohmann::json result_of(const std::string& command) {
   size_t n;
   while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
   const int status = pclose(pipe);
-  const auto at = output.find("RESULT ");
-  if (status != 0 || at == std::string::npos)
-    throw std::runtime_error("no RESULT line from: " + command + "\n" + output);
-  return nlohmann::json::parse(output.substr(at + 7, output.find('\n', at) - at - 7));
+  auto result = cli::read_report(output);
+  if (status != 0 || result.is_null()) throw std::runtime_error("no RESULT line from: " + command + "\n" + output);
+  return result;
 }
 
 /// One fresh command's RESULT line and its wall time.

@@ -1,7 +1,8 @@
-// Callback: code that runs at the Trainer's hooks without touching the module, as Lightning's.
+// Callback: the interface of code that runs at the Trainer's hooks, as Lightning's. The Trainer calls
+// it, so it needs only base/ and data/; the callbacks beside it implement it on top of core/.
 #pragma once
 
-#include <arc/core/batch.h>
+#include <arc/data/batch.h>
 
 #include <nlohmann/json.hpp>
 
@@ -9,6 +10,7 @@
 
 #include <exception>
 #include <string>
+#include <vector>
 
 namespace torch::optim {
 class Optimizer;
@@ -62,6 +64,14 @@ class Callback {
   /// The checkpoint this callback wrote in its last on_exception, or "" (an interrupted fit names
   /// it as the file to resume from).
   virtual std::string exception_checkpoint() const { return ""; }
+  /// Checkpoint files this callback wrote or will write, for the Trainer to find: `kind` "best" and
+  /// "last" answer ckpt_path="best" and "last"; "resume" lists every file fit may continue from by
+  /// itself when a launcher restarts the job (strategy elastic). None by default.
+  virtual std::vector<std::string> checkpoint_files(const std::string& kind, const Trainer& trainer) const {
+    (void)kind;
+    (void)trainer;
+    return {};
+  }
 
   /// State saved in checkpoints under state_key() (null: nothing to save).
   virtual nlohmann::json state_dict() const { return nullptr; }

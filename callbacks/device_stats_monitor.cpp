@@ -2,7 +2,7 @@
 #include <arc/callbacks/device_stats_monitor.h>
 
 #include <arc/accelerators/cpu_accelerator.h>
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 #include <arc/core/trainer.h>
 
 namespace arc {

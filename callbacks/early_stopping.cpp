@@ -1,8 +1,8 @@
 // EarlyStopping.
 #include <arc/callbacks/early_stopping.h>
 
-#include <arc/core/console.h>
-#include <arc/core/error.h>
+#include <arc/base/console.h>
+#include <arc/base/error.h>
 #include <arc/core/trainer.h>
 
 #include <fmt/format.h>

@@ -2,8 +2,8 @@
 // stopping threshold or diverges past a limit; it says which.
 #pragma once
 
+#include <arc/base/arg.h>
 #include <arc/callbacks/callback.h>
-#include <arc/core/arg.h>
 
 #include <optional>
 #include <string>

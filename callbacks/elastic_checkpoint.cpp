@@ -3,6 +3,8 @@
 
 #include <arc/core/trainer.h>
 
+#include <filesystem>
+
 namespace arc {
 
 ElasticCheckpoint::ElasticCheckpoint(int64_t every_n_steps, double every_seconds)
@@ -10,6 +12,11 @@ ElasticCheckpoint::ElasticCheckpoint(int64_t every_n_steps, double every_seconds
 
 std::string ElasticCheckpoint::path(const Trainer& trainer) {
   return trainer.options().default_root_dir() + "/elastic_last.ckpt";
+}
+
+std::vector<std::string> ElasticCheckpoint::checkpoint_files(const std::string& kind, const Trainer& trainer) const {
+  if (kind != "resume" || !std::filesystem::exists(path(trainer))) return {};
+  return {path(trainer)};
 }
 
 void ElasticCheckpoint::on_fit_start(Trainer& trainer, TrainModule&) {

@@ -18,6 +18,8 @@ class ElasticCheckpoint : public Callback {
   void on_fit_start(Trainer& trainer, TrainModule& module) override;
   void on_train_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& loss, Batch& batch,
                           int64_t batch_idx) override;
+  /// "resume": its file, once written.
+  std::vector<std::string> checkpoint_files(const std::string& kind, const Trainer& trainer) const override;
   /// Where it writes for `trainer`.
   static std::string path(const Trainer& trainer);
 

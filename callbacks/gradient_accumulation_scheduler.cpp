@@ -1,7 +1,7 @@
 // GradientAccumulationScheduler.
 #include <arc/callbacks/gradient_accumulation_scheduler.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 #include <arc/core/trainer.h>
 
 namespace arc {

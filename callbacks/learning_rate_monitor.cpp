@@ -1,7 +1,7 @@
 // LearningRateMonitor.
 #include <arc/callbacks/learning_rate_monitor.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 #include <arc/core/trainer.h>
 
 #include <torch/optim/optimizer.h>

@@ -1,7 +1,8 @@
 // ModelCheckpoint.
 #include <arc/callbacks/model_checkpoint.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
+#include <arc/core/checkpoint.h>
 #include <arc/core/trainer.h>
 
 #include <fmt/format.h>
@@ -24,8 +25,28 @@ std::string ModelCheckpoint::state_key() const {
          ",every_n_epochs=" + std::to_string(options_.every_n_epochs()) + "}";
 }
 
+std::string ModelCheckpoint::folder(const Trainer& trainer) const {
+  if (!dirpath_.empty()) return dirpath_;
+  return options_.dirpath().empty() ? trainer.log_dir() + "/checkpoints" : options_.dirpath();
+}
+
+std::vector<std::string> ModelCheckpoint::checkpoint_files(const std::string& kind, const Trainer& trainer) const {
+  if (kind == "best") return best_path_.empty() ? std::vector<std::string>{} : std::vector<std::string>{best_path_};
+  if (kind == "last") {
+    // In the default folder a new run has a new version: "last" is among every version's.
+    const auto& loggers = trainer.loggers();
+    const bool versioned = options_.dirpath().empty() && !loggers.empty();
+    return last_checkpoints(folder(trainer), versioned ? loggers[0]->versions_folder() : "");
+  }
+  std::vector<std::string> out;
+  std::error_code missing;
+  for (const auto& entry : std::filesystem::directory_iterator(folder(trainer), missing))
+    if (entry.is_regular_file() && entry.path().extension() == ".ckpt") out.push_back(entry.path().string());
+  return out;
+}
+
 void ModelCheckpoint::on_fit_start(Trainer& trainer, TrainModule&) {
-  dirpath_ = options_.dirpath().empty() ? trainer.log_dir() + "/checkpoints" : options_.dirpath();
+  dirpath_ = folder(trainer);
   last_save_time_ = std::chrono::steady_clock::now();
 }
 

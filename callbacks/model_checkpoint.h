@@ -2,8 +2,8 @@
 // keeps the best save_top_k by a monitored metric, and optionally last.ckpt, as Lightning's.
 #pragma once
 
+#include <arc/base/arg.h>
 #include <arc/callbacks/callback.h>
-#include <arc/core/arg.h>
 
 #include <chrono>
 #include <map>
@@ -52,6 +52,9 @@ class ModelCheckpoint : public Callback {
   void on_train_epoch_end(Trainer& trainer, TrainModule& module) override;
   nlohmann::json state_dict() const override;
   void load_state_dict(const nlohmann::json& state) override;
+  /// "best": the best file of this fit; "last": last.ckpt in its folder or, in the default folder
+  /// (<log_dir>/checkpoints), in any version's; "resume": every .ckpt in its folder.
+  std::vector<std::string> checkpoint_files(const std::string& kind, const Trainer& trainer) const override;
 
   const std::string& best_model_path() const { return best_path_; }
   std::optional<double> best_model_score() const;
@@ -64,6 +67,8 @@ class ModelCheckpoint : public Callback {
 
  private:
   void save(Trainer& trainer);
+  /// Where checkpoints go (or will go, before fit starts).
+  std::string folder(const Trainer& trainer) const;
   bool better(double candidate, double reference) const;
 
   ModelCheckpointOptions options_;

@@ -1,7 +1,7 @@
 // ModelSummary.
 #include <arc/callbacks/model_summary.h>
 
-#include <arc/core/console.h>
+#include <arc/base/console.h>
 #include <arc/core/trainer.h>
 
 #include <fmt/format.h>

@@ -1,8 +1,8 @@
 // OnExceptionCheckpoint.
 #include <arc/callbacks/on_exception_checkpoint.h>
 
-#include <arc/core/console.h>
-#include <arc/core/error.h>
+#include <arc/base/console.h>
+#include <arc/base/error.h>
 #include <arc/core/trainer.h>
 
 namespace arc {

@@ -1,7 +1,7 @@
 // ThroughputMonitor.
 #include <arc/callbacks/throughput_monitor.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 #include <arc/core/trainer.h>
 
 namespace arc {

@@ -1,7 +1,7 @@
 // Timer.
 #include <arc/callbacks/timer.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 #include <arc/core/trainer.h>
 
 #include <fmt/format.h>

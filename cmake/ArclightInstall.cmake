@@ -4,13 +4,14 @@ include(CMakePackageConfigHelpers)
 
 set(ARC_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Arclight)
 
-foreach(dir core accelerators strategies callbacks loggers)
+# Public headers only: internals (loops, connectors, shared memory) live in detail/ folders.
+foreach(dir base data accelerators strategies loggers core fabric callbacks)
   install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/arc/${dir}
-          FILES_MATCHING PATTERN "*.h")
+          FILES_MATCHING PATTERN "*.h" PATTERN "detail" EXCLUDE)
 endforeach()
 install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/arc.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/arc)
 
-install(TARGETS arclight arc_deps EXPORT ArclightTargets
+install(TARGETS arclight arclight_launch arc_deps EXPORT ArclightTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(EXPORT ArclightTargets NAMESPACE arc:: DESTINATION ${ARC_CMAKE_DIR})

@@ -3,8 +3,8 @@
 // every checksum first.
 #include <arc/core/checkpoint.h>
 
-#include <arc/core/crc32c.h>
-#include <arc/core/error.h>
+#include <arc/base/crc32c.h>
+#include <arc/base/error.h>
 
 #include <torch/torch.h>
 
@@ -211,6 +211,17 @@ void CheckpointWriter::write(const std::string& path) {
   file.write(kTrailerMagic, 8);
   file.commit();
   fsync_path(folder, O_RDONLY | O_DIRECTORY);
+}
+
+std::vector<std::string> last_checkpoints(const std::string& folder, const std::string& versions_folder) {
+  std::vector<std::string> out;
+  if (std::filesystem::exists(folder + "/last.ckpt")) out.push_back(folder + "/last.ckpt");
+  if (versions_folder.empty()) return out;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator(versions_folder, ignored))
+    if (std::filesystem::exists(entry.path() / "checkpoints" / "last.ckpt"))
+      out.push_back((entry.path() / "checkpoints" / "last.ckpt").string());
+  return out;
 }
 
 void remove_stale_temporaries(const std::string& folder) {

@@ -30,6 +30,10 @@ constexpr const char* kTemporaryInfix = ".tmp-";
 /// Removes the temporary files in `folder` that writers which died (a crash, SIGKILL) left behind.
 void remove_stale_temporaries(const std::string& folder);
 
+/// The last.ckpt files that ckpt_path="last" chooses among: `folder`'s, and, when `versions_folder` is
+/// given (checkpoints in the default <log_dir>/checkpoints), that of every version_*/checkpoints in it.
+std::vector<std::string> last_checkpoints(const std::string& folder, const std::string& versions_folder);
+
 /// Collects what one checkpoint holds, then writes it in one go.
 class CheckpointWriter {
  public:

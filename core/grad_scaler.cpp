@@ -1,7 +1,7 @@
 // GradScaler.
 #include <arc/core/grad_scaler.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 
 #include <torch/torch.h>
 

@@ -3,7 +3,7 @@
 // hold inf/NaN, back the scale off after such a step and grow it after growth_interval clean ones.
 #pragma once
 
-#include <arc/core/arg.h>
+#include <arc/base/arg.h>
 
 #include <torch/types.h>
 #include <nlohmann/json.hpp>

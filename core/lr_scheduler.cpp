@@ -1,7 +1,7 @@
 // Learning-rate schedulers.
 #include <arc/core/lr_scheduler.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 
 #include <torch/torch.h>
 

@@ -1,7 +1,7 @@
 // MetricStore: step values, epoch aggregation and Lightning's metric names.
 #include <arc/core/metric_store.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 
 #include <algorithm>
 

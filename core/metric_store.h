@@ -2,6 +2,8 @@
 // (mean weighted by batch size, sum, max, min), named as Lightning names them.
 #pragma once
 
+#include <arc/base/reduce.h>
+
 #include <torch/types.h>
 #include <nlohmann/json.hpp>
 
@@ -14,9 +16,6 @@
 #include <unordered_map>
 
 namespace arc {
-
-/// How epoch values are aggregated.
-enum class Reduce { mean, sum, max, min };
 
 /// Options of TrainModule::log, as Lightning's self.log. Unset on_step/on_epoch take
 /// Lightning's defaults: per step in training, per epoch in validation and test.

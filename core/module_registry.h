@@ -2,10 +2,10 @@
 // `arc train --config run.json` can build them by name from their config section.
 #pragma once
 
-#include <arc/core/config.h>
-#include <arc/core/data_module.h>
-#include <arc/core/registry.h>
+#include <arc/base/config.h>
+#include <arc/base/registry.h>
 #include <arc/core/train_module.h>
+#include <arc/data/data_module.h>
 
 #include <map>
 #include <string>

@@ -1,9 +1,9 @@
 // Precision.
 #include <arc/core/precision.h>
 
-#include <arc/core/console.h>
-#include <arc/core/error.h>
-#include <arc/core/torch_compat.h>
+#include <arc/base/console.h>
+#include <arc/base/error.h>
+#include <arc/base/torch_compat.h>
 
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>

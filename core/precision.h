@@ -5,6 +5,7 @@
 #pragma once
 
 #include <arc/core/grad_scaler.h>
+#include <arc/data/batch.h>
 
 #include <torch/types.h>
 #include <nlohmann/json.hpp>
@@ -50,6 +51,9 @@ class Precision {
   /// The type modules and floating inputs take ("64-true", "bf16-true", "16-true").
   std::optional<torch::ScalarType> input_dtype() const { return true_dtype_; }
   void convert_module(torch::nn::Module& module) const;
+  /// `batch` on this precision's device, floating tensors in input_dtype(): how the loops and
+  /// arc::Accelerator::prepare_batch move every batch.
+  Batch to_device(const Batch& batch) const { return batch.to(device_, true_dtype_, /*non_blocking=*/true); }
   /// Wrap training/validation/test/predict steps in this.
   ForwardContext forward_context() const { return ForwardContext(autocast_dtype_, device_.type()); }
 

@@ -1,7 +1,7 @@
 // TrainModule: defaults of the optional steps and the calls that reach the Trainer.
 #include <arc/core/train_module.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 #include <arc/core/trainer.h>
 
 #include <torch/torch.h>

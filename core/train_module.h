@@ -2,10 +2,10 @@
 // so register_module, parameters(), to() and train()/eval() work as LibTorch users expect.
 #pragma once
 
-#include <arc/core/batch.h>
-#include <arc/core/data_module.h>
 #include <arc/core/lr_scheduler.h>
 #include <arc/core/metric_store.h>
+#include <arc/data/batch.h>
+#include <arc/data/data_module.h>
 
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
@@ -128,7 +128,7 @@ class TrainModule : public torch::nn::Module {
   std::vector<ManualOptimizer> optimizers();
   /// The configured schedulers, in optimizer order.
   std::vector<std::shared_ptr<LRScheduler>> lr_schedulers();
-  /// Backward through the strategy (and later precision plugins), with the backward hooks.
+  /// Backward through the precision (loss scaling) and the strategy (gradient sync), with the backward hooks.
   void manual_backward(const torch::Tensor& loss);
 
   /// Hyper-parameters recorded by loggers and checkpoints.

@@ -3,18 +3,18 @@
 #include <arc/core/trainer.h>
 
 #include <arc/accelerators/accelerator_backend.h>
-#include <arc/callbacks/elastic_checkpoint.h>
-#include <arc/callbacks/model_checkpoint.h>
-#include <arc/callbacks/model_summary.h>
-#include <arc/callbacks/progress_bar.h>
+#include <arc/base/console.h>
 #include <arc/core/checkpoint.h>
-#include <arc/core/checkpoint_connector.h>
-#include <arc/core/console.h>
-#include <arc/core/data_loader.h>
-#include <arc/core/evaluation_loop.h>
-#include <arc/core/fit_loop.h>
-#include <arc/loggers/folder_logger.h>
-#include <arc/strategies/rank_processes.h>
+#include <arc/core/detail/accelerator_connector.h>
+#include <arc/core/detail/callback_connector.h>
+#include <arc/core/detail/checkpoint_connector.h>
+#include <arc/core/detail/evaluation_loop.h>
+#include <arc/core/detail/fit_loop.h>
+#include <arc/core/detail/optimizer_step.h>
+#include <arc/core/detail/run_state.h>
+#include <arc/core/detail/signal_connector.h>
+#include <arc/data/data_loader.h>
+#include <arc/strategies/launchers/rank_processes.h>
 #include <arc/strategies/strategy.h>
 
 #include <malloc.h>
@@ -55,20 +55,6 @@ void keep_large_buffers_in_heap() {
 
 }  // namespace
 
-const char* to_string(Stage stage) {
-  switch (stage) {
-    case Stage::fit:
-      return "fit";
-    case Stage::validate:
-      return "validate";
-    case Stage::test:
-      return "test";
-    case Stage::predict:
-      return "predict";
-  }
-  return "fit";
-}
-
 Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks,
                  std::vector<std::shared_ptr<Logger>> loggers)
     : options_(apply_overfit_batches(apply_fast_dev_run(std::move(options)))),
@@ -76,60 +62,17 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> 
       loggers_(std::move(loggers)) {
   options_.validate();
   if (options_.fast_dev_run() > 0) loggers_.clear();
-  accelerator_ = resolve_accelerator(options_.accelerator());
-  strategy_ = resolve_strategy(
-      options_.strategy(), static_cast<int64_t>(accelerator_->select(options_.devices()).size()), options_.num_nodes());
-  strategy_->setup(*accelerator_, options_);
-  precision_ = std::make_unique<Precision>(options_.precision(), strategy_->root_device());
-  agree_on_logger_versions();
-  add_default_callbacks();
-}
-
-// Rank 0 picks each logger's version and every rank takes it, as Lightning broadcasts log_dir:
-// the loggers of one folder share the version given to any of them, or else the next free one.
-void Trainer::agree_on_logger_versions() {
-  nlohmann::json versions = nlohmann::json::array();
-  if (is_global_zero()) {
-    std::map<std::string, int64_t> chosen;
-    for (const auto& logger : loggers_)
-      if (logger->version_fixed()) chosen.emplace(logger->versions_folder(), logger->version_number());
-    for (const auto& logger : loggers_) {
-      const std::string folder = logger->versions_folder();
-      if (!folder.empty() && !logger->version_fixed()) {
-        auto [entry, inserted] = chosen.emplace(folder, 0);
-        if (inserted) entry->second = next_version(folder);
-        logger->set_version_number(entry->second);
-      }
-      versions.push_back(logger->version_number());
-    }
-  }
-  versions = nlohmann::json::parse(strategy_->broadcast(versions.dump()));
-  for (size_t i = 0; i < loggers_.size(); ++i)
-    if (!loggers_[i]->versions_folder().empty()) loggers_[i]->set_version_number(versions.at(i).get<int64_t>());
+  auto run = detail::resolve_run(options_);
+  accelerator_ = std::move(run.accelerator);
+  strategy_ = std::move(run.strategy);
+  precision_ = std::move(run.precision);
+  threads_per_process_ = run.threads_per_process;
+  state_ = std::make_unique<detail::RunState>(loggers_, *strategy_);
+  state_->logging.agree_on_versions();
+  detail::add_default_callbacks(callbacks_, options_, strategy_->elastic());
 }
 
 Trainer::~Trainer() = default;
-
-void Trainer::add_default_callbacks() {
-  const auto has = [&](auto* probe) {
-    using T = std::remove_pointer_t<decltype(probe)>;
-    for (const auto& callback : callbacks_)
-      if (std::dynamic_pointer_cast<T>(callback)) return true;
-    return false;
-  };
-  if (options_.enable_model_summary() && !has(static_cast<ModelSummary*>(nullptr)))
-    callbacks_.push_back(std::make_shared<ModelSummary>());
-  if (options_.enable_progress_bar() && !has(static_cast<ProgressBar*>(nullptr)))
-    callbacks_.push_back(std::make_shared<ProgressBar>());
-  // Lightning's default checkpointing, plus last.ckpt so that ckpt_path="last" can resume.
-  if (options_.enable_checkpointing() && !has(static_cast<ModelCheckpoint*>(nullptr)))
-    callbacks_.push_back(std::make_shared<ModelCheckpoint>(ModelCheckpointOptions().save_last(true)));
-  const bool periodic =
-      options_.elastic_checkpoint_every_n_steps() > 0 || options_.elastic_checkpoint_every_seconds() > 0;
-  if (strategy_->elastic() && periodic && !has(static_cast<ElasticCheckpoint*>(nullptr)))
-    callbacks_.push_back(std::make_shared<ElasticCheckpoint>(options_.elastic_checkpoint_every_n_steps(),
-                                                             options_.elastic_checkpoint_every_seconds()));
-}
 
 Strategy& Trainer::strategy() const { return *strategy_; }
 AcceleratorBackend& Trainer::accelerator() const { return *accelerator_; }
@@ -144,23 +87,32 @@ std::string Trainer::log_dir() const {
   return options_.default_root_dir();
 }
 
+const Progress& Trainer::progress() const { return state_->progress; }
+bool Trainer::should_stop() const { return state_->should_stop; }
+const std::string& Trainer::stop_reason() const { return state_->stop_reason; }
+bool Trainer::sanity_checking() const { return state_->sanity_checking; }
+Stage Trainer::stage() const { return state_->stage; }
+int64_t Trainer::num_training_batches() const { return state_->num_training_batches; }
+int64_t Trainer::num_val_batches() const { return state_->num_val_batches; }
+bool Trainer::logging_batch() const { return state_->logging_batch; }
+int64_t Trainer::accumulate_grad_batches() const { return state_->accumulate_grad_batches; }
+const std::vector<OptimizerConfig>& Trainer::optimizer_configs() const { return state_->optimizers; }
+const Metrics& Trainer::callback_metrics() const { return state_->logging.callback_metrics(); }
+const Metrics& Trainer::logged_metrics() const { return state_->logging.logged_metrics(); }
+Metrics Trainer::progress_bar_metrics() const { return state_->logging.progress_bar_metrics(); }
+void Trainer::log_to_loggers(const Metrics& metrics) { state_->logging.send(metrics, state_->progress); }
+
 double Trainer::elapsed_seconds() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - stage_start_).count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - state_->stage_start).count();
 }
 
 void Trainer::request_stop(const std::string& reason) {
-  should_stop_ = true;
-  stop_reason_ = reason;
-}
-
-Metrics Trainer::progress_bar_metrics() const {
-  auto metrics = eval_metrics_.prog_bar_metrics();
-  for (const auto& [name, value] : train_metrics_.prog_bar_metrics()) metrics[name] = value;
-  return metrics;
+  state_->should_stop = true;
+  state_->stop_reason = reason;
 }
 
 void Trainer::setup_environment() {
-  torch::set_num_threads(static_cast<int>(options_.threads_per_process(strategy_->local_world_size())));
+  torch::set_num_threads(static_cast<int>(threads_per_process_));
   if (options_.tune_malloc()) keep_large_buffers_in_heap();
   if (options_.seed()) torch::manual_seed(*options_.seed());
   auto& context = at::globalContext();
@@ -187,12 +139,12 @@ void Trainer::detach() {
 
 void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, const std::function<void()>& body) {
   attach(module);
-  stage_ = stage;
-  stage_start_ = std::chrono::steady_clock::now();
-  should_stop_ = false;
-  stop_reason_.clear();
-  train_metrics_.clear();
-  eval_metrics_.clear();
+  state_->stage = stage;
+  state_->stage_start = std::chrono::steady_clock::now();
+  state_->should_stop = false;
+  state_->stop_reason.clear();
+  state_->logging.train_metrics.clear();
+  state_->logging.eval_metrics.clear();
   try {
     setup_environment();
     if (data != nullptr) {
@@ -207,15 +159,13 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
     strategy_->teardown();
     module.teardown(stage);
     if (data != nullptr) data->teardown(stage);
-    if (is_global_zero())
-      for (auto& logger : loggers_) logger->finalize("success");
+    state_->logging.finalize("success");
   } catch (const Interrupted& interrupted) {
     end_interrupted(module, interrupted);
   } catch (const std::exception& error) {
     strategy_->on_failure(error.what());
     call_callbacks([&](Callback& c) { c.on_exception(*this, module, error); });
-    if (is_global_zero())
-      for (auto& logger : loggers_) logger->finalize("failed");
+    state_->logging.finalize("failed");
     detach();
     throw;
   }
@@ -227,8 +177,7 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
 // process exits with 130, the status of a command that SIGINT stopped.
 void Trainer::end_interrupted(TrainModule& module, const Interrupted& interrupted) {
   call_callbacks([&](Callback& c) { c.on_exception(*this, module, interrupted); });
-  if (is_global_zero())
-    for (auto& logger : loggers_) logger->finalize("failed");
+  state_->logging.finalize("failed");
   std::string saved;
   for (const auto& callback : callbacks_)
     if (!callback->exception_checkpoint().empty()) saved = callback->exception_checkpoint();
@@ -272,29 +221,6 @@ std::unique_ptr<DataLoader> Trainer::make_loader(const DataSource& source) const
                                       options_.seed().value_or(0));
 }
 
-void Trainer::configure_optimizers(TrainModule& module) {
-  optimizers_ = module.configure_optimizers();
-  ARC_CHECK(
-      !optimizers_.empty() || !module.automatic_optimization(),
-      "configure_optimizers() returned no optimizer; return at least one, e.g. std::make_shared<torch::optim::SGD>(",
-      "parameters(), torch::optim::SGDOptions(0.1))");
-  ARC_CHECK(optimizers_.size() <= 1 || !module.automatic_optimization(), "configure_optimizers() of ", module.name(),
-            " returned ", optimizers_.size(), " optimizers, but automatic optimization steps one, as Lightning's ",
-            "does; call set_automatic_optimization(false) and step each in training_step (optimizers(), ",
-            "manual_backward), or return one optimizer with a parameter group per part");
-  for (const auto& config : optimizers_) {
-    ARC_CHECK(
-        config.optimizer != nullptr, "configure_optimizers() of ", module.name(),
-        " returned a null optimizer; return one made with std::make_shared<torch::optim::...>(parameters(), ...)");
-    if (!config.lr_scheduler) continue;
-    const auto& scheduler = *config.lr_scheduler;
-    ARC_CHECK(scheduler.scheduler != nullptr, "an lr_scheduler config has no scheduler; set its `scheduler`");
-    ARC_CHECK(scheduler.frequency >= 1, "lr_scheduler frequency must be >= 1, got ", scheduler.frequency);
-    ARC_CHECK(!scheduler.scheduler->needs_metric() || !scheduler.monitor.empty(),
-              "ReduceLROnPlateau needs `monitor` in its scheduler config, e.g. \"val_loss\"");
-  }
-}
-
 void Trainer::fit(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
   run_fit(module, &data, {}, {}, ckpt_path);
 }
@@ -314,34 +240,34 @@ void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, D
     if (is_global_zero())
       for (const auto& folder : {options_.default_root_dir(), log_dir() + "/checkpoints"})
         remove_stale_temporaries(folder);
-    std::string resume = ckpt_path.empty() ? "" : CheckpointConnector(*this).resolve(ckpt_path);
+    std::string resume = ckpt_path.empty() ? "" : CheckpointConnector(*this, *state_).resolve(ckpt_path);
     // Rank 0 picks, so that every rank resumes from the same file.
-    const auto automatic =
-        strategy_->broadcast(is_global_zero() ? CheckpointConnector(*this).automatic_resume_path() : std::string());
+    const auto automatic = strategy_->broadcast(
+        is_global_zero() ? CheckpointConnector(*this, *state_).automatic_resume_path() : std::string());
     if (!automatic.empty()) {
       console().info("resuming from '{}' instead of {} (restart {} of this job)", automatic,
                      resume.empty() ? "starting afresh" : "'" + resume + "'", strategy_->restart_count());
       resume = automatic;
     }
-    FitLoop(*this, module, make_loader(train_source), make_loader(val_source), resume).run();
+    FitLoop(*this, *state_, module, make_loader(train_source), make_loader(val_source), resume).run();
   });
 }
 
 void Trainer::load_weights(TrainModule& module, const std::string& ckpt_path) {
   if (!ckpt_path.empty())
-    CheckpointConnector(*this).restore_weights(module, CheckpointConnector(*this).resolve(ckpt_path));
+    CheckpointConnector(*this, *state_).restore_weights(module, CheckpointConnector(*this, *state_).resolve(ckpt_path));
 }
 
 void Trainer::set_accumulate_grad_batches(int64_t batches) {
   ARC_CHECK(batches >= 1, "accumulate_grad_batches must be >= 1, got ", batches);
-  accumulate_grad_batches_ = batches;
+  state_->accumulate_grad_batches = batches;
 }
 
 void Trainer::save_checkpoint(const std::string& path, bool weights_only) {
   TrainModule* module = module_ != nullptr ? module_ : last_module_;
   ARC_CHECK(module != nullptr,
             "save_checkpoint needs a module: call it during or after fit, validate, test or predict");
-  CheckpointConnector(*this).save(*module, path, weights_only);
+  CheckpointConnector(*this, *state_).save(*module, path, weights_only);
 }
 
 Metrics Trainer::validate(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
@@ -371,7 +297,7 @@ Metrics Trainer::run_evaluation(Stage stage, TrainModule& module, DataModule* da
                           : pick(std::move(given), data, &DataModule::val_dataloader, &TrainModule::val_dataloader,
                                  module, "validation");
     const auto& limit = testing ? options_.limit_test_batches() : options_.limit_val_batches();
-    out = EvaluationLoop(*this, module, stage).run(*make_loader(source), limit);
+    out = EvaluationLoop(*this, *state_, module, stage).run(*make_loader(source), limit);
   });
   return out;
 }
@@ -392,43 +318,15 @@ std::vector<torch::Tensor> Trainer::run_predict(TrainModule& module, DataModule*
     load_weights(module, ckpt_path);
     auto source = pick(std::move(given), data, &DataModule::predict_dataloader, &TrainModule::predict_dataloader,
                        module, "predict");
-    out = EvaluationLoop(*this, module, Stage::predict).predict(*make_loader(source), options_.limit_predict_batches());
+    out = EvaluationLoop(*this, *state_, module, Stage::predict)
+              .predict(*make_loader(source), options_.limit_predict_batches());
   });
   return out;
 }
 
 void Trainer::log_from_module(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
-  auto& store = training_ ? train_metrics_ : eval_metrics_;
-  store.log(name, value, options, training_, current_batch_size_);
-}
-
-const Metrics& Trainer::callback_metrics() const {
-  // Step values are read lazily: converting them every step would cost a sync per metric.
-  for (const auto& [name, value] : train_metrics_.callback_metrics()) callback_metrics_[name] = value;
-  for (const auto& [name, value] : eval_metrics_.callback_metrics()) callback_metrics_[name] = value;
-  return callback_metrics_;
-}
-
-GatherFn Trainer::metric_gather() const {
-  auto* group = strategy_->collectives();
-  if (group == nullptr || group->world_size() == 1) return nullptr;
-  return [group](const std::vector<double>& values) {
-    const auto local = torch::tensor(values, torch::kDouble);
-    std::vector<std::vector<double>> out;
-    for (const auto& rank : group->all_gather(local)) {
-      const double* data = rank.data_ptr<double>();
-      out.emplace_back(data, data + rank.numel());
-    }
-    return out;
-  };
-}
-
-void Trainer::send_to_loggers(const Metrics& metrics) {
-  if (metrics.empty() || !is_global_zero()) return;
-  Metrics with_epoch = metrics;
-  with_epoch["epoch"] = static_cast<double>(progress_.current_epoch);
-  for (auto& logger : loggers_) logger->log_metrics(with_epoch, progress_.global_step);
-  for (const auto& [name, value] : with_epoch) logged_metrics_[name] = value;
+  auto& store = state_->training ? state_->logging.train_metrics : state_->logging.eval_metrics;
+  store.log(name, value, options, state_->training, state_->current_batch_size);
 }
 
 void Trainer::backward(TrainModule& module, const torch::Tensor& loss) {
@@ -449,12 +347,7 @@ void Trainer::zero_grad(torch::optim::Optimizer& optimizer) {
 }
 
 void Trainer::manual_optimizer_step(torch::optim::Optimizer& optimizer) {
-  precision_->unscale(optimizer);
-  module_->on_before_optimizer_step(optimizer);
-  call_callbacks([&](Callback& c) { c.on_before_optimizer_step(*this, *module_, optimizer); });
-  precision_->optimizer_step(optimizer);
-  precision_->update();
-  ++progress_.global_step;
+  detail::step_optimizers(*this, *module_, *state_, {&optimizer}, /*clip=*/false);
 }
 
 }  // namespace arc

@@ -2,13 +2,13 @@
 // hooks, callbacks and loggers.
 #pragma once
 
+#include <arc/base/error.h>
 #include <arc/callbacks/callback.h>
-#include <arc/core/data_module.h>
-#include <arc/core/error.h>
 #include <arc/core/metric_store.h>
 #include <arc/core/precision.h>
 #include <arc/core/train_module.h>
 #include <arc/core/trainer_options.h>
+#include <arc/data/data_module.h>
 #include <arc/loggers/logger.h>
 
 #include <chrono>
@@ -22,6 +22,10 @@ namespace arc {
 class AcceleratorBackend;
 class DataLoader;
 class Strategy;
+
+namespace detail {
+struct RunState;
+}
 
 /// Counters of a run, as Lightning's trainer exposes them.
 struct Progress {
@@ -60,40 +64,42 @@ class Trainer {
   std::vector<torch::Tensor> predict(TrainModule& module, DataSource predict_data = {},
                                      const std::string& ckpt_path = "");
   /// Sends `metrics` to the loggers at the current global step (rank 0 only).
-  void log_to_loggers(const Metrics& metrics) { send_to_loggers(metrics); }
+  void log_to_loggers(const Metrics& metrics);
   /// Batches per optimizer step from now on (GradientAccumulationScheduler sets it per epoch).
   void set_accumulate_grad_batches(int64_t batches);
-  int64_t accumulate_grad_batches() const { return accumulate_grad_batches_; }
+  int64_t accumulate_grad_batches() const;
   /// Writes a checkpoint of the running (or last) module; rank 0 writes, other ranks return.
   void save_checkpoint(const std::string& path, bool weights_only = false);
 
   const TrainerOptions& options() const { return options_; }
-  const Progress& progress() const { return progress_; }
-  int64_t current_epoch() const { return progress_.current_epoch; }
-  int64_t global_step() const { return progress_.global_step; }
+  const Progress& progress() const;
+  int64_t current_epoch() const { return progress().current_epoch; }
+  int64_t global_step() const { return progress().global_step; }
   /// Ends fit after the current step (respecting min_epochs/min_steps), as `trainer.should_stop`.
   void request_stop(const std::string& reason);
-  bool should_stop() const { return should_stop_; }
-  const std::string& stop_reason() const { return stop_reason_; }
-  bool sanity_checking() const { return sanity_checking_; }
-  Stage stage() const { return stage_; }
+  bool should_stop() const;
+  const std::string& stop_reason() const;
+  bool sanity_checking() const;
+  Stage stage() const;
   /// Training batches per epoch after limits; validation batches per run.
-  int64_t num_training_batches() const { return num_training_batches_; }
-  int64_t num_val_batches() const { return num_val_batches_; }
+  int64_t num_training_batches() const;
+  int64_t num_val_batches() const;
   /// Every metric callbacks may monitor: step values, epoch values.
   const Metrics& callback_metrics() const;
   /// What was last sent to the loggers.
-  const Metrics& logged_metrics() const { return logged_metrics_; }
+  const Metrics& logged_metrics() const;
   /// During a training batch (its hooks included): whether its step metrics go to the loggers,
   /// as they do every log_every_n_steps batches. Callbacks that log per step follow it.
-  bool logging_batch() const { return logging_batch_; }
+  bool logging_batch() const;
   Metrics progress_bar_metrics() const;
   /// Seconds since the current stage started.
   double elapsed_seconds() const;
 
   std::vector<std::shared_ptr<Callback>>& callbacks() { return callbacks_; }
+  const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
   std::vector<std::shared_ptr<Logger>>& loggers() { return loggers_; }
-  const std::vector<OptimizerConfig>& optimizer_configs() const { return optimizers_; }
+  const std::vector<std::shared_ptr<Logger>>& loggers() const { return loggers_; }
+  const std::vector<OptimizerConfig>& optimizer_configs() const;
   Strategy& strategy() const;
   AcceleratorBackend& accelerator() const;
   torch::Device device() const;
@@ -120,10 +126,6 @@ class Trainer {
   }
 
  private:
-  friend class FitLoop;
-  friend class EvaluationLoop;
-  friend class CheckpointConnector;
-
   void run_stage(Stage stage, TrainModule& module, DataModule* data, const std::function<void()>& body);
   /// Saves through the callbacks, says where, and ends this process with status 130.
   [[noreturn]] void end_interrupted(TrainModule& module, const Interrupted& interrupted);
@@ -136,15 +138,9 @@ class Trainer {
   void setup_environment();
   void attach(TrainModule& module);
   void detach();
-  void configure_optimizers(TrainModule& module);
   DataSource pick(DataSource given, DataModule* data, DataSource (DataModule::*from_data)(),
                   DataSource (TrainModule::*from_module)(), TrainModule& module, const char* what) const;
   std::unique_ptr<DataLoader> make_loader(const DataSource& source) const;
-  void send_to_loggers(const Metrics& metrics);
-  /// Gathers metric values across ranks, or nullptr with one process.
-  GatherFn metric_gather() const;
-  void add_default_callbacks();
-  void agree_on_logger_versions();
 
   TrainerOptions options_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
@@ -152,27 +148,11 @@ class Trainer {
   std::shared_ptr<AcceleratorBackend> accelerator_;
   std::shared_ptr<Strategy> strategy_;
   std::unique_ptr<Precision> precision_;
-  std::vector<OptimizerConfig> optimizers_;
+  int64_t threads_per_process_ = 1;
+  /// Progress, flags, optimizers and metrics, which the loops and connectors change too.
+  std::unique_ptr<detail::RunState> state_;
   TrainModule* module_ = nullptr;
   TrainModule* last_module_ = nullptr;
-
-  Progress progress_;
-  Stage stage_ = Stage::fit;
-  bool training_ = false;
-  bool sanity_checking_ = false;
-  bool should_stop_ = false;
-  bool logging_batch_ = false;
-  std::string stop_reason_;
-  int64_t num_training_batches_ = 0;
-  int64_t num_val_batches_ = 0;
-  int64_t current_batch_size_ = 0;
-  int64_t accumulate_grad_batches_ = 1;
-  std::chrono::steady_clock::time_point stage_start_;
-
-  MetricStore train_metrics_;
-  MetricStore eval_metrics_;
-  mutable Metrics callback_metrics_;
-  Metrics logged_metrics_;
 };
 
 }  // namespace arc

@@ -1,10 +1,11 @@
 // TrainerOptions from and to JSON, and the checks on impossible values.
 #include <arc/core/trainer_options.h>
 
-#include <arc/core/config.h>
-#include <arc/core/error.h>
-#include <arc/core/host.h>
+#include <arc/base/config.h>
+#include <arc/base/error.h>
+#include <arc/base/host.h>
 #include <arc/core/precision.h>
+#include <arc/strategies/strategy.h>
 
 #include <cmath>
 #include <csignal>
@@ -12,13 +13,10 @@
 namespace arc {
 namespace {
 
-const std::vector<std::string> kAccelerators = {"auto", "cpu", "gpu", "cuda"};
 const std::vector<std::string> kClipAlgorithms = {"norm", "value"};
 const std::vector<std::string> kProcessGroupBackends = {"auto", "nccl", "gloo"};
 const std::vector<std::pair<std::string, int>> kRequeueSignals = {
     {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGHUP", SIGHUP}, {"SIGALRM", SIGALRM}};
-const std::vector<std::string> kClusterEnvironments = {"auto", "local", "slurm",   "torchelastic",
-                                                       "mpi",  "lsf",   "kubeflow"};
 
 std::vector<std::string> requeue_signal_names() {
   std::vector<std::string> names;
@@ -91,10 +89,218 @@ void check_choice(const std::string& key, const std::string& value, const std::v
   throw Error(unknown_name_message(key, value, allowed));
 }
 
+// "auto" or a name the registry knows (users' own strategies included).
+template <typename Registry>
+void check_name(const std::string& key, const std::string& value, const Registry& registry) {
+  auto allowed = registry.names();
+  allowed.insert(allowed.begin(), "auto");
+  check_choice(key, value, allowed);
+}
+
 void check_amount(const char* key, const BatchAmount& amount) {
   ARC_CHECK(amount.value >= 0 && (!amount.is_fraction || amount.value <= 1.0), key,
             " must be a fraction in [0.0, 1.0] or a batch count >= 0, got ", amount.value);
 }
+
+// One row per option: its key, how it is read from JSON, written back and checked. from_json,
+// to_json and validate all walk this table, so that none of them can miss an option.
+struct OptionField {
+  const char* key;
+  void (*read)(const Config&, TrainerOptions&);
+  nlohmann::json (*write)(const TrainerOptions&);
+  void (*check)(const TrainerOptions&);
+};
+
+template <typename T>
+void read_value(const Config& config, const char* key, T& field) {
+  field = config.get<T>(key, field);
+}
+template <typename T>
+void read_value(const Config& config, const char* key, std::optional<T>& field) {
+  field = config.get_optional<T>(key);
+}
+void read_value(const Config& config, const char* key, BatchAmount& field) { field = read_amount(config, key, field); }
+void read_value(const Config& config, const char* key, Devices& field) {
+  if (const auto* value = config.find(key)) field = Devices::from_json(*value, config.qualified(key));
+}
+
+template <typename T>
+nlohmann::json write_value(const T& value) {
+  return value;
+}
+template <typename T>
+nlohmann::json write_value(const std::optional<T>& value) {
+  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+nlohmann::json write_value(const BatchAmount& amount) { return amount_json(amount); }
+nlohmann::json write_value(const Devices& devices) { return devices.to_json(); }
+
+void no_check(const TrainerOptions&) {}
+
+// A row whose value reads and writes by its type; `check` throws for an impossible value.
+#define ARC_OPTION(name, check)                                                                                      \
+  OptionField {                                                                                                      \
+#name,                                                                                                           \
+        [](const Config& config,                                                                                     \
+           TrainerOptions& o) { read_value(config, #name, o.name()); },                                              \
+                                                                     [](const TrainerOptions&                        \
+                                                                            o) { return write_value(o.name()); },    \
+                                                                                                               check \
+  }
+// A row with its own reader, for the keys that take several JSON forms.
+#define ARC_OPTION_READ(name, reader, check)                                                                           \
+  OptionField {                                                                                                        \
+#name, [](const Config& config,                                                                                    \
+              TrainerOptions&                                                                                          \
+                  o) { o.name(reader(config)); }, [](const TrainerOptions& o) { return write_value(o.name()); }, check \
+  }
+#define ARC_AMOUNT_OPTION(name) ARC_OPTION(name, [](const TrainerOptions& o) { check_amount(#name, o.name()); })
+
+const std::vector<OptionField>& option_fields() {
+  static const std::vector<OptionField> fields = {
+      ARC_OPTION(max_epochs,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(!o.max_epochs() || *o.max_epochs() >= -1,
+                             "max_epochs must be >= 0, or -1 for no limit, got ", *o.max_epochs());
+                 }),
+      ARC_OPTION(min_epochs,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(!o.min_epochs() || *o.min_epochs() >= 0, "min_epochs must be >= 0, got ", *o.min_epochs());
+                 }),
+      ARC_OPTION(max_steps,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(o.max_steps() >= -1, "max_steps must be >= 0, or -1 for no limit, got ", o.max_steps());
+                 }),
+      ARC_OPTION(min_steps,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(!o.min_steps() || *o.min_steps() >= 0, "min_steps must be >= 0, got ", *o.min_steps());
+                 }),
+      ARC_OPTION_READ(max_time, read_max_time,
+                      [](const TrainerOptions& o) {
+                        ARC_CHECK(!o.max_time() || *o.max_time() > 0, "max_time must be a positive duration, got ",
+                                  *o.max_time(), " s");
+                      }),
+      ARC_AMOUNT_OPTION(limit_train_batches),
+      ARC_AMOUNT_OPTION(limit_val_batches),
+      ARC_AMOUNT_OPTION(limit_test_batches),
+      ARC_AMOUNT_OPTION(limit_predict_batches),
+      ARC_AMOUNT_OPTION(overfit_batches),
+      ARC_OPTION(val_check_interval,
+                 [](const TrainerOptions& o) {
+                   check_amount("val_check_interval", o.val_check_interval());
+                   ARC_CHECK(!o.val_check_interval().is_zero(),
+                             "val_check_interval must be > 0, got 0; use limit_val_batches=0 to skip validation");
+                 }),
+      ARC_OPTION(check_val_every_n_epoch,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(o.check_val_every_n_epoch() >= 1, "check_val_every_n_epoch must be >= 1, got ",
+                             o.check_val_every_n_epoch());
+                 }),
+      ARC_OPTION(num_sanity_val_steps,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(o.num_sanity_val_steps() >= -1,
+                             "num_sanity_val_steps must be >= 0, or -1 for all batches, got ",
+                             o.num_sanity_val_steps());
+                 }),
+      ARC_OPTION(log_every_n_steps,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(o.log_every_n_steps() >= 1, "log_every_n_steps must be >= 1, got ", o.log_every_n_steps());
+                 }),
+      ARC_OPTION(accumulate_grad_batches,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(o.accumulate_grad_batches() >= 1, "accumulate_grad_batches must be >= 1, got ",
+                             o.accumulate_grad_batches());
+                 }),
+      ARC_OPTION(gradient_clip_val,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(!o.gradient_clip_val() || *o.gradient_clip_val() >= 0,
+                             "gradient_clip_val must be >= 0, got ", *o.gradient_clip_val());
+                 }),
+      ARC_OPTION(gradient_clip_algorithm,
+                 [](const TrainerOptions& o) {
+                   check_choice("gradient_clip_algorithm", o.gradient_clip_algorithm(), kClipAlgorithms);
+                 }),
+      ARC_OPTION(deterministic, no_check),
+      ARC_OPTION(benchmark, no_check),
+      ARC_OPTION(seed, no_check),
+      ARC_OPTION_READ(fast_dev_run, read_fast_dev_run,
+                      [](const TrainerOptions& o) {
+                        ARC_CHECK(o.fast_dev_run() >= 0, "fast_dev_run must be true, false or a batch count >= 0, got ",
+                                  o.fast_dev_run());
+                      }),
+      ARC_OPTION(default_root_dir,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(!o.default_root_dir().empty(),
+                             "default_root_dir must not be empty; use \".\" for the working directory");
+                 }),
+      ARC_OPTION(accelerator,
+                 [](const TrainerOptions& o) { check_name("accelerator", o.accelerator(), accelerator_registry()); }),
+      ARC_OPTION(strategy, [](const TrainerOptions& o) { check_name("strategy", o.strategy(), strategy_registry()); }),
+      ARC_OPTION(devices,
+                 [](const TrainerOptions& o) {
+                   const auto& devices = o.devices();
+                   ARC_CHECK(devices.is_auto || devices.count >= 1 || devices.count == -1,
+                             "devices must be \"auto\", -1 (all) or >= 1, got ", devices.count);
+                 }),
+      ARC_OPTION(num_nodes,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(o.num_nodes() >= 1, "num_nodes must be >= 1, got ", o.num_nodes());
+                 }),
+      ARC_OPTION_READ(precision, read_precision,
+                      [](const TrainerOptions& o) { check_choice("precision", o.precision(), Precision::names()); }),
+      ARC_OPTION(enable_checkpointing, no_check),
+      ARC_OPTION(enable_progress_bar, no_check),
+      ARC_OPTION(enable_model_summary, no_check),
+      ARC_OPTION(num_threads,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(o.num_threads() >= 0, "num_threads must be >= 0 (0 = all cores), got ", o.num_threads());
+                 }),
+      ARC_OPTION(tune_malloc, no_check),
+      ARC_OPTION(cluster_environment,
+                 [](const TrainerOptions& o) {
+                   check_name("cluster_environment", o.cluster_environment(), cluster::cluster_registry());
+                 }),
+      ARC_OPTION(timeout,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(o.timeout() > 0, "timeout must be > 0 seconds, got ", o.timeout());
+                 }),
+      ARC_OPTION(find_unused_parameters, no_check),
+      ARC_OPTION(first_bucket_mb,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(o.first_bucket_mb() > 0, "first_bucket_mb must be > 0, got ", o.first_bucket_mb());
+                 }),
+      ARC_OPTION(bucket_cap_mb,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(o.bucket_cap_mb() > 0, "bucket_cap_mb must be > 0, got ", o.bucket_cap_mb());
+                 }),
+      ARC_OPTION(shared_memory, no_check),
+      ARC_OPTION(process_group_backend,
+                 [](const TrainerOptions& o) {
+                   check_choice("process_group_backend", o.process_group_backend(), kProcessGroupBackends);
+                 }),
+      ARC_OPTION(auto_requeue, no_check),
+      ARC_OPTION(
+          requeue_signal,
+          [](const TrainerOptions& o) { check_choice("requeue_signal", o.requeue_signal(), requeue_signal_names()); }),
+      ARC_OPTION(elastic_checkpoint_every_n_steps,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(o.elastic_checkpoint_every_n_steps() >= 0,
+                             "elastic_checkpoint_every_n_steps must be >= 0 (0 = off), got ",
+                             o.elastic_checkpoint_every_n_steps());
+                 }),
+      ARC_OPTION(elastic_checkpoint_every_seconds,
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(o.elastic_checkpoint_every_seconds() >= 0,
+                             "elastic_checkpoint_every_seconds must be >= 0 (0 = off), got ",
+                             o.elastic_checkpoint_every_seconds());
+                 }),
+  };
+  return fields;
+}
+
+#undef ARC_AMOUNT_OPTION
+#undef ARC_OPTION_READ
+#undef ARC_OPTION
 
 }  // namespace
 
@@ -118,147 +324,20 @@ int64_t TrainerOptions::threads_per_process(int64_t local_processes) const {
 TrainerOptions TrainerOptions::from_json(const nlohmann::json& json) {
   Config config(json, "trainer");
   TrainerOptions o;
-  o.max_epochs_ = config.get_optional<int64_t>("max_epochs");
-  o.min_epochs_ = config.get_optional<int64_t>("min_epochs");
-  o.max_steps_ = config.get<int64_t>("max_steps", o.max_steps_);
-  o.min_steps_ = config.get_optional<int64_t>("min_steps");
-  o.max_time_ = read_max_time(config);
-  o.limit_train_batches_ = read_amount(config, "limit_train_batches", o.limit_train_batches_);
-  o.limit_val_batches_ = read_amount(config, "limit_val_batches", o.limit_val_batches_);
-  o.limit_test_batches_ = read_amount(config, "limit_test_batches", o.limit_test_batches_);
-  o.limit_predict_batches_ = read_amount(config, "limit_predict_batches", o.limit_predict_batches_);
-  o.overfit_batches_ = read_amount(config, "overfit_batches", o.overfit_batches_);
-  o.val_check_interval_ = read_amount(config, "val_check_interval", o.val_check_interval_);
-  o.check_val_every_n_epoch_ = config.get<int64_t>("check_val_every_n_epoch", o.check_val_every_n_epoch_);
-  o.num_sanity_val_steps_ = config.get<int64_t>("num_sanity_val_steps", o.num_sanity_val_steps_);
-  o.log_every_n_steps_ = config.get<int64_t>("log_every_n_steps", o.log_every_n_steps_);
-  o.accumulate_grad_batches_ = config.get<int64_t>("accumulate_grad_batches", o.accumulate_grad_batches_);
-  o.gradient_clip_val_ = config.get_optional<double>("gradient_clip_val");
-  o.gradient_clip_algorithm_ = config.get<std::string>("gradient_clip_algorithm", o.gradient_clip_algorithm_);
-  o.deterministic_ = config.get<bool>("deterministic", o.deterministic_);
-  o.benchmark_ = config.get_optional<bool>("benchmark");
-  o.seed_ = config.get_optional<uint64_t>("seed");
-  o.fast_dev_run_ = read_fast_dev_run(config);
-  o.default_root_dir_ = config.get<std::string>("default_root_dir", o.default_root_dir_);
-  o.accelerator_ = config.get<std::string>("accelerator", o.accelerator_);
-  o.strategy_ = config.get<std::string>("strategy", o.strategy_);
-  if (const auto* devices = config.find("devices"))
-    o.devices_ = Devices::from_json(*devices, config.qualified("devices"));
-  o.num_nodes_ = config.get<int64_t>("num_nodes", o.num_nodes_);
-  o.precision_ = read_precision(config);
-  o.enable_checkpointing_ = config.get<bool>("enable_checkpointing", o.enable_checkpointing_);
-  o.enable_progress_bar_ = config.get<bool>("enable_progress_bar", o.enable_progress_bar_);
-  o.enable_model_summary_ = config.get<bool>("enable_model_summary", o.enable_model_summary_);
-  o.num_threads_ = config.get<int64_t>("num_threads", o.num_threads_);
-  o.tune_malloc_ = config.get<bool>("tune_malloc", o.tune_malloc_);
-  o.cluster_environment_ = config.get<std::string>("cluster_environment", o.cluster_environment_);
-  o.timeout_ = config.get<double>("timeout", o.timeout_);
-  o.find_unused_parameters_ = config.get<bool>("find_unused_parameters", o.find_unused_parameters_);
-  o.first_bucket_mb_ = config.get<double>("first_bucket_mb", o.first_bucket_mb_);
-  o.bucket_cap_mb_ = config.get<double>("bucket_cap_mb", o.bucket_cap_mb_);
-  o.shared_memory_ = config.get<bool>("shared_memory", o.shared_memory_);
-  o.process_group_backend_ = config.get<std::string>("process_group_backend", o.process_group_backend_);
-  o.auto_requeue_ = config.get<bool>("auto_requeue", o.auto_requeue_);
-  o.requeue_signal_ = config.get<std::string>("requeue_signal", o.requeue_signal_);
-  o.elastic_checkpoint_every_n_steps_ =
-      config.get<int64_t>("elastic_checkpoint_every_n_steps", o.elastic_checkpoint_every_n_steps_);
-  o.elastic_checkpoint_every_seconds_ =
-      config.get<double>("elastic_checkpoint_every_seconds", o.elastic_checkpoint_every_seconds_);
+  for (const auto& field : option_fields()) field.read(config, o);
   config.finish();
   o.validate();
   return o;
 }
 
 nlohmann::json TrainerOptions::to_json() const {
-  const auto optional = [](const auto& value) -> nlohmann::json {
-    if (!value) return nullptr;
-    return *value;
-  };
-  return {{"max_epochs", optional(max_epochs_)},
-          {"min_epochs", optional(min_epochs_)},
-          {"max_steps", max_steps_},
-          {"min_steps", optional(min_steps_)},
-          {"max_time", optional(max_time_)},
-          {"limit_train_batches", amount_json(limit_train_batches_)},
-          {"limit_val_batches", amount_json(limit_val_batches_)},
-          {"limit_test_batches", amount_json(limit_test_batches_)},
-          {"limit_predict_batches", amount_json(limit_predict_batches_)},
-          {"overfit_batches", amount_json(overfit_batches_)},
-          {"val_check_interval", amount_json(val_check_interval_)},
-          {"check_val_every_n_epoch", check_val_every_n_epoch_},
-          {"num_sanity_val_steps", num_sanity_val_steps_},
-          {"log_every_n_steps", log_every_n_steps_},
-          {"accumulate_grad_batches", accumulate_grad_batches_},
-          {"gradient_clip_val", optional(gradient_clip_val_)},
-          {"gradient_clip_algorithm", gradient_clip_algorithm_},
-          {"deterministic", deterministic_},
-          {"benchmark", optional(benchmark_)},
-          {"seed", optional(seed_)},
-          {"fast_dev_run", fast_dev_run_},
-          {"default_root_dir", default_root_dir_},
-          {"accelerator", accelerator_},
-          {"strategy", strategy_},
-          {"devices", devices_.to_json()},
-          {"num_nodes", num_nodes_},
-          {"precision", precision_},
-          {"enable_checkpointing", enable_checkpointing_},
-          {"enable_progress_bar", enable_progress_bar_},
-          {"enable_model_summary", enable_model_summary_},
-          {"num_threads", num_threads_},
-          {"tune_malloc", tune_malloc_},
-          {"cluster_environment", cluster_environment_},
-          {"timeout", timeout_},
-          {"find_unused_parameters", find_unused_parameters_},
-          {"first_bucket_mb", first_bucket_mb_},
-          {"bucket_cap_mb", bucket_cap_mb_},
-          {"shared_memory", shared_memory_},
-          {"process_group_backend", process_group_backend_},
-          {"auto_requeue", auto_requeue_},
-          {"requeue_signal", requeue_signal_},
-          {"elastic_checkpoint_every_n_steps", elastic_checkpoint_every_n_steps_},
-          {"elastic_checkpoint_every_seconds", elastic_checkpoint_every_seconds_}};
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& field : option_fields()) out[field.key] = field.write(*this);
+  return out;
 }
 
 void TrainerOptions::validate() const {
-  ARC_CHECK(!max_epochs_ || *max_epochs_ >= -1, "max_epochs must be >= 0, or -1 for no limit, got ", *max_epochs_);
-  ARC_CHECK(!min_epochs_ || *min_epochs_ >= 0, "min_epochs must be >= 0, got ", *min_epochs_);
-  ARC_CHECK(max_steps_ >= -1, "max_steps must be >= 0, or -1 for no limit, got ", max_steps_);
-  ARC_CHECK(!min_steps_ || *min_steps_ >= 0, "min_steps must be >= 0, got ", *min_steps_);
-  ARC_CHECK(!max_time_ || *max_time_ > 0, "max_time must be a positive duration, got ", *max_time_, " s");
-  check_amount("limit_train_batches", limit_train_batches_);
-  check_amount("limit_val_batches", limit_val_batches_);
-  check_amount("limit_test_batches", limit_test_batches_);
-  check_amount("limit_predict_batches", limit_predict_batches_);
-  check_amount("overfit_batches", overfit_batches_);
-  check_amount("val_check_interval", val_check_interval_);
-  ARC_CHECK(!val_check_interval_.is_zero(),
-            "val_check_interval must be > 0, got 0; use limit_val_batches=0 to skip validation");
-  ARC_CHECK(check_val_every_n_epoch_ >= 1, "check_val_every_n_epoch must be >= 1, got ", check_val_every_n_epoch_);
-  ARC_CHECK(num_sanity_val_steps_ >= -1, "num_sanity_val_steps must be >= 0, or -1 for all batches, got ",
-            num_sanity_val_steps_);
-  ARC_CHECK(log_every_n_steps_ >= 1, "log_every_n_steps must be >= 1, got ", log_every_n_steps_);
-  ARC_CHECK(accumulate_grad_batches_ >= 1, "accumulate_grad_batches must be >= 1, got ", accumulate_grad_batches_);
-  ARC_CHECK(!gradient_clip_val_ || *gradient_clip_val_ >= 0, "gradient_clip_val must be >= 0, got ",
-            *gradient_clip_val_);
-  check_choice("gradient_clip_algorithm", gradient_clip_algorithm_, kClipAlgorithms);
-  ARC_CHECK(fast_dev_run_ >= 0, "fast_dev_run must be true, false or a batch count >= 0, got ", fast_dev_run_);
-  ARC_CHECK(!default_root_dir_.empty(), "default_root_dir must not be empty; use \".\" for the working directory");
-  check_choice("accelerator", accelerator_, kAccelerators);
-  ARC_CHECK(devices_.is_auto || devices_.count >= 1 || devices_.count == -1,
-            "devices must be \"auto\", -1 (all) or >= 1, got ", devices_.count);
-  ARC_CHECK(num_nodes_ >= 1, "num_nodes must be >= 1, got ", num_nodes_);
-  check_choice("precision", precision_, Precision::names());
-  ARC_CHECK(num_threads_ >= 0, "num_threads must be >= 0 (0 = all cores), got ", num_threads_);
-  check_choice("cluster_environment", cluster_environment_, kClusterEnvironments);
-  ARC_CHECK(timeout_ > 0, "timeout must be > 0 seconds, got ", timeout_);
-  ARC_CHECK(first_bucket_mb_ > 0 && bucket_cap_mb_ > 0, "first_bucket_mb and bucket_cap_mb must be > 0, got ",
-            first_bucket_mb_, " and ", bucket_cap_mb_);
-  check_choice("process_group_backend", process_group_backend_, kProcessGroupBackends);
-  check_choice("requeue_signal", requeue_signal_, requeue_signal_names());
-  ARC_CHECK(elastic_checkpoint_every_n_steps_ >= 0, "elastic_checkpoint_every_n_steps must be >= 0 (0 = off), got ",
-            elastic_checkpoint_every_n_steps_);
-  ARC_CHECK(elastic_checkpoint_every_seconds_ >= 0, "elastic_checkpoint_every_seconds must be >= 0 (0 = off), got ",
-            elastic_checkpoint_every_seconds_);
+  for (const auto& field : option_fields()) field.check(*this);
 }
 
 }  // namespace arc

@@ -1,8 +1,8 @@
 // TrainerOptions: the Trainer's flags, named as Lightning's, readable from and writable to JSON.
 #pragma once
 
-#include <arc/core/arg.h>
-#include <arc/core/devices.h>
+#include <arc/base/arg.h>
+#include <arc/base/devices.h>
 
 #include <nlohmann/json.hpp>
 

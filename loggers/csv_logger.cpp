@@ -1,7 +1,7 @@
 // CSVLogger.
 #include <arc/loggers/csv_logger.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 
 #include <cstdlib>
 #include <filesystem>

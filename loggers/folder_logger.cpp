@@ -1,7 +1,7 @@
 // FolderLogger.
 #include <arc/loggers/folder_logger.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 
 #include <filesystem>
 #include <fstream>

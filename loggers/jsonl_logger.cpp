@@ -1,7 +1,7 @@
 // JsonLinesLogger.
 #include <arc/loggers/jsonl_logger.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 
 namespace arc {
 

@@ -1,9 +1,9 @@
 // TensorBoardLogger.
 #include <arc/loggers/tensorboard_logger.h>
 
-#include <arc/core/crc32c.h>
-#include <arc/core/error.h>
-#include <arc/core/host.h>
+#include <arc/base/crc32c.h>
+#include <arc/base/error.h>
+#include <arc/base/host.h>
 
 #include "loggers/tensorboard.pb.h"
 

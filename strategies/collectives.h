@@ -2,7 +2,7 @@
 // call, so that Gloo, NCCL or an intra-node shared-memory path can serve behind it.
 #pragma once
 
-#include <arc/core/metric_store.h>
+#include <arc/base/reduce.h>
 
 #include <torch/types.h>
 

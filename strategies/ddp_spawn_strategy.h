@@ -16,13 +16,14 @@ class DDPSpawnStrategy : public DDPStrategy {
   DDPSpawnStrategy();
   ~DDPSpawnStrategy() override;
   std::string name() const override { return "ddp_spawn"; }
+  /// Starts ranks 1..N-1 (rank 0 is this process), or, in a rank that a launcher started, joins it.
+  std::shared_ptr<cluster::ClusterEnvironment> launch(const LaunchRequest& request) override;
   void setup_module(torch::nn::Module& module) override;
   void on_failure(const std::string& reason) override;
   void on_interrupted() override;
   void teardown() override;
 
  protected:
-  std::shared_ptr<cluster::ClusterEnvironment> find_environment(const TrainerOptions& options) override;
   c10::intrusive_ptr<c10d::TCPStore> hosted_store() override;
 
  private:

@@ -1,9 +1,8 @@
 // DDPStrategy.
 #include <arc/strategies/ddp_strategy.h>
 
-#include <arc/core/console.h>
-#include <arc/core/host.h>
-#include <arc/core/train_module.h>
+#include <arc/base/console.h>
+#include <arc/base/host.h>
 #include <arc/strategies/process_group.h>
 
 #include <torch/torch.h>
@@ -28,53 +27,49 @@ bool use_nccl(const std::string& backend, c10::Device device) {
 
 }  // namespace
 
-std::shared_ptr<cluster::ClusterEnvironment> DDPStrategy::find_environment(const TrainerOptions& options) {
-  auto found = options.cluster_environment() == "auto"
-                   ? cluster::detect()
-                   : cluster::cluster_registry().create(options.cluster_environment());
+std::shared_ptr<cluster::ClusterEnvironment> DDPStrategy::launch(const LaunchRequest& request) {
+  auto found = request.cluster_environment == "auto" ? cluster::detect()
+                                                     : cluster::cluster_registry().create(request.cluster_environment);
   ARC_CHECK(found->creates_processes_externally(),
             "strategy 'ddp' joins processes started by srun, mpirun or torchrun,",
             " but no launcher's variables were found (cluster environment '", found->name(),
             "'); start the program under a launcher, or use strategy 'ddp_spawn' to start the processes from here");
+  request.check(*found);
   return found;
 }
 
 c10::intrusive_ptr<c10d::TCPStore> DDPStrategy::hosted_store() { return {}; }
 
-void DDPStrategy::setup(AcceleratorBackend& accelerator, const TrainerOptions& options) {
-  environment_ = find_environment(options);
+void DDPStrategy::setup(const StrategyPlan& plan) {
+  environment_ = plan.environment;
   world_size_ = environment_->world_size();
   rank_ = environment_->global_rank();
   local_rank_ = environment_->local_rank();
   local_world_size_ = environment_->local_world_size();
   set_console_rank(rank_, world_size_);
-  const int64_t devices = options.devices().is_auto       ? local_world_size_
-                          : options.devices().count == -1 ? accelerator.device_count()
-                                                          : options.devices().count;
-  environment_->validate(devices, options.num_nodes());
-  const auto selected = accelerator.select(options.devices().is_auto ? Devices::of_count(devices) : options.devices());
+  const auto& selected = plan.devices;
   ARC_CHECK(local_rank_ < static_cast<int64_t>(selected.size()), "local rank ", local_rank_,
             " has no device among the ", selected.size(), " selected; set devices to the processes per node");
   device_ = selected[static_cast<size_t>(local_rank_)];
-  const bool nccl = use_nccl(options.process_group_backend(), device_);
+  const bool nccl = use_nccl(plan.ddp.process_group_backend, device_);
   ARC_CHECK(!nccl || std::count(selected.begin(), selected.end(), device_) == 1, "devices lists ", device_.str(),
             " more than once, and NCCL cannot run two ranks on one GPU; list each GPU once, or set ",
             "process_group_backend to \"gloo\" to share it");
-  accelerator.setup_device(device_);
-  reducer_options_.first_bucket_bytes = static_cast<int64_t>(options.first_bucket_mb() * (1 << 20));
-  reducer_options_.bucket_bytes = static_cast<int64_t>(options.bucket_cap_mb() * (1 << 20));
-  reducer_options_.find_unused_parameters = options.find_unused_parameters();
+  plan.accelerator->setup_device(device_);
+  reducer_options_.first_bucket_bytes = plan.ddp.first_bucket_bytes;
+  reducer_options_.bucket_bytes = plan.ddp.bucket_bytes;
+  reducer_options_.find_unused_parameters = plan.ddp.find_unused_parameters;
   RendezvousOptions rendezvous;
   rendezvous.address = environment_->main_address();
   rendezvous.port = environment_->main_port();
   rendezvous.rank = rank_;
   rendezvous.world_size = world_size_;
-  rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout() * 1000));
+  rendezvous.timeout = plan.ddp.timeout;
   rendezvous.node = host_name() + "#" + std::to_string(environment_->node_rank());
-  rendezvous.shared_memory = options.shared_memory() && device_.is_cpu();
+  rendezvous.shared_memory = plan.ddp.shared_memory && device_.is_cpu();
   rendezvous.nccl = nccl;
   // A helper thread only overlaps communication with backward when a core is free to run it.
-  rendezvous.shm_helper_thread = local_world_size_ * options.threads_per_process(local_world_size_) < usable_cores();
+  rendezvous.shm_helper_thread = local_world_size_ * plan.threads_per_process < usable_cores();
   rendezvous.store_hosted_elsewhere = environment_->launcher_hosts_store();
   rendezvous.prefix = "arc/attempt_" + std::to_string(environment_->restart_count());
   collectives_ = make_collectives(rendezvous, hosted_store());

@@ -21,7 +21,8 @@ namespace arc {
 class DDPStrategy : public Strategy {
  public:
   std::string name() const override { return "ddp"; }
-  void setup(AcceleratorBackend& accelerator, const TrainerOptions& options) override;
+  std::shared_ptr<cluster::ClusterEnvironment> launch(const LaunchRequest& request) override;
+  void setup(const StrategyPlan& plan) override;
   torch::Device root_device() const override { return device_; }
   void setup_module(torch::nn::Module& module) override;
   void backward(const torch::Tensor& loss) override;
@@ -32,11 +33,8 @@ class DDPStrategy : public Strategy {
   int64_t local_world_size() const override { return local_world_size_; }
   Collectives* collectives() override { return collectives_.get(); }
   int64_t restart_count() const override { return environment_->restart_count(); }
-  const cluster::ClusterEnvironment& environment() const { return *environment_; }
 
  protected:
-  /// The environment to read ranks from; ddp requires one whose launcher made the processes.
-  virtual std::shared_ptr<cluster::ClusterEnvironment> find_environment(const TrainerOptions& options);
   /// The rendezvous store this process already hosts, if any (ddp_spawn's rank 0).
   virtual c10::intrusive_ptr<c10d::TCPStore> hosted_store();
 

@@ -1,25 +1,27 @@
 // ElasticStrategy.
 #include <arc/strategies/elastic_strategy.h>
 
-#include <arc/core/console.h>
-#include <arc/core/error.h>
+#include <arc/base/console.h>
+#include <arc/base/error.h>
 #include <arc/strategies/cluster/torchelastic_environment.h>
 
 namespace arc {
 
-std::shared_ptr<cluster::ClusterEnvironment> ElasticStrategy::find_environment(const TrainerOptions& options) {
-  ARC_CHECK(options.cluster_environment() == "auto" || options.cluster_environment() == "torchelastic",
+std::shared_ptr<cluster::ClusterEnvironment> ElasticStrategy::launch(const LaunchRequest& request) {
+  ARC_CHECK(request.cluster_environment == "auto" || request.cluster_environment == "torchelastic",
             "strategy 'elastic' reads torchrun's environment, but cluster_environment is '",
-            options.cluster_environment(), "'; set it to \"auto\" or \"torchelastic\"");
+            request.cluster_environment, "'; set it to \"auto\" or \"torchelastic\"");
   ARC_CHECK(cluster::TorchElasticEnvironment::detect(),
             "strategy 'elastic' runs under torchrun, which restarts failed processes, but torchrun's variables ",
             "(TORCHELASTIC_RUN_ID, RANK, LOCAL_RANK, WORLD_SIZE) are not set; start the program with ",
             "`torchrun --max_restarts=3 --nproc_per_node=N --no_python <program> ...`, or use strategy 'ddp'");
-  return std::make_shared<cluster::TorchElasticEnvironment>();
+  auto environment = std::make_shared<cluster::TorchElasticEnvironment>();
+  request.check(*environment);
+  return environment;
 }
 
-void ElasticStrategy::setup(AcceleratorBackend& accelerator, const TrainerOptions& options) {
-  DDPStrategy::setup(accelerator, options);
+void ElasticStrategy::setup(const StrategyPlan& plan) {
+  DDPStrategy::setup(plan);
   console().info("elastic: start {} of this job (torchrun allows {} restarts)", restart_count() + 1,
                  cluster::env("TORCHELASTIC_MAX_RESTARTS").value_or("?"));
 }

@@ -11,11 +11,10 @@ namespace arc {
 class ElasticStrategy : public DDPStrategy {
  public:
   std::string name() const override { return "elastic"; }
-  void setup(AcceleratorBackend& accelerator, const TrainerOptions& options) override;
+  /// torchrun's environment; an error without it.
+  std::shared_ptr<cluster::ClusterEnvironment> launch(const LaunchRequest& request) override;
+  void setup(const StrategyPlan& plan) override;
   bool elastic() const override { return true; }
-
- protected:
-  std::shared_ptr<cluster::ClusterEnvironment> find_environment(const TrainerOptions& options) override;
 };
 
 }  // namespace arc

@@ -1,7 +1,7 @@
 // GradReducer.
 #include <arc/strategies/grad_reducer.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>

@@ -2,9 +2,9 @@
 // LibTorch (ARC_WITH_NCCL).
 #include <arc/strategies/process_group.h>
 
-#include <arc/core/error.h>
-#include <arc/core/torch_compat.h>
-#include <arc/strategies/shm_collectives.h>
+#include <arc/base/error.h>
+#include <arc/base/torch_compat.h>
+#include <arc/strategies/detail/shm_collectives.h>
 
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>

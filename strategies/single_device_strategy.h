@@ -9,7 +9,8 @@ namespace arc {
 class SingleDeviceStrategy : public Strategy {
  public:
   std::string name() const override { return "single_device"; }
-  void setup(AcceleratorBackend& accelerator, const TrainerOptions& options) override;
+  std::shared_ptr<cluster::ClusterEnvironment> launch(const LaunchRequest& request) override;
+  void setup(const StrategyPlan& plan) override;
   torch::Device root_device() const override { return device_; }
 
  private:

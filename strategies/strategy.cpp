@@ -13,6 +13,10 @@
 
 namespace arc {
 
+void LaunchRequest::check(const cluster::ClusterEnvironment& environment) const {
+  environment.validate(devices_auto ? environment.local_world_size() : processes, num_nodes);
+}
+
 void Strategy::setup_module(torch::nn::Module& module) { module.to(root_device()); }
 
 void Strategy::backward(const torch::Tensor& loss) { loss.backward(); }

@@ -3,12 +3,13 @@
 #pragma once
 
 #include <arc/accelerators/accelerator_backend.h>
-#include <arc/core/registry.h>
-#include <arc/core/trainer_options.h>
+#include <arc/base/registry.h>
+#include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/collectives.h>
 
 #include <torch/types.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,13 +21,59 @@ class Module;
 
 namespace arc {
 
+/// DDP's knobs (TrainerOptions keeps them as flat JSON keys: timeout, bucket_cap_mb, ...).
+struct DDPOptions {
+  /// How long any distributed wait (rendezvous, collective, a child's exit) may take.
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  /// Gradient bucket sizes: the first (small, so that communication starts early), the rest.
+  int64_t first_bucket_bytes = int64_t{1} << 20;
+  int64_t bucket_bytes = int64_t{25} << 20;
+  bool find_unused_parameters = false;
+  /// All-reduce through shared memory among the processes of one machine.
+  bool shared_memory = true;
+  /// "auto", "nccl" or "gloo" (TrainerOptions::process_group_backend).
+  std::string process_group_backend = "auto";
+};
+
+/// The launch step's request: what the strategy needs to find or start its processes.
+struct LaunchRequest {
+  /// Processes per node, as the devices ask (AcceleratorBackend::count).
+  int64_t processes = 1;
+  /// devices is "auto": under a launcher, as many processes per node as it started.
+  bool devices_auto = false;
+  int64_t num_nodes = 1;
+  /// "auto" or a registered cluster environment.
+  std::string cluster_environment = "auto";
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+
+  /// Checks that `environment`'s launch matches these devices and nodes.
+  void check(const cluster::ClusterEnvironment& environment) const;
+};
+
+/// A run as the connector resolved it, once: a strategy sets itself up from this alone.
+struct StrategyPlan {
+  AcceleratorBackend* accelerator = nullptr;
+  /// This node's devices, selected once; a rank takes the one at its local rank.
+  std::vector<c10::Device> devices;
+  /// Where this process runs (from launch()); null for one process.
+  std::shared_ptr<cluster::ClusterEnvironment> environment;
+  int64_t num_nodes = 1;
+  /// Intra-op threads of each process on this machine.
+  int64_t threads_per_process = 1;
+  DDPOptions ddp;
+};
+
 /// Places the module, runs backward and tells ranks apart.
 class Strategy {
  public:
   virtual ~Strategy() = default;
   virtual std::string name() const = 0;
-  /// Picks this process's device from the accelerator and the options.
-  virtual void setup(AcceleratorBackend& accelerator, const TrainerOptions& options) = 0;
+  /// The launch step, before any device is selected: the environment this process runs in. ddp and
+  /// elastic find the one their launcher (srun, mpirun, torchrun) made; ddp_spawn starts the other
+  /// ranks on this machine; one process needs none (null).
+  virtual std::shared_ptr<cluster::ClusterEnvironment> launch(const LaunchRequest& request) = 0;
+  /// Takes this process's device and joins the other ranks.
+  virtual void setup(const StrategyPlan& plan) = 0;
   virtual torch::Device root_device() const = 0;
   /// Moves the module to the root device (and, for DDP, copies rank 0's weights and wires
   /// gradient synchronisation).
@@ -69,7 +116,7 @@ class Strategy {
 /// Strategies by name: "single_device", "ddp", "ddp_spawn", "elastic".
 Registry<Strategy>& strategy_registry();
 
-/// The strategy for the `strategy` option, with `devices` selected per node; "auto" picks single_device
+/// The strategy for the `strategy` option, for `devices` processes per node; "auto" picks single_device
 /// for one process, else ddp under a launcher and ddp_spawn without one (cluster::auto_strategy).
 std::shared_ptr<Strategy> resolve_strategy(const std::string& name, int64_t devices, int64_t num_nodes);
 

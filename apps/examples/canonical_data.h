@@ -1,8 +1,8 @@
 // CanonicalData: the workload's train/val split, in the epoch order WORKLOAD.md §2 defines.
 #pragma once
 
-#include <arc/core/config.h>
-#include <arc/core/data_module.h>
+#include <arc/base/config.h>
+#include <arc/data/data_module.h>
 
 namespace arc::examples {
 

@@ -2,7 +2,7 @@
 // validation loss and accuracy), shared by the MLP and CNN examples.
 #pragma once
 
-#include <arc/core/config.h>
+#include <arc/base/config.h>
 #include <arc/core/train_module.h>
 
 namespace arc::examples {

@@ -1,7 +1,7 @@
 // Canonical workload generation.
 #include <arc/apps/examples/workload.h>
 
-#include <arc/core/sha256.h>
+#include <arc/base/sha256.h>
 
 #include <torch/torch.h>
 

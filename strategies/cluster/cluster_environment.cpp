@@ -1,14 +1,14 @@
 // ClusterEnvironment defaults, detection and the helpers that read launcher variables.
 #include <arc/strategies/cluster/cluster_environment.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 #include <arc/strategies/cluster/kubeflow_environment.h>
 #include <arc/strategies/cluster/local_environment.h>
 #include <arc/strategies/cluster/lsf_environment.h>
 #include <arc/strategies/cluster/mpi_environment.h>
 #include <arc/strategies/cluster/slurm_environment.h>
 #include <arc/strategies/cluster/torchelastic_environment.h>
-#include <arc/strategies/rank_processes.h>
+#include <arc/strategies/launchers/rank_processes.h>
 
 #include <cstdlib>
 

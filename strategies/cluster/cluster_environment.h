@@ -2,7 +2,7 @@
 // launcher (srun, mpirun, torchrun, LSF, Kubeflow, or Arclight itself) set them.
 #pragma once
 
-#include <arc/core/registry.h>
+#include <arc/base/registry.h>
 
 #include <cstdint>
 #include <memory>

@@ -1,7 +1,7 @@
 // KubeflowEnvironment.
 #include <arc/strategies/cluster/kubeflow_environment.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 
 namespace arc::cluster {
 

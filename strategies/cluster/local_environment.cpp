@@ -1,7 +1,7 @@
 // LocalEnvironment.
 #include <arc/strategies/cluster/local_environment.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 
 namespace arc::cluster {
 

@@ -1,7 +1,7 @@
 // MpiEnvironment.
 #include <arc/strategies/cluster/mpi_environment.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 
 #include <algorithm>
 

@@ -1,7 +1,7 @@
 // SlurmEnvironment.
 #include <arc/strategies/cluster/slurm_environment.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 
 namespace arc::cluster {
 

@@ -1,7 +1,7 @@
 // TorchElasticEnvironment.
 #include <arc/strategies/cluster/torchelastic_environment.h>
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 
 namespace arc::cluster {
 

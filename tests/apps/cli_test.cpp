@@ -17,7 +17,7 @@ arc::testing::CommandRun arc(const std::string& args) {
   return arc::testing::run_command(std::string(ARC_BINARY) + " " + args);
 }
 
-nlohmann::json result_of(const std::string& output) { return arc::testing::report_line(output, "RESULT"); }
+nlohmann::json result_of(const std::string& output) { return arc::cli::read_report(output, "RESULT"); }
 
 std::string write_config(const std::string& name, const std::string& content) {
   const auto path = std::filesystem::temp_directory_path() / (std::to_string(getpid()) + "_" + name);

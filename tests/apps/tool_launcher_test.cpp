@@ -1,7 +1,7 @@
 // The `arc` tool's launcher: which command lines it starts every rank for, and what happens to
 // the ranks when one of them dies or the tool is told to stop.
 #include <arc/apps/tool_launcher.h>
-#include <arc/strategies/rank_processes.h>
+#include <arc/strategies/launchers/rank_processes.h>
 
 #include "support/command.h"
 

@@ -2,7 +2,7 @@
 #include <arc/apps/examples/classifier.h>
 #include <arc/apps/examples/workload.h>
 
-#include <arc/core/sha256.h>
+#include <arc/base/sha256.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

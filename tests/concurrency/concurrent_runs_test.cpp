@@ -27,7 +27,7 @@ TEST(ConcurrentRuns, TwentyDdpSpawnProgramsNeverClashOnPorts) {
   for (const auto& run : run_concurrently(
            "timeout 120 " + std::string(ARC_PROBE) + " --strategy ddp_spawn --devices 2 --steps 2 --timeout 90", 20)) {
     EXPECT_EQ(run.status, 0) << run.output;
-    const auto report = arc::testing::report_line(run.output, "PROBE");
+    const auto report = arc::cli::read_report(run.output, "PROBE");
     EXPECT_EQ(report.is_object() ? report["world_size"] : nullptr, 2) << run.output;
   }
 }

@@ -1,4 +1,4 @@
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 #include <arc/core/metric_store.h>
 
 #include <gtest/gtest.h>

@@ -2,9 +2,9 @@
 #include "support/errors.h"
 #include "support/tiny_module.h"
 
+#include <arc/base/torch_compat.h>
 #include <arc/core/grad_scaler.h>
 #include <arc/core/precision.h>
-#include <arc/core/torch_compat.h>
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 #include <arc/core/trainer_options.h>
 
 #include <gtest/gtest.h>

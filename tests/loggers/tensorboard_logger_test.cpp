@@ -2,7 +2,7 @@
 #include "loggers/tensorboard.pb.h"
 #include "support/tiny_module.h"
 
-#include <arc/core/crc32c.h>
+#include <arc/base/crc32c.h>
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Each cluster environment's detection and values from synthetic launcher variables.
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 #include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/cluster/lsf_environment.h>
 #include <arc/strategies/cluster/slurm_environment.h>

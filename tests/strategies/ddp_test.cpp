@@ -1,6 +1,6 @@
 // DDP end to end with real processes: ddp_spawn runs of the probe program, and the same
 // program joined by hand under strategy ddp.
-#include <arc/core/host.h>
+#include <arc/base/host.h>
 #include <arc/strategies/process_group.h>
 
 #include "support/command.h"
@@ -34,7 +34,7 @@ CommandRun probe(const std::string& args, const std::string& env = "") {
   return arc::testing::run_command(env + " timeout 120 " + std::string(ARC_PROBE) + " " + args);
 }
 
-nlohmann::json report(const CommandRun& run) { return arc::testing::report_line(run.output, "PROBE"); }
+nlohmann::json report(const CommandRun& run) { return arc::cli::read_report(run.output, "PROBE"); }
 
 std::vector<float> read_floats(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -1,5 +1,5 @@
 // GradReducer bucketing and averaging on a one-rank Gloo group (multi-rank runs: ddp_test).
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 #include <arc/strategies/grad_reducer.h>
 #include <arc/strategies/process_group.h>
 

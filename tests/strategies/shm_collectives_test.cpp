@@ -1,7 +1,7 @@
 // Shared-memory collectives with every rank a thread of this process (each rank maps the segment
 // on its own, as separate processes do), checked against a fixed-order reference and Gloo.
+#include <arc/strategies/detail/shm_segment.h>
 #include <arc/strategies/process_group.h>
-#include <arc/strategies/shm_segment.h>
 
 #include <support/errors.h>
 

@@ -1,7 +1,9 @@
 // Runs a shell command as a user would and keeps what it printed, its exit status and how long
-// it took; reads the one-line JSON reports (RESULT, PROBE) and the TIMING lines that the programs
-// under test print, also from the files a background run writes.
+// it took; reads the TIMING lines that the programs under test print, also from the files a
+// background run writes (their RESULT and PROBE lines go through cli::read_report).
 #pragma once
+
+#include <arc/apps/cli.h>
 
 #include <nlohmann/json.hpp>
 
@@ -45,14 +47,6 @@ inline CommandRun run_command(const std::string& command) {
   run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return run;
-}
-
-/// The JSON after the first "`tag` " in `output` ("RESULT", "PROBE"), or null when there is none.
-inline nlohmann::json report_line(const std::string& output, const std::string& tag) {
-  const auto at = output.find(tag + " ");
-  if (at == std::string::npos) return nullptr;
-  const auto begin = at + tag.size() + 1;
-  return nlohmann::json::parse(output.substr(begin, output.find('\n', begin) - begin));
 }
 
 /// The numbers on every "TIMING `what` ..." line of `output`, line by line.

@@ -1,7 +1,7 @@
 // The message of the arc::Error that `fn` throws, or "" when it throws none.
 #pragma once
 
-#include <arc/core/error.h>
+#include <arc/base/error.h>
 
 #include <functional>
 #include <string>

@@ -1,0 +1,107 @@
+// Strict reading of JSON configuration sections: every key is type-checked, unknown keys are
+// errors with a suggestion, and every message names the key by its dotted path.
+#pragma once
+
+#include <arc/base/error.h>
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace arc {
+
+/// One JSON object read key by key. Call `finish()` when done: keys never asked for are errors.
+class Config {
+ public:
+  /// `path` is the dotted name of this section in messages ("trainer", "module").
+  Config(nlohmann::json values, std::string path);
+
+  /// Value of `key`, or `fallback` when absent. A value of another type is an error.
+  template <typename T>
+  T get(const std::string& key, const T& fallback) const {
+    const auto* value = find(key);
+    return value == nullptr ? fallback : convert<T>(key, *value);
+  }
+
+  /// Value of `key`, or nullopt when absent or null.
+  template <typename T>
+  std::optional<T> get_optional(const std::string& key) const {
+    const auto* value = find(key);
+    if (value == nullptr || value->is_null()) return std::nullopt;
+    return convert<T>(key, *value);
+  }
+
+  /// Value of `key` that must be present.
+  template <typename T>
+  T require(const std::string& key) const {
+    const auto* value = find(key);
+    ARC_CHECK(value != nullptr, "missing config key '", qualified(key), "'; add it to the config");
+    return convert<T>(key, *value);
+  }
+
+  /// Raw JSON value of `key` (marks it as read), or nullptr when absent.
+  const nlohmann::json* find(const std::string& key) const;
+
+  /// "<path>.<key>" for messages.
+  std::string qualified(const std::string& key) const;
+
+  /// Throws for the first key that was never read, naming the allowed keys.
+  void finish() const;
+
+ private:
+  template <typename T>
+  T convert(const std::string& key, const nlohmann::json& value) const {
+    ARC_CHECK(matches<T>(value), "config key '", qualified(key), "' must be ", type_name<T>(), ", got ", value.dump());
+    return value.get<T>();
+  }
+
+  template <typename T>
+  static bool matches(const nlohmann::json& value) {
+    if constexpr (std::is_same_v<T, bool>) {
+      return value.is_boolean();
+    } else if constexpr (std::is_integral_v<T>) {
+      return value.is_number_integer() && (std::is_signed_v<T> || value.get<int64_t>() >= 0);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      return value.is_number();
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      return value.is_string();
+    } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+      if (!value.is_array()) return false;
+      for (const auto& item : value)
+        if (!item.is_number_integer()) return false;
+      return true;
+    } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+      if (!value.is_array()) return false;
+      for (const auto& item : value)
+        if (!item.is_number()) return false;
+      return true;
+    } else {
+      return true;
+    }
+  }
+
+  template <typename T>
+  static const char* type_name() {
+    if constexpr (std::is_same_v<T, bool>) return "true or false";
+    if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) return "a non-negative integer";
+    if constexpr (std::is_integral_v<T>) return "an integer";
+    if constexpr (std::is_floating_point_v<T>) return "a number";
+    if constexpr (std::is_same_v<T, std::string>) return "a string";
+    if constexpr (std::is_same_v<T, std::vector<int64_t>>) return "a list of integers";
+    if constexpr (std::is_same_v<T, std::vector<double>>) return "a list of numbers";
+    return "a JSON value";
+  }
+
+  nlohmann::json values_;
+  std::string path_;
+  mutable std::set<std::string> read_;
+};
+
+/// Sets `path` ("trainer.max_epochs") in `root` to `text` parsed as JSON, or kept as a string
+/// when it is not JSON; this is how `--set key=value` reaches a config.
+void set_dotted(nlohmann::json& root, const std::string& path, const std::string& text);
+
+}  // namespace arc

@@ -1,0 +1,134 @@
+// CRC-32C: a table for single bytes and for machines without the instruction, SSE4.2 otherwise.
+#include <arc/base/crc32c.h>
+
+#include <cstdio>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
+
+namespace arc {
+namespace {
+
+struct Table {
+  uint32_t entries[256];
+  Table() {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t crc = i;
+      for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+      entries[i] = crc;
+    }
+  }
+};
+
+uint32_t update_byte(uint32_t crc, uint8_t byte) {
+  static const Table table;
+  return table.entries[(crc ^ byte) & 0xFF] ^ (crc >> 8);
+}
+
+uint64_t update_word_portable(uint64_t crc, uint64_t word) {
+  auto state = static_cast<uint32_t>(crc);
+  for (int i = 0; i < 8; ++i) state = update_byte(state, static_cast<uint8_t>(word >> (8 * i)));
+  return state;
+}
+
+// Four independent lanes over 32-byte groups; `groups` full groups at `data`.
+void update_lanes_portable(std::array<uint64_t, 4>& lanes, const uint8_t* data, size_t groups) {
+  for (size_t g = 0; g < groups; ++g)
+    for (size_t lane = 0; lane < 4; ++lane) {
+      uint64_t word;
+      std::memcpy(&word, data + g * 32 + lane * 8, 8);
+      lanes[lane] = update_word_portable(lanes[lane], word);
+    }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) void update_lanes_sse42(std::array<uint64_t, 4>& lanes, const uint8_t* data,
+                                                          size_t groups) {
+  uint64_t a = lanes[0], b = lanes[1], c = lanes[2], d = lanes[3];
+  for (size_t g = 0; g < groups; ++g, data += 32) {
+    uint64_t w[4];
+    std::memcpy(w, data, 32);
+    a = _mm_crc32_u64(a, w[0]);
+    b = _mm_crc32_u64(b, w[1]);
+    c = _mm_crc32_u64(c, w[2]);
+    d = _mm_crc32_u64(d, w[3]);
+  }
+  lanes = {a, b, c, d};
+}
+
+__attribute__((target("sse4.2"))) uint32_t crc32c_sse42(uint32_t crc, const uint8_t* data, size_t size) {
+  uint64_t state = crc;
+  for (; size >= 8; size -= 8, data += 8) {
+    uint64_t word;
+    std::memcpy(&word, data, 8);
+    state = _mm_crc32_u64(state, word);
+  }
+  auto small = static_cast<uint32_t>(state);
+  for (; size > 0; --size, ++data) small = _mm_crc32_u8(small, *data);
+  return small;
+}
+
+bool has_sse42() {
+  static const bool has = __builtin_cpu_supports("sse4.2");
+  return has;
+}
+#endif
+
+void update_lanes(std::array<uint64_t, 4>& lanes, const uint8_t* data, size_t groups) {
+#if defined(__x86_64__)
+  if (has_sse42()) return update_lanes_sse42(lanes, data, groups);
+#endif
+  update_lanes_portable(lanes, data, groups);
+}
+
+}  // namespace
+
+uint32_t crc32c(const void* data, size_t size) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
+#if defined(__x86_64__)
+  if (has_sse42()) return crc32c_sse42(0xFFFFFFFFu, bytes, size) ^ 0xFFFFFFFFu;
+#endif
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < size; ++i) crc = update_byte(crc, bytes[i]);
+  return crc ^ 0xFFFFFFFFu;
+}
+
+uint32_t masked_crc32c(const void* data, size_t size) {
+  const uint32_t crc = crc32c(data, size);
+  return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
+}
+
+void BlobChecksum::update(const void* data, size_t size) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  bytes_ += size;
+  if (pending_size_ > 0) {
+    const size_t take = std::min(size, pending_.size() - pending_size_);
+    std::memcpy(pending_.data() + pending_size_, bytes, take);
+    pending_size_ += take;
+    bytes += take;
+    size -= take;
+    if (pending_size_ < pending_.size()) return;
+    update_lanes(lanes_, pending_.data(), 1);
+    pending_size_ = 0;
+  }
+  update_lanes(lanes_, bytes, size / 32);
+  pending_size_ = size % 32;
+  std::memcpy(pending_.data(), bytes + size - pending_size_, pending_size_);
+}
+
+std::string BlobChecksum::hex() const {
+  auto lanes = lanes_;
+  // The last partial group goes into the first lane byte by byte.
+  auto tail = static_cast<uint32_t>(lanes[0]);
+  for (size_t i = 0; i < pending_size_; ++i) tail = update_byte(tail, pending_[i]);
+  lanes[0] = tail;
+  char text[64];
+  std::snprintf(text, sizeof(text), "%08x%08x%08x%08x-%llu", static_cast<uint32_t>(~lanes[0]),
+                static_cast<uint32_t>(~lanes[1]), static_cast<uint32_t>(~lanes[2]), static_cast<uint32_t>(~lanes[3]),
+                static_cast<unsigned long long>(bytes_));
+  return text;
+}
+
+}  // namespace arc

@@ -1,0 +1,32 @@
+// resolve_run: the one place a run is resolved from TrainerOptions, as Lightning's
+// _AcceleratorConnector — for the Trainer and arc::Accelerator alike.
+#pragma once
+
+#include <arc/core/precision.h>
+#include <arc/core/trainer_options.h>
+
+#include <cstdint>
+#include <memory>
+
+namespace arc {
+
+class AcceleratorBackend;
+class Strategy;
+
+namespace detail {
+
+/// What a run is: hardware, process topology (launched and joined), precision, threads.
+struct ResolvedRun {
+  std::shared_ptr<AcceleratorBackend> accelerator;
+  std::shared_ptr<Strategy> strategy;
+  std::unique_ptr<Precision> precision;
+  /// Intra-op threads for this process, its share of the machine's cores.
+  int64_t threads_per_process = 1;
+};
+
+/// Picks the accelerator and the strategy, runs the strategy's launch step (ddp_spawn starts its
+/// ranks here), selects this node's devices — the only place that does — and sets the strategy up.
+ResolvedRun resolve_run(const TrainerOptions& options);
+
+}  // namespace detail
+}  // namespace arc

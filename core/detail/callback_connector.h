@@ -1,0 +1,20 @@
+// add_default_callbacks: the callbacks a Trainer adds to the user's, as Lightning's callback
+// connector. Declared here, for the Trainer; defined in callbacks/default_callbacks.cpp, beside the
+// callbacks it constructs, so that core/ includes none of them.
+#pragma once
+
+#include <arc/callbacks/callback.h>
+#include <arc/core/trainer_options.h>
+
+#include <memory>
+#include <vector>
+
+namespace arc::detail {
+
+/// Adds ModelSummary, ProgressBar, ModelCheckpoint (with last.ckpt, so that ckpt_path="last" can
+/// resume) and, under a restarting launcher (`elastic`), ElasticCheckpoint: each unless the options
+/// turn it off or `callbacks` already has one.
+void add_default_callbacks(std::vector<std::shared_ptr<Callback>>& callbacks, const TrainerOptions& options,
+                           bool elastic);
+
+}  // namespace arc::detail

@@ -1,0 +1,238 @@
+// CheckpointConnector.
+#include <arc/core/detail/checkpoint_connector.h>
+
+#include <arc/base/console.h>
+#include <arc/base/error.h>
+#include <arc/core/checkpoint.h>
+#include <arc/core/detail/run_state.h>
+#include <arc/strategies/strategy.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+
+namespace arc {
+namespace {
+
+torch::Tensor cpu_rng_state() {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void set_cpu_rng_state(const torch::Tensor& state) {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+std::vector<torch::Tensor> trainable(TrainModule& module) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : module.parameters())
+    if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+// What the callbacks answer for `kind` (Callback::checkpoint_files).
+std::vector<std::string> callback_files(const Trainer& trainer, const std::string& kind) {
+  std::vector<std::string> out;
+  for (const auto& callback : trainer.callbacks()) {
+    auto files = callback->checkpoint_files(kind, trainer);
+    out.insert(out.end(), files.begin(), files.end());
+  }
+  return out;
+}
+
+// The most recently written of `paths` (not empty).
+std::string newest(const std::vector<std::string>& paths) {
+  return *std::max_element(paths.begin(), paths.end(), [](const auto& a, const auto& b) {
+    return std::filesystem::last_write_time(a) < std::filesystem::last_write_time(b);
+  });
+}
+
+// n of "hpc_ckpt_<n>.ckpt", or -1 for any other name.
+int64_t hpc_index(const std::string& file_name) {
+  const std::string prefix = "hpc_ckpt_", suffix = ".ckpt";
+  if (file_name.size() <= prefix.size() + suffix.size() || file_name.rfind(prefix, 0) != 0 ||
+      file_name.compare(file_name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return -1;
+  const std::string digits = file_name.substr(prefix.size(), file_name.size() - prefix.size() - suffix.size());
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) return -1;
+  return std::stoll(digits);
+}
+
+// Files in `folder` (none when it does not exist) that `keep` accepts by name.
+std::vector<std::filesystem::path> files_in(const std::string& folder,
+                                            const std::function<bool(const std::string&)>& keep) {
+  std::vector<std::filesystem::path> out;
+  std::error_code missing;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, missing))
+    if (entry.is_regular_file() && keep(entry.path().filename().string())) out.push_back(entry.path());
+  return out;
+}
+
+}  // namespace
+
+void CheckpointConnector::save(TrainModule& module, const std::string& path, bool weights_only) {
+  if (!trainer_.is_global_zero()) return;
+  const auto& progress = trainer_.progress();
+  const bool mid_accumulation = progress.epoch_batches % trainer_.accumulate_grad_batches() != 0 &&
+                                progress.epoch_batches != trainer_.num_training_batches();
+  nlohmann::json meta = {{"module", module.name()},
+                         {"weights_only", weights_only},
+                         {"epoch", progress.current_epoch},
+                         {"global_step", progress.global_step},
+                         {"epoch_batches", progress.epoch_batches},
+                         {"total_batches", progress.total_batches},
+                         {"validation_runs", progress.validation_runs},
+                         {"mid_accumulation", mid_accumulation},
+                         {"hparams", module.hparams()}};
+  nlohmann::json callbacks = nlohmann::json::object();
+  for (const auto& callback : trainer_.callbacks()) {
+    auto state = callback->state_dict();
+    if (!state.is_null()) callbacks[callback->state_key()] = std::move(state);
+  }
+  meta["callbacks"] = callbacks;
+  nlohmann::json loggers = nlohmann::json::array();
+  for (const auto& logger : trainer_.loggers())
+    loggers.push_back({{"name", logger->name()}, {"version", logger->version()}});
+  meta["loggers"] = loggers;
+  nlohmann::json schedulers = nlohmann::json::array();
+  for (const auto& config : trainer_.optimizer_configs())
+    schedulers.push_back(config.lr_scheduler ? config.lr_scheduler->scheduler->state_dict() : nlohmann::json(nullptr));
+  meta["schedulers"] = schedulers;
+  meta["train_metrics"] = state_.logging.train_metrics.state_dict();
+  meta["precision"] = trainer_.precision().state_dict();
+  module.on_save_checkpoint(meta);
+
+  CheckpointWriter writer(std::move(meta));
+  writer.add_module(module);
+  if (!weights_only) {
+    for (size_t i = 0; i < trainer_.optimizer_configs().size(); ++i) {
+      torch::serialize::OutputArchive optimizer;
+      trainer_.optimizer_configs()[i].optimizer->save(optimizer);
+      writer.add("optimizer_" + std::to_string(i), std::move(optimizer));
+    }
+    if (mid_accumulation) {
+      const auto parameters = trainable(module);
+      for (size_t i = 0; i < parameters.size(); ++i)
+        if (parameters[i].grad().defined()) writer.add("grad/" + std::to_string(i), parameters[i].grad());
+    }
+    writer.add("rng_cpu", cpu_rng_state());
+  }
+  writer.write(path);
+}
+
+void CheckpointConnector::restore_weights(TrainModule& module, const std::string& path) {
+  const CheckpointReader checkpoint(path);
+  checkpoint.load_module(module);
+  module.on_load_checkpoint(checkpoint.meta());
+}
+
+void CheckpointConnector::restore_training(TrainModule& module, const std::string& path) {
+  const CheckpointReader checkpoint(path);
+  const auto& meta = checkpoint.meta();
+  ARC_CHECK(!meta.value("weights_only", false), "checkpoint '", path, "' holds weights only and cannot resume ",
+            "training; pass it to validate/test/predict, or resume from a full checkpoint");
+  auto& configs = state_.optimizers;
+  for (size_t i = 0; i < configs.size(); ++i)
+    ARC_CHECK(checkpoint.contains("optimizer_" + std::to_string(i)), "checkpoint '", path,
+              "' has no state for optimizer ", i, "; configure_optimizers() returns ", configs.size(),
+              " optimizers, but it was saved with fewer");
+  checkpoint.load_module(module);
+  module.on_load_checkpoint(meta);
+  for (size_t i = 0; i < configs.size(); ++i) {
+    auto optimizer = checkpoint.archive("optimizer_" + std::to_string(i));
+    configs[i].optimizer->load(optimizer);
+    const auto& schedulers = meta.at("schedulers");
+    if (configs[i].lr_scheduler && i < schedulers.size() && !schedulers[i].is_null())
+      configs[i].lr_scheduler->scheduler->load_state_dict(schedulers[i]);
+  }
+  auto& progress = state_.progress;
+  progress.current_epoch = meta.at("epoch").get<int64_t>();
+  progress.global_step = meta.at("global_step").get<int64_t>();
+  progress.epoch_batches = meta.at("epoch_batches").get<int64_t>();
+  progress.total_batches = meta.at("total_batches").get<int64_t>();
+  progress.validation_runs = meta.at("validation_runs").get<int64_t>();
+  if (meta.at("mid_accumulation").get<bool>()) {
+    const auto parameters = trainable(module);
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      const std::string name = "grad/" + std::to_string(i);
+      if (checkpoint.contains(name)) parameters[i].mutable_grad() = checkpoint.tensor(name).to(parameters[i].device());
+    }
+  }
+  if (checkpoint.contains("rng_cpu")) set_cpu_rng_state(checkpoint.tensor("rng_cpu"));
+  state_.logging.train_metrics.load_state_dict(meta.at("train_metrics"));
+  trainer_.precision().load_state_dict(meta.at("precision"));
+  const auto& callbacks = meta.at("callbacks");
+  for (const auto& callback : trainer_.callbacks())
+    if (callbacks.contains(callback->state_key())) callback->load_state_dict(callbacks.at(callback->state_key()));
+  restore_logger_versions(meta.value("loggers", nlohmann::json::array()));
+}
+
+// The resumed run writes on in the version folders of the run it continues (loggers matched by
+// position and name; a version the user gave stays).
+void CheckpointConnector::restore_logger_versions(const nlohmann::json& saved) {
+  auto& loggers = trainer_.loggers();
+  for (size_t i = 0; i < loggers.size() && i < saved.size(); ++i) {
+    auto& logger = *loggers[i];
+    const std::string version = saved[i].value("version", "");
+    if (logger.version_fixed() || logger.versions_folder().empty() || saved[i].value("name", "") != logger.name() ||
+        version.rfind("version_", 0) != 0)
+      continue;
+    logger.set_version_number(std::stoll(version.substr(8)));
+  }
+}
+
+std::string CheckpointConnector::resolve(const std::string& ckpt_path) const {
+  if (ckpt_path != "last" && ckpt_path != "best") return ckpt_path;
+  const auto found = callback_files(trainer_, ckpt_path);
+  if (ckpt_path == "best") {
+    ARC_CHECK(!found.empty(), "ckpt_path=\"best\" needs a ModelCheckpoint ",
+              "that saved during this Trainer's fit; pass a file path instead");
+    return found.front();
+  }
+  // Without a callback that checkpoints, the default folder and its logger's versions.
+  const std::string folder = trainer_.log_dir() + "/checkpoints";
+  const auto& loggers = trainer_.loggers();
+  const auto candidates =
+      found.empty() ? last_checkpoints(folder, loggers.empty() ? "" : loggers[0]->versions_folder()) : found;
+  ARC_CHECK(!candidates.empty(), "ckpt_path=\"last\": no last.ckpt was found (looked in '", folder,
+            "' or the ModelCheckpoint's dirpath); train with ModelCheckpoint save_last (the default checkpointing ",
+            "does) or pass a file path");
+  return newest(candidates);
+}
+
+std::string CheckpointConnector::hpc_save_path(const std::string& folder) {
+  int64_t highest = 0;
+  for (const auto& path : files_in(folder, [](const std::string& name) { return hpc_index(name) >= 0; }))
+    highest = std::max(highest, hpc_index(path.filename().string()));
+  return folder + "/hpc_ckpt_" + std::to_string(highest + 1) + ".ckpt";
+}
+
+std::string CheckpointConnector::automatic_resume_path() const {
+  const std::string root = trainer_.options().default_root_dir();
+  std::vector<std::string> candidates;
+  for (const auto& path : files_in(root, [](const std::string& name) { return hpc_index(name) >= 0; }))
+    candidates.push_back(path.string());
+  // Resume policy: a launcher that restarts the job (strategy elastic) resumes from the callbacks' files too.
+  if (trainer_.strategy().elastic())
+    for (auto& path : callback_files(trainer_, "resume")) candidates.push_back(std::move(path));
+  std::vector<std::pair<std::filesystem::file_time_type, std::string>> newest_first;
+  for (const auto& path : candidates) newest_first.emplace_back(std::filesystem::last_write_time(path), path);
+  std::sort(newest_first.rbegin(), newest_first.rend());
+  for (const auto& [time, path] : newest_first) {
+    try {
+      if (!CheckpointReader::read_meta(path).value("weights_only", false)) return path;
+    } catch (const Error& error) {
+      console().warn("not resuming from '{}': {}", path, error.what());
+    }
+  }
+  return "";
+}
+
+}  // namespace arc

@@ -1,0 +1,48 @@
+// CheckpointConnector: what a checkpoint holds for the Trainer (model, optimizers, schedulers,
+// progress, gradients mid-accumulation, RNG, callback states) and how a run resumes from one.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <string>
+
+namespace arc {
+
+class Trainer;
+class TrainModule;
+
+namespace detail {
+struct RunState;
+}
+
+/// Saves and restores the Trainer's state.
+class CheckpointConnector {
+ public:
+  CheckpointConnector(Trainer& trainer, detail::RunState& state) : trainer_(trainer), state_(state) {}
+
+  /// Writes the checkpoint (rank 0 only; no collective inside, so any rank subset may call it).
+  void save(TrainModule& module, const std::string& path, bool weights_only);
+  /// Restores everything for resuming fit, the loggers' versions included.
+  void restore_training(TrainModule& module, const std::string& path);
+  /// Restores only the module's weights (validate, test, predict).
+  void restore_weights(TrainModule& module, const std::string& path);
+  /// "last" and "best" through the ModelCheckpoint callback ("last": the newest last.ckpt, among
+  /// the loggers' versions when checkpoints go to the default <log_dir>/checkpoints); any other text
+  /// is a path.
+  std::string resolve(const std::string& ckpt_path) const;
+  /// `<folder>/hpc_ckpt_<n>.ckpt`, n one more than the highest there (Lightning's name); `folder` is
+  /// the default_root_dir.
+  static std::string hpc_save_path(const std::string& folder);
+  /// What fit resumes from by itself, newest first: an hpc_ckpt_<n>.ckpt in default_root_dir and,
+  /// under strategy elastic, also elastic_last.ckpt and ModelCheckpoint's files. Files without a
+  /// readable index are skipped with a warning; "" when there is none.
+  std::string automatic_resume_path() const;
+
+ private:
+  void restore_logger_versions(const nlohmann::json& saved);
+
+  Trainer& trainer_;
+  detail::RunState& state_;
+};
+
+}  // namespace arc

@@ -1,0 +1,131 @@
+// EvaluationLoop: validation, test and predict passes.
+#include <arc/core/detail/evaluation_loop.h>
+
+#include <arc/core/detail/run_state.h>
+#include <arc/data/data_loader.h>
+#include <arc/strategies/strategy.h>
+
+#include <torch/torch.h>
+
+namespace arc {
+namespace {
+
+// Puts the module in eval mode without gradients and restores its mode afterwards.
+class EvalScope {
+ public:
+  explicit EvalScope(TrainModule& module) : module_(module), was_training_(module.is_training()) { module_.eval(); }
+  ~EvalScope() { module_.train(was_training_); }
+  EvalScope(const EvalScope&) = delete;
+  EvalScope& operator=(const EvalScope&) = delete;
+
+ private:
+  TrainModule& module_;
+  bool was_training_;
+  torch::NoGradGuard no_grad_;
+};
+
+// One hook of both the callbacks and the module, called through detail::call_hook.
+template <typename... Args>
+struct Hook {
+  void (Callback::*callback)(Trainer&, TrainModule&, Args...);
+  void (TrainModule::*module)(Args...);
+};
+
+// The hooks and step of an evaluation stage: validation's (also inside fit) or test's.
+struct StageHooks {
+  Hook<> start, epoch_start, epoch_end, end;
+  Hook<Batch&, int64_t> batch_start, batch_end;
+  void (TrainModule::*step)(Batch&, int64_t);
+};
+
+const StageHooks kValidationHooks = {{&Callback::on_validation_start, &TrainModule::on_validation_start},
+                                     {&Callback::on_validation_epoch_start, &TrainModule::on_validation_epoch_start},
+                                     {&Callback::on_validation_epoch_end, &TrainModule::on_validation_epoch_end},
+                                     {&Callback::on_validation_end, &TrainModule::on_validation_end},
+                                     {&Callback::on_validation_batch_start, &TrainModule::on_validation_batch_start},
+                                     {&Callback::on_validation_batch_end, &TrainModule::on_validation_batch_end},
+                                     &TrainModule::validation_step};
+
+const StageHooks kTestHooks = {{&Callback::on_test_start, &TrainModule::on_test_start},
+                               {&Callback::on_test_epoch_start, &TrainModule::on_test_epoch_start},
+                               {&Callback::on_test_epoch_end, &TrainModule::on_test_epoch_end},
+                               {&Callback::on_test_end, &TrainModule::on_test_end},
+                               {&Callback::on_test_batch_start, &TrainModule::on_test_batch_start},
+                               {&Callback::on_test_batch_end, &TrainModule::on_test_batch_end},
+                               &TrainModule::test_step};
+
+template <typename T>
+struct Same {
+  using type = T;
+};
+
+// Calls `hook` on every callback, then on the module; `args` take the hook's types.
+template <typename... Args>
+void call(Trainer& trainer, TrainModule& module, const Hook<Args...>& hook, typename Same<Args>::type... args) {
+  detail::call_hook(trainer, module, hook.callback, hook.module, args...);
+}
+
+}  // namespace
+
+EvaluationLoop::EvaluationLoop(Trainer& trainer, detail::RunState& state, TrainModule& module, Stage stage)
+    : trainer_(trainer), state_(state), module_(module), stage_(stage) {}
+
+Metrics EvaluationLoop::run(DataLoader& loader, const BatchAmount& limit) {
+  return run_batches(loader, limit.of(loader.num_batches()));
+}
+
+Metrics EvaluationLoop::run_batches(DataLoader& loader, int64_t batches) {
+  auto& t = trainer_;
+  const bool was_training = state_.training;
+  state_.training = false;
+  state_.num_val_batches = batches;
+  state_.logging.eval_metrics.clear();
+  Metrics epoch_metrics;
+  {
+    EvalScope scope(module_);
+    const auto& hooks = stage_ == Stage::test ? kTestHooks : kValidationHooks;
+    call(t, module_, hooks.start);
+    call(t, module_, hooks.epoch_start);
+    loader.start();
+    for (int64_t batch_idx = 0; batch_idx < batches; ++batch_idx) {
+      auto fetched = loader.next();
+      if (!fetched) break;
+      Batch batch = t.precision().to_device(*fetched);
+      state_.current_batch_size = batch.batch_size();
+      const auto autocast = t.precision().forward_context();
+      call(t, module_, hooks.batch_start, batch, batch_idx);
+      (module_.*hooks.step)(batch, batch_idx);
+      call(t, module_, hooks.batch_end, batch, batch_idx);
+    }
+    call(t, module_, hooks.epoch_end);
+    epoch_metrics = state_.logging.eval_metrics.end_epoch(state_.logging.gather());
+    if (!state_.sanity_checking) state_.logging.send(epoch_metrics, state_.progress);
+    call(t, module_, hooks.end);
+  }
+  state_.training = was_training;
+  return epoch_metrics;
+}
+
+std::vector<torch::Tensor> EvaluationLoop::predict(DataLoader& loader, const BatchAmount& limit) {
+  auto& t = trainer_;
+  const int64_t batches = limit.of(loader.num_batches());
+  std::vector<torch::Tensor> outputs;
+  EvalScope scope(module_);
+  call(t, module_, Hook<>{&Callback::on_predict_start, &TrainModule::on_predict_start});
+  loader.start();
+  for (int64_t batch_idx = 0; batch_idx < batches; ++batch_idx) {
+    auto fetched = loader.next();
+    if (!fetched) break;
+    Batch batch = t.precision().to_device(*fetched);
+    state_.current_batch_size = batch.batch_size();
+    {
+      const auto autocast = t.precision().forward_context();
+      outputs.push_back(module_.predict_step(batch, batch_idx));
+    }
+    t.call_callbacks([&](Callback& c) { c.on_predict_batch_end(t, module_, outputs.back(), batch, batch_idx); });
+  }
+  call(t, module_, Hook<>{&Callback::on_predict_end, &TrainModule::on_predict_end});
+  return outputs;
+}
+
+}  // namespace arc

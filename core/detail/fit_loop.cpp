@@ -1,0 +1,246 @@
+// FitLoop: training epochs and the optimization step.
+#include <arc/core/detail/fit_loop.h>
+
+#include <arc/base/console.h>
+#include <arc/core/detail/checkpoint_connector.h>
+#include <arc/core/detail/evaluation_loop.h>
+#include <arc/core/detail/optimizer_step.h>
+#include <arc/core/detail/run_state.h>
+#include <arc/core/detail/signal_connector.h>
+#include <arc/data/data_loader.h>
+#include <arc/strategies/strategy.h>
+
+#include <torch/torch.h>
+
+namespace arc {
+
+using detail::call_hook;
+
+FitLoop::FitLoop(Trainer& trainer, detail::RunState& state, TrainModule& module, std::unique_ptr<DataLoader> train,
+                 std::unique_ptr<DataLoader> val, std::string resume_from)
+    : trainer_(trainer),
+      state_(state),
+      module_(module),
+      train_(std::move(train)),
+      val_(std::move(val)),
+      resume_from_(std::move(resume_from)) {
+  const auto& o = trainer_.options();
+  max_epochs_ = o.max_epochs().value_or(o.max_steps() == -1 ? 1000 : -1);
+  state_.num_training_batches = o.limit_train_batches().of(train_->num_batches());
+  if (val_) val_batches_ = o.limit_val_batches().of(val_->num_batches());
+  const int64_t n = state_.num_training_batches;
+  const auto& interval = o.val_check_interval();
+  if (interval.is_fraction) {
+    val_every_ = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(n) * interval.value));
+  } else {
+    val_every_ = static_cast<int64_t>(interval.value);
+    ARC_CHECK(n == 0 || val_every_ <= n, "val_check_interval=", val_every_, " is more than the ", n,
+              " training batches of an epoch; lower it or use a fraction such as 0.5");
+  }
+}
+
+FitLoop::~FitLoop() = default;
+
+void FitLoop::configure_optimizers() {
+  auto& optimizers = state_.optimizers;
+  optimizers = module_.configure_optimizers();
+  ARC_CHECK(
+      !optimizers.empty() || !module_.automatic_optimization(),
+      "configure_optimizers() returned no optimizer; return at least one, e.g. std::make_shared<torch::optim::SGD>(",
+      "parameters(), torch::optim::SGDOptions(0.1))");
+  ARC_CHECK(optimizers.size() <= 1 || !module_.automatic_optimization(), "configure_optimizers() of ", module_.name(),
+            " returned ", optimizers.size(), " optimizers, but automatic optimization steps one, as Lightning's ",
+            "does; call set_automatic_optimization(false) and step each in training_step (optimizers(), ",
+            "manual_backward), or return one optimizer with a parameter group per part");
+  for (const auto& config : optimizers) {
+    ARC_CHECK(
+        config.optimizer != nullptr, "configure_optimizers() of ", module_.name(),
+        " returned a null optimizer; return one made with std::make_shared<torch::optim::...>(parameters(), ...)");
+    if (!config.lr_scheduler) continue;
+    const auto& scheduler = *config.lr_scheduler;
+    ARC_CHECK(scheduler.scheduler != nullptr, "an lr_scheduler config has no scheduler; set its `scheduler`");
+    ARC_CHECK(scheduler.frequency >= 1, "lr_scheduler frequency must be >= 1, got ", scheduler.frequency);
+    ARC_CHECK(!scheduler.scheduler->needs_metric() || !scheduler.monitor.empty(),
+              "ReduceLROnPlateau needs `monitor` in its scheduler config, e.g. \"val_loss\"");
+  }
+}
+
+bool FitLoop::epochs_done() const { return max_epochs_ != -1 && state_.progress.current_epoch >= max_epochs_; }
+
+bool FitLoop::steps_done() const {
+  const auto& o = trainer_.options();
+  return (o.max_steps() != -1 && state_.progress.global_step >= o.max_steps()) || agreed_.time_up;
+}
+
+// A stop asked for on any rank (request_stop), once the ranks agreed on it: every rank stops at
+// the same batch, whatever each one's monitored values said.
+bool FitLoop::stop_requested() const {
+  if (!agreed_.stop) return false;
+  const auto& o = trainer_.options();
+  const bool epochs_met = !o.min_epochs() || state_.progress.current_epoch >= *o.min_epochs();
+  const bool steps_met = !o.min_steps() || state_.progress.global_step >= *o.min_steps();
+  return epochs_met && steps_met;
+}
+
+void FitLoop::run() {
+  auto& t = trainer_;
+  configure_optimizers();
+  state_.progress = Progress();
+  state_.accumulate_grad_batches = t.options().accumulate_grad_batches();
+  if (!resume_from_.empty()) {
+    CheckpointConnector(t, state_).restore_training(module_, resume_from_);
+    first_batch_ = state_.progress.epoch_batches;
+    console().info("resumed from '{}' at epoch {}, batch {}, global step {}", resume_from_,
+                   state_.progress.current_epoch, first_batch_, state_.progress.global_step);
+  }
+  state_.training = true;
+  module_.train();
+  state_.logging.log_hyperparams(module_.hparams());
+  call_hook(t, module_, &Callback::on_fit_start, &TrainModule::on_fit_start);
+  if (resume_from_.empty()) sanity_check();
+  call_hook(t, module_, &Callback::on_train_start, &TrainModule::on_train_start);
+  signals_ = std::make_unique<SignalConnector>(t);
+  agreed_ = signals_->settle();
+  if (state_.num_training_batches == 0)
+    console().warn("no training batch selected (limit_train_batches or an empty dataset); fit skips training");
+  while (state_.num_training_batches > 0 && !epochs_done() && !steps_done() && !stop_requested()) run_epoch();
+  signals_.reset();
+  call_hook(t, module_, &Callback::on_train_end, &TrainModule::on_train_end);
+  call_hook(t, module_, &Callback::on_fit_end, &TrainModule::on_fit_end);
+  state_.training = false;
+  if (!state_.stop_reason.empty()) console().info("fit stopped: {}", state_.stop_reason);
+}
+
+void FitLoop::sanity_check() {
+  const int64_t wanted = trainer_.options().num_sanity_val_steps();
+  if (!val_ || val_batches_ == 0 || wanted == 0) return;
+  auto& t = trainer_;
+  state_.sanity_checking = true;
+  t.call_callbacks([&](Callback& c) { c.on_sanity_check_start(t, module_); });
+  EvaluationLoop(t, state_, module_, Stage::validate)
+      .run_batches(*val_, wanted == -1 ? val_batches_ : std::min(wanted, val_batches_));
+  t.call_callbacks([&](Callback& c) { c.on_sanity_check_end(t, module_); });
+  state_.logging.eval_metrics.clear();
+  state_.logging.clear_callback_metrics();
+  state_.sanity_checking = false;
+}
+
+void FitLoop::run_epoch() {
+  auto& t = trainer_;
+  auto& progress = state_.progress;
+  train_->set_epoch(progress.current_epoch);
+  // A resumed run continues its epoch with the next batch of the same order.
+  const int64_t first = std::min(first_batch_, state_.num_training_batches);
+  first_batch_ = 0;
+  train_->start(first);
+  progress.epoch_batches = first;
+  call_hook(t, module_, &Callback::on_train_epoch_start, &TrainModule::on_train_epoch_start);
+  for (int64_t batch_idx = first; batch_idx < state_.num_training_batches; ++batch_idx) {
+    if (steps_done() || stop_requested()) break;
+    auto fetched = train_->next();
+    if (!fetched) break;
+    Batch batch = t.precision().to_device(*fetched);
+    run_batch(batch, batch_idx);
+    if (validation_due(batch_idx)) validate();
+    agreed_ = signals_->check();
+  }
+  // Epoch metrics are ready for on_train_epoch_end; values logged there are added after it.
+  state_.logging.send(state_.logging.train_metrics.end_epoch(state_.logging.gather()), state_.progress);
+  call_hook(t, module_, &Callback::on_train_epoch_end, &TrainModule::on_train_epoch_end);
+  state_.logging.send(state_.logging.train_metrics.end_epoch(state_.logging.gather()), state_.progress);
+  // Under manual optimization the module steps its schedulers itself (lr_schedulers()), as in Lightning.
+  if (module_.automatic_optimization()) step_schedulers(Interval::epoch);
+  ++progress.current_epoch;
+  agreed_ = signals_->settle();
+}
+
+void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {
+  auto& t = trainer_;
+  state_.current_batch_size = batch.batch_size();
+  state_.logging_batch = (state_.progress.total_batches + 1) % t.options().log_every_n_steps() == 0;
+  call_hook(t, module_, &Callback::on_train_batch_start, &TrainModule::on_train_batch_start, batch, batch_idx);
+  torch::Tensor loss;
+  if (module_.automatic_optimization()) {
+    automatic_step(batch, batch_idx, loss);
+  } else {
+    const auto autocast = t.precision().forward_context();
+    loss = module_.training_step(batch, batch_idx);
+  }
+  ++state_.progress.epoch_batches;
+  ++state_.progress.total_batches;
+  call_hook(t, module_, &Callback::on_train_batch_end, &TrainModule::on_train_batch_end, loss, batch, batch_idx);
+  if (state_.logging_batch) log_step();
+  state_.logging_batch = false;
+}
+
+void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& loss) {
+  auto& t = trainer_;
+  const int64_t accumulate = t.accumulate_grad_batches();
+  {
+    const auto autocast = t.precision().forward_context();
+    loss = module_.training_step(batch, batch_idx);
+  }
+  ARC_CHECK(loss.defined() && loss.numel() == 1, "training_step must return the scalar loss to minimise, got ",
+            loss.defined() ? "a tensor of shape " + detail::str(loss.sizes()) : std::string("an undefined tensor"),
+            "; return a scalar, or call set_automatic_optimization(false) to optimize by hand");
+  if (batch_idx % accumulate == 0)
+    for (auto& config : state_.optimizers) t.zero_grad(*config.optimizer);
+  const bool boundary = (batch_idx + 1) % accumulate == 0 || batch_idx + 1 == state_.num_training_batches;
+  t.strategy().set_gradient_sync(boundary);
+  t.backward(module_, accumulate > 1 ? loss / static_cast<double>(accumulate) : loss);
+  t.strategy().set_gradient_sync(true);
+  loss = loss.detach();
+  if (boundary) optimizer_step();
+}
+
+void FitLoop::optimizer_step() {
+  std::vector<torch::optim::Optimizer*> optimizers;
+  for (auto& config : state_.optimizers) optimizers.push_back(config.optimizer.get());
+  detail::step_optimizers(trainer_, module_, state_, optimizers, /*clip=*/true);
+  step_schedulers(Interval::step);
+}
+
+void FitLoop::step_schedulers(Interval interval) {
+  auto& t = trainer_;
+  const int64_t count = interval == Interval::step ? state_.progress.global_step : state_.progress.current_epoch + 1;
+  for (auto& config : state_.optimizers) {
+    if (!config.lr_scheduler || config.lr_scheduler->interval != interval) continue;
+    auto& scheduler = *config.lr_scheduler;
+    if (count % scheduler.frequency != 0) continue;
+    std::optional<double> metric;
+    if (!scheduler.monitor.empty()) {
+      const auto& metrics = t.callback_metrics();
+      const auto found = metrics.find(scheduler.monitor);
+      if (found == metrics.end()) {
+        std::vector<std::string> names;
+        for (const auto& entry : metrics) names.push_back(entry.first);
+        ARC_FAIL("the scheduler monitors '", scheduler.monitor,
+                 "', which was not logged; available metrics: ", names.empty() ? std::string("none") : join(names),
+                 ". Log it with on_epoch=true, or change `monitor`");
+      }
+      metric = found->second;
+    }
+    scheduler.scheduler->step(metric);
+  }
+}
+
+bool FitLoop::validation_due(int64_t batch_idx) const {
+  if (!val_ || val_batches_ == 0) return false;
+  const auto& o = trainer_.options();
+  if ((state_.progress.current_epoch + 1) % o.check_val_every_n_epoch() != 0) return false;
+  const bool last = batch_idx + 1 == state_.num_training_batches;
+  if (last && o.val_check_interval().is_fraction && o.val_check_interval().value == 1.0) return true;
+  return (batch_idx + 1) % val_every_ == 0;
+}
+
+void FitLoop::validate() {
+  auto& t = trainer_;
+  EvaluationLoop(t, state_, module_, Stage::validate).run_batches(*val_, val_batches_);
+  ++state_.progress.validation_runs;
+}
+
+void FitLoop::log_step() {
+  state_.logging.send(state_.logging.train_metrics.step_logger_metrics(state_.logging.gather()), state_.progress);
+}
+
+}  // namespace arc

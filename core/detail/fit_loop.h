@@ -1,0 +1,61 @@
+// FitLoop: epochs of training batches, the optimization step (accumulation, clipping,
+// schedulers), validation at the configured interval, and the stopping rules.
+#pragma once
+
+#include <arc/core/detail/signal_connector.h>
+#include <arc/core/train_module.h>
+#include <arc/data/batch.h>
+
+#include <memory>
+#include <string>
+
+namespace arc {
+
+class DataLoader;
+class Trainer;
+
+namespace detail {
+struct RunState;
+}
+
+/// Runs Trainer::fit's training.
+class FitLoop {
+ public:
+  /// `resume_from`: a checkpoint to continue from exactly ("" starts afresh).
+  FitLoop(Trainer& trainer, detail::RunState& state, TrainModule& module, std::unique_ptr<DataLoader> train,
+          std::unique_ptr<DataLoader> val, std::string resume_from);
+  ~FitLoop();
+  void run();
+
+ private:
+  /// The module's optimizers and schedulers, checked.
+  void configure_optimizers();
+  bool epochs_done() const;
+  bool steps_done() const;
+  bool stop_requested() const;
+  void run_epoch();
+  void run_batch(Batch& batch, int64_t batch_idx);
+  void automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& loss);
+  void optimizer_step();
+  void step_schedulers(Interval interval);
+  bool validation_due(int64_t batch_idx) const;
+  void validate();
+  void sanity_check();
+  void log_step();
+
+  Trainer& trainer_;
+  detail::RunState& state_;
+  TrainModule& module_;
+  std::unique_ptr<DataLoader> train_;
+  std::unique_ptr<DataLoader> val_;
+  int64_t max_epochs_ = -1;
+  int64_t val_batches_ = 0;
+  int64_t val_every_ = 0;
+  std::string resume_from_;
+  int64_t first_batch_ = 0;
+  std::unique_ptr<SignalConnector> signals_;
+  /// What the ranks agreed at the last batch boundary (a stop request, max_time).
+  SignalConnector::Decision agreed_;
+};
+
+}  // namespace arc

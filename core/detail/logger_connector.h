@@ -1,0 +1,52 @@
+// LoggerConnector: the metrics of a run — the metric stores that module.log() fills, what callbacks
+// and the progress bar read, and what goes to the loggers (rank 0 writes, every rank agrees on the
+// loggers' versions).
+#pragma once
+
+#include <arc/core/metric_store.h>
+#include <arc/loggers/logger.h>
+
+#include <memory>
+#include <vector>
+
+namespace arc {
+
+class Strategy;
+struct Progress;
+
+namespace detail {
+
+class LoggerConnector {
+ public:
+  LoggerConnector(std::vector<std::shared_ptr<Logger>>& loggers, Strategy& strategy)
+      : loggers_(loggers), strategy_(strategy) {}
+
+  /// Values logged in training steps and hooks, and in evaluation.
+  MetricStore train_metrics;
+  MetricStore eval_metrics;
+
+  /// Every metric callbacks may monitor: step values, epoch values.
+  const Metrics& callback_metrics() const;
+  void clear_callback_metrics() { callback_metrics_.clear(); }
+  Metrics progress_bar_metrics() const;
+  /// What was last sent to the loggers.
+  const Metrics& logged_metrics() const { return logged_metrics_; }
+  /// Sends `metrics` (and the epoch) to the loggers at the current global step, on rank 0.
+  void send(const Metrics& metrics, const Progress& progress);
+  /// Gathers metric values across ranks, or nullptr with one process.
+  GatherFn gather() const;
+  /// Rank 0 picks each logger's version and every rank takes it, as Lightning broadcasts log_dir.
+  void agree_on_versions();
+  /// On rank 0: the hyper-parameters to every logger; their finalize("success" | "failed").
+  void log_hyperparams(const nlohmann::json& hparams);
+  void finalize(const std::string& status);
+
+ private:
+  std::vector<std::shared_ptr<Logger>>& loggers_;
+  Strategy& strategy_;
+  mutable Metrics callback_metrics_;
+  Metrics logged_metrics_;
+};
+
+}  // namespace detail
+}  // namespace arc

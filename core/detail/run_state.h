@@ -1,0 +1,46 @@
+// RunState: what a Trainer's stages change as they run — progress, flags, batch counts, the
+// optimizers and the metrics. The Trainer owns it and hands it to the loops and connectors, its only
+// other writers; and call_hook, the one way hooks are called: every callback, then the module.
+#pragma once
+
+#include <arc/core/detail/logger_connector.h>
+#include <arc/core/trainer.h>
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace arc::detail {
+
+struct RunState {
+  RunState(std::vector<std::shared_ptr<Logger>>& loggers, Strategy& strategy) : logging(loggers, strategy) {}
+
+  Progress progress;
+  Stage stage = Stage::fit;
+  bool training = false;
+  bool sanity_checking = false;
+  bool should_stop = false;
+  /// Whether this training batch's step metrics go to the loggers (every log_every_n_steps).
+  bool logging_batch = false;
+  std::string stop_reason;
+  int64_t num_training_batches = 0;
+  int64_t num_val_batches = 0;
+  int64_t current_batch_size = 0;
+  int64_t accumulate_grad_batches = 1;
+  std::chrono::steady_clock::time_point stage_start;
+  std::vector<OptimizerConfig> optimizers;
+  LoggerConnector logging;
+};
+
+/// Calls `callback_hook` on every callback, then `module_hook` on the module, with `args`: Lightning's
+/// order for a hook that both have.
+template <typename... CallbackArgs, typename... ModuleArgs, typename... Args>
+void call_hook(Trainer& trainer, TrainModule& module,
+               void (Callback::*callback_hook)(Trainer&, TrainModule&, CallbackArgs...),
+               void (TrainModule::*module_hook)(ModuleArgs...), Args&&... args) {
+  for (auto& callback : trainer.callbacks()) ((*callback).*callback_hook)(trainer, module, args...);
+  (module.*module_hook)(args...);
+}
+
+}  // namespace arc::detail

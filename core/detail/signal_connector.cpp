@@ -1,0 +1,179 @@
+// SignalConnector.
+#include <arc/core/detail/signal_connector.h>
+
+#include <arc/base/console.h>
+#include <arc/base/subprocess.h>
+#include <arc/core/detail/checkpoint_connector.h>
+#include <arc/core/trainer.h>
+#include <arc/strategies/cluster/cluster_environment.h>
+#include <arc/strategies/strategy.h>
+
+#include <torch/torch.h>
+
+#include <cstring>
+
+namespace arc {
+namespace {
+
+volatile std::sig_atomic_t terminate_received = 0;
+volatile std::sig_atomic_t requeue_received = 0;
+volatile std::sig_atomic_t interrupt_from_terminal = 0;
+volatile std::sig_atomic_t interrupt_sent = 0;
+
+// A second SIGTERM or SIGINT ends the process at once, as it would without Arclight: a launcher
+// or a user that asks twice does not wait for a batch that may never end.
+void second_ends_at_once(volatile std::sig_atomic_t& received, int signal) {
+  if (received != 0) {
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
+  }
+  received = 1;
+}
+
+extern "C" void on_terminate(int) { second_ends_at_once(terminate_received, SIGTERM); }
+extern "C" void on_requeue(int) { requeue_received = 1; }
+
+// One Ctrl-C can reach a launcher's rank twice: from the terminal driver (SI_KERNEL) and again from
+// a launcher that passes it on (torchrun's agent, with kill). One of each kind is one Ctrl-C; a second
+// of the same kind is a second Ctrl-C.
+extern "C" void on_interrupt(int, siginfo_t* info, void*) {
+  second_ends_at_once(info->si_code == SI_KERNEL ? interrupt_from_terminal : interrupt_sent, SIGINT);
+}
+
+void install(int signal, void (*handler)(int), struct sigaction* previous) {
+  struct sigaction action {};
+  action.sa_handler = handler;
+  sigemptyset(&action.sa_mask);
+  // Restart interrupted system calls: file and socket I/O of the step carries on unharmed.
+  action.sa_flags = SA_RESTART;
+  sigaction(signal, &action, previous);
+}
+
+void install_interrupt(struct sigaction* previous) {
+  struct sigaction action {};
+  action.sa_sigaction = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART | SA_SIGINFO;
+  sigaction(SIGINT, &action, previous);
+}
+
+// The group when there is more than one rank to agree with.
+Collectives* group_of(Trainer& trainer) {
+  auto* group = trainer.strategy().collectives();
+  return group != nullptr && group->world_size() > 1 ? group : nullptr;
+}
+
+}  // namespace
+
+SignalConnector::SignalConnector(Trainer& trainer) : trainer_(trainer), ballot_(torch::zeros({kFields}, torch::kLong)) {
+  terminate_received = 0;
+  requeue_received = 0;
+  interrupt_from_terminal = 0;
+  interrupt_sent = 0;
+  install(SIGTERM, on_terminate, &previous_terminate_);
+  install_interrupt(&previous_interrupt_);
+  const auto& options = trainer.options();
+  if (options.auto_requeue() && cluster::env("SLURM_JOB_ID")) {
+    requeue_signal_ = options.requeue_signal_number();
+    install(requeue_signal_, on_requeue, &previous_requeue_);
+  }
+}
+
+SignalConnector::~SignalConnector() {
+  sigaction(SIGTERM, &previous_terminate_, nullptr);
+  sigaction(SIGINT, &previous_interrupt_, nullptr);
+  if (requeue_signal_ != 0) sigaction(requeue_signal_, &previous_requeue_, nullptr);
+  try {
+    vote_.wait();
+  } catch (const std::exception& error) {
+    console().warn("the last signal vote failed: {}", error.what());
+  }
+}
+
+SignalConnector::Ballot SignalConnector::local() const {
+  Ballot ballot;
+  ballot.terminate = terminate_received != 0;
+  ballot.requeue = requeue_received != 0;
+  ballot.interrupt = interrupt_from_terminal != 0 || interrupt_sent != 0;
+  ballot.decision.stop = trainer_.should_stop();
+  const auto& max_time = trainer_.options().max_time();
+  ballot.decision.time_up = max_time && trainer_.elapsed_seconds() >= *max_time;
+  return ballot;
+}
+
+void SignalConnector::fill(const Ballot& ballot) {
+  int64_t* out = ballot_.data_ptr<int64_t>();
+  out[0] = ballot.terminate;
+  out[1] = ballot.requeue;
+  out[2] = ballot.interrupt;
+  out[3] = ballot.decision.stop;
+  out[4] = ballot.decision.time_up;
+}
+
+SignalConnector::Ballot SignalConnector::read() const {
+  const int64_t* in = ballot_.data_ptr<int64_t>();
+  return {in[0] > 0, in[1] > 0, in[2] > 0, {in[3] > 0, in[4] > 0}};
+}
+
+SignalConnector::Decision SignalConnector::check() {
+  auto* group = group_of(trainer_);
+  if (group == nullptr) return act(local());
+  // The ballot is reused: the previous vote has completed before it is read and refilled.
+  Ballot agreed;
+  if (vote_.started()) {
+    vote_.wait();
+    vote_ = PendingWork();
+    agreed = read();
+  }
+  fill(local());
+  vote_ = group->all_reduce(ballot_, Reduce::max);
+  return act(agreed);
+}
+
+SignalConnector::Decision SignalConnector::settle() {
+  auto* group = group_of(trainer_);
+  if (group == nullptr) return act(local());
+  vote_.wait();
+  vote_ = PendingWork();
+  // Every flag only ever turns on, so this vote includes everything the one in flight carried.
+  fill(local());
+  group->all_reduce(ballot_, Reduce::max).wait();
+  return act(read());
+}
+
+SignalConnector::Decision SignalConnector::act(const Ballot& agreed) {
+  if (agreed.terminate || agreed.requeue) save_and_stop(agreed);
+  if (agreed.interrupt)
+    throw Interrupted(detail::str("fit interrupted by SIGINT (Ctrl-C) at global step ", trainer_.global_step()));
+  return agreed.decision;
+}
+
+void SignalConnector::save_and_stop(const Ballot& received) {
+  const std::string name = received.terminate ? "SIGTERM" : trainer_.options().requeue_signal();
+  const std::string path = CheckpointConnector::hpc_save_path(trainer_.options().default_root_dir());
+  const int64_t step = trainer_.global_step();
+  console().warn("{} received: saving '{}' at global step {}", name, path, step);
+  trainer_.save_checkpoint(path);
+  // No rank leaves (and no launcher reacts to its exit) before the file is complete.
+  trainer_.strategy().barrier();
+  if (received.terminate)
+    ARC_FAIL("fit stopped by SIGTERM at global step ", step, "; saved '", path,
+             "', and the next fit with the same default_root_dir resumes from it");
+  const std::string job = cluster::env("SLURM_JOB_ID").value_or("");
+  if (trainer_.is_global_zero()) {
+    std::string failure;
+    try {
+      const int code = run_program({"scontrol", "requeue", job}, std::chrono::seconds(60));
+      if (code != 0) failure = "exit code " + std::to_string(code);
+    } catch (const Error& error) {
+      failure = error.what();
+    }
+    ARC_CHECK(failure.empty(), "fit stopped by ", name, " at global step ", step, " and saved '", path,
+              "', but 'scontrol requeue ", job, "' failed (", failure, "); submit the job again to resume from it");
+    console().info("requeued SLURM job {}", job);
+  }
+  ARC_FAIL("fit stopped by ", name, " at global step ", step, "; saved '", path, "' and requeued SLURM job ", job,
+           ", which resumes from it");
+}
+
+}  // namespace arc

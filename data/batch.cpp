@@ -1,0 +1,88 @@
+// Batch access and device moves.
+#include <arc/data/batch.h>
+
+#include <arc/base/error.h>
+
+namespace arc {
+namespace {
+
+torch::Tensor move(const torch::Tensor& tensor, torch::Device device, std::optional<torch::ScalarType> dtype,
+                   bool non_blocking) {
+  if (dtype && tensor.is_floating_point()) return tensor.to(device, *dtype, non_blocking);
+  return tensor.to(device, non_blocking);
+}
+
+}  // namespace
+
+Batch& Batch::add(torch::Tensor tensor) {
+  tensors_.push_back(std::move(tensor));
+  return *this;
+}
+
+Batch& Batch::set(const std::string& name, torch::Tensor tensor) {
+  for (auto& entry : named_) {
+    if (entry.first == name) {
+      entry.second = std::move(tensor);
+      return *this;
+    }
+  }
+  named_.emplace_back(name, std::move(tensor));
+  return *this;
+}
+
+torch::Tensor& Batch::operator[](size_t index) {
+  return const_cast<torch::Tensor&>(static_cast<const Batch&>(*this)[index]);
+}
+
+const torch::Tensor& Batch::operator[](size_t index) const {
+  ARC_CHECK(index < tensors_.size(), "batch has ", tensors_.size(), " positional tensors, asked for index ", index);
+  return tensors_[index];
+}
+
+torch::Tensor& Batch::operator[](const std::string& name) {
+  return const_cast<torch::Tensor&>(static_cast<const Batch&>(*this)[name]);
+}
+
+const torch::Tensor& Batch::operator[](const std::string& name) const {
+  const torch::Tensor* found = find(name);
+  if (found == nullptr) {
+    std::vector<std::string> names;
+    for (const auto& entry : named_) names.push_back(entry.first);
+    throw Error(unknown_name_message("batch tensor", name, names));
+  }
+  return *found;
+}
+
+bool Batch::contains(const std::string& name) const { return find(name) != nullptr; }
+
+const torch::Tensor* Batch::find(const std::string& name) const {
+  for (const auto& entry : named_)
+    if (entry.first == name) return &entry.second;
+  return nullptr;
+}
+
+int64_t Batch::batch_size() const {
+  const torch::Tensor* first = !tensors_.empty() ? &tensors_.front()
+                               : !named_.empty() ? &named_.front().second
+                                                 : nullptr;
+  if (first == nullptr || !first->defined() || first->dim() == 0) return 0;
+  return first->size(0);
+}
+
+Batch Batch::to(torch::Device device, std::optional<torch::ScalarType> dtype, bool non_blocking) const {
+  return map([&](const torch::Tensor& tensor) { return move(tensor, device, dtype, non_blocking); });
+}
+
+Batch Batch::pin_memory() const {
+  return map([](const torch::Tensor& tensor) { return tensor.is_cpu() ? tensor.pin_memory() : tensor; });
+}
+
+Batch Batch::map(const std::function<torch::Tensor(const torch::Tensor&)>& fn) const {
+  Batch out;
+  out.tensors_.reserve(tensors_.size());
+  for (const auto& tensor : tensors_) out.tensors_.push_back(fn(tensor));
+  for (const auto& entry : named_) out.named_.emplace_back(entry.first, fn(entry.second));
+  return out;
+}
+
+}  // namespace arc

@@ -1,0 +1,69 @@
+// DataLoader: batches a dataset in a sampler's order, shards it by rank, prefetches on worker
+// threads and can start an epoch at any batch (for exact mid-epoch resume).
+#pragma once
+
+#include <arc/data/data_module.h>
+
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace arc {
+
+/// Iterates one rank's batches of a DataSource, epoch by epoch.
+class DataLoader {
+ public:
+  /// `seed` seeds the RandomSampler used when the source shuffles without its own sampler.
+  DataLoader(DataSource source, int64_t rank = 0, int64_t world_size = 1, uint64_t seed = 0);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  /// Selects the epoch's order; takes effect at the next `start`.
+  void set_epoch(int64_t epoch);
+  int64_t epoch() const { return epoch_; }
+  /// Batches this rank gets per epoch.
+  int64_t num_batches() const;
+  /// Begins the epoch at batch `first_batch`.
+  void start(int64_t first_batch = 0);
+  /// The next batch of the epoch, or nullopt at its end.
+  std::optional<Batch> next();
+  /// Batches handed out in this epoch so far (including skipped ones when started mid-epoch).
+  int64_t position() const { return position_; }
+  /// Whether batches come in page-locked memory (pin_memory asked for, and CUDA present).
+  bool pins_memory() const { return pin_memory_; }
+  const DataSource& source() const { return source_; }
+
+ private:
+  std::vector<int64_t> indices_of(int64_t batch) const;
+  Batch fetch(int64_t batch) const;
+  void stop_workers();
+  void worker_loop();
+
+  DataSource source_;
+  std::shared_ptr<Sampler> sampler_;
+  int64_t rank_;
+  int64_t world_size_;
+  bool pin_memory_ = false;
+  bool started_ = false;
+  int64_t epoch_ = 0;
+  std::vector<int64_t> shard_;
+  int64_t position_ = 0;
+  int64_t end_ = 0;
+
+  // Prefetching: workers fetch batches [next_fetch_, position_ + capacity) into ready_.
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable batch_ready_;
+  std::condition_variable slot_free_;
+  std::map<int64_t, Batch> ready_;
+  std::map<int64_t, std::exception_ptr> failed_;
+  int64_t next_fetch_ = 0;
+  bool stopping_ = false;
+};
+
+}  // namespace arc

@@ -1,0 +1,77 @@
+// DataModule and DataSource: where the Trainer's loaders get their datasets and settings.
+#pragma once
+
+#include <arc/base/arg.h>
+#include <arc/data/dataset.h>
+#include <arc/data/sampler.h>
+
+#include <memory>
+#include <string>
+
+namespace arc {
+
+/// How a dataset is batched and fetched.
+class DataLoaderOptions {
+ public:
+  explicit DataLoaderOptions(int64_t batch_size = 1) : batch_size_(batch_size) {}
+  ARC_ARG(int64_t, batch_size);
+  /// Shuffle with a RandomSampler (ignored when the source has its own sampler).
+  ARC_ARG(bool, shuffle) = false;
+  ARC_ARG(bool, drop_last) = false;
+  /// Threads that fetch batches ahead of the training loop; 0 fetches in the loop itself.
+  ARC_ARG(int64_t, num_workers) = 0;
+  /// Batches each worker may fetch ahead.
+  ARC_ARG(int64_t, prefetch_factor) = 2;
+  /// When several ranks read, pad the order so every rank gets as many samples (else drop).
+  ARC_ARG(bool, even_pad) = true;
+  /// Fetched batches go to page-locked memory, so that their copies to a GPU run asynchronously.
+  /// Needs CUDA; without it the loader warns and keeps ordinary memory.
+  ARC_ARG(bool, pin_memory) = false;
+};
+
+/// A dataset with its loader options and, optionally, a sampler that defines the order.
+struct DataSource {
+  std::shared_ptr<Dataset> dataset;
+  DataLoaderOptions options;
+  std::shared_ptr<Sampler> sampler;
+
+  DataSource() = default;
+  DataSource(std::shared_ptr<Dataset> data, DataLoaderOptions loader_options = DataLoaderOptions(),
+             std::shared_ptr<Sampler> order = nullptr)
+      : dataset(std::move(data)), options(loader_options), sampler(std::move(order)) {}
+
+  explicit operator bool() const { return dataset != nullptr; }
+};
+
+/// What the Trainer is doing; passed to DataModule::setup and teardown.
+enum class Stage { fit, validate, test, predict };
+inline const char* to_string(Stage stage) {
+  switch (stage) {
+    case Stage::validate:
+      return "validate";
+    case Stage::test:
+      return "test";
+    case Stage::predict:
+      return "predict";
+    case Stage::fit:
+      break;
+  }
+  return "fit";
+}
+
+/// Owns the data of an experiment, as Lightning's LightningDataModule.
+class DataModule {
+ public:
+  virtual ~DataModule() = default;
+  /// Downloads or writes what setup reads: called on local rank 0 of each node, the other ranks
+  /// waiting for it, before setup (Lightning's prepare_data_per_node).
+  virtual void prepare_data() {}
+  virtual void setup(Stage) {}
+  virtual DataSource train_dataloader() { return {}; }
+  virtual DataSource val_dataloader() { return {}; }
+  virtual DataSource test_dataloader() { return {}; }
+  virtual DataSource predict_dataloader() { return {}; }
+  virtual void teardown(Stage) {}
+};
+
+}  // namespace arc

@@ -1,0 +1,88 @@
+// arc::Accelerator: the low-level facade for people who write their own loop (as Lightning's
+// Fabric): the same accelerators, strategies and launchers as the Trainer, none of its loop.
+#pragma once
+
+#include <arc/base/reduce.h>
+#include <arc/core/precision.h>
+#include <arc/core/trainer_options.h>
+#include <arc/data/batch.h>
+#include <arc/data/data_loader.h>
+
+#include <torch/nn/module.h>
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace arc {
+
+class AcceleratorBackend;
+class Strategy;
+
+/// Picks hardware, process topology and precision from TrainerOptions (accelerator, strategy,
+/// devices, num_nodes, num_threads, seed, timeout, precision, DDP options); under ddp_spawn,
+/// constructing it starts the other ranks, which run the same program.
+class Accelerator {
+ public:
+  explicit Accelerator(TrainerOptions options = TrainerOptions());
+  ~Accelerator();
+  Accelerator(const Accelerator&) = delete;
+  Accelerator& operator=(const Accelerator&) = delete;
+
+  /// Moves `model` to this rank's device (and type, under "64-true", "bf16-true", "16-true"),
+  /// copies rank 0's weights to every rank and wires gradient averaging into backward().
+  void prepare(torch::nn::Module& model);
+  /// Checks that the optimizer's parameters live on this rank's device.
+  void prepare(torch::optim::Optimizer& optimizer);
+  /// A loader over this rank's shard of `data`.
+  std::unique_ptr<DataLoader> prepare(const DataSource& data);
+  /// `batch` on this rank's device; floating tensors in the module's type under the true precisions.
+  Batch prepare_batch(const Batch& batch) const;
+  /// Autocast for the mixed precisions while it lives (nothing otherwise): hold one around the
+  /// forward pass and the loss, as Fabric's `autocast()`.
+  Precision::ForwardContext autocast() const { return precision_->forward_context(); }
+  /// loss.backward() (the loss scaled under "16-mixed"), with gradients averaged across ranks
+  /// unless `sync` is false (accumulation).
+  void backward(const torch::Tensor& loss, bool sync = true);
+  /// Gradients back to their true size under "16-mixed"; call before reading or clipping them.
+  /// step() unscales what is still scaled.
+  void unscale_gradients(torch::optim::Optimizer& optimizer);
+  /// optimizer.step(), except under "16-mixed", where a step whose gradients hold inf/NaN is
+  /// skipped and the loss scale adapts; returns whether the optimizer stepped.
+  bool step(torch::optim::Optimizer& optimizer);
+  /// The precision in effect ("16-mixed" asked for on the CPU reads "bf16-mixed").
+  const std::string& precision() const { return precision_->name(); }
+
+  /// Every value reduced across ranks with one collective.
+  std::map<std::string, torch::Tensor> all_reduce_dict(const std::map<std::string, torch::Tensor>& values,
+                                                       Reduce op = Reduce::mean);
+  torch::Tensor all_reduce(const torch::Tensor& tensor, Reduce op = Reduce::mean);
+  void broadcast(torch::Tensor& tensor, int64_t src = 0);
+  std::string broadcast(const std::string& text, int64_t src = 0);
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
+  void barrier();
+  /// Runs `fn(rank)` on every rank and gives every rank all ranks' results, in rank order.
+  std::vector<nlohmann::json> distribute(const std::function<nlohmann::json(int64_t rank)>& fn);
+
+  int64_t global_rank() const;
+  int64_t local_rank() const;
+  int64_t world_size() const;
+  bool is_global_zero() const;
+  torch::Device device() const;
+  Strategy& strategy() const { return *strategy_; }
+
+ private:
+  TrainerOptions options_;
+  std::shared_ptr<AcceleratorBackend> backend_;
+  std::shared_ptr<Strategy> strategy_;
+  std::unique_ptr<Precision> precision_;
+};
+
+}  // namespace arc

@@ -1,0 +1,72 @@
+// RankProcesses: the rank processes a launcher started on this machine, and the rules both of
+// Arclight's launchers follow (ddp_spawn's, inside a training program, and the `arc` tool's, which
+// loads no LibTorch): one that fails ends the others, named by rank and cause. No LibTorch here.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace arc {
+
+/// What a launcher tells the ranks it starts: that they are its children, its pid (they die with
+/// it), and under the `arc` tool the pipe that carries rank 0's store port.
+constexpr const char* kSpawnChildVariable = "ARC_SPAWN_CHILD";
+constexpr const char* kSpawnParentVariable = "ARC_SPAWN_PARENT_PID";
+constexpr const char* kSpawnPortPipeVariable = "ARC_SPAWN_PORT_FD";
+/// The exit status of a rank whose fit SIGINT (Ctrl-C) stopped, as every rank does together.
+constexpr int kInterruptedExitCode = 130;
+
+/// The variables of `rank` of `world_size` on one node (MASTER_PORT only when `port` > 0): what a
+/// launcher gives each child, and what ddp_spawn's rank 0 sets for itself.
+std::vector<std::pair<std::string, std::string>> rank_variables(int64_t rank, int64_t world_size, int64_t port);
+
+/// This process's environment without the rank variables of any launcher, plus those of `rank`
+/// of `world_size` on one node (MASTER_PORT only when `port` > 0), the child marker and this
+/// process's pid as the parent's, and `extra`.
+std::vector<std::string> rank_environment(int64_t rank, int64_t world_size, int64_t port,
+                                          const std::vector<std::pair<std::string, std::string>>& extra);
+
+/// Prints "[arc] error: ddp_spawn: <message>" with plain stdio: launchers also report from exit
+/// handlers, after spdlog's statics are gone.
+void report_spawn_failure(const std::string& message);
+
+/// "exited with code 3", "was killed by signal 9 (Killed)".
+std::string describe_exit(int status);
+
+class RankProcesses {
+ public:
+  /// Starts `program` with `argv` and `environment` as `rank`; `close_fds` are closed in it.
+  void start(int64_t rank, const std::string& program, const std::vector<std::string>& argv,
+             const std::vector<std::string>& environment, const std::vector<int>& close_fds = {});
+  /// Reaps ranks that ended; "rank N <cause>" for the first that failed, else "". `exit_code`,
+  /// when given, gets that rank's exit code (1 for a rank that a signal ended). A rank that ended
+  /// with kInterruptedExitCode did not fail: it stopped with the others (interrupted()).
+  std::string reap_failed(int* exit_code = nullptr);
+  /// Whether a rank ended with kInterruptedExitCode.
+  bool interrupted() const { return interrupted_; }
+  /// How many ranks have not ended (or not been reaped) yet.
+  int64_t running() const;
+  /// Sends `signal` to every running rank.
+  void signal_all(int signal);
+  /// SIGTERM to every running rank, SIGKILL to those still there 2 s later; reaps them all.
+  void stop_all();
+  /// SIGKILL to every running rank; reaps them all.
+  void kill_all();
+  /// A line per rank still running, which stop_all() then ends: ranks overdue after another one
+  /// finished.
+  std::vector<std::string> stop_overdue();
+  /// Waits until every rank ended or `deadline`; returns a line per failed or overdue rank (the
+  /// overdue are stopped).
+  std::vector<std::string> wait_all(std::chrono::steady_clock::time_point deadline);
+
+ private:
+  std::vector<std::pair<int64_t, pid_t>> ranks_;  // pid -1 once reaped
+  bool interrupted_ = false;
+};
+
+}  // namespace arc

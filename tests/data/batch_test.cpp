@@ -1,0 +1,42 @@
+#include <arc/base/error.h>
+#include <arc/data/batch.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace arc {
+namespace {
+
+TEST(Batch, GivesPositionalAndNamedTensors) {
+  Batch batch{torch::ones({3, 2}), torch::zeros({3})};
+  batch.set("label", torch::arange(3));
+  EXPECT_EQ(batch.size(), 2u);
+  EXPECT_EQ(batch.batch_size(), 3);
+  EXPECT_TRUE(batch.contains("label"));
+  EXPECT_EQ(batch["label"][2].item<int64_t>(), 2);
+  EXPECT_EQ(batch[0].sum().item<float>(), 6.0f);
+}
+
+TEST(Batch, UnknownNameSuggestsTheClosest) {
+  Batch batch;
+  batch.set("label", torch::zeros({1}));
+  try {
+    (void)batch["lable"];
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("did you mean 'label'"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW((void)batch[0], Error);
+}
+
+TEST(Batch, ToCastsOnlyFloatingTensors) {
+  Batch batch{torch::ones({2}, torch::kFloat), torch::ones({2}, torch::kLong)};
+  batch.set("mask", torch::ones({2}, torch::kBool));
+  const Batch moved = batch.to(torch::kCPU, torch::kDouble);
+  EXPECT_EQ(moved[0].scalar_type(), torch::kDouble);
+  EXPECT_EQ(moved[1].scalar_type(), torch::kLong);
+  EXPECT_EQ(moved["mask"].scalar_type(), torch::kBool);
+}
+
+}  // namespace
+}  // namespace arc
