@@ -4,31 +4,41 @@
 #include <arc/apps/examples/run_report.h>
 #include <arc/base/config.h>
 #include <arc/base/console.h>
+#include <arc/base/yaml.h>
+#include <arc/callbacks/callback.h>
+#include <arc/callbacks/callback_registry.h>
 #include <arc/callbacks/on_exception_checkpoint.h>
 #include <arc/core/module_registry.h>
 #include <arc/core/trainer.h>
+#include <arc/loggers/logger_registry.h>
 
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 namespace arc::cli {
 namespace {
 
 const char* kExamples = R"(Examples:
-  arc train                                   train mlp_classifier one epoch on the canonical data
-  arc train --config run.json                 train what run.json describes
-  arc train --set module.name=cnn_classifier --set trainer.max_epochs=3
-  arc train --set data.batch_size=128 --set trainer.limit_train_batches=0.1
-  arc train --resume last                     continue from checkpoints/last.ckpt, exactly
+  arc fit                                     train mlp_classifier one epoch on the canonical data
+  arc fit --config run.json                   train what run.json describes
+  arc fit --set module.name=cnn_classifier --set trainer.max_epochs=3
+  arc fit --set data.batch_size=128 --set trainer.limit_train_batches=0.1
+  arc fit --resume last                       continue from the newest last.ckpt, exactly
   arc validate --config run.json --ckpt last  one validation pass with the last checkpoint's weights
   arc modules                                 list registered modules and data modules
+  (`arc train` is `arc fit` under its earlier name; `arc fit --help` lists every trainer key.)
 
-A config has three sections:
+A config (JSON, or YAML for .yaml and .yml) has three sections:
   {"module": {"name": "mlp_classifier", "hidden": 256},
    "data": {"batch_size": 64},
-   "trainer": {"max_epochs": 1, "accelerator": "cpu"}}
+   "trainer": {"max_epochs": 1, "accelerator": "cpu",
+               "callbacks": [{"class_path": "EarlyStopping", "init_args": {"monitor": "val_loss"}}]}}
 )";
 
 // What a config section names, built and checked.
@@ -36,7 +46,27 @@ struct Experiment {
   std::shared_ptr<TrainModule> module;
   std::shared_ptr<DataModule> data;
   TrainerOptions options;
+  /// trainer.callbacks and trainer.logger entries, built.
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  std::vector<std::shared_ptr<Logger>> loggers;
+  /// The config with the names chosen and every trainer option, as config.yaml saves it.
+  nlohmann::json resolved;
 };
+
+// LightningCLI's trainer.callbacks and trainer.logger ({class_path, init_args} entries) become
+// objects; what is left of the section is TrainerOptions.
+nlohmann::json take_objects(nlohmann::json trainer, Experiment& out) {
+  if (!trainer.is_object()) return trainer;
+  if (const auto callbacks = trainer.find("callbacks"); callbacks != trainer.end()) {
+    out.callbacks = callbacks_from_json(*callbacks, "trainer.callbacks");
+    trainer.erase(callbacks);
+  }
+  if (const auto logger = trainer.find("logger"); logger != trainer.end() && logger->is_structured()) {
+    out.loggers = loggers_from_json(*logger, "trainer.logger");
+    trainer.erase(logger);
+  }
+  return trainer;
+}
 
 Experiment build(const nlohmann::json& config_json) {
   Config root(config_json, "");
@@ -53,19 +83,53 @@ Experiment build(const nlohmann::json& config_json) {
   out.data = data_module_registry().create(data_name, data);
   data.finish();
   const auto* trainer_json = root.find("trainer");
-  out.options = TrainerOptions::from_json(trainer_json ? *trainer_json : nlohmann::json::object());
+  out.options = TrainerOptions::from_json(take_objects(trainer_json ? *trainer_json : nlohmann::json::object(), out));
   root.finish();
+  out.resolved = config_json;
+  out.resolved["module"]["name"] = module_name;
+  out.resolved["data"]["name"] = data_name;
+  out.resolved["trainer"] = out.options.to_json();
+  for (const char* key : {"callbacks", "logger"})
+    if (trainer_json != nullptr && trainer_json->contains(key) && trainer_json->at(key).is_structured())
+      out.resolved["trainer"][key] = trainer_json->at(key);
   return out;
 }
+
+// Writes the run's resolved config to <log_dir>/config.yaml when fit starts
+// (rank 0; nowhere without a logger), as LightningCLI's SaveConfigCallback: after a resume has
+// chosen the checkpoint's version.
+class SaveConfig : public Callback {
+ public:
+  explicit SaveConfig(nlohmann::json config) : config_(std::move(config)) {}
+  std::string state_key() const override { return "SaveConfig"; }
+
+  void on_fit_start(Trainer& trainer, TrainModule&) override {
+    if (!trainer.is_global_zero() || trainer.loggers().empty()) return;
+    const std::string dir = trainer.log_dir();
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    std::ofstream out(dir + "/config.yaml");
+    out << to_yaml(config_);
+    ARC_CHECK(!error && out.good(), "cannot write '", dir, "/config.yaml' (",
+              error ? error.message() : std::string("write failed"),
+              "); make default_root_dir writable or choose another");
+  }
+
+ private:
+  nlohmann::json config_;
+};
 
 void print_result(const nlohmann::json& result) { std::cout << "RESULT " << result.dump() << std::endl; }
 
 int train(const nlohmann::json& config, const std::string& resume) {
   auto experiment = build(config);
   auto report = std::make_shared<examples::RunReport>();
+  auto callbacks = experiment.callbacks;
+  callbacks.push_back(report);
+  callbacks.push_back(std::make_shared<SaveConfig>(experiment.resolved));
+  Trainer trainer(experiment.options, callbacks, experiment.loggers);
   // Ctrl-C (or any failure) during fit saves where the run stopped, to resume from with --resume.
-  auto on_exception = std::make_shared<OnExceptionCheckpoint>(experiment.options.default_root_dir() + "/checkpoints");
-  Trainer trainer(experiment.options, {report, on_exception});
+  trainer.callbacks().push_back(std::make_shared<OnExceptionCheckpoint>(trainer.log_dir() + "/checkpoints"));
   trainer.fit(*experiment.module, *experiment.data, resume);
   if (trainer.is_global_zero()) print_result(report->report(trainer, *experiment.module));
   return 0;
@@ -73,7 +137,7 @@ int train(const nlohmann::json& config, const std::string& resume) {
 
 int evaluate(const std::string& command, const nlohmann::json& config, const std::string& ckpt) {
   auto experiment = build(config);
-  Trainer trainer(experiment.options);
+  Trainer trainer(experiment.options, experiment.callbacks, experiment.loggers);
   nlohmann::json result;
   if (command == "validate") {
     result = trainer.validate(*experiment.module, *experiment.data, ckpt);
@@ -87,6 +151,27 @@ int evaluate(const std::string& command, const nlohmann::json& config, const std
   }
   if (trainer.is_global_zero()) print_result(result);
   return 0;
+}
+
+// Every trainer key with its default and help, from the table the parser reads, and the callbacks and
+// loggers a config can name.
+std::string trainer_keys_help() {
+  std::ostringstream out;
+  out << "Trainer keys (the config's trainer section, or --set trainer.<key>=<value>), with their defaults:\n";
+  for (const auto& option : TrainerOptions::help()) {
+    std::string head = "  trainer." + option.key + " = " + option.default_value.dump();
+    head.resize(std::max<size_t>(head.size() + 1, 52), ' ');
+    out << head << option.help << "\n";
+  }
+  const auto join_names = [](const std::vector<std::string>& names) {
+    std::string joined;
+    for (const auto& name : names) joined += (joined.empty() ? "" : ", ") + name;
+    return joined;
+  };
+  out << "  trainer.callbacks                                 a list of {class_path, init_args}: "
+      << join_names(callback_registry().names()) << "\n";
+  out << "  trainer.logger takes such entries too: " << join_names(logger_registry().names()) << "\n";
+  return out.str();
 }
 
 int list_modules() {
@@ -106,18 +191,26 @@ int run(int argc, char** argv) {
   CLI::App app("arc: train LibTorch modules with Arclight", "arc");
   app.footer(kExamples);
   app.require_subcommand(1);
-  std::string config_path, ckpt;
-  std::vector<std::string> overrides;
+  std::string ckpt;
+  std::vector<std::string> config_paths, overrides;
+  bool print_config = false;
   std::vector<CLI::App*> runs;
-  for (const char* name : {"train", "validate", "test", "predict"}) {
+  for (const char* name : {"fit", "validate", "test", "predict"}) {
     auto* command = app.add_subcommand(name, std::string(name) + " a registered module as the config says");
-    command->add_option("--config,-c", config_path, "JSON config with sections module, data, trainer");
-    command->add_option("--set,-s", overrides, "override one key: section.key=value (JSON or text)");
-    if (std::string(name) == "train") {
+    command->add_option("--config,-c", config_paths,
+                        "config file, JSON or YAML (.yaml, .yml); give several to merge them, later ones winning");
+    command->add_option("--set,-s", overrides, "override one key: section.key=value (JSON or text), after the files");
+    command->add_flag("--print_config", print_config,
+                      "print the resolved config (every trainer option) as YAML and exit; feeding it back with "
+                      "--config reproduces the run");
+    if (std::string(name) == "fit") {
+      // LightningCLI's name; `train` stays as it was.
+      command->alias("train");
       command->add_option("--resume", ckpt, "continue exactly from a checkpoint: a path, \"last\" or \"best\"");
     } else {
       command->add_option("--ckpt", ckpt, "load the weights of this checkpoint (a path or \"last\") first");
     }
+    command->footer(trainer_keys_help());
     runs.push_back(command);
   }
   auto* modules = app.add_subcommand("modules", "list registered modules and data modules");
@@ -126,15 +219,21 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& error) {
     return app.exit(error);
   }
+  LoadedConfig loaded;
   try {
     if (modules->parsed()) return list_modules();
     for (auto* command : runs) {
       if (!command->parsed()) continue;
-      const auto config = load_config(config_path, overrides);
-      return command->get_name() == "train" ? train(config, ckpt) : evaluate(command->get_name(), config, ckpt);
+      loaded = load_config(config_paths, overrides);
+      if (print_config) {
+        std::cout << to_yaml(build(loaded.config).resolved);
+        return 0;
+      }
+      return command->get_name() == "fit" ? train(loaded.config, ckpt)
+                                          : evaluate(command->get_name(), loaded.config, ckpt);
     }
   } catch (const Error& error) {
-    std::cerr << "arc: error: " << error.what() << std::endl;
+    std::cerr << "arc: error: " << loaded.locate(error.what()) << std::endl;
     return 2;
   } catch (const std::exception& error) {
     std::cerr << "arc: failed: " << error.what() << std::endl;

@@ -4,13 +4,25 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <string>
 #include <vector>
 
 namespace arc::cli {
 
-/// Reads `config_path` (or {} when empty) and applies each "dotted.key=value" override.
-nlohmann::json load_config(const std::string& config_path, const std::vector<std::string>& overrides);
+/// A run's config and where each of its keys came from.
+struct LoadedConfig {
+  nlohmann::json config;
+  /// Key path ("trainer.max_epochs", "trainer.callbacks[1].init_args.mode") → the file that set it last, or "--set".
+  std::map<std::string, std::string> origins;
+
+  /// `message` prefixed with the file of the key it names ("run.yaml: ..."), when it names one.
+  std::string locate(const std::string& message) const;
+};
+
+/// Reads `config_paths` (JSON, or YAML for .yaml and .yml) in order, each deep-merged over the ones
+/// before, as LightningCLI does, then applies each "dotted.key=value" override.
+LoadedConfig load_config(const std::vector<std::string>& config_paths, const std::vector<std::string>& overrides);
 
 /// Runs the command line; returns the exit status. Errors are printed, not thrown.
 int run(int argc, char** argv);

@@ -1,32 +1,85 @@
-// The `arc` tool's config: a JSON file and --set overrides. No LibTorch here: the tool's launcher
-// reads it too.
+// The `arc` tool's config: JSON or YAML files, deep-merged in order, then --set overrides; and which
+// file each key came from, for messages. No LibTorch here: the tool's launcher reads it too.
 #include <arc/apps/cli.h>
 
 #include <arc/base/config.h>
 #include <arc/base/error.h>
+#include <arc/base/yaml.h>
 
 #include <fstream>
+#include <sstream>
 
 namespace arc::cli {
+namespace {
 
-nlohmann::json load_config(const std::string& config_path, const std::vector<std::string>& overrides) {
-  // With no config, `arc train` trains mlp_classifier for one epoch.
-  nlohmann::json config = {{"trainer", {{"max_epochs", 1}}}};
-  if (!config_path.empty()) {
-    std::ifstream in(config_path);
-    ARC_CHECK(in.good(), "cannot read config file '", config_path, "'; check the path given to --config");
-    const auto file = nlohmann::json::parse(in, nullptr, false);
-    ARC_CHECK(!file.is_discarded(), "config file '", config_path, "' is not valid JSON; check its syntax");
-    ARC_CHECK(file.is_object(), "config file '", config_path,
-              "' must hold a JSON object with sections module, data and trainer");
-    config.merge_patch(file);
+bool is_yaml(const std::string& path) {
+  for (const std::string suffix : {".yaml", ".yml"})
+    if (path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return true;
+  return false;
+}
+
+nlohmann::json read_file(const std::string& path) {
+  std::ifstream in(path);
+  ARC_CHECK(in.good(), "cannot read config file '", path, "'; check the path given to --config");
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto file = is_yaml(path) ? from_yaml(text.str(), path) : nlohmann::json::parse(text.str(), nullptr, false);
+  ARC_CHECK(!file.is_discarded(), "config file '", path, "' is not valid JSON; check its syntax");
+  ARC_CHECK(file.is_object(), "config file '", path,
+            "' must hold a mapping with sections module, data and trainer (and optimizer, lr_scheduler)");
+  return file;
+}
+
+// As LightningCLI merges configs: mappings key by key, anything else (lists too) replaced.
+void deep_merge(nlohmann::json& into, const nlohmann::json& from) {
+  for (const auto& [key, value] : from.items()) {
+    auto found = into.find(key);
+    if (found != into.end() && found->is_object() && value.is_object()) {
+      deep_merge(*found, value);
+    } else {
+      into[key] = value;
+    }
+  }
+}
+
+// Every key path of `value` ("trainer.callbacks[1].init_args.mode" and its parents) as from `source`.
+void record(const nlohmann::json& value, const std::string& path, const std::string& source,
+            std::map<std::string, std::string>& origins) {
+  if (!path.empty()) origins[path] = source;
+  if (value.is_object())
+    for (const auto& [key, item] : value.items()) record(item, path.empty() ? key : path + "." + key, source, origins);
+  if (value.is_array())
+    for (size_t i = 0; i < value.size(); ++i) record(value[i], path + "[" + std::to_string(i) + "]", source, origins);
+}
+
+}  // namespace
+
+LoadedConfig load_config(const std::vector<std::string>& config_paths, const std::vector<std::string>& overrides) {
+  LoadedConfig out;
+  // With no config, `arc fit` trains mlp_classifier for one epoch.
+  out.config = {{"trainer", {{"max_epochs", 1}}}};
+  for (const auto& path : config_paths) {
+    const auto file = read_file(path);
+    deep_merge(out.config, file);
+    record(file, "", path, out.origins);
   }
   for (const auto& item : overrides) {
     const auto equals = item.find('=');
     ARC_CHECK(equals != std::string::npos, "--set needs key=value, e.g. trainer.max_epochs=3, got '", item, "'");
-    set_dotted(config, item.substr(0, equals), item.substr(equals + 1));
+    set_dotted(out.config, item.substr(0, equals), item.substr(equals + 1));
+    out.origins[item.substr(0, equals)] = "--set";
   }
-  return config;
+  return out;
+}
+
+std::string LoadedConfig::locate(const std::string& message) const {
+  // The longest key path the message names is the one it is about.
+  std::string best;
+  for (const auto& [path, source] : origins)
+    if (path.size() > best.size() && message.find(path) != std::string::npos) best = path;
+  if (best.empty() || message.rfind(origins.at(best) + ":", 0) == 0) return message;
+  return origins.at(best) + ": " + message;
 }
 
 }  // namespace arc::cli

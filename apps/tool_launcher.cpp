@@ -45,14 +45,15 @@ void catch_interrupts() {
 SpawnPlan spawn_plan(const std::vector<std::string>& args) {
   if (args.empty() || std::getenv(kSpawnChildVariable) != nullptr) return {};
   const std::string& command = args[0];
-  if (command != "train" && command != "validate" && command != "test" && command != "predict") return {};
-  std::string config_path;
+  if (command != "fit" && command != "train" && command != "validate" && command != "test" && command != "predict")
+    return {};
+  std::vector<std::string> config_paths;
   std::vector<std::string> overrides;
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& arg = args[i];
     const bool has_value = i + 1 < args.size();
     if ((arg == "--config" || arg == "-c") && has_value) {
-      config_path = args[++i];
+      config_paths.push_back(args[++i]);
     } else if ((arg == "--set" || arg == "-s") && has_value) {
       overrides.push_back(args[++i]);
     } else if ((arg == "--resume" || arg == "--ckpt") && has_value) {
@@ -62,7 +63,7 @@ SpawnPlan spawn_plan(const std::vector<std::string>& args) {
     }
   }
   try {
-    const auto config = load_config(config_path, overrides);
+    const auto config = load_config(config_paths, overrides).config;
     const auto trainer = config.value("trainer", nlohmann::json::object());
     if (!trainer.is_object()) return {};
     // A count or a list of devices gives one rank each, on any accelerator; -1 and "auto" need

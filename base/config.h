@@ -34,6 +34,16 @@ class Config {
     return convert<T>(key, *value);
   }
 
+  /// Sets `field` to the value of `key` when present (an optional field: null unsets it).
+  template <typename T>
+  void read(const std::string& key, T& field) const {
+    field = get<T>(key, field);
+  }
+  template <typename T>
+  void read(const std::string& key, std::optional<T>& field) const {
+    if (find(key) != nullptr) field = get_optional<T>(key);
+  }
+
   /// Value of `key` that must be present.
   template <typename T>
   T require(const std::string& key) const {

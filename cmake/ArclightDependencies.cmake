@@ -4,6 +4,7 @@ include(CMakeFindDependencyMacro)
 
 find_dependency(Torch)
 find_dependency(nlohmann_json 3.2)
+find_dependency(yaml-cpp)
 find_dependency(spdlog)
 find_dependency(Threads)
 find_dependency(Protobuf)

@@ -14,6 +14,8 @@
 #include <arc/core/detail/run_state.h>
 #include <arc/core/detail/signal_connector.h>
 #include <arc/data/data_loader.h>
+#include <arc/loggers/csv_logger.h>
+#include <arc/loggers/tensorboard_logger.h>
 #include <arc/strategies/launchers/rank_processes.h>
 #include <arc/strategies/strategy.h>
 
@@ -62,6 +64,9 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> 
       loggers_(std::move(loggers)) {
   options_.validate();
   if (options_.fast_dev_run() > 0) loggers_.clear();
+  if (options_.logger() && options_.fast_dev_run() == 0 && loggers_.empty())
+    loggers_ = {std::make_shared<CSVLogger>(options_.default_root_dir()),
+                std::make_shared<TensorBoardLogger>(options_.default_root_dir())};
   auto run = detail::resolve_run(options_);
   accelerator_ = std::move(run.accelerator);
   strategy_ = std::move(run.strategy);

@@ -106,6 +106,7 @@ void check_amount(const char* key, const BatchAmount& amount) {
 // to_json and validate all walk this table, so that none of them can miss an option.
 struct OptionField {
   const char* key;
+  const char* help;
   void (*read)(const Config&, TrainerOptions&);
   nlohmann::json (*write)(const TrainerOptions&);
   void (*check)(const TrainerOptions&);
@@ -113,11 +114,7 @@ struct OptionField {
 
 template <typename T>
 void read_value(const Config& config, const char* key, T& field) {
-  field = config.get<T>(key, field);
-}
-template <typename T>
-void read_value(const Config& config, const char* key, std::optional<T>& field) {
-  field = config.get_optional<T>(key);
+  config.read(key, field);
 }
 void read_value(const Config& config, const char* key, BatchAmount& field) { field = read_amount(config, key, field); }
 void read_value(const Config& config, const char* key, Devices& field) {
@@ -137,158 +134,160 @@ nlohmann::json write_value(const Devices& devices) { return devices.to_json(); }
 
 void no_check(const TrainerOptions&) {}
 
+// clang-format off
 // A row whose value reads and writes by its type; `check` throws for an impossible value.
-#define ARC_OPTION(name, check)                                                                                      \
-  OptionField {                                                                                                      \
-#name,                                                                                                           \
-        [](const Config& config,                                                                                     \
-           TrainerOptions& o) { read_value(config, #name, o.name()); },                                              \
-                                                                     [](const TrainerOptions&                        \
-                                                                            o) { return write_value(o.name()); },    \
-                                                                                                               check \
-  }
+#define ARC_OPTION(name, help, check)                                                          \
+  OptionField{#name, help,                                                                     \
+              [](const Config& config, TrainerOptions& o) { read_value(config, #name, o.name()); }, \
+              [](const TrainerOptions& o) { return write_value(o.name()); }, check}
 // A row with its own reader, for the keys that take several JSON forms.
-#define ARC_OPTION_READ(name, reader, check)                                                                           \
-  OptionField {                                                                                                        \
-#name, [](const Config& config,                                                                                    \
-              TrainerOptions&                                                                                          \
-                  o) { o.name(reader(config)); }, [](const TrainerOptions& o) { return write_value(o.name()); }, check \
-  }
-#define ARC_AMOUNT_OPTION(name) ARC_OPTION(name, [](const TrainerOptions& o) { check_amount(#name, o.name()); })
+#define ARC_OPTION_READ(name, help, reader, check)                                               \
+  OptionField{#name, help, [](const Config& config, TrainerOptions& o) { o.name(reader(config)); }, \
+              [](const TrainerOptions& o) { return write_value(o.name()); }, check}
+#define ARC_AMOUNT_OPTION(name, help) \
+  ARC_OPTION(name, help, [](const TrainerOptions& o) { check_amount(#name, o.name()); })
+// clang-format on
 
 const std::vector<OptionField>& option_fields() {
   static const std::vector<OptionField> fields = {
-      ARC_OPTION(max_epochs,
+      ARC_OPTION(max_epochs, "epochs to train (-1: no limit; unset: 1000, or none when max_steps is set)",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(!o.max_epochs() || *o.max_epochs() >= -1,
                              "max_epochs must be >= 0, or -1 for no limit, got ", *o.max_epochs());
                  }),
-      ARC_OPTION(min_epochs,
+      ARC_OPTION(min_epochs, "epochs before a stop request (EarlyStopping) may end fit",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(!o.min_epochs() || *o.min_epochs() >= 0, "min_epochs must be >= 0, got ", *o.min_epochs());
                  }),
-      ARC_OPTION(max_steps,
+      ARC_OPTION(max_steps, "optimizer steps to train (-1: no limit)",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.max_steps() >= -1, "max_steps must be >= 0, or -1 for no limit, got ", o.max_steps());
                  }),
-      ARC_OPTION(min_steps,
+      ARC_OPTION(min_steps, "optimizer steps before a stop request may end fit",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(!o.min_steps() || *o.min_steps() >= 0, "min_steps must be >= 0, got ", *o.min_steps());
                  }),
-      ARC_OPTION_READ(max_time, read_max_time,
+      ARC_OPTION_READ(max_time, "seconds of training (or \"DD:HH:MM:SS\", or {days, hours, minutes, seconds})",
+                      read_max_time,
                       [](const TrainerOptions& o) {
                         ARC_CHECK(!o.max_time() || *o.max_time() > 0, "max_time must be a positive duration, got ",
                                   *o.max_time(), " s");
                       }),
-      ARC_AMOUNT_OPTION(limit_train_batches),
-      ARC_AMOUNT_OPTION(limit_val_batches),
-      ARC_AMOUNT_OPTION(limit_test_batches),
-      ARC_AMOUNT_OPTION(limit_predict_batches),
-      ARC_AMOUNT_OPTION(overfit_batches),
-      ARC_OPTION(val_check_interval,
+      ARC_AMOUNT_OPTION(limit_train_batches, "training batches per epoch: a fraction (0.25) or a count (10)"),
+      ARC_AMOUNT_OPTION(limit_val_batches, "validation batches per run: a fraction or a count (0 skips validation)"),
+      ARC_AMOUNT_OPTION(limit_test_batches, "test batches: a fraction or a count"),
+      ARC_AMOUNT_OPTION(limit_predict_batches, "predict batches: a fraction or a count"),
+      ARC_AMOUNT_OPTION(overfit_batches, "train and validate on these first batches only, unshuffled (0: off)"),
+      ARC_OPTION(val_check_interval, "validate every fraction of an epoch (0.5) or every that many batches (100)",
                  [](const TrainerOptions& o) {
                    check_amount("val_check_interval", o.val_check_interval());
                    ARC_CHECK(!o.val_check_interval().is_zero(),
                              "val_check_interval must be > 0, got 0; use limit_val_batches=0 to skip validation");
                  }),
-      ARC_OPTION(check_val_every_n_epoch,
+      ARC_OPTION(check_val_every_n_epoch, "validate every N epochs",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.check_val_every_n_epoch() >= 1, "check_val_every_n_epoch must be >= 1, got ",
                              o.check_val_every_n_epoch());
                  }),
-      ARC_OPTION(num_sanity_val_steps,
+      ARC_OPTION(num_sanity_val_steps, "validation batches run before training (-1: all)",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.num_sanity_val_steps() >= -1,
                              "num_sanity_val_steps must be >= 0, or -1 for all batches, got ",
                              o.num_sanity_val_steps());
                  }),
-      ARC_OPTION(log_every_n_steps,
+      ARC_OPTION(log_every_n_steps, "batches between step metrics sent to the loggers",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.log_every_n_steps() >= 1, "log_every_n_steps must be >= 1, got ", o.log_every_n_steps());
                  }),
-      ARC_OPTION(accumulate_grad_batches,
+      ARC_OPTION(accumulate_grad_batches, "batches whose gradients add up to one optimizer step",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.accumulate_grad_batches() >= 1, "accumulate_grad_batches must be >= 1, got ",
                              o.accumulate_grad_batches());
                  }),
-      ARC_OPTION(gradient_clip_val,
+      ARC_OPTION(gradient_clip_val, "clip gradients to this norm or value (unset: no clipping)",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(!o.gradient_clip_val() || *o.gradient_clip_val() >= 0,
                              "gradient_clip_val must be >= 0, got ", *o.gradient_clip_val());
                  }),
-      ARC_OPTION(gradient_clip_algorithm,
+      ARC_OPTION(gradient_clip_algorithm, "\"norm\" or \"value\"",
                  [](const TrainerOptions& o) {
                    check_choice("gradient_clip_algorithm", o.gradient_clip_algorithm(), kClipAlgorithms);
                  }),
-      ARC_OPTION(deterministic, no_check),
-      ARC_OPTION(benchmark, no_check),
-      ARC_OPTION(seed, no_check),
-      ARC_OPTION_READ(fast_dev_run, read_fast_dev_run,
+      ARC_OPTION(deterministic, "deterministic algorithms only", no_check),
+      ARC_OPTION(benchmark, "cuDNN picks the fastest convolution algorithms (unset: LibTorch's setting)", no_check),
+      ARC_OPTION(seed, "seeds LibTorch's generators and the data order (unset: not seeded)", no_check),
+      ARC_OPTION_READ(fast_dev_run, "true or n: n batches of every stage once, nothing saved or logged",
+                      read_fast_dev_run,
                       [](const TrainerOptions& o) {
                         ARC_CHECK(o.fast_dev_run() >= 0, "fast_dev_run must be true, false or a batch count >= 0, got ",
                                   o.fast_dev_run());
                       }),
-      ARC_OPTION(default_root_dir,
+      ARC_OPTION(default_root_dir, "folder of logs and checkpoints",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(!o.default_root_dir().empty(),
                              "default_root_dir must not be empty; use \".\" for the working directory");
                  }),
-      ARC_OPTION(accelerator,
+      ARC_OPTION(accelerator, "\"auto\", \"cpu\", \"gpu\" or \"cuda\"",
                  [](const TrainerOptions& o) { check_name("accelerator", o.accelerator(), accelerator_registry()); }),
-      ARC_OPTION(strategy, [](const TrainerOptions& o) { check_name("strategy", o.strategy(), strategy_registry()); }),
-      ARC_OPTION(devices,
+      ARC_OPTION(strategy, "\"auto\", \"single_device\", \"ddp\", \"ddp_spawn\" or \"elastic\"",
+                 [](const TrainerOptions& o) { check_name("strategy", o.strategy(), strategy_registry()); }),
+      ARC_OPTION(devices, "\"auto\", a count (-1: all), a list of indices, or \"0,1\"",
                  [](const TrainerOptions& o) {
                    const auto& devices = o.devices();
                    ARC_CHECK(devices.is_auto || devices.count >= 1 || devices.count == -1,
                              "devices must be \"auto\", -1 (all) or >= 1, got ", devices.count);
                  }),
-      ARC_OPTION(num_nodes,
+      ARC_OPTION(num_nodes, "machines the run spans",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.num_nodes() >= 1, "num_nodes must be >= 1, got ", o.num_nodes());
                  }),
-      ARC_OPTION_READ(precision, read_precision,
+      ARC_OPTION_READ(precision, "\"32-true\", \"64-true\", \"bf16-mixed\", \"16-mixed\", \"bf16-true\" or \"16-true\"",
+                      read_precision,
                       [](const TrainerOptions& o) { check_choice("precision", o.precision(), Precision::names()); }),
-      ARC_OPTION(enable_checkpointing, no_check),
-      ARC_OPTION(enable_progress_bar, no_check),
-      ARC_OPTION(enable_model_summary, no_check),
-      ARC_OPTION(num_threads,
+      ARC_OPTION(logger,
+                 "CSV and TensorBoard logs in lightning_logs/version_N, or a {class_path, init_args} list; false: none",
+                 no_check),
+      ARC_OPTION(enable_checkpointing, "a ModelCheckpoint (with last.ckpt) unless the callbacks have one", no_check),
+      ARC_OPTION(enable_progress_bar, "the progress bar", no_check),
+      ARC_OPTION(enable_model_summary, "the model summary at fit start", no_check),
+      ARC_OPTION(num_threads, "intra-op threads per process (0: the cores divided among the processes)",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.num_threads() >= 0, "num_threads must be >= 0 (0 = all cores), got ", o.num_threads());
                  }),
-      ARC_OPTION(tune_malloc, no_check),
-      ARC_OPTION(cluster_environment,
+      ARC_OPTION(tune_malloc, "keep large activation buffers in the heap between steps", no_check),
+      ARC_OPTION(cluster_environment, "\"auto\" (detect) or local, slurm, torchelastic, mpi, lsf, kubeflow",
                  [](const TrainerOptions& o) {
                    check_name("cluster_environment", o.cluster_environment(), cluster::cluster_registry());
                  }),
-      ARC_OPTION(timeout,
+      ARC_OPTION(timeout, "seconds any distributed wait may take",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.timeout() > 0, "timeout must be > 0 seconds, got ", o.timeout());
                  }),
-      ARC_OPTION(find_unused_parameters, no_check),
-      ARC_OPTION(first_bucket_mb,
+      ARC_OPTION(find_unused_parameters, "DDP: allow parameters without gradient in a step", no_check),
+      ARC_OPTION(first_bucket_mb, "DDP: size of the first gradient bucket in MiB",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.first_bucket_mb() > 0, "first_bucket_mb must be > 0, got ", o.first_bucket_mb());
                  }),
-      ARC_OPTION(bucket_cap_mb,
+      ARC_OPTION(bucket_cap_mb, "DDP: size of the other gradient buckets in MiB",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.bucket_cap_mb() > 0, "bucket_cap_mb must be > 0, got ", o.bucket_cap_mb());
                  }),
-      ARC_OPTION(shared_memory, no_check),
-      ARC_OPTION(process_group_backend,
+      ARC_OPTION(shared_memory, "DDP: all-reduce through shared memory among the processes of a machine", no_check),
+      ARC_OPTION(process_group_backend, "DDP on GPUs: \"auto\", \"nccl\" or \"gloo\"",
                  [](const TrainerOptions& o) {
                    check_choice("process_group_backend", o.process_group_backend(), kProcessGroupBackends);
                  }),
-      ARC_OPTION(auto_requeue, no_check),
+      ARC_OPTION(auto_requeue, "under SLURM: save and requeue on requeue_signal", no_check),
       ARC_OPTION(
-          requeue_signal,
+          requeue_signal, "\"SIGUSR1\", \"SIGUSR2\", \"SIGHUP\" or \"SIGALRM\"",
           [](const TrainerOptions& o) { check_choice("requeue_signal", o.requeue_signal(), requeue_signal_names()); }),
-      ARC_OPTION(elastic_checkpoint_every_n_steps,
+      ARC_OPTION(elastic_checkpoint_every_n_steps, "strategy elastic: global steps between its checkpoints (0: off)",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.elastic_checkpoint_every_n_steps() >= 0,
                              "elastic_checkpoint_every_n_steps must be >= 0 (0 = off), got ",
                              o.elastic_checkpoint_every_n_steps());
                  }),
-      ARC_OPTION(elastic_checkpoint_every_seconds,
+      ARC_OPTION(elastic_checkpoint_every_seconds, "strategy elastic: seconds between its checkpoints (0: off)",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.elastic_checkpoint_every_seconds() >= 0,
                              "elastic_checkpoint_every_seconds must be >= 0 (0 = off), got ",
@@ -333,6 +332,13 @@ TrainerOptions TrainerOptions::from_json(const nlohmann::json& json) {
 nlohmann::json TrainerOptions::to_json() const {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& field : option_fields()) out[field.key] = field.write(*this);
+  return out;
+}
+
+std::vector<OptionHelp> TrainerOptions::help() {
+  const TrainerOptions defaults;
+  std::vector<OptionHelp> out;
+  for (const auto& field : option_fields()) out.push_back({field.key, field.write(defaults), field.help});
   return out;
 }
 

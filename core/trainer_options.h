@@ -26,6 +26,13 @@ struct BatchAmount {
   bool is_zero() const { return value == 0.0; }
 };
 
+/// One option as `arc fit --help` lists it.
+struct OptionHelp {
+  std::string key;
+  nlohmann::json default_value;
+  std::string help;
+};
+
 /// Every Trainer option. Defaults are Lightning's.
 class TrainerOptions {
  public:
@@ -69,6 +76,10 @@ class TrainerOptions {
   /// Lightning's names: "32-true" (also "32"), "64-true", "bf16-mixed", "16-mixed", "bf16-true",
   /// "16-true" (see Precision).
   ARC_ARG(std::string, precision) = "32-true";
+  /// Lightning's logger=True: a Trainer given no loggers writes metrics.csv, TensorBoard events and
+  /// hparams.yaml to <default_root_dir>/lightning_logs/version_N (its checkpoints go to that folder's
+  /// checkpoints/); false writes none.
+  ARC_ARG(bool, logger) = true;
   ARC_ARG(bool, enable_checkpointing) = true;
   ARC_ARG(bool, enable_progress_bar) = true;
   ARC_ARG(bool, enable_model_summary) = true;
@@ -116,6 +127,8 @@ class TrainerOptions {
   nlohmann::json to_json() const;
   /// Throws arc::Error naming the first impossible value and the remedy.
   void validate() const;
+  /// Every option's key, default and one line of help, from the table from_json reads.
+  static std::vector<OptionHelp> help();
 };
 
 }  // namespace arc

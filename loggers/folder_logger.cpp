@@ -2,6 +2,7 @@
 #include <arc/loggers/folder_logger.h>
 
 #include <arc/base/error.h>
+#include <arc/base/yaml.h>
 
 #include <filesystem>
 #include <fstream>
@@ -41,7 +42,7 @@ std::string FolderLogger::folder() {
 }
 
 void FolderLogger::log_hyperparams(const nlohmann::json& hparams) {
-  std::ofstream(folder() + "/hparams.json") << hparams.dump(2) << '\n';
+  std::ofstream(folder() + "/hparams.yaml") << to_yaml(hparams);
 }
 
 }  // namespace arc

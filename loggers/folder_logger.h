@@ -21,7 +21,7 @@ class FolderLogger : public Logger {
   int64_t version_number() const override;
   void set_version_number(int64_t version) override { version_ = version; }
   bool version_fixed() const override { return fixed_; }
-  /// Writes hparams.json in the run's folder.
+  /// Writes hparams.yaml in the run's folder (Lightning's file).
   void log_hyperparams(const nlohmann::json& hparams) override;
 
  protected:

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 folder=${1:-.gpu-deps}
 packages=(
-  nlohmann-json3-dev libcli11-dev libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
+  nlohmann-json3-dev libyaml-cpp-dev libyaml-cpp0.7 libcli11-dev libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
   libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian
   libprotobuf-dev libprotobuf32 protobuf-compiler libprotoc32
 )

@@ -9,7 +9,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ccache
   libtorch-dev libgloo-dev libopenblas0-openmp
-  nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
+  nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libprotobuf-dev protobuf-compiler
   slurm-wlm openmpi-bin python3-torch

@@ -1,29 +1,28 @@
 // The `arc` tool, run as a user runs it.
-#include "support/command.h"
+#include "support/arc_tool.h"
+
+#include <arc/core/trainer_options.h>
 
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
-// Runs `arc <args>`.
-arc::testing::CommandRun arc(const std::string& args) {
-  return arc::testing::run_command(std::string(ARC_BINARY) + " " + args);
-}
+namespace fs = std::filesystem;
 
-nlohmann::json result_of(const std::string& output) { return arc::cli::read_report(output, "RESULT"); }
-
-std::string write_config(const std::string& name, const std::string& content) {
-  const auto path = std::filesystem::temp_directory_path() / (std::to_string(getpid()) + "_" + name);
-  std::ofstream(path) << content;
-  return path.string();
-}
+using arc::testing::arc;
+using arc::testing::arc_in;
+using arc::testing::result_of;
+using arc::testing::write_config;
 
 TEST(Cli, TrainPrintsTheResultLine) {
   const auto out =
@@ -42,6 +41,61 @@ TEST(Cli, TrainPrintsTheResultLine) {
 }
 
 // WORKLOAD.md's MLP after one epoch: 0.8673 in float32.
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> out;
+  std::error_code missing;
+  for (const auto& entry : fs::directory_iterator(dir, missing)) {
+    const auto name = entry.path().filename().string();
+    out.push_back(name.rfind("events.out.tfevents.", 0) == 0 ? "events.out.tfevents." : name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// As Lightning's logger=True and LightningCLI: metrics.csv, TensorBoard events, hparams.yaml and the
+// resolved config.yaml in lightning_logs/version_N, a new version per run, checkpoints inside it.
+TEST(Cli, FitLeavesMetricsHparamsAndConfigInANewVersionPerRun) {
+  const auto dir = fs::temp_directory_path() / ("arc_cli_logs_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::string args =
+      " --set trainer.limit_train_batches=60 --set trainer.limit_val_batches=2 "
+      "--set trainer.num_threads=1 --set trainer.enable_progress_bar=false";
+  ASSERT_EQ(arc_in(dir, "fit" + args).status, 0);
+  const auto version_0 = dir / "lightning_logs" / "version_0";
+  EXPECT_EQ(names_in(version_0), (std::vector<std::string>{"checkpoints", "config.yaml", "events.out.tfevents.",
+                                                           "hparams.yaml", "metrics.csv"}));
+  std::ifstream csv(version_0 / "metrics.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header.rfind("epoch,step,", 0), 0u) << header;
+  std::stringstream config;
+  config << std::ifstream(version_0 / "config.yaml").rdbuf();
+  for (const char* line : {"  name: \"mlp_classifier\"", "  limit_train_batches: 60", "  logger: true",
+                           "  max_epochs: 1", "  precision: \"32-true\""})
+    EXPECT_NE(config.str().find(line), std::string::npos) << line << " in\n" << config.str();
+  ASSERT_EQ(arc_in(dir, "train" + args).status, 0) << "`train` is `fit`";
+  EXPECT_TRUE(fs::exists(dir / "lightning_logs" / "version_1" / "metrics.csv"));
+  EXPECT_TRUE(fs::exists(dir / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"));
+  // Resuming continues in the version of the checkpoint, as Lightning's does.
+  ASSERT_EQ(arc_in(dir, "fit --resume last --set trainer.max_epochs=2" + args).status, 0);
+  EXPECT_FALSE(fs::exists(dir / "lightning_logs" / "version_2" / "metrics.csv"));
+  fs::remove_all(dir);
+  ASSERT_EQ(arc_in(dir, "fit --set trainer.logger=false" + args).status, 0);
+  EXPECT_FALSE(fs::exists(dir / "lightning_logs"));
+  fs::remove_all(dir);
+}
+
+// Help comes from the table TrainerOptions::from_json reads, so it lists every key the parser takes.
+TEST(Cli, FitHelpListsEveryTrainerKeyWithItsDefault) {
+  const auto out = arc("fit --help");
+  ASSERT_EQ(out.status, 0) << out.output;
+  const auto defaults = arc::TrainerOptions().to_json();
+  for (const auto& [key, value] : defaults.items())
+    EXPECT_NE(out.output.find("trainer." + key + " = " + value.dump()), std::string::npos) << key << "\n" << out.output;
+  for (const char* name : {"EarlyStopping", "ModelCheckpoint", "CSVLogger", "TensorBoardLogger"})
+    EXPECT_NE(out.output.find(name), std::string::npos) << name;
+}
+
 TEST(Cli, Bf16MixedMlpEpochIsWithinOnePointOfFloat32) {
   const auto out =
       arc("train --set trainer.precision=bf16-mixed --set trainer.num_threads=1 "

@@ -52,7 +52,7 @@ class Interrupt : public ::testing::Test {
     return terminal;
   }
 
-  std::string saved() const { return dir_ + "/checkpoints/on_exception.ckpt"; }
+  std::string saved() const { return dir_ + "/lightning_logs/version_0/checkpoints/on_exception.ckpt"; }
 
   void expect_saved_and_said(const Terminal& terminal) {
     const auto& output = terminal.output();

@@ -138,7 +138,8 @@ TEST_F(ToolLauncherRun, SigtermToTheToolReachesEveryRank) {
   // Until fit installs its handler, SIGTERM ends a rank as it ends any process: wait for the first
   // epoch's checkpoint, written well after that.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!std::filesystem::exists(dir_ + "/checkpoints") || std::filesystem::is_empty(dir_ + "/checkpoints")) {
+  const std::string checkpoints = dir_ + "/lightning_logs/version_0/checkpoints";
+  while (!std::filesystem::exists(checkpoints) || std::filesystem::is_empty(checkpoints)) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << read_file(out());
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

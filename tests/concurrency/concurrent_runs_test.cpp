@@ -37,7 +37,7 @@ TEST(ConcurrentRuns, EightArcToolRunsNeverClash) {
   const std::string command = std::string(ARC_BINARY) + " train --config " + ARC_SOURCE_DIR +
                               "/apps/configs/mlp_ddp_spawn.json --set trainer.limit_train_batches=3 " +
                               "--set trainer.limit_val_batches=1 --set trainer.enable_progress_bar=false " +
-                              "--set trainer.enable_checkpointing=false";
+                              "--set trainer.enable_checkpointing=false --set trainer.logger=false";
   for (const auto& run : run_concurrently(command, 8)) {
     EXPECT_EQ(run.status, 0) << run.output;
     EXPECT_NE(run.output.find("\"world_size\":2"), std::string::npos) << run.output;

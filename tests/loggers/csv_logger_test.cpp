@@ -36,7 +36,37 @@ TEST(CSVLogger, LightningLayoutWithNextFreeVersionAndUnionHeader) {
   EXPECT_EQ(rows.front(), "epoch,step,train_loss,val_loss");
   // 8 step rows (every 2 of 8 steps... 4) + 2 validation rows + 2 train-epoch rows with nothing logged.
   EXPECT_EQ(rows.size(), 1u + 4u + 2u);
-  EXPECT_TRUE(fs::exists(logger->log_dir() + "/hparams.json"));
+  EXPECT_TRUE(fs::exists(logger->log_dir() + "/hparams.yaml"));
+  fs::remove_all(root);
+}
+
+// Lightning's logger=True: a Trainer given no logger writes CSV and TensorBoard logs and hparams.yaml
+// to <default_root_dir>/lightning_logs/version_N, its checkpoints inside; logger(false) writes none.
+TEST(DefaultLogger, TrainerWithoutLoggersWritesANewLightningLogsVersionPerRun) {
+  const auto root = fs::temp_directory_path() / ("arc_default_logger_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  for (int run = 0; run < 2; ++run) {
+    testing::TinyModule module;
+    module.save_hyperparameters({{"lr", 0.1}, {"name", "tiny"}});
+    auto options = testing::quiet().logger(true).enable_checkpointing(true).default_root_dir(root.string());
+    Trainer trainer(options.max_epochs(1).log_every_n_steps(1).num_sanity_val_steps(0));
+    ASSERT_EQ(trainer.loggers().size(), 2u);
+    trainer.fit(module, testing::tiny_data(8, 2));
+    const auto version = root / "lightning_logs" / ("version_" + std::to_string(run));
+    EXPECT_EQ(trainer.log_dir(), version.string());
+    EXPECT_GT(lines((version / "metrics.csv").string()).size(), 1u);
+    EXPECT_TRUE(fs::exists(version / "checkpoints" / "last.ckpt"));
+    EXPECT_EQ(lines((version / "hparams.yaml").string()), (std::vector<std::string>{"lr: 0.1", "name: \"tiny\""}));
+    bool events = false;
+    for (const auto& entry : fs::directory_iterator(version))
+      events = events || entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+    EXPECT_TRUE(events);
+  }
+  fs::remove_all(root);
+  testing::TinyModule module;
+  Trainer(testing::quiet().logger(false).default_root_dir(root.string()).max_epochs(1))
+      .fit(module, testing::tiny_data(8, 2));
+  EXPECT_FALSE(fs::exists(root / "lightning_logs"));
   fs::remove_all(root);
 }
 

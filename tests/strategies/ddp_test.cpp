@@ -156,7 +156,7 @@ TEST(DDP, LoggersBuiltInMainWriteOneVersionFromRankZero) {
   for (const auto& entry : std::filesystem::directory_iterator(dir + "/lightning_logs/version_0"))
     files.push_back(entry.path().filename().string().substr(0, 20));
   std::sort(files.begin(), files.end());
-  EXPECT_EQ(files, (std::vector<std::string>{"events.out.tfevents.", "hparams.json", "metrics.csv"})) << run.output;
+  EXPECT_EQ(files, (std::vector<std::string>{"events.out.tfevents.", "hparams.yaml", "metrics.csv"})) << run.output;
   std::filesystem::remove_all(dir);
 }
 

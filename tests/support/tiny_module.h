@@ -75,9 +75,10 @@ class TinyModule : public TrainModule {
   double lr_;
 };
 
-/// Options for fast, quiet tests: no progress bar or summary, one thread.
+/// Options for fast, quiet tests: no progress bar, summary, checkpoints or default logger, one thread.
 inline TrainerOptions quiet() {
   return TrainerOptions()
+      .logger(false)
       .enable_progress_bar(false)
       .enable_model_summary(false)
       .enable_checkpointing(false)

@@ -1,0 +1,114 @@
+// The shipped callbacks by Lightning's class names, built from init_args.
+#include <arc/callbacks/callback_registry.h>
+
+#include <arc/callbacks/device_stats_monitor.h>
+#include <arc/callbacks/early_stopping.h>
+#include <arc/callbacks/elastic_checkpoint.h>
+#include <arc/callbacks/gradient_accumulation_scheduler.h>
+#include <arc/callbacks/learning_rate_monitor.h>
+#include <arc/callbacks/model_checkpoint.h>
+#include <arc/callbacks/model_summary.h>
+#include <arc/callbacks/on_exception_checkpoint.h>
+#include <arc/callbacks/progress_bar.h>
+#include <arc/callbacks/throughput_monitor.h>
+#include <arc/callbacks/timer.h>
+
+namespace arc {
+namespace {
+
+// Reads init_args key `name` into the ARC_ARG of the same name.
+#define ARC_READ(name) config.read(#name, options.name())
+
+std::shared_ptr<Callback> model_checkpoint(const Config& config) {
+  ModelCheckpointOptions options;
+  ARC_READ(dirpath);
+  ARC_READ(filename);
+  ARC_READ(monitor);
+  ARC_READ(mode);
+  ARC_READ(save_top_k);
+  ARC_READ(save_last);
+  ARC_READ(every_n_train_steps);
+  ARC_READ(every_n_epochs);
+  ARC_READ(train_time_interval);
+  ARC_READ(save_weights_only);
+  ARC_READ(auto_insert_metric_name);
+  return std::make_shared<ModelCheckpoint>(options);
+}
+
+std::shared_ptr<Callback> early_stopping(const Config& config) {
+  EarlyStoppingOptions options(config.require<std::string>("monitor"));
+  ARC_READ(min_delta);
+  ARC_READ(patience);
+  ARC_READ(mode);
+  ARC_READ(check_finite);
+  ARC_READ(stopping_threshold);
+  ARC_READ(divergence_threshold);
+  return std::make_shared<EarlyStopping>(options);
+}
+
+#undef ARC_READ
+
+// {"epoch": factor} with the epochs as JSON keys, as Lightning's scheduling dict.
+std::shared_ptr<Callback> gradient_accumulation_scheduler(const Config& config) {
+  const auto* found = config.find("scheduling");
+  const auto table = found != nullptr ? *found : nlohmann::json();
+  ARC_CHECK(table.is_object(), "config key '", config.qualified("scheduling"),
+            "' must map epochs to factors, e.g. {\"0\": 4, \"5\": 2}, got ", table.dump());
+  std::map<int64_t, int64_t> scheduling;
+  for (const auto& [epoch, factor] : table.items()) {
+    char* end = nullptr;
+    const long long number = std::strtoll(epoch.c_str(), &end, 10);
+    ARC_CHECK(!epoch.empty() && *end == '\0' && factor.is_number_integer(), "config key '",
+              config.qualified("scheduling"), "' maps epochs (integers) to factors (integers), got \"", epoch,
+              "\": ", factor.dump());
+    scheduling[number] = factor.get<int64_t>();
+  }
+  return std::make_shared<GradientAccumulationScheduler>(scheduling);
+}
+
+Registry<Callback, const Config&> shipped_callbacks() {
+  Registry<Callback, const Config&> r("callback");
+  r.add("ModelCheckpoint", model_checkpoint);
+  r.add("EarlyStopping", early_stopping);
+  r.add("GradientAccumulationScheduler", gradient_accumulation_scheduler);
+  r.add("LearningRateMonitor", [](const Config& config) {
+    return std::make_shared<LearningRateMonitor>(config.get<std::string>("logging_interval", "epoch"));
+  });
+  r.add("Timer", [](const Config& config) { return std::make_shared<Timer>(config.require<double>("duration")); });
+  r.add("DeviceStatsMonitor", [](const Config& config) {
+    return std::make_shared<DeviceStatsMonitor>(config.get_optional<bool>("cpu_stats"));
+  });
+  r.add("ThroughputMonitor", [](const Config& config) {
+    return std::make_shared<ThroughputMonitor>(config.get<int64_t>("every_n_steps", 50));
+  });
+  r.add("ProgressBar",
+        [](const Config& config) { return std::make_shared<ProgressBar>(config.get<int64_t>("refresh_rate", 50)); });
+  r.add("ModelSummary", [](const Config&) { return std::make_shared<ModelSummary>(); });
+  r.add("OnExceptionCheckpoint", [](const Config& config) {
+    return std::make_shared<OnExceptionCheckpoint>(config.require<std::string>("dirpath"),
+                                                   config.get<std::string>("filename", "on_exception"));
+  });
+  r.add("ElasticCheckpoint", [](const Config& config) {
+    return std::make_shared<ElasticCheckpoint>(config.get<int64_t>("every_n_steps", 50),
+                                               config.get<double>("every_seconds", 0.0));
+  });
+  return r;
+}
+
+}  // namespace
+
+Registry<Callback, const Config&>& callback_registry() {
+  static Registry<Callback, const Config&> registry = shipped_callbacks();
+  return registry;
+}
+
+bool detail::add_callback(const std::string& name, Registry<Callback, const Config&>::Factory factory) {
+  callback_registry().add(name, std::move(factory));
+  return true;
+}
+
+std::vector<std::shared_ptr<Callback>> callbacks_from_json(const nlohmann::json& list, const std::string& path) {
+  return detail::from_class_paths(callback_registry(), list, path);
+}
+
+}  // namespace arc

@@ -1,0 +1,34 @@
+// The callbacks a config names, as LightningCLI's `trainer.callbacks`: a list of
+// {"class_path": <registered name>, "init_args": {...}}, every shipped callback by Lightning's class
+// name, users' own with one macro.
+#pragma once
+
+#include <arc/base/class_path.h>
+#include <arc/callbacks/callback.h>
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace arc {
+
+/// Callbacks by class name, each built from its init_args.
+Registry<Callback, const Config&>& callback_registry();
+
+/// The callbacks of `list` (an array of class_path/init_args objects); `path` names the list in
+/// errors ("trainer.callbacks"), which then name the entry and key: "trainer.callbacks[1].init_args.mode".
+std::vector<std::shared_ptr<Callback>> callbacks_from_json(const nlohmann::json& list, const std::string& path);
+
+namespace detail {
+bool add_callback(const std::string& name, Registry<Callback, const Config&>::Factory factory);
+
+}  // namespace detail
+
+}  // namespace arc
+
+/// Registers `Class` (constructible from `const arc::Config&`, its init_args) as callback "name".
+#define ARC_REGISTER_CALLBACK(Class, name)            \
+  static const bool arc_callback_registered_##Class = \
+      ::arc::detail::add_callback(name, [](const ::arc::Config& config) { return std::make_shared<Class>(config); })

@@ -1,0 +1,187 @@
+// Config-driven runs as LightningCLI's: callbacks and loggers from the config, YAML and JSON, several
+// files merged, --print_config, and errors that name the file and the key.
+#include "support/arc_tool.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+using arc::testing::arc;
+using arc::testing::arc_in;
+using arc::testing::result_of;
+using arc::testing::write_config;
+
+std::string scratch(const std::string& name) {
+  const auto dir = fs::temp_directory_path() / ("arc_config_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+std::set<std::string> files_in(const std::string& dir) {
+  std::set<std::string> out;
+  std::error_code missing;
+  for (const auto& entry : fs::directory_iterator(dir, missing)) out.insert(entry.path().filename().string());
+  return out;
+}
+
+// Two ranks; four validations in the first epoch; EarlyStopping gives up after the third (no change
+// of 1.0 in val_loss), ModelCheckpoint keeps the two best of the three by val_acc, and the CSVLogger
+// writes where its init_args say.
+std::string yaml_run(const std::string& dir) {
+  return "trainer:\n"
+         "  strategy: ddp_spawn\n"
+         "  devices: 2\n"
+         "  max_epochs: 3\n"
+         "  limit_train_batches: 40\n"
+         "  limit_val_batches: 4\n"
+         "  val_check_interval: 0.25\n"
+         "  num_threads: 1\n"
+         "  enable_progress_bar: false\n"
+         "  callbacks:\n"
+         "    - class_path: EarlyStopping\n"
+         "      init_args: {monitor: val_loss, patience: 2, min_delta: 1.0}\n"
+         "    - class_path: ModelCheckpoint\n"
+         "      init_args:\n"
+         "        monitor: val_acc\n"
+         "        mode: max\n"
+         "        save_top_k: 2\n"
+         "        dirpath: " +
+         dir +
+         "/best\n"
+         "  logger:\n"
+         "    - class_path: CSVLogger\n"
+         "      init_args: {save_dir: " +
+         dir +
+         "/logs}\n"
+         "module:\n"
+         "  lr: 5e-2\n";
+}
+
+std::string json_run(const std::string& dir) {
+  return R"({"trainer": {"strategy": "ddp_spawn", "devices": 2, "max_epochs": 3, "limit_train_batches": 40,
+             "limit_val_batches": 4, "val_check_interval": 0.25, "num_threads": 1, "enable_progress_bar": false,
+             "callbacks": [{"class_path": "EarlyStopping",
+                            "init_args": {"monitor": "val_loss", "patience": 2, "min_delta": 1.0}},
+                           {"class_path": "ModelCheckpoint",
+                            "init_args": {"monitor": "val_acc", "mode": "max", "save_top_k": 2,
+                                          "dirpath": ")" +
+         dir + R"(/best"}}],
+             "logger": [{"class_path": "CSVLogger", "init_args": {"save_dir": ")" +
+         dir + R"(/logs"}}]},
+             "module": {"lr": 0.05}})";
+}
+
+TEST(Config, YamlCallbacksAndLoggerRunUnderDdpSpawnAndMatchTheJsonConfig) {
+  const auto yaml_dir = scratch("yaml");
+  const auto yaml = arc_in(yaml_dir, "fit --config " + write_config("run.yaml", yaml_run(yaml_dir)));
+  ASSERT_EQ(yaml.status, 0) << yaml.output;
+  const auto result = result_of(yaml.output);
+  EXPECT_EQ(result["world_size"], 2);
+  EXPECT_GE(result["steps"].get<int>(), 30) << "three validations ran";
+  EXPECT_LT(result["steps"].get<int>(), 40) << "EarlyStopping stopped fit within the first epoch";
+  EXPECT_EQ(files_in(yaml_dir + "/best").size(), 2u) << "the two best of three";
+  EXPECT_TRUE(fs::exists(yaml_dir + "/logs/lightning_logs/version_0/metrics.csv"));
+  EXPECT_FALSE(fs::exists(yaml_dir + "/lightning_logs")) << "the config's logger replaces the default";
+
+  const auto json_dir = scratch("json");
+  const auto json = arc_in(json_dir, "fit --config " + write_config("run.json", json_run(json_dir)));
+  ASSERT_EQ(json.status, 0) << json.output;
+  EXPECT_EQ(result_of(json.output)["final_param_sha256"], result["final_param_sha256"]);
+  EXPECT_EQ(result_of(json.output)["steps"], result["steps"]);
+  fs::remove_all(yaml_dir);
+  fs::remove_all(json_dir);
+}
+
+TEST(Config, PrintConfigRoundTripsToTheSameRun) {
+  const auto dir = scratch("print");
+  const std::string limits =
+      " --set trainer.limit_train_batches=30 --set trainer.limit_val_batches=2 "
+      "--set trainer.enable_progress_bar=false --set trainer.num_threads=1";
+  const auto base = write_config("base.yaml", "trainer:\n  max_epochs: 3\n  seed: 7\nmodule:\n  lr: 1e-3\n");
+  const auto later = write_config("later.json", R"({"trainer": {"max_epochs": 1}})");
+  const auto printed =
+      arc_in(dir, "fit --print_config --config " + base + " --config " + later + limits + " 2>/dev/null");
+  ASSERT_EQ(printed.status, 0) << printed.output;
+  for (const char* line : {"  max_epochs: 1\n", "  seed: 7\n", "  lr: 0.001\n", "  limit_train_batches: 30\n",
+                           "  accumulate_grad_batches: 1\n", "  name: \"mlp_classifier\"\n"})
+    EXPECT_NE(printed.output.find(line), std::string::npos) << line << " in\n" << printed.output;
+  EXPECT_EQ(result_of(printed.output), nullptr) << "--print_config trains nothing";
+  const auto from_printed = arc_in(dir, "fit --config " + write_config("printed.yaml", printed.output));
+  const auto direct = arc_in(dir, "fit --config " + base + " --config " + later + limits);
+  ASSERT_EQ(from_printed.status, 0) << from_printed.output;
+  ASSERT_EQ(direct.status, 0) << direct.output;
+  EXPECT_EQ(result_of(from_printed.output)["final_param_sha256"], result_of(direct.output)["final_param_sha256"]);
+  EXPECT_EQ(result_of(direct.output)["steps"], 30);
+  fs::remove_all(dir);
+}
+
+// Each bad config is an error that names the file, the key and the fix, and trains nothing.
+TEST(Config, BadConfigsNameTheFileAndTheKey) {
+  const auto error_for = [](const std::string& name, const std::string& content) {
+    const auto run = arc("fit --config " + write_config(name, content));
+    EXPECT_EQ(run.status, 2) << run.output;
+    return run.output;
+  };
+  const auto expect_in = [](const std::string& output, const std::string& text) {
+    EXPECT_NE(output.find(text), std::string::npos) << "'" << text << "' in:\n" << output;
+  };
+  const std::string callbacks =
+      "trainer:\n  callbacks:\n    - class_path: EarlyStopping\n"
+      "      init_args: {monitor: val_loss}\n    - class_path: ModelCheckpoint\n";
+  expect_in(error_for("bool.yaml", "trainer:\n  deterministic: yes\n"),
+            "bool.yaml:2: trainer.deterministic: 'yes' is a boolean in YAML 1.1 but text in YAML 1.2; write true or "
+            "false");
+  const auto unknown = error_for("unknown.yaml", callbacks + "      init_args: {mode: max, monitr: val_acc}\n");
+  expect_in(unknown,
+            "unknown.yaml: unknown config key 'trainer.callbacks[1].init_args.monitr'; did you mean 'monitor'?");
+  expect_in(error_for("type.yaml", callbacks + "      init_args: {save_top_k: two}\n"),
+            "type.yaml: config key 'trainer.callbacks[1].init_args.save_top_k' must be an integer, got \"two\"");
+  const auto impossible = error_for("mode.yaml", callbacks + "      init_args: {mode: maximum}\n");
+  expect_in(impossible, "mode.yaml: trainer.callbacks[1] (ModelCheckpoint): ModelCheckpoint mode must be");
+  expect_in(error_for("class.yaml", "trainer:\n  callbacks:\n    - class_path: EarlyStoping\n"),
+            "class.yaml: trainer.callbacks[0] (EarlyStoping): unknown callback 'EarlyStoping'; did you mean "
+            "'EarlyStopping'?");
+  expect_in(error_for("logger.yaml", "trainer:\n  logger: {class_path: CSVLogger, init_args: {save_dri: logs}}\n"),
+            "logger.yaml: unknown config key 'trainer.logger.init_args.save_dri'; did you mean 'save_dir'?");
+  expect_in(error_for("syntax.yaml", "trainer: [max_epochs: 1\n"), "syntax.yaml:");
+  expect_in(error_for("syntax.yaml", "trainer: [max_epochs: 1\n"), "not valid YAML");
+  // A quoted value stays text: the trainer says what it expected.
+  expect_in(error_for("quoted.yaml", "trainer:\n  max_epochs: \"3\"\n"),
+            "quoted.yaml: config key 'trainer.max_epochs' must be an integer, got \"3\"");
+}
+
+// The README's YAML example, shortened to a few batches, trains and writes where it says.
+TEST(Config, ReadmeYamlRuns) {
+  std::ifstream readme(std::string(ARC_SOURCE_DIR) + "/README.md");
+  std::stringstream text;
+  text << readme.rdbuf();
+  const auto start = text.str().find("```yaml\n");
+  ASSERT_NE(start, std::string::npos) << "the README has a YAML config";
+  const auto begin = start + 8;
+  const auto yaml = text.str().substr(begin, text.str().find("```", begin) - begin);
+  const auto dir = scratch("readme");
+  const auto run = arc_in(dir, "fit --config " + write_config("readme.yaml", yaml) +
+                                   " --set trainer.limit_train_batches=20 --set trainer.num_threads=1 "
+                                   "--set trainer.enable_progress_bar=false");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const int steps = result_of(run.output)["steps"].get<int>();
+  EXPECT_TRUE(steps >= 30 && steps <= 60) << steps << " steps: three epochs of 20, or EarlyStopping after two";
+  const auto version = dir + "/logs/lightning_logs/version_0";
+  EXPECT_TRUE(fs::exists(version + "/metrics.csv"));
+  std::ifstream csv(version + "/metrics.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_NE(header.find("lr-SGD"), std::string::npos) << header;
+  EXPECT_EQ(files_in(version + "/checkpoints").size(), 2u) << "save_top_k: 2";
+  fs::remove_all(dir);
+}
+
+}  // namespace
