@@ -8,6 +8,7 @@
 #include <arc/base/registry.h>
 #include <arc/base/sha256.h>
 #include <arc/callbacks/callback.h>
+#include <arc/callbacks/callback_registry.h>
 #include <arc/callbacks/device_stats_monitor.h>
 #include <arc/callbacks/early_stopping.h>
 #include <arc/callbacks/elastic_checkpoint.h>
@@ -23,6 +24,7 @@
 #include <arc/core/checkpoint.h>
 #include <arc/core/lr_scheduler.h>
 #include <arc/core/module_registry.h>
+#include <arc/core/optimizer_registry.h>
 #include <arc/core/train_module.h>
 #include <arc/core/trainer.h>
 #include <arc/core/trainer_options.h>
@@ -36,5 +38,6 @@
 #include <arc/loggers/folder_logger.h>
 #include <arc/loggers/jsonl_logger.h>
 #include <arc/loggers/logger.h>
+#include <arc/loggers/logger_registry.h>
 #include <arc/loggers/tensorboard_logger.h>
 #include <arc/strategies/strategy.h>

@@ -84,6 +84,11 @@ Experiment build(const nlohmann::json& config_json) {
   data.finish();
   const auto* trainer_json = root.find("trainer");
   out.options = TrainerOptions::from_json(take_objects(trainer_json ? *trainer_json : nlohmann::json::object(), out));
+  // LightningCLI's optimizer and lr_scheduler sections, for modules that take them (configured_optimizer).
+  const auto* optimizer = root.find("optimizer");
+  const auto* lr_scheduler = root.find("lr_scheduler");
+  if (optimizer != nullptr || lr_scheduler != nullptr)
+    out.module->set_optimizer_config(optimizer ? *optimizer : nullptr, lr_scheduler ? *lr_scheduler : nullptr);
   root.finish();
   out.resolved = config_json;
   out.resolved["module"]["name"] = module_name;

@@ -7,34 +7,63 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace arc::detail {
 
-/// `T` built from `entry` ({"class_path", "init_args"}) by `registry`, every init_args key read;
-/// errors name `path` (the entry's place in the config).
-template <typename T>
-std::shared_ptr<T> from_class_path(const Registry<T, const Config&>& registry, const nlohmann::json& entry,
-                                   const std::string& path) {
+/// The key of `init_args` that `message` names first, as a whole word ("ModelCheckpoint mode must be
+/// ..." names mode), or "" when it names none.
+inline std::string key_named_in(const std::string& message, const nlohmann::json& init_args) {
+  const auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; };
+  std::string key;
+  size_t first = std::string::npos;
+  for (const auto& item : init_args.items()) {
+    const std::string& name = item.key();
+    for (size_t at = message.find(name); at != std::string::npos && at < first; at = message.find(name, at + 1)) {
+      const size_t end = at + name.size();
+      if ((at == 0 || !is_word(message[at - 1])) && (end == message.size() || !is_word(message[end]))) {
+        first = at;
+        key = name;
+      }
+    }
+  }
+  return key;
+}
+
+/// What `build(class_path, init_args)` makes of `entry` ({"class_path", "init_args"}), every init_args
+/// key read; errors name `path` (the entry's place in the config).
+template <typename Build>
+auto with_class_path(const nlohmann::json& entry, const std::string& path, const Build& build) {
   Config fields(entry, path);
   const auto class_path = fields.require<std::string>("class_path");
   const auto* init_json = fields.find("init_args");
   fields.finish();
   Config init_args(init_json != nullptr ? *init_json : nlohmann::json::object(), path + ".init_args");
   try {
-    auto built = registry.create(class_path, init_args);
+    auto built = build(class_path, init_args);
     init_args.finish();
     return built;
   } catch (const Error& error) {
     // A misspelt key explains a missing or defaulted one best ("save_dri": did you mean "save_dir"?).
     init_args.finish();
     const std::string message = error.what();
-    // Messages of the registry and of Config name the key already; a constructor's names the option.
-    if (message.find(path) != std::string::npos) throw;
-    throw Error(path + " (" + class_path + "): " + message);
+    // Config's messages name the key already ('trainer.callbacks[1].init_args.mode'); the registry's
+    // names the class, and a constructor's the option, which is the init_args key of that name.
+    if (message.find("'" + path) != std::string::npos) throw;
+    const auto key = init_json != nullptr ? key_named_in(message, *init_json) : std::string();
+    throw Error((key.empty() ? path : path + ".init_args." + key) + " (" + class_path + "): " + message);
   }
+}
+
+/// `T` built by `registry` from `entry`, as with_class_path.
+template <typename T>
+std::shared_ptr<T> from_class_path(const Registry<T, const Config&>& registry, const nlohmann::json& entry,
+                                   const std::string& path) {
+  return with_class_path(
+      entry, path, [&](const std::string& name, const Config& init_args) { return registry.create(name, init_args); });
 }
 
 /// Every entry of `list`, which must be an array of such entries; `path` names the list in errors.

@@ -11,6 +11,7 @@
 #include <torch/optim/optimizer.h>
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -131,6 +132,19 @@ class TrainModule : public torch::nn::Module {
   /// Backward through the precision (loss scaling) and the strategy (gradient sync), with the backward hooks.
   void manual_backward(const torch::Tensor& loss);
 
+  /// Set by `arc fit` from the config's `optimizer` and `lr_scheduler` sections ({class_path, init_args};
+  /// null: not given).
+  void set_optimizer_config(nlohmann::json optimizer, nlohmann::json lr_scheduler);
+  /// For configure_optimizers: the optimizer over `parameters` (with its scheduler) that the config
+  /// names, or `fallback()` when it names none (a config's lr_scheduler then schedules that one), as
+  /// LightningCLI lets a config choose. Modules that call it opt in to config-chosen optimizers.
+  OptimizerConfig configured_optimizer(std::vector<torch::Tensor> parameters,
+                                       const std::function<OptimizerConfig()>& fallback);
+  /// Whether the config named an optimizer or scheduler that configure_optimizers did not take.
+  bool optimizer_config_unused() const {
+    return !optimizer_config_used_ && !(optimizer_json_.is_null() && scheduler_json_.is_null());
+  }
+
   /// Hyper-parameters recorded by loggers and checkpoints.
   void save_hyperparameters(nlohmann::json hparams) { hparams_ = std::move(hparams); }
   const nlohmann::json& hparams() const { return hparams_; }
@@ -145,6 +159,9 @@ class TrainModule : public torch::nn::Module {
   friend class Trainer;
   Trainer* trainer_ = nullptr;
   bool automatic_optimization_ = true;
+  nlohmann::json optimizer_json_;
+  nlohmann::json scheduler_json_;
+  bool optimizer_config_used_ = false;
   nlohmann::json hparams_ = nlohmann::json::object();
 };
 

@@ -41,8 +41,12 @@ void Classifier::test_step(Batch& batch, int64_t) { evaluate(batch, "test"); }
 
 torch::Tensor Classifier::predict_step(Batch& batch, int64_t) { return forward(batch[0]).argmax(1); }
 
+// WORKLOAD.md's SGD, unless the config names an optimizer (or a scheduler) of its own.
 std::vector<OptimizerConfig> Classifier::configure_optimizers() {
-  return {std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(lr_).momentum(momentum_))};
+  return {configured_optimizer(parameters(), [this] {
+    return OptimizerConfig(
+        std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(lr_).momentum(momentum_)));
+  })};
 }
 
 MlpClassifier::MlpClassifier(const Config& config) : Classifier("MlpClassifier", config) {

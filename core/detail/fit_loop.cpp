@@ -44,6 +44,9 @@ FitLoop::~FitLoop() = default;
 void FitLoop::configure_optimizers() {
   auto& optimizers = state_.optimizers;
   optimizers = module_.configure_optimizers();
+  ARC_CHECK(!module_.optimizer_config_unused(), "the config names an optimizer or lr_scheduler, but ", module_.name(),
+            "'s configure_optimizers() does not take it; build the optimizer with configured_optimizer(parameters(), ",
+            "...) there, or remove those sections from the config");
   ARC_CHECK(
       !optimizers.empty() || !module_.automatic_optimization(),
       "configure_optimizers() returned no optimizer; return at least one, e.g. std::make_shared<torch::optim::SGD>(",

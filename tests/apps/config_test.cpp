@@ -4,11 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -62,7 +64,11 @@ std::string yaml_run(const std::string& dir) {
          dir +
          "/logs}\n"
          "module:\n"
-         "  lr: 5e-2\n";
+         "  lr: 5e-2\n"
+         "optimizer:\n"
+         "  class_path: Adam\n"
+         "  init_args: {lr: 1e-3, betas: [0.9, 0.99]}\n"
+         "lr_scheduler: {class_path: CosineAnnealingLR, init_args: {T_max: 3, interval: step}}\n";
 }
 
 std::string json_run(const std::string& dir) {
@@ -76,7 +82,9 @@ std::string json_run(const std::string& dir) {
          dir + R"(/best"}}],
              "logger": [{"class_path": "CSVLogger", "init_args": {"save_dir": ")" +
          dir + R"(/logs"}}]},
-             "module": {"lr": 0.05}})";
+             "module": {"lr": 0.05},
+             "optimizer": {"class_path": "Adam", "init_args": {"lr": 0.001, "betas": [0.9, 0.99]}},
+             "lr_scheduler": {"class_path": "CosineAnnealingLR", "init_args": {"T_max": 3, "interval": "step"}}})";
 }
 
 TEST(Config, YamlCallbacksAndLoggerRunUnderDdpSpawnAndMatchTheJsonConfig) {
@@ -98,6 +106,52 @@ TEST(Config, YamlCallbacksAndLoggerRunUnderDdpSpawnAndMatchTheJsonConfig) {
   EXPECT_EQ(result_of(json.output)["steps"], result["steps"]);
   fs::remove_all(yaml_dir);
   fs::remove_all(json_dir);
+}
+
+// The values in column `name` of a metrics.csv, top to bottom, where the row has one.
+std::vector<double> column(const std::string& csv_path, const std::string& name) {
+  std::ifstream csv(csv_path);
+  std::string line;
+  std::getline(csv, line);
+  std::vector<std::string> header;
+  std::stringstream names(line);
+  for (std::string cell; std::getline(names, cell, ',');) header.push_back(cell);
+  const auto at = std::find(header.begin(), header.end(), name) - header.begin();
+  std::vector<double> out;
+  while (std::getline(csv, line)) {
+    std::stringstream cells(line);
+    std::string cell;
+    for (long i = 0; i <= at && std::getline(cells, cell, ','); ++i)
+      if (i == at && !cell.empty()) out.push_back(std::stod(cell));
+  }
+  return out;
+}
+
+// LightningCLI's optimizer and lr_scheduler sections: Adam at 1e-3, halved every epoch by StepLR, as
+// LearningRateMonitor's lr-Adam column shows.
+TEST(Config, OptimizerAndSchedulerFromTheConfigSetTheLearningRate) {
+  const auto dir = scratch("optimizer");
+  const auto run = arc_in(dir, "fit --config " + write_config("optimizer.yaml",
+                                                              "trainer:\n"
+                                                              "  max_epochs: 3\n"
+                                                              "  limit_train_batches: 10\n"
+                                                              "  limit_val_batches: 2\n"
+                                                              "  num_threads: 1\n"
+                                                              "  enable_progress_bar: false\n"
+                                                              "  callbacks:\n"
+                                                              "    - class_path: LearningRateMonitor\n"
+                                                              "optimizer: {class_path: Adam, init_args: {lr: 1e-3}}\n"
+                                                              "lr_scheduler:\n"
+                                                              "  class_path: StepLR\n"
+                                                              "  init_args: {step_size: 1, gamma: 0.5}\n"));
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_EQ(column(dir + "/lightning_logs/version_0/metrics.csv", "lr-Adam"),
+            (std::vector<double>{0.001, 0.0005, 0.00025}));
+  const auto bad = arc("fit --config " + write_config("adm.yaml", "optimizer: {class_path: Adm}\n"));
+  EXPECT_NE(bad.output.find("adm.yaml: optimizer (Adm): unknown optimizer 'Adm'; did you mean 'Adam'?"),
+            std::string::npos)
+      << bad.output;
+  fs::remove_all(dir);
 }
 
 TEST(Config, PrintConfigRoundTripsToTheSameRun) {
@@ -145,7 +199,10 @@ TEST(Config, BadConfigsNameTheFileAndTheKey) {
   expect_in(error_for("type.yaml", callbacks + "      init_args: {save_top_k: two}\n"),
             "type.yaml: config key 'trainer.callbacks[1].init_args.save_top_k' must be an integer, got \"two\"");
   const auto impossible = error_for("mode.yaml", callbacks + "      init_args: {mode: maximum}\n");
-  expect_in(impossible, "mode.yaml: trainer.callbacks[1] (ModelCheckpoint): ModelCheckpoint mode must be");
+  expect_in(impossible,
+            "mode.yaml: trainer.callbacks[1].init_args.mode (ModelCheckpoint): ModelCheckpoint mode must be");
+  expect_in(error_for("gamma.yaml", "lr_scheduler: {class_path: StepLR, init_args: {step_size: 0}}\n"),
+            "gamma.yaml: lr_scheduler.init_args.step_size (StepLR): ");
   expect_in(error_for("class.yaml", "trainer:\n  callbacks:\n    - class_path: EarlyStoping\n"),
             "class.yaml: trainer.callbacks[0] (EarlyStoping): unknown callback 'EarlyStoping'; did you mean "
             "'EarlyStopping'?");
@@ -179,7 +236,7 @@ TEST(Config, ReadmeYamlRuns) {
   std::ifstream csv(version + "/metrics.csv");
   std::string header;
   std::getline(csv, header);
-  EXPECT_NE(header.find("lr-SGD"), std::string::npos) << header;
+  EXPECT_NE(header.find("lr-AdamW"), std::string::npos) << header;
   EXPECT_EQ(files_in(version + "/checkpoints").size(), 2u) << "save_top_k: 2";
   fs::remove_all(dir);
 }

@@ -9,6 +9,7 @@
 namespace arc {
 namespace {
 
+using testing::error_of;
 using testing::quiet;
 using testing::tiny_data;
 using testing::TinyModule;
@@ -49,6 +50,17 @@ class SteepModule : public TinyModule {
   SteepModule() : TinyModule(1.0) {}
   torch::Tensor training_step(Batch&, int64_t) override { return linear->weight.sum() * 100; }
 };
+
+// A config's optimizer reaches only modules that build theirs with configured_optimizer; ignoring it
+// silently would train with another optimizer than the config says.
+TEST(TrainerOptimization, AConfigOptimizerTheModuleDoesNotTakeIsAnError) {
+  TinyModule module;
+  module.set_optimizer_config({{"class_path", "Adam"}}, nullptr);
+  const auto message = error_of([&] { Trainer(quiet().max_steps(1)).fit(module, tiny_data(4, 2)); });
+  EXPECT_NE(message.find("configure_optimizers() does not take it; build the optimizer with configured_optimizer("),
+            std::string::npos)
+      << message;
+}
 
 TEST(TrainerOptimization, GradientClippingByNormAndByValue) {
   SteepModule by_norm;

@@ -1,0 +1,171 @@
+// The optimizers and schedulers a config can name.
+#include <arc/core/optimizer_registry.h>
+
+#include <arc/core/lr_scheduler.h>
+
+#include <torch/torch.h>
+
+namespace arc {
+namespace {
+
+// betas as PyTorch writes them: a list of two numbers.
+std::tuple<double, double> read_betas(const Config& config, std::tuple<double, double> fallback) {
+  const auto betas = config.get<std::vector<double>>("betas", {std::get<0>(fallback), std::get<1>(fallback)});
+  ARC_CHECK(betas.size() == 2, "config key '", config.qualified("betas"), "' must be two numbers, e.g. [0.9, 0.999]");
+  return {betas[0], betas[1]};
+}
+
+template <typename Options>
+void read_adam(const Config& config, Options& options) {
+  options.betas(read_betas(config, options.betas()));
+  options.eps(config.get<double>("eps", options.eps()));
+  options.weight_decay(config.get<double>("weight_decay", options.weight_decay()));
+  options.amsgrad(config.get<bool>("amsgrad", options.amsgrad()));
+}
+
+using Parameters = std::vector<torch::Tensor>;
+
+Registry<torch::optim::Optimizer, Parameters, const Config&> shipped_optimizers() {
+  Registry<torch::optim::Optimizer, Parameters, const Config&> r("optimizer");
+  r.add("SGD", [](Parameters parameters, const Config& config) {
+    torch::optim::SGDOptions options(config.require<double>("lr"));
+    options.momentum(config.get<double>("momentum", 0.0)).dampening(config.get<double>("dampening", 0.0));
+    options.weight_decay(config.get<double>("weight_decay", 0.0)).nesterov(config.get<bool>("nesterov", false));
+    return std::make_shared<torch::optim::SGD>(std::move(parameters), options);
+  });
+  r.add("Adam", [](Parameters parameters, const Config& config) {
+    torch::optim::AdamOptions options(config.get<double>("lr", 1e-3));
+    read_adam(config, options);
+    return std::make_shared<torch::optim::Adam>(std::move(parameters), options);
+  });
+  r.add("AdamW", [](Parameters parameters, const Config& config) {
+    torch::optim::AdamWOptions options(config.get<double>("lr", 1e-3));
+    read_adam(config, options);
+    return std::make_shared<torch::optim::AdamW>(std::move(parameters), options);
+  });
+  r.add("RMSprop", [](Parameters parameters, const Config& config) {
+    torch::optim::RMSpropOptions options(config.get<double>("lr", 1e-2));
+    options.alpha(config.get<double>("alpha", 0.99)).eps(config.get<double>("eps", 1e-8));
+    options.weight_decay(config.get<double>("weight_decay", 0.0)).momentum(config.get<double>("momentum", 0.0));
+    options.centered(config.get<bool>("centered", false));
+    return std::make_shared<torch::optim::RMSprop>(std::move(parameters), options);
+  });
+  r.add("Adagrad", [](Parameters parameters, const Config& config) {
+    torch::optim::AdagradOptions options(config.get<double>("lr", 1e-2));
+    options.lr_decay(config.get<double>("lr_decay", 0.0)).weight_decay(config.get<double>("weight_decay", 0.0));
+    options.initial_accumulator_value(config.get<double>("initial_accumulator_value", 0.0));
+    options.eps(config.get<double>("eps", 1e-10));
+    return std::make_shared<torch::optim::Adagrad>(std::move(parameters), options);
+  });
+  return r;
+}
+
+// Lightning's lr_scheduler_config keys, beside the scheduler's own arguments.
+std::shared_ptr<SchedulerConfig> scheduled(std::shared_ptr<LRScheduler> scheduler, const Config& config) {
+  auto out = std::make_shared<SchedulerConfig>();
+  out->scheduler = std::move(scheduler);
+  const auto interval = config.get<std::string>("interval", "epoch");
+  ARC_CHECK(interval == "epoch" || interval == "step", "config key '", config.qualified("interval"),
+            "' must be \"epoch\" or \"step\", got \"", interval, "\"");
+  out->interval = interval == "step" ? Interval::step : Interval::epoch;
+  out->frequency = config.get<int64_t>("frequency", 1);
+  ARC_CHECK(out->frequency >= 1, "config key '", config.qualified("frequency"), "' must be >= 1, got ", out->frequency);
+  out->monitor = config.get<std::string>("monitor", "");
+  return out;
+}
+
+using Optimizer = torch::optim::Optimizer;
+
+Registry<SchedulerConfig, Optimizer&, const Config&> shipped_schedulers() {
+  Registry<SchedulerConfig, Optimizer&, const Config&> r("lr_scheduler");
+  r.add("StepLR", [](Optimizer& optimizer, const Config& config) {
+    return scheduled(
+        std::make_shared<StepLR>(optimizer, config.require<int64_t>("step_size"), config.get<double>("gamma", 0.1)),
+        config);
+  });
+  r.add("MultiStepLR", [](Optimizer& optimizer, const Config& config) {
+    return scheduled(std::make_shared<MultiStepLR>(optimizer, config.require<std::vector<int64_t>>("milestones"),
+                                                   config.get<double>("gamma", 0.1)),
+                     config);
+  });
+  r.add("ExponentialLR", [](Optimizer& optimizer, const Config& config) {
+    return scheduled(std::make_shared<ExponentialLR>(optimizer, config.require<double>("gamma")), config);
+  });
+  r.add("CosineAnnealingLR", [](Optimizer& optimizer, const Config& config) {
+    return scheduled(std::make_shared<CosineAnnealingLR>(optimizer, config.require<int64_t>("T_max"),
+                                                         config.get<double>("eta_min", 0.0)),
+                     config);
+  });
+  r.add("LinearWarmup", [](Optimizer& optimizer, const Config& config) {
+    return scheduled(std::make_shared<LinearWarmup>(optimizer, config.require<int64_t>("total_iters"),
+                                                    config.get<double>("start_factor", 1.0 / 3),
+                                                    config.get<double>("end_factor", 1.0)),
+                     config);
+  });
+  r.add("ReduceLROnPlateau", [](Optimizer& optimizer, const Config& config) {
+    const auto mode = config.get<std::string>("mode", "min");
+    ARC_CHECK(mode == "min" || mode == "max", "config key '", config.qualified("mode"),
+              "' must be \"min\" or \"max\", got \"", mode, "\"");
+    auto scheduler = std::make_shared<ReduceLROnPlateau>(
+        optimizer, mode == "max" ? ReduceLROnPlateau::Mode::max : ReduceLROnPlateau::Mode::min,
+        config.get<double>("factor", 0.1), config.get<int64_t>("patience", 10), config.get<double>("threshold", 1e-4),
+        config.get<int64_t>("cooldown", 0), config.get<double>("min_lr", 0.0));
+    return scheduled(scheduler, config);
+  });
+  return r;
+}
+
+}  // namespace
+
+Registry<torch::optim::Optimizer, std::vector<torch::Tensor>, const Config&>& optimizer_registry() {
+  static auto registry = shipped_optimizers();
+  return registry;
+}
+
+Registry<SchedulerConfig, torch::optim::Optimizer&, const Config&>& lr_scheduler_registry() {
+  static auto registry = shipped_schedulers();
+  return registry;
+}
+
+namespace {
+
+// The optimizer `optimizer_json` names over `parameters` (or fallback()), with the scheduler
+// `scheduler_json` names (when not null).
+OptimizerConfig build_optimizer(const nlohmann::json& optimizer_json, const nlohmann::json& scheduler_json,
+                                std::vector<torch::Tensor> parameters,
+                                const std::function<OptimizerConfig()>& fallback) {
+  OptimizerConfig out = optimizer_json.is_null()
+                            ? fallback()
+                            : OptimizerConfig(detail::with_class_path(
+                                  optimizer_json, "optimizer", [&](const std::string& name, const Config& init_args) {
+                                    return optimizer_registry().create(name, std::move(parameters), init_args);
+                                  }));
+  if (!scheduler_json.is_null()) {
+    auto& optimizer = *out.optimizer;
+    out.lr_scheduler =
+        *detail::with_class_path(scheduler_json, "lr_scheduler", [&](const std::string& name, const Config& init_args) {
+          return lr_scheduler_registry().create(name, optimizer, init_args);
+        });
+  }
+  return out;
+}
+
+}  // namespace
+
+void TrainModule::set_optimizer_config(nlohmann::json optimizer, nlohmann::json lr_scheduler) {
+  optimizer_json_ = std::move(optimizer);
+  scheduler_json_ = std::move(lr_scheduler);
+  // Built once now over a stand-in parameter, so that a bad entry is an error before any rank starts.
+  const auto stand_in = [] { return std::vector<torch::Tensor>{torch::zeros({1}).requires_grad_()}; };
+  build_optimizer(optimizer_json_, scheduler_json_, stand_in(), [&] {
+    return OptimizerConfig(std::make_shared<torch::optim::SGD>(stand_in(), torch::optim::SGDOptions(0.1)));
+  });
+}
+
+OptimizerConfig TrainModule::configured_optimizer(std::vector<torch::Tensor> parameters,
+                                                  const std::function<OptimizerConfig()>& fallback) {
+  optimizer_config_used_ = true;
+  return build_optimizer(optimizer_json_, scheduler_json_, std::move(parameters), fallback);
+}
+
+}  // namespace arc
