@@ -47,7 +47,10 @@ std::string yaml_run(const std::string& dir) {
          "  val_check_interval: 0.25\n"
          "  num_threads: 1\n"
          "  enable_progress_bar: false\n"
+         "  log_every_n_steps: 1\n"
          "  callbacks:\n"
+         "    - class_path: LearningRateMonitor\n"
+         "      init_args: {logging_interval: step}\n"
          "    - class_path: EarlyStopping\n"
          "      init_args: {monitor: val_loss, patience: 2, min_delta: 1.0}\n"
          "    - class_path: ModelCheckpoint\n"
@@ -74,7 +77,9 @@ std::string yaml_run(const std::string& dir) {
 std::string json_run(const std::string& dir) {
   return R"({"trainer": {"strategy": "ddp_spawn", "devices": 2, "max_epochs": 3, "limit_train_batches": 40,
              "limit_val_batches": 4, "val_check_interval": 0.25, "num_threads": 1, "enable_progress_bar": false,
-             "callbacks": [{"class_path": "EarlyStopping",
+             "log_every_n_steps": 1,
+             "callbacks": [{"class_path": "LearningRateMonitor", "init_args": {"logging_interval": "step"}},
+                           {"class_path": "EarlyStopping",
                             "init_args": {"monitor": "val_loss", "patience": 2, "min_delta": 1.0}},
                            {"class_path": "ModelCheckpoint",
                             "init_args": {"monitor": "val_acc", "mode": "max", "save_top_k": 2,
@@ -85,27 +90,6 @@ std::string json_run(const std::string& dir) {
              "module": {"lr": 0.05},
              "optimizer": {"class_path": "Adam", "init_args": {"lr": 0.001, "betas": [0.9, 0.99]}},
              "lr_scheduler": {"class_path": "CosineAnnealingLR", "init_args": {"T_max": 3, "interval": "step"}}})";
-}
-
-TEST(Config, YamlCallbacksAndLoggerRunUnderDdpSpawnAndMatchTheJsonConfig) {
-  const auto yaml_dir = scratch("yaml");
-  const auto yaml = arc_in(yaml_dir, "fit --config " + write_config("run.yaml", yaml_run(yaml_dir)));
-  ASSERT_EQ(yaml.status, 0) << yaml.output;
-  const auto result = result_of(yaml.output);
-  EXPECT_EQ(result["world_size"], 2);
-  EXPECT_GE(result["steps"].get<int>(), 30) << "three validations ran";
-  EXPECT_LT(result["steps"].get<int>(), 40) << "EarlyStopping stopped fit within the first epoch";
-  EXPECT_EQ(files_in(yaml_dir + "/best").size(), 2u) << "the two best of three";
-  EXPECT_TRUE(fs::exists(yaml_dir + "/logs/lightning_logs/version_0/metrics.csv"));
-  EXPECT_FALSE(fs::exists(yaml_dir + "/lightning_logs")) << "the config's logger replaces the default";
-
-  const auto json_dir = scratch("json");
-  const auto json = arc_in(json_dir, "fit --config " + write_config("run.json", json_run(json_dir)));
-  ASSERT_EQ(json.status, 0) << json.output;
-  EXPECT_EQ(result_of(json.output)["final_param_sha256"], result["final_param_sha256"]);
-  EXPECT_EQ(result_of(json.output)["steps"], result["steps"]);
-  fs::remove_all(yaml_dir);
-  fs::remove_all(json_dir);
 }
 
 // The values in column `name` of a metrics.csv, top to bottom, where the row has one.
@@ -125,6 +109,31 @@ std::vector<double> column(const std::string& csv_path, const std::string& name)
       if (i == at && !cell.empty()) out.push_back(std::stod(cell));
   }
   return out;
+}
+
+TEST(Config, YamlCallbacksAndLoggerRunUnderDdpSpawnAndMatchTheJsonConfig) {
+  const auto yaml_dir = scratch("yaml");
+  const auto yaml = arc_in(yaml_dir, "fit --config " + write_config("run.yaml", yaml_run(yaml_dir)));
+  ASSERT_EQ(yaml.status, 0) << yaml.output;
+  const auto result = result_of(yaml.output);
+  EXPECT_EQ(result["world_size"], 2);
+  EXPECT_GE(result["steps"].get<int>(), 30) << "three validations ran";
+  EXPECT_LT(result["steps"].get<int>(), 40) << "EarlyStopping stopped fit within the first epoch";
+  EXPECT_EQ(files_in(yaml_dir + "/best").size(), 2u) << "the two best of three";
+  // CosineAnnealingLR over T_max = 3 steps from Adam's 1e-3: 1e-3, 7.5e-4, 2.5e-4, 0, then up again.
+  const auto lr = column(yaml_dir + "/logs/lightning_logs/version_0/metrics.csv", "lr-Adam");
+  ASSERT_GE(lr.size(), 5u);
+  const std::vector<double> cosine = {1e-3, 7.5e-4, 2.5e-4, 0.0, 2.5e-4};
+  for (size_t step = 0; step < cosine.size(); ++step) EXPECT_NEAR(lr[step], cosine[step], 1e-9) << "step " << step;
+  EXPECT_FALSE(fs::exists(yaml_dir + "/lightning_logs")) << "the config's logger replaces the default";
+
+  const auto json_dir = scratch("json");
+  const auto json = arc_in(json_dir, "fit --config " + write_config("run.json", json_run(json_dir)));
+  ASSERT_EQ(json.status, 0) << json.output;
+  EXPECT_EQ(result_of(json.output)["final_param_sha256"], result["final_param_sha256"]);
+  EXPECT_EQ(result_of(json.output)["steps"], result["steps"]);
+  fs::remove_all(yaml_dir);
+  fs::remove_all(json_dir);
 }
 
 // LightningCLI's optimizer and lr_scheduler sections: Adam at 1e-3, halved every epoch by StepLR, as
