@@ -73,6 +73,7 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> 
   precision_ = std::move(run.precision);
   threads_per_process_ = run.threads_per_process;
   state_ = std::make_unique<detail::RunState>(loggers_, *strategy_);
+  state_->cluster_environment = std::move(run.cluster_environment);
   state_->logging.agree_on_versions();
   detail::add_default_callbacks(callbacks_, options_, strategy_->elastic());
 }
@@ -335,16 +336,13 @@ void Trainer::log_from_module(const std::string& name, const torch::Tensor& valu
 }
 
 void Trainer::backward(TrainModule& module, const torch::Tensor& loss) {
-  module.on_before_backward(loss);
-  call_callbacks([&](Callback& c) { c.on_before_backward(*this, module, loss); });
+  detail::call_hook(*this, module, &Callback::on_before_backward, &TrainModule::on_before_backward, loss);
   strategy_->backward(precision_->pre_backward(loss));
-  module.on_after_backward();
-  call_callbacks([&](Callback& c) { c.on_after_backward(*this, module); });
+  detail::call_hook(*this, module, &Callback::on_after_backward, &TrainModule::on_after_backward);
 }
 
 void Trainer::zero_grad(torch::optim::Optimizer& optimizer) {
-  module_->on_before_zero_grad(optimizer);
-  call_callbacks([&](Callback& c) { c.on_before_zero_grad(*this, *module_, optimizer); });
+  detail::call_hook(*this, *module_, &Callback::on_before_zero_grad, &TrainModule::on_before_zero_grad, optimizer);
   // set_to_none: the next backward writes gradients instead of adding to zeros.
   for (auto& group : optimizer.param_groups())
     for (auto& parameter : group.params())

@@ -8,22 +8,12 @@
 #include <arc/strategies/strategy.h>
 
 #include <cmath>
-#include <csignal>
 
 namespace arc {
 namespace {
 
 const std::vector<std::string> kClipAlgorithms = {"norm", "value"};
 const std::vector<std::string> kProcessGroupBackends = {"auto", "nccl", "gloo"};
-const std::vector<std::pair<std::string, int>> kRequeueSignals = {
-    {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGHUP", SIGHUP}, {"SIGALRM", SIGALRM}};
-
-std::vector<std::string> requeue_signal_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, number] : kRequeueSignals) names.push_back(name);
-  return names;
-}
-
 BatchAmount read_amount(const Config& config, const std::string& key, BatchAmount fallback) {
   const auto* value = config.find(key);
   if (value == nullptr) return fallback;
@@ -280,7 +270,7 @@ const std::vector<OptionField>& option_fields() {
       ARC_OPTION(auto_requeue, "under SLURM: save and requeue on requeue_signal", no_check),
       ARC_OPTION(
           requeue_signal, "\"SIGUSR1\", \"SIGUSR2\", \"SIGHUP\" or \"SIGALRM\"",
-          [](const TrainerOptions& o) { check_choice("requeue_signal", o.requeue_signal(), requeue_signal_names()); }),
+          [](const TrainerOptions& o) { check_choice("requeue_signal", o.requeue_signal(), cluster::requeue_signal_names()); }),
       ARC_OPTION(elastic_checkpoint_every_n_steps, "strategy elastic: global steps between its checkpoints (0: off)",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.elastic_checkpoint_every_n_steps() >= 0,
@@ -307,12 +297,6 @@ int64_t BatchAmount::of(int64_t available) const {
   if (!is_fraction) return std::min<int64_t>(available, static_cast<int64_t>(value));
   if (value == 1.0) return available;
   return static_cast<int64_t>(std::floor(available * value));
-}
-
-int TrainerOptions::requeue_signal_number() const {
-  for (const auto& [name, number] : kRequeueSignals)
-    if (name == requeue_signal_) return number;
-  return 0;
 }
 
 int64_t TrainerOptions::threads_per_process(int64_t local_processes) const {

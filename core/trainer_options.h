@@ -105,6 +105,7 @@ class TrainerOptions {
   ARC_ARG(std::string, process_group_backend) = "auto";
   /// Under SLURM: on `requeue_signal`, save hpc_ckpt_<n>.ckpt at the next batch boundary and requeue
   /// the job (`scontrol requeue`); the requeued job resumes from it. Off: the signal is not caught.
+  /// Both go to the SLURM cluster environment (Lightning's SLURMEnvironment(auto_requeue, requeue_signal)).
   ARC_ARG(bool, auto_requeue) = true;
   /// The signal that asks for that save and requeue (sbatch --signal=USR1@60 sends it before the
   /// time limit): "SIGUSR1", "SIGUSR2", "SIGHUP" or "SIGALRM".
@@ -119,8 +120,6 @@ class TrainerOptions {
   /// Intra-op threads for one of `local_processes` processes sharing this machine: num_threads, or
   /// the cores divided among the processes.
   int64_t threads_per_process(int64_t local_processes) const;
-  /// requeue_signal as a signal number (SIGUSR1, ...), or 0 when it names none of the allowed ones.
-  int requeue_signal_number() const;
   /// Reads options from a JSON object; unknown keys, wrong types and impossible values throw.
   static TrainerOptions from_json(const nlohmann::json& json);
   /// Every option as JSON; from_json(to_json()) gives the same options.

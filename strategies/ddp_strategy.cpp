@@ -28,8 +28,9 @@ bool use_nccl(const std::string& backend, c10::Device device) {
 }  // namespace
 
 std::shared_ptr<cluster::ClusterEnvironment> DDPStrategy::launch(const LaunchRequest& request) {
-  auto found = request.cluster_environment == "auto" ? cluster::detect()
-                                                     : cluster::cluster_registry().create(request.cluster_environment);
+  auto found = request.cluster_environment == "auto"
+                   ? cluster::detect(request.requeue)
+                   : cluster::cluster_registry().create(request.cluster_environment, request.requeue);
   ARC_CHECK(found->creates_processes_externally(),
             "strategy 'ddp' joins processes started by srun, mpirun or torchrun,",
             " but no launcher's variables were found (cluster environment '", found->name(),

@@ -44,6 +44,8 @@ struct LaunchRequest {
   int64_t num_nodes = 1;
   /// "auto" or a registered cluster environment.
   std::string cluster_environment = "auto";
+  /// For the SLURM environment: whether and on which signal the job requeues itself.
+  cluster::RequeueOptions requeue;
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
 
   /// Checks that `environment`'s launch matches these devices and nodes.

@@ -39,12 +39,16 @@ ResolvedRun resolve_run(const TrainerOptions& options) {
   request.devices_auto = options.devices().is_auto;
   request.num_nodes = options.num_nodes();
   request.cluster_environment = options.cluster_environment();
+  request.requeue = {options.auto_requeue(), options.requeue_signal()};
   request.timeout = timeout_of(options);
   run.strategy = resolve_strategy(options.strategy(), request.processes, options.num_nodes());
 
   StrategyPlan plan;
   plan.accelerator = run.accelerator.get();
   plan.environment = run.strategy->launch(request);
+  run.cluster_environment = plan.environment && plan.environment->creates_processes_externally()
+                                ? plan.environment
+                                : cluster::detect(request.requeue);
   plan.devices = run.accelerator->select(devices_to_select(options.devices(), plan.environment.get()));
   plan.num_nodes = options.num_nodes();
   run.threads_per_process = options.threads_per_process(plan.environment ? plan.environment->local_world_size() : 1);

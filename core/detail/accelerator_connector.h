@@ -13,6 +13,10 @@ namespace arc {
 class AcceleratorBackend;
 class Strategy;
 
+namespace cluster {
+class ClusterEnvironment;
+}
+
 namespace detail {
 
 /// What a run is: hardware, process topology (launched and joined), precision, threads.
@@ -20,6 +24,9 @@ struct ResolvedRun {
   std::shared_ptr<AcceleratorBackend> accelerator;
   std::shared_ptr<Strategy> strategy;
   std::unique_ptr<Precision> precision;
+  /// The launcher this job runs under, whatever the strategy (a SLURM job that runs one process or
+  /// spawns its ranks still requeues): the signal connector asks it.
+  std::shared_ptr<cluster::ClusterEnvironment> cluster_environment;
   /// Intra-op threads for this process, its share of the machine's cores.
   int64_t threads_per_process = 1;
 };

@@ -102,7 +102,7 @@ void FitLoop::run() {
   call_hook(t, module_, &Callback::on_fit_start, &TrainModule::on_fit_start);
   if (resume_from_.empty()) sanity_check();
   call_hook(t, module_, &Callback::on_train_start, &TrainModule::on_train_start);
-  signals_ = std::make_unique<SignalConnector>(t);
+  signals_ = std::make_unique<SignalConnector>(t, *state_.cluster_environment);
   agreed_ = signals_->settle();
   if (state_.num_training_batches == 0)
     console().warn("no training batch selected (limit_train_batches or an empty dataset); fit skips training");

@@ -29,10 +29,8 @@ void step_optimizers(Trainer& trainer, TrainModule& module, RunState& state,
   auto& precision = trainer.precision();
   // Hooks and clipping see gradients at their true size.
   for (auto* optimizer : optimizers) precision.unscale(*optimizer);
-  for (auto* optimizer : optimizers) {
-    module.on_before_optimizer_step(*optimizer);
-    trainer.call_callbacks([&](Callback& c) { c.on_before_optimizer_step(trainer, module, *optimizer); });
-  }
+  for (auto* optimizer : optimizers)
+    call_hook(trainer, module, &Callback::on_before_optimizer_step, &TrainModule::on_before_optimizer_step, *optimizer);
   if (clip) clip_gradients(trainer.options(), optimizers);
   for (auto* optimizer : optimizers) precision.optimizer_step(*optimizer);
   precision.update();

@@ -5,8 +5,10 @@
 
 #include <arc/core/detail/logger_connector.h>
 #include <arc/core/trainer.h>
+#include <arc/strategies/cluster/cluster_environment.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +33,8 @@ struct RunState {
   std::chrono::steady_clock::time_point stage_start;
   std::vector<OptimizerConfig> optimizers;
   LoggerConnector logging;
+  /// The launcher this job runs under (resolve_run), which the signal connector asks about requeue.
+  std::shared_ptr<cluster::ClusterEnvironment> cluster_environment;
 };
 
 /// Calls `callback_hook` on every callback, then `module_hook` on the module, with `args`: Lightning's

@@ -2,7 +2,6 @@
 #include <arc/core/detail/signal_connector.h>
 
 #include <arc/base/console.h>
-#include <arc/base/subprocess.h>
 #include <arc/core/detail/checkpoint_connector.h>
 #include <arc/core/trainer.h>
 #include <arc/strategies/cluster/cluster_environment.h>
@@ -65,16 +64,17 @@ Collectives* group_of(Trainer& trainer) {
 
 }  // namespace
 
-SignalConnector::SignalConnector(Trainer& trainer) : trainer_(trainer), ballot_(torch::zeros({kFields}, torch::kLong)) {
+SignalConnector::SignalConnector(Trainer& trainer, const cluster::ClusterEnvironment& environment)
+    : trainer_(trainer), environment_(environment), ballot_(torch::zeros({kFields}, torch::kLong)) {
   terminate_received = 0;
   requeue_received = 0;
   interrupt_from_terminal = 0;
   interrupt_sent = 0;
   install(SIGTERM, on_terminate, &previous_terminate_);
   install_interrupt(&previous_interrupt_);
-  const auto& options = trainer.options();
-  if (options.auto_requeue() && cluster::env("SLURM_JOB_ID")) {
-    requeue_signal_ = options.requeue_signal_number();
+  if (const auto requeue = environment.requeue_signal()) {
+    requeue_name_ = *requeue;
+    requeue_signal_ = cluster::requeue_signal_number(requeue_name_);
     install(requeue_signal_, on_requeue, &previous_requeue_);
   }
 }
@@ -149,7 +149,7 @@ SignalConnector::Decision SignalConnector::act(const Ballot& agreed) {
 }
 
 void SignalConnector::save_and_stop(const Ballot& received) {
-  const std::string name = received.terminate ? "SIGTERM" : trainer_.options().requeue_signal();
+  const std::string name = received.terminate ? "SIGTERM" : requeue_name_;
   const std::string path = CheckpointConnector::hpc_save_path(trainer_.options().default_root_dir());
   const int64_t step = trainer_.global_step();
   console().warn("{} received: saving '{}' at global step {}", name, path, step);
@@ -159,20 +159,18 @@ void SignalConnector::save_and_stop(const Ballot& received) {
   if (received.terminate)
     ARC_FAIL("fit stopped by SIGTERM at global step ", step, "; saved '", path,
              "', and the next fit with the same default_root_dir resumes from it");
-  const std::string job = cluster::env("SLURM_JOB_ID").value_or("");
+  // Rank 0 asks; the others say what it does.
+  std::string requeued = "the job";
   if (trainer_.is_global_zero()) {
-    std::string failure;
     try {
-      const int code = run_program({"scontrol", "requeue", job}, std::chrono::seconds(60));
-      if (code != 0) failure = "exit code " + std::to_string(code);
+      requeued = environment_.requeue();
     } catch (const Error& error) {
-      failure = error.what();
+      ARC_FAIL("fit stopped by ", name, " at global step ", step, " and saved '", path, "', but ", error.what(),
+               "; submit the job again to resume from it");
     }
-    ARC_CHECK(failure.empty(), "fit stopped by ", name, " at global step ", step, " and saved '", path,
-              "', but 'scontrol requeue ", job, "' failed (", failure, "); submit the job again to resume from it");
-    console().info("requeued SLURM job {}", job);
+    console().info("requeued {}", requeued);
   }
-  ARC_FAIL("fit stopped by ", name, " at global step ", step, "; saved '", path, "' and requeued SLURM job ", job,
+  ARC_FAIL("fit stopped by ", name, " at global step ", step, "; saved '", path, "' and requeued ", requeued,
            ", which resumes from it");
 }
 

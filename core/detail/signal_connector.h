@@ -3,10 +3,12 @@
 // EarlyStopping and Timer use, and max_time), so that every rank acts at the same batch: a rank
 // that left the loop alone would leave the others waiting in the gradient all-reduce.
 // On a signal it saves an HPC checkpoint (hpc_ckpt_<n>.ckpt, which the next fit in that folder
-// resumes from), requeues the SLURM job when asked, and ends fit with an error that says so; on
+// resumes from), requeues the job when its launcher can (SLURM's auto_requeue), and ends fit with an
+// error that says so; on
 // SIGINT it ends fit with arc::Interrupted.
 #pragma once
 
+#include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/collectives.h>
 
 #include <torch/types.h>
@@ -28,7 +30,8 @@ class SignalConnector {
     bool time_up = false;
   };
 
-  explicit SignalConnector(Trainer& trainer);
+  /// Catches `environment`'s requeue signal too, where it has one.
+  SignalConnector(Trainer& trainer, const cluster::ClusterEnvironment& environment);
   ~SignalConnector();
   SignalConnector(const SignalConnector&) = delete;
   SignalConnector& operator=(const SignalConnector&) = delete;
@@ -56,6 +59,9 @@ class SignalConnector {
   [[noreturn]] void save_and_stop(const Ballot& received);
 
   Trainer& trainer_;
+  const cluster::ClusterEnvironment& environment_;
+  /// The requeue signal's name and number; 0: none caught.
+  std::string requeue_name_;
   int requeue_signal_ = 0;
   struct sigaction previous_terminate_ {};
   struct sigaction previous_interrupt_ {};

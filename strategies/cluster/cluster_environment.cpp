@@ -10,9 +10,29 @@
 #include <arc/strategies/cluster/torchelastic_environment.h>
 #include <arc/strategies/launchers/rank_processes.h>
 
+#include <csignal>
 #include <cstdlib>
+#include <utility>
 
 namespace arc::cluster {
+namespace {
+
+const std::vector<std::pair<std::string, int>> kRequeueSignals = {
+    {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGHUP", SIGHUP}, {"SIGALRM", SIGALRM}};
+
+}  // namespace
+
+std::vector<std::string> requeue_signal_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, number] : kRequeueSignals) names.push_back(name);
+  return names;
+}
+
+int requeue_signal_number(const std::string& name) {
+  for (const auto& [known, number] : kRequeueSignals)
+    if (known == name) return number;
+  ARC_FAIL("unknown requeue_signal '", name, "'; use one of \"SIGUSR1\", \"SIGUSR2\", \"SIGHUP\", \"SIGALRM\"");
+}
 
 int64_t ClusterEnvironment::local_world_size() const { return world_size(); }
 
@@ -23,6 +43,10 @@ void ClusterEnvironment::validate(int64_t devices, int64_t num_nodes) const {
             " processes or set devices and num_nodes to match the launch");
   ARC_CHECK(global_rank() >= 0 && global_rank() < world_size(), "rank ", global_rank(), " from ", name(),
             " is outside world size ", world_size(), "; check the launcher's rank variables");
+}
+
+std::string ClusterEnvironment::requeue() const {
+  ARC_FAIL("the ", name(), " launcher cannot requeue a job; resubmit it to resume from the saved checkpoint");
 }
 
 std::optional<std::string> env(const std::string& name) {
@@ -79,23 +103,24 @@ std::string first_host(const std::string& nodelist) {
   return first.substr(0, open) + range + first.substr(close + 1);
 }
 
-Registry<ClusterEnvironment>& cluster_registry() {
-  static Registry<ClusterEnvironment> registry = [] {
-    Registry<ClusterEnvironment> r("cluster environment");
-    r.add("local", [] { return std::make_shared<LocalEnvironment>(); });
-    r.add("slurm", [] { return std::make_shared<SlurmEnvironment>(); });
-    r.add("torchelastic", [] { return std::make_shared<TorchElasticEnvironment>(); });
-    r.add("mpi", [] { return std::make_shared<MpiEnvironment>(); });
-    r.add("lsf", [] { return std::make_shared<LsfEnvironment>(); });
-    r.add("kubeflow", [] { return std::make_shared<KubeflowEnvironment>(); });
+Registry<ClusterEnvironment, const RequeueOptions&>& cluster_registry() {
+  using Requeue = const RequeueOptions&;
+  static Registry<ClusterEnvironment, Requeue> registry = [] {
+    Registry<ClusterEnvironment, Requeue> r("cluster environment");
+    r.add("local", [](Requeue) { return std::make_shared<LocalEnvironment>(); });
+    r.add("slurm", [](Requeue requeue) { return std::make_shared<SlurmEnvironment>(requeue); });
+    r.add("torchelastic", [](Requeue) { return std::make_shared<TorchElasticEnvironment>(); });
+    r.add("mpi", [](Requeue) { return std::make_shared<MpiEnvironment>(); });
+    r.add("lsf", [](Requeue) { return std::make_shared<LsfEnvironment>(); });
+    r.add("kubeflow", [](Requeue) { return std::make_shared<KubeflowEnvironment>(); });
     return r;
   }();
   return registry;
 }
 
-std::shared_ptr<ClusterEnvironment> detect() {
+std::shared_ptr<ClusterEnvironment> detect(const RequeueOptions& requeue) {
   if (TorchElasticEnvironment::detect()) return std::make_shared<TorchElasticEnvironment>();
-  if (SlurmEnvironment::detect()) return std::make_shared<SlurmEnvironment>();
+  if (SlurmEnvironment::detect()) return std::make_shared<SlurmEnvironment>(requeue);
   if (LsfEnvironment::detect()) return std::make_shared<LsfEnvironment>();
   if (MpiEnvironment::detect()) return std::make_shared<MpiEnvironment>();
   if (KubeflowEnvironment::detect()) return std::make_shared<KubeflowEnvironment>();

@@ -8,8 +8,22 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace arc::cluster {
+
+/// Lightning's SLURMEnvironment(auto_requeue, requeue_signal): on `signal` a job that its launcher
+/// can requeue saves a checkpoint and asks to run again.
+struct RequeueOptions {
+  bool auto_requeue = true;
+  /// "SIGUSR1", "SIGUSR2", "SIGHUP" or "SIGALRM" (requeue_signal_names).
+  std::string signal = "SIGUSR1";
+};
+
+/// The signals a requeue may be asked by.
+std::vector<std::string> requeue_signal_names();
+/// The number of one of those signals; an error naming the allowed ones for any other name.
+int requeue_signal_number(const std::string& name);
 
 /// Reads a launcher's environment. Missing, partial or non-numeric variables are errors that name them.
 class ClusterEnvironment {
@@ -33,14 +47,20 @@ class ClusterEnvironment {
   virtual int64_t restart_count() const { return 0; }
   /// Checks the launch against the Trainer's devices and num_nodes.
   virtual void validate(int64_t devices, int64_t num_nodes) const;
+  /// The signal's name on which this job saves and asks its launcher to requeue it, or nullopt where
+  /// the launcher cannot requeue (or requeue is off).
+  virtual std::optional<std::string> requeue_signal() const { return std::nullopt; }
+  /// Puts this job back in its launcher's queue and says what it requeued ("SLURM job 42"); an error
+  /// that says what failed where it cannot.
+  virtual std::string requeue() const;
 };
 
-/// Environments by name: local, slurm, torchelastic, mpi, lsf, kubeflow.
-Registry<ClusterEnvironment>& cluster_registry();
+/// Environments by name: local, slurm, torchelastic, mpi, lsf, kubeflow; SLURM's takes the requeue options.
+Registry<ClusterEnvironment, const RequeueOptions&>& cluster_registry();
 
 /// The first environment whose variables are present, in the order TorchElastic > SLURM > LSF >
 /// MPI > Kubeflow > Local.
-std::shared_ptr<ClusterEnvironment> detect();
+std::shared_ptr<ClusterEnvironment> detect(const RequeueOptions& requeue = {});
 
 /// The strategy that strategy "auto" stands for, as Lightning chooses it, for `devices` processes
 /// per node on `num_nodes` nodes: "single_device" for one process; for more, "ddp" when a launcher

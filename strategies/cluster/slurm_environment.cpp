@@ -2,8 +2,15 @@
 #include <arc/strategies/cluster/slurm_environment.h>
 
 #include <arc/base/error.h>
+#include <arc/base/subprocess.h>
+
+#include <utility>
 
 namespace arc::cluster {
+
+SlurmEnvironment::SlurmEnvironment(RequeueOptions requeue) : requeue_(std::move(requeue)) {
+  requeue_signal_number(requeue_.signal);
+}
 
 bool SlurmEnvironment::detect() { return env("SLURM_NTASKS").has_value() && env("SLURM_PROCID").has_value(); }
 
@@ -52,5 +59,23 @@ void SlurmEnvironment::validate(int64_t devices, int64_t num_nodes) const {
 }
 
 int64_t SlurmEnvironment::restart_count() const { return env_int_or("SLURM_RESTART_COUNT", 0); }
+
+std::optional<std::string> SlurmEnvironment::requeue_signal() const {
+  if (!requeue_.auto_requeue || !env("SLURM_JOB_ID")) return std::nullopt;
+  return requeue_.signal;
+}
+
+std::string SlurmEnvironment::requeue() const {
+  const std::string job = env("SLURM_JOB_ID").value_or("");
+  std::string failure;
+  try {
+    const int code = run_program({"scontrol", "requeue", job}, std::chrono::seconds(60));
+    if (code != 0) failure = "exit code " + std::to_string(code);
+  } catch (const Error& error) {
+    failure = error.what();
+  }
+  ARC_CHECK(failure.empty(), "'scontrol requeue ", job, "' failed (", failure, ")");
+  return "SLURM job " + job;
+}
 
 }  // namespace arc::cluster

@@ -6,9 +6,11 @@
 namespace arc::cluster {
 
 /// SLURM_NTASKS, SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID; the address is the first host of SLURM_NODELIST and the
-/// port comes from SLURM_JOB_ID (MASTER_ADDR / MASTER_PORT override).
+/// port comes from SLURM_JOB_ID (MASTER_ADDR / MASTER_PORT override). With auto_requeue, the job saves
+/// and requeues itself (`scontrol requeue`) on the requeue signal.
 class SlurmEnvironment : public ClusterEnvironment {
  public:
+  explicit SlurmEnvironment(RequeueOptions requeue = {});
   /// Whether this launcher's variables are present.
   static bool detect();
   std::string name() const override { return "slurm"; }
@@ -23,6 +25,13 @@ class SlurmEnvironment : public ClusterEnvironment {
   void validate(int64_t devices, int64_t num_nodes) const override;
   /// SLURM_RESTART_COUNT: how often the job was requeued.
   int64_t restart_count() const override;
+  /// The requeue signal inside a SLURM job (SLURM_JOB_ID set) with auto_requeue on.
+  std::optional<std::string> requeue_signal() const override;
+  /// `scontrol requeue $SLURM_JOB_ID`, given a minute.
+  std::string requeue() const override;
+
+ private:
+  RequeueOptions requeue_;
 };
 
 }  // namespace arc::cluster

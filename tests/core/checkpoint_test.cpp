@@ -182,6 +182,8 @@ TEST(Checkpoint, SigtermSavesHpcCheckpointsThatTheNextFitsResumeFromExactly) {
 TEST(Checkpoint, RequeueSignalInASlurmJobSavesAndSaysWhatToDoWhenRequeueFails) {
   const auto dir = scratch_dir("requeue");
   ScopedEnv job("SLURM_JOB_ID", "4242");
+  ScopedEnv tasks("SLURM_NTASKS", "1");
+  ScopedEnv task("SLURM_PROCID", "0");
   ScopedEnv path("PATH", dir);
   Stateful module;
   auto signal = std::make_shared<SignalAfter>(5, SIGUSR2);

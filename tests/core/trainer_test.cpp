@@ -203,6 +203,50 @@ TEST(Trainer, HooksRunInLightningsOrder) {
   EXPECT_EQ(module.hooks, expected);
 }
 
+// A callback that writes "callback:<hook>" into the module's record of hooks.
+class RecordIntoModule : public Callback {
+ public:
+  std::string state_key() const override { return "RecordIntoModule"; }
+  void on_train_epoch_start(Trainer&, TrainModule& m) override { record(m, "on_train_epoch_start"); }
+  void on_before_zero_grad(Trainer&, TrainModule& m, torch::optim::Optimizer&) override {
+    record(m, "on_before_zero_grad");
+  }
+  void on_before_backward(Trainer&, TrainModule& m, const torch::Tensor&) override { record(m, "on_before_backward"); }
+  void on_after_backward(Trainer&, TrainModule& m) override { record(m, "on_after_backward"); }
+  void on_before_optimizer_step(Trainer&, TrainModule& m, torch::optim::Optimizer&) override {
+    record(m, "on_before_optimizer_step");
+  }
+
+ private:
+  static void record(TrainModule& module, const std::string& hook) {
+    dynamic_cast<TinyModule&>(module).hooks.push_back("callback:" + hook);
+  }
+};
+
+// Lightning calls every callback's hook before the module's, for each hook both have.
+TEST(Trainer, CallbacksHooksRunBeforeTheModules) {
+  TinyModule module;
+  Trainer trainer(quiet().max_epochs(1).limit_train_batches(BatchAmount::count(1)).num_sanity_val_steps(0),
+                  {std::make_shared<RecordIntoModule>()});
+  trainer.fit(module, tiny_data(10, 2));
+  const std::vector<std::string> expected = {"on_fit_start",
+                                             "on_train_start",
+                                             "callback:on_train_epoch_start",
+                                             "on_train_epoch_start",
+                                             "callback:on_before_zero_grad",
+                                             "on_before_zero_grad",
+                                             "callback:on_before_backward",
+                                             "on_before_backward",
+                                             "callback:on_after_backward",
+                                             "on_after_backward",
+                                             "callback:on_before_optimizer_step",
+                                             "on_before_optimizer_step",
+                                             "on_train_epoch_end",
+                                             "on_train_end",
+                                             "on_fit_end"};
+  EXPECT_EQ(module.hooks, expected);
+}
+
 TEST(Trainer, ValidateTestAndPredictReturnResults) {
   TinyModule module;
   Trainer trainer(quiet());
