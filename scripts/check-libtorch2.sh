@@ -44,5 +44,5 @@ git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -C "$root/s
 #   lacks, and USE_LIBUV=0 does not reach it;
 # - Slurm.Sigterm...: `scancel` of a running job does not return under Slurm 24.11 in the chroot.
 excluded='Launchers\.Torchrun|ElasticKill|Elastic\.MoreFailures|Slurm\.Sigterm'
-chroot "$root" env CUDA_HOME="$cuda_home" bash -c "cd /src && scripts/install-deps.sh && scripts/build.sh &&
+chroot "$root" env CUDA_HOME="$cuda_home" bash -c "cd /src && scripts/install-deps.sh --tests && scripts/build.sh &&
   ctest --test-dir build --output-on-failure -j \"\$(nproc)\" -E '$excluded'"

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 folder=${1:-.gpu-deps}
 packages=(
   nlohmann-json3-dev libyaml-cpp-dev libyaml-cpp0.7 libcli11-dev libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
-  libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian
+  libgtest-dev libgmock-dev
   libprotobuf-dev libprotobuf32 protobuf-compiler libprotoc32
 )
 rm -rf "$folder"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package Arclight needs to build, test and benchmark. The launcher
-# tests start real ones: SLURM (slurm-wlm), mpirun (openmpi-bin) and torchrun (python3-torch,
-# which also runs the PyTorch side of the benchmarks).
+# Installs the Debian 12 packages Arclight needs to build and train; with --tests, also those the
+# test suite needs: GoogleTest and the real launchers its tests start (SLURM's slurm-wlm, mpirun's
+# openmpi-bin, and python3-torch for torchrun and the PyTorch side of the benchmarks).
 # OpenBLAS's OpenMP build matters: it follows torch::set_num_threads (the pthread build does
 # not), and Debian's default reference BLAS makes the MLP about 15x slower.
 set -euo pipefail
@@ -10,10 +10,16 @@ packages=(
   build-essential cmake ccache
   libtorch-dev libgloo-dev libopenblas0-openmp
   nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
   libprotobuf-dev protobuf-compiler
-  slurm-wlm openmpi-bin python3-torch
 )
+case "${1:-}" in
+  "") ;;
+  --tests) packages+=(libgtest-dev libgmock-dev slurm-wlm openmpi-bin python3-torch) ;;
+  *)
+    echo "install-deps.sh: unknown argument '$1'; use no argument (build and train) or --tests" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for package in "${packages[@]}"; do
