@@ -4,6 +4,7 @@
 #include <arc/apps/examples/run_report.h>
 #include <arc/base/config.h>
 #include <arc/base/console.h>
+#include <arc/base/error.h>
 #include <arc/base/yaml.h>
 #include <arc/callbacks/callback.h>
 #include <arc/callbacks/callback_registry.h>
@@ -168,14 +169,9 @@ std::string trainer_keys_help() {
     head.resize(std::max<size_t>(head.size() + 1, 52), ' ');
     out << head << option.help << "\n";
   }
-  const auto join_names = [](const std::vector<std::string>& names) {
-    std::string joined;
-    for (const auto& name : names) joined += (joined.empty() ? "" : ", ") + name;
-    return joined;
-  };
   out << "  trainer.callbacks                                 a list of {class_path, init_args}: "
-      << join_names(callback_registry().names()) << "\n";
-  out << "  trainer.logger takes such entries too: " << join_names(logger_registry().names()) << "\n";
+      << join(callback_registry().names()) << "\n";
+  out << "  trainer.logger takes such entries too: " << join(logger_registry().names()) << "\n";
   return out.str();
 }
 

@@ -1,4 +1,4 @@
-// to_yaml.
+// to_yaml and from_yaml.
 #include <arc/base/yaml.h>
 
 #include <arc/base/error.h>
@@ -99,7 +99,11 @@ nlohmann::json convert(const YAML::Node& node, const std::string& source, const 
     case YAML::NodeType::Map: {
       nlohmann::json out = nlohmann::json::object();
       for (const auto& item : node) {
-        ARC_CHECK(item.first.IsScalar(), where(source, item.first, path), ": keys must be plain names");
+        ARC_CHECK(item.first.IsScalar(), where(source, item.first, path), ": a key is a ",
+                  item.first.IsMap()        ? "mapping"
+                  : item.first.IsSequence() ? "list"
+                                            : "empty",
+                  "; keys must be plain names such as max_epochs");
         const std::string name = item.first.Scalar();
         const std::string child = path.empty() ? name : path + "." + name;
         ARC_CHECK(!out.contains(name), where(source, item.first, child), ": the key appears twice; keep one");

@@ -350,7 +350,7 @@ void Trainer::zero_grad(torch::optim::Optimizer& optimizer) {
 }
 
 void Trainer::manual_optimizer_step(torch::optim::Optimizer& optimizer) {
-  detail::step_optimizers(*this, *module_, *state_, {&optimizer}, /*clip=*/false);
+  detail::step_optimizer(*this, *module_, *state_, optimizer, /*clip=*/false);
 }
 
 }  // namespace arc

@@ -197,9 +197,8 @@ void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& los
 }
 
 void FitLoop::optimizer_step() {
-  std::vector<torch::optim::Optimizer*> optimizers;
-  for (auto& config : state_.optimizers) optimizers.push_back(config.optimizer.get());
-  detail::step_optimizers(trainer_, module_, state_, optimizers, /*clip=*/true);
+  // configure_optimizers allows automatic optimization exactly one optimizer, as Lightning's.
+  detail::step_optimizer(trainer_, module_, state_, *state_.optimizers.front().optimizer, /*clip=*/true);
   step_schedulers(Interval::step);
 }
 

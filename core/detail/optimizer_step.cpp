@@ -1,4 +1,4 @@
-// step_optimizers.
+// step_optimizer.
 #include <arc/core/detail/optimizer_step.h>
 
 #include <arc/core/detail/run_state.h>
@@ -8,13 +8,12 @@
 namespace arc::detail {
 namespace {
 
-void clip_gradients(const TrainerOptions& options, const std::vector<torch::optim::Optimizer*>& optimizers) {
+void clip_gradients(const TrainerOptions& options, torch::optim::Optimizer& optimizer) {
   if (!options.gradient_clip_val() || *options.gradient_clip_val() == 0) return;
   std::vector<torch::Tensor> parameters;
-  for (auto* optimizer : optimizers)
-    for (auto& group : optimizer->param_groups())
-      for (auto& parameter : group.params())
-        if (parameter.grad().defined()) parameters.push_back(parameter);
+  for (auto& group : optimizer.param_groups())
+    for (auto& parameter : group.params())
+      if (parameter.grad().defined()) parameters.push_back(parameter);
   if (options.gradient_clip_algorithm() == "value") {
     torch::nn::utils::clip_grad_value_(parameters, *options.gradient_clip_val());
   } else {
@@ -24,15 +23,14 @@ void clip_gradients(const TrainerOptions& options, const std::vector<torch::opti
 
 }  // namespace
 
-void step_optimizers(Trainer& trainer, TrainModule& module, RunState& state,
-                     const std::vector<torch::optim::Optimizer*>& optimizers, bool clip) {
+void step_optimizer(Trainer& trainer, TrainModule& module, RunState& state, torch::optim::Optimizer& optimizer,
+                    bool clip) {
   auto& precision = trainer.precision();
   // Hooks and clipping see gradients at their true size.
-  for (auto* optimizer : optimizers) precision.unscale(*optimizer);
-  for (auto* optimizer : optimizers)
-    call_hook(trainer, module, &Callback::on_before_optimizer_step, &TrainModule::on_before_optimizer_step, *optimizer);
-  if (clip) clip_gradients(trainer.options(), optimizers);
-  for (auto* optimizer : optimizers) precision.optimizer_step(*optimizer);
+  precision.unscale(optimizer);
+  call_hook(trainer, module, &Callback::on_before_optimizer_step, &TrainModule::on_before_optimizer_step, optimizer);
+  if (clip) clip_gradients(trainer.options(), optimizer);
+  precision.optimizer_step(optimizer);
   precision.update();
   ++state.progress.global_step;
 }

@@ -1,8 +1,6 @@
-// step_optimizers: the one optimizer-step sequence, shared by the automatic loop and manual
-// optimization (ManualOptimizer::step).
+// step_optimizer: the one optimizer-step sequence, shared by the automatic loop (which steps the one
+// optimizer automatic optimization allows) and manual optimization (ManualOptimizer::step).
 #pragma once
-
-#include <vector>
 
 namespace torch::optim {
 class Optimizer;
@@ -17,11 +15,11 @@ namespace detail {
 
 struct RunState;
 
-/// In Lightning's order: gradients unscaled (under "16-mixed"), on_before_optimizer_step for each
-/// optimizer (the module's, then the callbacks'), gradients clipped when `clip` (gradient_clip_val),
-/// every optimizer stepped, the loss scale updated, the global step advanced.
-void step_optimizers(Trainer& trainer, TrainModule& module, RunState& state,
-                     const std::vector<torch::optim::Optimizer*>& optimizers, bool clip);
+/// In Lightning's order: gradients unscaled (under "16-mixed"), on_before_optimizer_step (the
+/// callbacks', then the module's), gradients clipped when `clip` (gradient_clip_val), the optimizer
+/// stepped, the loss scale updated, the global step advanced.
+void step_optimizer(Trainer& trainer, TrainModule& module, RunState& state, torch::optim::Optimizer& optimizer,
+                    bool clip);
 
 }  // namespace detail
 }  // namespace arc

@@ -31,7 +31,7 @@ std::vector<std::string> requeue_signal_names() {
 int requeue_signal_number(const std::string& name) {
   for (const auto& [known, number] : kRequeueSignals)
     if (known == name) return number;
-  ARC_FAIL("unknown requeue_signal '", name, "'; use one of \"SIGUSR1\", \"SIGUSR2\", \"SIGHUP\", \"SIGALRM\"");
+  throw Error(unknown_name_message("requeue_signal", name, requeue_signal_names()));
 }
 
 int64_t ClusterEnvironment::local_world_size() const { return world_size(); }

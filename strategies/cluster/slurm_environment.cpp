@@ -67,14 +67,13 @@ std::optional<std::string> SlurmEnvironment::requeue_signal() const {
 
 std::string SlurmEnvironment::requeue() const {
   const std::string job = env("SLURM_JOB_ID").value_or("");
-  std::string failure;
+  int code = 0;
   try {
-    const int code = run_program({"scontrol", "requeue", job}, std::chrono::seconds(60));
-    if (code != 0) failure = "exit code " + std::to_string(code);
+    code = run_program({"scontrol", "requeue", job}, std::chrono::seconds(60));
   } catch (const Error& error) {
-    failure = error.what();
+    ARC_FAIL("'scontrol requeue ", job, "' failed (", error.what(), ")");
   }
-  ARC_CHECK(failure.empty(), "'scontrol requeue ", job, "' failed (", failure, ")");
+  ARC_CHECK(code == 0, "'scontrol requeue ", job, "' failed (exit code ", code, ")");
   return "SLURM job " + job;
 }
 

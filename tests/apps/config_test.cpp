@@ -210,8 +210,16 @@ TEST(Config, BadConfigsNameTheFileAndTheKey) {
   const auto impossible = error_for("mode.yaml", callbacks + "      init_args: {mode: maximum}\n");
   expect_in(impossible,
             "mode.yaml: trainer.callbacks[1].init_args.mode (ModelCheckpoint): ModelCheckpoint mode must be");
-  expect_in(error_for("gamma.yaml", "lr_scheduler: {class_path: StepLR, init_args: {step_size: 0}}\n"),
-            "gamma.yaml: lr_scheduler.init_args.step_size (StepLR): ");
+  // The optimizer and scheduler are checked when the config is read: --print_config, which trains
+  // nothing, already fails.
+  const auto step_size =
+      arc("fit --print_config --config " +
+          write_config("step.yaml", "lr_scheduler: {class_path: StepLR, init_args: {step_size: 0}}\n"));
+  EXPECT_EQ(step_size.status, 2) << step_size.output;
+  expect_in(step_size.output,
+            "step.yaml: lr_scheduler.init_args.step_size (StepLR): StepLR step_size must be >= 1, got 0");
+  expect_in(error_for("key.yaml", "trainer:\n  ? [a, b]\n  : 1\n"),
+            "key.yaml:2: trainer: a key is a list; keys must be plain names");
   expect_in(error_for("class.yaml", "trainer:\n  callbacks:\n    - class_path: EarlyStoping\n"),
             "class.yaml: trainer.callbacks[0] (EarlyStoping): unknown callback 'EarlyStoping'; did you mean "
             "'EarlyStopping'?");
