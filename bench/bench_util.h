@@ -45,6 +45,14 @@ inline void print_header(const std::string& title) {
             << "BLAS mapped: " << mapped_blas() << "\n\n";
 }
 
+/// What a bench's `main` returns when it throws: it says so, naming the bench and the cause, and
+/// exits non-zero (not through std::terminate).
+inline int failed(const char* bench, const std::exception& error) {
+  std::cout << std::flush;
+  std::cerr << bench << " failed: " << error.what() << "\n";
+  return 1;
+}
+
 inline double seconds(const std::function<void()>& fn) {
   const auto start = std::chrono::steady_clock::now();
   fn();

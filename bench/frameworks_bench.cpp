@@ -30,7 +30,7 @@ std::string find_python() {
 }  // namespace
 }  // namespace arc::bench
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   using namespace arc::bench;
   const std::string accelerator = argc > 1 ? argv[1] : "gpu";
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 1;
@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   torch::set_num_threads(1);
+  std::cout << std::unitbuf;  // each row shows as it is measured: a GPU table takes minutes
   print_header("Arclight vs a PyTorch loop vs PyTorch Lightning, one epoch on one " + accelerator +
                ", 1 CPU thread, median of " + std::to_string(repeats));
   if (gpu) std::cout << "GPU: " << torch::cuda::device_count() << " visible CUDA device(s)\n";
@@ -99,4 +100,6 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+} catch (const std::exception& error) {
+  return arc::bench::failed("arc_bench_frameworks", error);
 }

@@ -122,6 +122,9 @@ void Trainer::setup_environment() {
   if (options_.tune_malloc()) keep_large_buffers_in_heap();
   if (options_.seed()) torch::manual_seed(*options_.seed());
   auto& context = at::globalContext();
+  // As Lightning does: cuBLAS is deterministic only with a fixed workspace, which it reads from the
+  // environment when its handle is made; a value the user set is kept.
+  if (options_.deterministic()) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
   context.setDeterministicAlgorithms(options_.deterministic(), false);
   context.setDeterministicCuDNN(options_.deterministic());
   if (options_.deterministic() && options_.benchmark().value_or(false))

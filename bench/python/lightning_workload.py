@@ -71,6 +71,7 @@ def main():
     timing = Timing()
     trainer = pl.Trainer(accelerator=args.accelerator, devices=1, precision=args.precision, max_epochs=1,
                          limit_train_batches=args.steps or 1.0, logger=False, enable_checkpointing=False,
+                         deterministic=args.deterministic or None,
                          enable_progress_bar=False, enable_model_summary=False, callbacks=[timing])
     trainer.fit(module, loader)
 

@@ -102,6 +102,8 @@ def add_workload_arguments(parser):
     parser.add_argument("--steps", type=int, default=0, help="stop after this many steps (0 = one epoch)")
     parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="32-true",
                         help="bf16-mixed: forward and loss under autocast to bfloat16, as Lightning's")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="deterministic algorithms only (cuDNN and cuBLAS too), as Lightning's deterministic=True")
 
 
 def print_result(model, steps, world, partial, train_time, first_step, loss_last100, step_ends, totals):
@@ -131,6 +133,10 @@ def main():
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
     device = torch.device(args.device)
+    if args.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
     torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "1")))
     distributed = "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1
     if distributed:
