@@ -1,17 +1,20 @@
 // All-reduce latency and bandwidth between two local processes: shared memory against Gloo, in
-// the same invocation. The program starts its second rank itself (the same binary).
-//   arc_bench_allreduce [iterations=200]
+// the same invocation. The program starts its second rank itself (the same binary, with the same
+// arguments, so that both ranks run the same number of all-reduces).
+//   arc_bench_allreduce [iterations=200] [backends=shm,gloo]
 #include "bench_util.h"
 
 #include <arc/strategies/process_group.h>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cstdlib>
 #include <iomanip>
+#include <map>
 
 extern char** environ;
 
@@ -48,7 +51,7 @@ std::vector<double> measure(Collectives& group, int iterations) {
   return micros;
 }
 
-pid_t spawn_rank1(int64_t shm_port, int64_t gloo_port) {
+pid_t spawn_rank1(char** argv, int64_t shm_port, int64_t gloo_port) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
   env.push_back("ARC_BENCH_PORTS=" + std::to_string(shm_port) + "," + std::to_string(gloo_port));
@@ -56,7 +59,6 @@ pid_t spawn_rank1(int64_t shm_port, int64_t gloo_port) {
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
   char exe[] = "/proc/self/exe";
-  char* argv[] = {exe, nullptr};
   pid_t pid = 0;
   if (posix_spawn(&pid, exe, nullptr, nullptr, argv, envp.data()) != 0) throw std::runtime_error("spawn failed");
   return pid;
@@ -65,14 +67,22 @@ pid_t spawn_rank1(int64_t shm_port, int64_t gloo_port) {
 }  // namespace
 }  // namespace arc::bench
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   using namespace arc::bench;
   torch::set_num_threads(1);
   const int iterations = argc > 1 ? std::atoi(argv[1]) : 200;
+  const std::string backends = argc > 2 ? argv[2] : "shm,gloo";
+  if (iterations < 1 || backends.find_first_not_of("shmglo,") != std::string::npos) {
+    std::cerr << "usage: arc_bench_allreduce [iterations=200, at least 1] [backends=shm,gloo]\n";
+    return 2;
+  }
+  std::vector<bool> shared_memory;
+  for (const bool shm : {true, false})
+    if (backends.find(shm ? "shm" : "gloo") != std::string::npos) shared_memory.push_back(shm);
   if (const char* ports = std::getenv("ARC_BENCH_PORTS")) {
     const std::string text = ports;
     const auto comma = text.find(',');
-    for (const bool shm : {true, false}) {
+    for (const bool shm : shared_memory) {
       auto group = join(1, std::stoll(shm ? text.substr(0, comma) : text.substr(comma + 1)), shm, {});
       measure(*group, iterations);
     }
@@ -82,29 +92,43 @@ int main(int argc, char** argv) {
                " (16 MB and up: of " + std::to_string(std::max(iterations / 10, 5)) + ")");
   arc::StoreServer shm_store("127.0.0.1", 0, std::chrono::seconds(60));
   arc::StoreServer gloo_store("127.0.0.1", 0, std::chrono::seconds(60));
-  const pid_t child = spawn_rank1(shm_store.port(), gloo_store.port());
-  std::vector<double> shm, gloo;
-  {
-    auto group = join(0, shm_store.port(), true, shm_store.store());
-    shm = measure(*group, iterations);
-  }
-  {
-    auto group = join(0, gloo_store.port(), false, gloo_store.store());
-    gloo = measure(*group, iterations);
+  const pid_t child = spawn_rank1(argv, shm_store.port(), gloo_store.port());
+  std::map<bool, std::vector<double>> micros;
+  try {
+    for (const bool shm : shared_memory) {
+      auto group = join(0, (shm ? shm_store : gloo_store).port(), shm, (shm ? shm_store : gloo_store).store());
+      micros[shm] = measure(*group, iterations);
+    }
+  } catch (...) {
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    throw;
   }
   int status = 0;
   waitpid(child, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw std::runtime_error("rank 1 (pid " + std::to_string(child) + ") failed; its error is above");
+  const auto shm = micros[true], gloo = micros[false];
   std::cout << std::right << std::setw(10) << "size" << std::setw(12) << "shm us" << std::setw(12) << "gloo us"
             << std::setw(10) << "speedup" << std::setw(12) << "shm GB/s" << std::setw(12) << "gloo GB/s"
             << "\n";
+  const auto cell = [](const std::vector<double>& column, size_t i, double value) {
+    std::ostringstream text;
+    if (i < column.size()) text << std::fixed << std::setprecision(value < 10 ? 2 : 1) << value;
+    return text.str();
+  };
   for (size_t i = 0; i < kBytes.size(); ++i) {
     const double mb = static_cast<double>(kBytes[i]) / (1 << 20);
     std::ostringstream size;
     size << (mb < 1 ? kBytes[i] / 1024 : static_cast<int64_t>(mb)) << (mb < 1 ? " KB" : " MB");
-    std::cout << std::setw(10) << size.str() << std::fixed << std::setprecision(1) << std::setw(12) << shm[i]
-              << std::setw(12) << gloo[i] << std::setprecision(2) << std::setw(10) << gloo[i] / shm[i] << std::setw(12)
-              << static_cast<double>(kBytes[i]) / shm[i] / 1e3 << std::setw(12)
-              << static_cast<double>(kBytes[i]) / gloo[i] / 1e3 << "\n";
+    const double s = i < shm.size() ? shm[i] : 0, g = i < gloo.size() ? gloo[i] : 0;
+    const double bytes = static_cast<double>(kBytes[i]);
+    std::cout << std::setw(10) << size.str() << std::setw(12) << cell(shm, i, s) << std::setw(12) << cell(gloo, i, g)
+              << std::setw(10) << (s > 0 && g > 0 ? cell(shm, i, g / s) : "") << std::setw(12)
+              << cell(shm, i, s > 0 ? bytes / s / 1e3 : 0) << std::setw(12)
+              << cell(gloo, i, g > 0 ? bytes / g / 1e3 : 0) << "\n";
   }
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+  return 0;
+} catch (const std::exception& error) {
+  return arc::bench::failed("arc_bench_allreduce", error);
 }

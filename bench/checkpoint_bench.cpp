@@ -75,7 +75,7 @@ void checkpoint_read(torch::nn::Module& model, torch::optim::SGD* sgd, const std
 }  // namespace
 }  // namespace arc::bench
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   using namespace arc::bench;
   const std::string folder = argc > 1 ? argv[1] : "/tmp";
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 3;
@@ -111,4 +111,6 @@ int main(int argc, char** argv) {
     row("read " + what + ": checkpoint (all checksums)", median(cr), median(pr));
   }
   return 0;
+} catch (const std::exception& error) {
+  return arc::bench::failed("arc_bench_checkpoint", error);
 }

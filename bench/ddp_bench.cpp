@@ -18,7 +18,7 @@ bool have_torchrun() {
 }  // namespace
 }  // namespace arc::bench
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   using namespace arc::bench;
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 3;
   const std::string models = argc > 2 ? argv[2] : "mlp,cnn";
@@ -72,4 +72,6 @@ int main(int argc, char** argv) {
                 << (sha(1) == sha(4) ? "bit-identical" : "DIFFERENT") << "\n";
   }
   return 0;
+} catch (const std::exception& error) {
+  return arc::bench::failed("arc_bench_ddp", error);
 }

@@ -103,7 +103,7 @@ void print_row(const std::string& name, double ms, double baseline) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   const int runs = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   const std::string root = "/tmp/arc_bench_launch_" + std::to_string(getpid());
   std::filesystem::create_directories(root);
@@ -131,4 +131,6 @@ int main(int argc, char** argv) {
               static_cast<long long>(requeue.steps_lost));
   std::filesystem::remove_all(root);
   return 0;
+} catch (const std::exception& error) {
+  return arc::bench::failed("arc_bench_launchers", error);
 }

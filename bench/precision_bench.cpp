@@ -6,7 +6,7 @@
 
 #include <iomanip>
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   using namespace arc::bench;
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 1;
   const std::string models = argc > 2 ? argv[2] : "mlp,cnn";
@@ -41,4 +41,6 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+} catch (const std::exception& error) {
+  return arc::bench::failed("arc_bench_precision", error);
 }

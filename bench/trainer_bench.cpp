@@ -129,7 +129,7 @@ void row(const std::string& name, double value, const std::string& unit, double 
 }  // namespace
 }  // namespace arc::bench
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   using namespace arc::bench;
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 5;
   const int64_t cnn_batches = argc > 2 ? std::atoll(argv[2]) : 400;
@@ -187,4 +187,6 @@ int main(int argc, char** argv) {
   row("CNN: minor page faults, tune_malloc", static_cast<double>(tuned.front().minor_faults), "faults",
       static_cast<double>(tuned.front().minor_faults) / static_cast<double>(plain.front().minor_faults));
   return 0;
+} catch (const std::exception& error) {
+  return arc::bench::failed("arc_bench_trainer", error);
 }

@@ -134,19 +134,26 @@ class ShmCollectives : public Collectives {
 
  private:
   int64_t local_world() const { return segment_ ? segment_->local_world() : 1; }
-  int64_t next_set() const { return static_cast<int64_t>((step_ + 1) % 2); }
+  // Collectives alternate between the two sets of slots, so that a rank may fill one while a
+  // slower one still reads the other; each use ends with every rank past a barrier, which is what
+  // frees the set for the use after next.
+  int64_t next_set() { return static_cast<int64_t>(sets_taken_++ % 2); }
 
   void step() {
     ++step_;
     segment_->arrive_and_wait(step_, timeout_, worker_.stopping());
   }
 
-  // Calls fn(begin, count) over pieces of `tensor` that fit one slot.
+  // Calls fn(begin, count) over pieces of `tensor` of at most `piece_bytes` (and one slot).
   template <typename Fn>
-  void in_pieces(const torch::Tensor& tensor, Fn fn) {
-    const int64_t per_piece = segment_->slot_bytes() / static_cast<int64_t>(tensor.element_size());
+  void in_pieces(const torch::Tensor& tensor, int64_t piece_bytes, Fn fn) {
+    const int64_t per_piece = std::min(piece_bytes, segment_->slot_bytes()) / tensor.element_size();
     for (int64_t begin = 0; begin < tensor.numel(); begin += per_piece)
       fn(begin, std::min(per_piece, tensor.numel() - begin));
+  }
+  template <typename Fn>
+  void in_pieces(const torch::Tensor& tensor, Fn fn) {
+    in_pieces(tensor, segment_->slot_bytes(), fn);
   }
 
   void all_reduce_now(torch::Tensor& tensor, Reduce op) {
@@ -157,17 +164,43 @@ class ShmCollectives : public Collectives {
     if (!work.is_same(tensor)) tensor.copy_(work);
   }
 
+  // Pieces of kPieceBytes, so that a piece's slots stay in cache between the copy in and the
+  // reduction: every rank copies its piece into its slot; below kScatterBytes every rank then
+  // reduces the whole piece (one barrier); above, each reduces its share of the piece into its own
+  // slot and, after a second barrier, copies every share out (reduce-scatter, then all-gather). The
+  // sources are combined in rank order either way, so every rank gets the same bits.
+  static constexpr int64_t kPieceBytes = 256 << 10;
+  static constexpr int64_t kScatterBytes = 16 << 10;
+
   void reduce_node(torch::Tensor& tensor, Reduce op) {
     auto* data = static_cast<std::byte*>(tensor.data_ptr());
     const auto element = static_cast<int64_t>(tensor.element_size());
     const int64_t me = segment_->local_index();
-    std::vector<const void*> sources(static_cast<size_t>(local_world()));
-    in_pieces(tensor, [&](int64_t begin, int64_t count) {
+    const int64_t ranks = local_world();
+    std::vector<const void*> sources(static_cast<size_t>(ranks));
+    in_pieces(tensor, kPieceBytes, [&](int64_t begin, int64_t count) {
       const int64_t set = next_set();
-      std::memcpy(segment_->slot(set, me), data + begin * element, static_cast<size_t>(count * element));
+      std::byte* piece = data + begin * element;
+      std::memcpy(segment_->slot(set, me), piece, static_cast<size_t>(count * element));
       step();
-      for (int64_t s = 0; s < local_world(); ++s) sources[static_cast<size_t>(s)] = segment_->slot(set, s);
-      combine(tensor.scalar_type(), op, data + begin * element, sources, count);
+      if (count * element < kScatterBytes) {
+        for (int64_t s = 0; s < ranks; ++s) sources[static_cast<size_t>(s)] = segment_->slot(set, s);
+        combine(tensor.scalar_type(), op, piece, sources, count);
+        return;
+      }
+      // Share boundaries on 64-byte lines, so that no two ranks write one cache line.
+      const int64_t line = std::max<int64_t>(1, 64 / element);
+      const auto share_begin = [&](int64_t s) { return s == ranks ? count : (count * s / ranks) / line * line; };
+      const int64_t first = share_begin(me);
+      for (int64_t s = 0; s < ranks; ++s) sources[static_cast<size_t>(s)] = segment_->slot(set, s) + first * element;
+      combine(tensor.scalar_type(), op, segment_->slot(set, me) + first * element, sources,
+              share_begin(me + 1) - first);
+      step();
+      for (int64_t s = 0; s < ranks; ++s) {
+        const int64_t from = share_begin(s);
+        std::memcpy(piece + from * element, segment_->slot(set, s) + from * element,
+                    static_cast<size_t>((share_begin(s + 1) - from) * element));
+      }
     });
   }
 
@@ -210,6 +243,7 @@ class ShmCollectives : public Collectives {
   int64_t nodes_;
   std::chrono::milliseconds timeout_;
   uint32_t step_ = 0;
+  uint32_t sets_taken_ = 0;
   // Last: joined before the segment it uses goes away.
   Worker worker_;
 };

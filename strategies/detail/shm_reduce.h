@@ -15,7 +15,7 @@ enum class Reduce;
 bool shm_reducible(c10::ScalarType type);
 
 /// out[i] = sources[0][i] (op) sources[1][i] (op) ... for i < count; half types accumulate in
-/// float and round once. `out` may not overlap any source.
+/// float and round once. `out` may be one of the sources (but not overlap one at an offset).
 void combine(c10::ScalarType type, Reduce op, void* out, const std::vector<const void*>& sources, int64_t count);
 
 }  // namespace arc

@@ -91,8 +91,10 @@ const std::vector<torch::ScalarType> kTypes = {torch::kFloat,    torch::kDouble,
                                                torch::kBFloat16, torch::kInt,    torch::kLong};
 
 void expect_reduces_like_reference(int64_t world, bool helper_thread = true) {
-  // 1 element, an odd size, exactly one 4 MiB slot of floats, and several slots with a remainder.
-  const std::vector<int64_t> sizes = {1, 1001, 1 << 20, 3'000'001};
+  // 1 element, an odd size reduced whole by every rank, an odd size reduced share by share (one
+  // 256 KiB piece of floats and a remainder above 16 KiB), exactly one 4 MiB slot of floats, and
+  // several slots with a remainder.
+  const std::vector<int64_t> sizes = {1, 1001, 70'001, 1 << 20, 3'000'001};
   Group group_options;
   group_options.helper_thread = helper_thread;
   on_ranks(world, group_options, [&](int64_t rank, Collectives& group) {
