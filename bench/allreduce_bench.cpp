@@ -1,7 +1,7 @@
 // All-reduce latency and bandwidth between two local processes: shared memory against Gloo, in
 // the same invocation. The program starts its second rank itself (the same binary, with the same
 // arguments, so that both ranks run the same number of all-reduces).
-//   arc_bench_allreduce [iterations=200] [backends=shm,gloo]
+//   arc_bench_allreduce [iterations=200] [backends=shm,gloo: either or both]
 #include "bench_util.h"
 
 #include <arc/strategies/process_group.h>
@@ -70,15 +70,22 @@ pid_t spawn_rank1(char** argv, int64_t shm_port, int64_t gloo_port) {
 int main(int argc, char** argv) try {
   using namespace arc::bench;
   torch::set_num_threads(1);
-  const int iterations = argc > 1 ? std::atoi(argv[1]) : 200;
-  const std::string backends = argc > 2 ? argv[2] : "shm,gloo";
-  if (iterations < 1 || backends.find_first_not_of("shmglo,") != std::string::npos) {
-    std::cerr << "usage: arc_bench_allreduce [iterations=200, at least 1] [backends=shm,gloo]\n";
+  const std::string count = argc > 1 ? argv[1] : "200";
+  const int iterations = std::atoi(count.c_str());
+  if (iterations < 1) {
+    std::cerr << "arc_bench_allreduce: iterations must be a whole number of at least 1, got '" << count << "'\n";
     return 2;
   }
+  // Which backends to time, in the table's order: shared memory, Gloo.
   std::vector<bool> shared_memory;
-  for (const bool shm : {true, false})
-    if (backends.find(shm ? "shm" : "gloo") != std::string::npos) shared_memory.push_back(shm);
+  std::stringstream backends(argc > 2 ? argv[2] : "shm,gloo");
+  for (std::string backend; std::getline(backends, backend, ',');) {
+    if (backend != "shm" && backend != "gloo") {
+      std::cerr << "arc_bench_allreduce: unknown backend '" << backend << "'; name shm, gloo or shm,gloo\n";
+      return 2;
+    }
+    shared_memory.push_back(backend == "shm");
+  }
   if (const char* ports = std::getenv("ARC_BENCH_PORTS")) {
     const std::string text = ports;
     const auto comma = text.find(',');
@@ -108,25 +115,24 @@ int main(int argc, char** argv) try {
   waitpid(child, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw std::runtime_error("rank 1 (pid " + std::to_string(child) + ") failed; its error is above");
-  const auto shm = micros[true], gloo = micros[false];
   std::cout << std::right << std::setw(10) << "size" << std::setw(12) << "shm us" << std::setw(12) << "gloo us"
             << std::setw(10) << "speedup" << std::setw(12) << "shm GB/s" << std::setw(12) << "gloo GB/s"
             << "\n";
-  const auto cell = [](const std::vector<double>& column, size_t i, double value) {
+  // A figure, or blank where its backend was not timed (0).
+  const auto cell = [](double value) {
     std::ostringstream text;
-    if (i < column.size()) text << std::fixed << std::setprecision(value < 10 ? 2 : 1) << value;
+    if (value > 0) text << std::fixed << std::setprecision(value < 10 ? 2 : 1) << value;
     return text.str();
   };
   for (size_t i = 0; i < kBytes.size(); ++i) {
     const double mb = static_cast<double>(kBytes[i]) / (1 << 20);
     std::ostringstream size;
     size << (mb < 1 ? kBytes[i] / 1024 : static_cast<int64_t>(mb)) << (mb < 1 ? " KB" : " MB");
-    const double s = i < shm.size() ? shm[i] : 0, g = i < gloo.size() ? gloo[i] : 0;
+    const double s = micros.count(true) ? micros[true][i] : 0, g = micros.count(false) ? micros[false][i] : 0;
     const double bytes = static_cast<double>(kBytes[i]);
-    std::cout << std::setw(10) << size.str() << std::setw(12) << cell(shm, i, s) << std::setw(12) << cell(gloo, i, g)
-              << std::setw(10) << (s > 0 && g > 0 ? cell(shm, i, g / s) : "") << std::setw(12)
-              << cell(shm, i, s > 0 ? bytes / s / 1e3 : 0) << std::setw(12)
-              << cell(gloo, i, g > 0 ? bytes / g / 1e3 : 0) << "\n";
+    std::cout << std::setw(10) << size.str() << std::setw(12) << cell(s) << std::setw(12) << cell(g) << std::setw(10)
+              << cell(s > 0 ? g / s : 0) << std::setw(12) << cell(s > 0 ? bytes / s / 1e3 : 0) << std::setw(12)
+              << cell(g > 0 ? bytes / g / 1e3 : 0) << "\n";
   }
   return 0;
 } catch (const std::exception& error) {

@@ -268,9 +268,10 @@ const std::vector<OptionField>& option_fields() {
                    check_choice("process_group_backend", o.process_group_backend(), kProcessGroupBackends);
                  }),
       ARC_OPTION(auto_requeue, "under SLURM: save and requeue on requeue_signal", no_check),
-      ARC_OPTION(
-          requeue_signal, "\"SIGUSR1\", \"SIGUSR2\", \"SIGHUP\" or \"SIGALRM\"",
-          [](const TrainerOptions& o) { check_choice("requeue_signal", o.requeue_signal(), cluster::requeue_signal_names()); }),
+      ARC_OPTION(requeue_signal, "\"SIGUSR1\", \"SIGUSR2\", \"SIGHUP\" or \"SIGALRM\"",
+                 [](const TrainerOptions& o) {
+                   check_choice("requeue_signal", o.requeue_signal(), cluster::requeue_signal_names());
+                 }),
       ARC_OPTION(elastic_checkpoint_every_n_steps, "strategy elastic: global steps between its checkpoints (0: off)",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.elastic_checkpoint_every_n_steps() >= 0,
