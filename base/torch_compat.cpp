@@ -1,10 +1,14 @@
-// LibTorch 2.4 moved autocast to per-device-type functions and deprecated the CPU/GPU pairs, and
-// made the TCPStore server's libuv backend the default.
+// LibTorch 2.0 keyed optimizer state by address instead of its text; 2.4 moved autocast to per-device-type functions
+// and deprecated the CPU/GPU pairs, and made the TCPStore server's libuv backend the default.
 #include <arc/base/torch_compat.h>
 
 #include <ATen/autocast_mode.h>
+#include <torch/optim/optimizer.h>
 #include <torch/version.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <sstream>
+#include <type_traits>
 
 #define ARC_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -56,6 +60,43 @@ c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& host, c10d:
   }
 #endif
   return c10::make_intrusive<c10d::TCPStore>(host, options);
+}
+
+namespace {
+
+// The key of `parameter`'s entry in a state map keyed by `Key`.
+template <typename Key>
+Key state_key(const at::Tensor& parameter) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;
+    text << static_cast<const void*>(parameter.unsafeGetTensorImpl());
+    return text.str();
+  } else {
+    return parameter.unsafeGetTensorImpl();
+  }
+}
+
+template <typename Map>
+auto state_key_in(const Map&, const at::Tensor& parameter) {
+  return state_key<typename Map::key_type>(parameter);
+}
+
+}  // namespace
+
+torch::optim::OptimizerParamState* param_state(const torch::optim::Optimizer& optimizer, const at::Tensor& parameter) {
+  const auto& states = optimizer.state();
+  const auto found = states.find(state_key_in(states, parameter));
+  return found == states.end() ? nullptr : found->second.get();
+}
+
+void set_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& parameter,
+                     std::unique_ptr<torch::optim::OptimizerParamState> state) {
+  auto& states = optimizer.state();
+  if (state == nullptr) {
+    states.erase(state_key_in(states, parameter));
+  } else {
+    states[state_key_in(states, parameter)] = std::move(state);
+  }
 }
 
 }  // namespace arc::compat

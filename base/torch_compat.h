@@ -5,7 +5,17 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/intrusive_ptr.h>
 
+#include <memory>
 #include <string>
+
+namespace at {
+class Tensor;
+}
+
+namespace torch::optim {
+class Optimizer;
+class OptimizerParamState;
+}  // namespace torch::optim
 
 namespace c10d {
 class TCPStore;
@@ -23,5 +33,12 @@ void set_autocast(c10::DeviceType device, bool enabled, c10::ScalarType dtype);
 /// which builds without libuv (Debian's) refuse: a store that fails on it is opened again on the
 /// classic backend, whose error, if any, is the one thrown.
 c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& host, c10d::TCPStoreOptions options);
+
+/// The state `optimizer` keeps for `parameter` (nullptr when it has none yet), and setting it
+/// (nullptr removes it): LibTorch 1.x keys that map by the text of the parameter's TensorImpl address,
+/// 2.x by the address.
+torch::optim::OptimizerParamState* param_state(const torch::optim::Optimizer& optimizer, const at::Tensor& parameter);
+void set_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& parameter,
+                     std::unique_ptr<torch::optim::OptimizerParamState> state);
 
 }  // namespace arc::compat

@@ -3,7 +3,9 @@
 //   arc_bench_checkpoint [folder=/tmp] [repeats=3]
 #include "bench_util.h"
 
+#include <arc/base/torch_compat.h>
 #include <arc/core/checkpoint.h>
+#include <arc/core/optimizer_state.h>
 
 #include <unistd.h>
 
@@ -25,9 +27,8 @@ torch::nn::Sequential big_model() {
 std::vector<torch::Tensor> payload(torch::nn::Module& model, torch::optim::SGD* sgd) {
   auto tensors = model.parameters();
   if (sgd == nullptr) return tensors;
-  // The state's key type differs between LibTorch 1.13 and 2.x; only its values are needed.
-  for (const auto& entry : sgd->state())
-    tensors.push_back(static_cast<torch::optim::SGDParamState&>(*entry.second).momentum_buffer());
+  for (const auto& p : model.parameters())
+    tensors.push_back(static_cast<torch::optim::SGDParamState*>(compat::param_state(*sgd, p))->momentum_buffer());
   return tensors;
 }
 
@@ -55,21 +56,14 @@ void plain_read(const std::vector<torch::Tensor>& tensors, const std::string& pa
 void checkpoint_write(torch::nn::Module& model, torch::optim::SGD* sgd, const std::string& path) {
   CheckpointWriter writer(nlohmann::json{{"bench", true}});
   writer.add_module(model);
-  if (sgd != nullptr) {
-    torch::serialize::OutputArchive state;
-    sgd->save(state);
-    writer.add("optimizer_0", std::move(state));
-  }
+  if (sgd != nullptr) save_optimizer(writer, "optimizer_0", *sgd);
   writer.write(path);
 }
 
 void checkpoint_read(torch::nn::Module& model, torch::optim::SGD* sgd, const std::string& path) {
   const CheckpointReader checkpoint(path);
   checkpoint.load_module(model);
-  if (sgd != nullptr) {
-    auto state = checkpoint.archive("optimizer_0");
-    sgd->load(state);
-  }
+  if (sgd != nullptr) load_optimizer(checkpoint, "optimizer_0", *sgd);
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
-// Checkpoint files. Layout (format 2): a 16-byte header (magic, format version), tensors stored
-// raw at 64-byte boundaries, LibTorch archives (optimizer states) as blobs, then a JSON index
-// (metadata; each entry's type, shape, offset, size and checksum) and a trailer that locates it.
+// Checkpoint files. Layout (format 3): a 16-byte header (magic, format version), tensors stored
+// raw at 64-byte boundaries, LibTorch archives (the state of optimizers other than LibTorch's own)
+// as blobs, then a JSON index (metadata; each entry's kind, shape, offset, size and checksum, or its
+// JSON value) and a trailer that locates it. Format 2 stored every optimizer as an archive.
 // Written to a temporary name, fsynced and renamed, so a crash never leaves a half-written file;
-// read through a memory map whose every checksum is verified before anything is loaded, so a bad
-// file changes nothing and the error says what is wrong.
+// every checksum is verified before anything is loaded, so a bad file changes nothing and the error
+// says what is wrong.
 #pragma once
 
 #include <torch/serialize/input-archive.h>
@@ -21,8 +22,9 @@ class Module;
 
 namespace arc {
 
-/// The format this build writes and reads.
-constexpr int64_t kCheckpointFormatVersion = 2;
+/// The format this build writes, and the oldest it reads.
+constexpr int64_t kCheckpointFormatVersion = 3;
+constexpr int64_t kOldestReadableCheckpointFormat = 2;
 
 /// What a checkpoint being written is called until it is complete: `<path>.tmp-<pid>`.
 constexpr const char* kTemporaryInfix = ".tmp-";
@@ -42,6 +44,8 @@ class CheckpointWriter {
   void add(const std::string& name, const torch::Tensor& tensor);
   /// What only LibTorch knows how to serialize (optimizer states), as one blob.
   void add(const std::string& name, torch::serialize::OutputArchive archive);
+  /// A small JSON value kept in the index (an optimizer's layout).
+  void add_json(const std::string& name, nlohmann::json value);
   /// The parameters and buffers of `module`, as "model/<name>".
   void add_module(const torch::nn::Module& module);
   /// Writes through `path.tmp-<pid>`: write, fsync, rename, fsync the folder. A failed write is an
@@ -53,6 +57,7 @@ class CheckpointWriter {
   nlohmann::json meta_;
   std::vector<std::pair<std::string, torch::Tensor>> tensors_;
   std::vector<std::pair<std::string, torch::serialize::OutputArchive>> archives_;
+  nlohmann::json values_ = nlohmann::json::object();
 };
 
 /// An opened, fully verified checkpoint. Missing, truncated, corrupt (a checksum differs) and
@@ -77,6 +82,9 @@ class CheckpointReader {
   torch::Tensor tensor(const std::string& name) const;
   /// The archive blob `name`.
   torch::serialize::InputArchive archive(const std::string& name) const;
+  bool holds_archive(const std::string& name) const { return contains(name) && entries_.at(name).kind == "archive"; }
+  /// The JSON value `name`.
+  const nlohmann::json& json(const std::string& name) const;
   /// Loads "model/<name>" into `module` after checking that names and shapes match; the error
   /// lists what is missing, unexpected or of another shape.
   void load_module(torch::nn::Module& module) const;
@@ -88,16 +96,20 @@ class CheckpointReader {
     int64_t bytes = 0;
     torch::ScalarType dtype = torch::kFloat;
     std::vector<int64_t> shape;
+    std::string checksum;
+    nlohmann::json value;
   };
   CheckpointReader(std::string path, bool verify_data);
   const Entry& entry(const std::string& name, const std::string& kind) const;
-  void map_file();
+  void open_file();
+  void read_at(uint64_t offset, void* into, size_t size) const;
   void read_index();
+  void verify_checksums();
 
   std::string path_;
   nlohmann::json meta_;
   std::map<std::string, Entry> entries_;
-  const uint8_t* data_ = nullptr;
+  int fd_ = -1;
   size_t size_ = 0;
   bool verify_data_ = true;
 };

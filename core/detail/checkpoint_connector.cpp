@@ -5,6 +5,7 @@
 #include <arc/base/error.h>
 #include <arc/core/checkpoint.h>
 #include <arc/core/detail/run_state.h>
+#include <arc/core/optimizer_state.h>
 #include <arc/strategies/strategy.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -112,11 +113,8 @@ void CheckpointConnector::save(TrainModule& module, const std::string& path, boo
   CheckpointWriter writer(std::move(meta));
   writer.add_module(module);
   if (!weights_only) {
-    for (size_t i = 0; i < trainer_.optimizer_configs().size(); ++i) {
-      torch::serialize::OutputArchive optimizer;
-      trainer_.optimizer_configs()[i].optimizer->save(optimizer);
-      writer.add("optimizer_" + std::to_string(i), std::move(optimizer));
-    }
+    for (size_t i = 0; i < trainer_.optimizer_configs().size(); ++i)
+      save_optimizer(writer, "optimizer_" + std::to_string(i), *trainer_.optimizer_configs()[i].optimizer);
     if (mid_accumulation) {
       const auto parameters = trainable(module);
       for (size_t i = 0; i < parameters.size(); ++i)
@@ -146,8 +144,7 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
   checkpoint.load_module(module);
   module.on_load_checkpoint(meta);
   for (size_t i = 0; i < configs.size(); ++i) {
-    auto optimizer = checkpoint.archive("optimizer_" + std::to_string(i));
-    configs[i].optimizer->load(optimizer);
+    load_optimizer(checkpoint, "optimizer_" + std::to_string(i), *configs[i].optimizer);
     const auto& schedulers = meta.at("schedulers");
     if (configs[i].lr_scheduler && i < schedulers.size() && !schedulers[i].is_null())
       configs[i].lr_scheduler->scheduler->load_state_dict(schedulers[i]);

@@ -1,0 +1,251 @@
+// Optimizer state as raw tensors: a JSON layout entry `<name>` (the optimizer's type, each group's
+// options and size, each parameter's step counts and which state tensors it has) and one tensor
+// entry `<name>/<parameter index>/<field>` per state tensor, indexed over all groups in order.
+#include <arc/core/optimizer_state.h>
+
+#include <arc/base/error.h>
+#include <arc/base/torch_compat.h>
+#include <arc/core/checkpoint.h>
+
+#include <torch/torch.h>
+
+#include <type_traits>
+
+namespace arc {
+namespace {
+
+using torch::optim::Optimizer;
+
+// One LibTorch optimizer type: its name in the layout, and each option of a group and each field
+// of a parameter's state as `field(name, reference)` (a const reference when they are const).
+struct SgdKind {
+  using OptimizerType = torch::optim::SGD;
+  using Options = torch::optim::SGDOptions;
+  using State = torch::optim::SGDParamState;
+  static constexpr const char* type = "SGD";
+  template <typename O, typename Field>
+  static void each_option(O& o, Field&& field) {
+    field("lr", o.lr());
+    field("momentum", o.momentum());
+    field("dampening", o.dampening());
+    field("weight_decay", o.weight_decay());
+    field("nesterov", o.nesterov());
+  }
+  template <typename S, typename Field>
+  static void each_field(S& s, Field&& field) {
+    field("momentum_buffer", s.momentum_buffer());
+  }
+};
+
+template <typename OptimizerT, typename OptionsT, typename StateT>
+struct AdamFamily {
+  using OptimizerType = OptimizerT;
+  using Options = OptionsT;
+  using State = StateT;
+  template <typename O, typename Field>
+  static void each_option(O& o, Field&& field) {
+    field("lr", o.lr());
+    field("betas", o.betas());
+    field("eps", o.eps());
+    field("weight_decay", o.weight_decay());
+    field("amsgrad", o.amsgrad());
+  }
+  template <typename S, typename Field>
+  static void each_field(S& s, Field&& field) {
+    field("step", s.step());
+    field("exp_avg", s.exp_avg());
+    field("exp_avg_sq", s.exp_avg_sq());
+    field("max_exp_avg_sq", s.max_exp_avg_sq());
+  }
+};
+
+struct AdamKind : AdamFamily<torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState> {
+  static constexpr const char* type = "Adam";
+};
+
+struct AdamWKind : AdamFamily<torch::optim::AdamW, torch::optim::AdamWOptions, torch::optim::AdamWParamState> {
+  static constexpr const char* type = "AdamW";
+};
+
+struct RmspropKind {
+  using OptimizerType = torch::optim::RMSprop;
+  using Options = torch::optim::RMSpropOptions;
+  using State = torch::optim::RMSpropParamState;
+  static constexpr const char* type = "RMSprop";
+  template <typename O, typename Field>
+  static void each_option(O& o, Field&& field) {
+    field("lr", o.lr());
+    field("alpha", o.alpha());
+    field("eps", o.eps());
+    field("weight_decay", o.weight_decay());
+    field("momentum", o.momentum());
+    field("centered", o.centered());
+  }
+  template <typename S, typename Field>
+  static void each_field(S& s, Field&& field) {
+    field("step", s.step());
+    field("square_avg", s.square_avg());
+    field("momentum_buffer", s.momentum_buffer());
+    field("grad_avg", s.grad_avg());
+  }
+};
+
+struct AdagradKind {
+  using OptimizerType = torch::optim::Adagrad;
+  using Options = torch::optim::AdagradOptions;
+  using State = torch::optim::AdagradParamState;
+  static constexpr const char* type = "Adagrad";
+  template <typename O, typename Field>
+  static void each_option(O& o, Field&& field) {
+    field("lr", o.lr());
+    field("lr_decay", o.lr_decay());
+    field("weight_decay", o.weight_decay());
+    field("initial_accumulator_value", o.initial_accumulator_value());
+    field("eps", o.eps());
+  }
+  template <typename S, typename Field>
+  static void each_field(S& s, Field&& field) {
+    field("step", s.step());
+    field("sum", s.sum());
+  }
+};
+
+template <typename T>
+constexpr bool is_tensor = std::is_same_v<std::decay_t<T>, torch::Tensor>;
+
+// The tensor entry of a parameter's state field.
+std::string field_entry(const std::string& name, size_t parameter, const char* field) {
+  return name + "/" + std::to_string(parameter) + "/" + field;
+}
+
+// Stores `optimizer` raw when it is a Kind::OptimizerType whose states are all Kind::State.
+template <typename Kind>
+bool save_raw(CheckpointWriter& writer, const std::string& name, const Optimizer& optimizer) {
+  using StateType = typename Kind::State;
+  if (dynamic_cast<const typename Kind::OptimizerType*>(&optimizer) == nullptr) return false;
+  // A subclass may keep other state: then LibTorch's own serialization is the one that knows it.
+  for (const auto& group : optimizer.param_groups())
+    for (const auto& parameter : group.params()) {
+      const auto* state = compat::param_state(optimizer, parameter);
+      if (state != nullptr && dynamic_cast<const StateType*>(state) == nullptr) return false;
+    }
+  nlohmann::json groups = nlohmann::json::array(), states = nlohmann::json::array();
+  size_t index = 0;
+  for (const auto& group : optimizer.param_groups()) {
+    nlohmann::json options = nlohmann::json::object();
+    Kind::each_option(static_cast<const typename Kind::Options&>(group.options()),
+                      [&](const char* key, const auto& value) { options[key] = value; });
+    groups.push_back({{"options", options}, {"params", group.params().size()}});
+    for (const auto& parameter : group.params()) {
+      const auto* state = static_cast<const StateType*>(compat::param_state(optimizer, parameter));
+      nlohmann::json saved = nullptr;
+      if (state != nullptr) {
+        saved = {{"scalars", nlohmann::json::object()}, {"tensors", nlohmann::json::array()}};
+        Kind::each_field(*state, [&](const char* key, const auto& value) {
+          if constexpr (is_tensor<decltype(value)>) {
+            if (!value.defined()) return;
+            writer.add(field_entry(name, index, key), value);
+            saved["tensors"].push_back(key);
+          } else {
+            saved["scalars"][key] = value;
+          }
+        });
+      }
+      states.push_back(std::move(saved));
+      ++index;
+    }
+  }
+  writer.add_json(name, {{"type", Kind::type}, {"groups", groups}, {"states", states}});
+  return true;
+}
+
+// Checks that `optimizer` has the groups `layout` describes, by count and size.
+void check_groups(const CheckpointReader& reader, const std::string& name, const nlohmann::json& layout,
+                  const Optimizer& optimizer) {
+  const auto& groups = layout.at("groups");
+  ARC_CHECK(groups.size() == optimizer.param_groups().size(), "checkpoint '", reader.path(), "' holds ", groups.size(),
+            " parameter groups for ", name, ", the optimizer has ", optimizer.param_groups().size(),
+            "; configure_optimizers() must build the optimizer it was saved with");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto saved = groups[g].at("params").get<size_t>(), now = optimizer.param_groups()[g].params().size();
+    ARC_CHECK(saved == now, "checkpoint '", reader.path(), "' holds ", saved, " parameters in group ", g, " of ", name,
+              ", the optimizer has ", now, "; configure_optimizers() must build the optimizer it was saved with");
+  }
+}
+
+// Restores a layout of Kind's type into `optimizer`; false when the layout is of another type.
+template <typename Kind>
+bool load_raw(const CheckpointReader& reader, const std::string& name, const nlohmann::json& layout,
+              Optimizer& optimizer) {
+  using StateType = typename Kind::State;
+  if (layout.at("type").get<std::string>() != Kind::type) return false;
+  ARC_CHECK(dynamic_cast<typename Kind::OptimizerType*>(&optimizer) != nullptr, "checkpoint '", reader.path(),
+            "' holds ", name, " as the state of an optimizer of type ", Kind::type,
+            ", but configure_optimizers() returns another type; resume with the optimizer it was saved with");
+  check_groups(reader, name, layout, optimizer);
+  size_t index = 0;
+  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+    auto& group = optimizer.param_groups()[g];
+    const auto& options = layout.at("groups")[g].at("options");
+    Kind::each_option(static_cast<typename Kind::Options&>(group.options()), [&](const char* key, auto& value) {
+      value = options.at(key).get<std::decay_t<decltype(value)>>();
+    });
+    for (const auto& parameter : group.params()) {
+      const auto& saved = layout.at("states").at(index);
+      if (saved.is_null()) {
+        compat::set_param_state(optimizer, parameter, nullptr);
+        ++index;
+        continue;
+      }
+      // The state the optimizer already has is refilled in place where it matches (no allocation).
+      auto* current = dynamic_cast<StateType*>(compat::param_state(optimizer, parameter));
+      auto state = current != nullptr ? std::make_unique<StateType>(*current) : std::make_unique<StateType>();
+      const auto& tensors = saved.at("tensors");
+      Kind::each_field(*state, [&](const char* key, auto& value) {
+        if constexpr (is_tensor<decltype(value)>) {
+          if (std::find(tensors.begin(), tensors.end(), key) == tensors.end()) {
+            value = torch::Tensor();
+          } else if (value.defined() && value.device() == parameter.device()) {
+            reader.read_into(field_entry(name, index, key), value);
+          } else {
+            value = reader.tensor(field_entry(name, index, key)).to(parameter.device());
+          }
+        } else {
+          value = saved.at("scalars").at(key).get<std::decay_t<decltype(value)>>();
+        }
+      });
+      compat::set_param_state(optimizer, parameter, std::move(state));
+      ++index;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void save_optimizer(CheckpointWriter& writer, const std::string& name, const Optimizer& optimizer) {
+  if (save_raw<SgdKind>(writer, name, optimizer) || save_raw<AdamKind>(writer, name, optimizer) ||
+      save_raw<AdamWKind>(writer, name, optimizer) || save_raw<RmspropKind>(writer, name, optimizer) ||
+      save_raw<AdagradKind>(writer, name, optimizer))
+    return;
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  writer.add(name, std::move(archive));
+}
+
+void load_optimizer(const CheckpointReader& reader, const std::string& name, Optimizer& optimizer) {
+  if (reader.holds_archive(name)) {
+    auto archive = reader.archive(name);
+    optimizer.load(archive);
+    return;
+  }
+  const auto& layout = reader.json(name);
+  const bool loaded =
+      load_raw<SgdKind>(reader, name, layout, optimizer) || load_raw<AdamKind>(reader, name, layout, optimizer) ||
+      load_raw<AdamWKind>(reader, name, layout, optimizer) || load_raw<RmspropKind>(reader, name, layout, optimizer) ||
+      load_raw<AdagradKind>(reader, name, layout, optimizer);
+  ARC_CHECK(loaded, "checkpoint '", reader.path(), "' holds ", name, " as a ", layout.at("type").get<std::string>(),
+            " optimizer, which this Arclight cannot restore; load it with the Arclight that wrote it");
+}
+
+}  // namespace arc

@@ -1,0 +1,203 @@
+// Optimizer state in checkpoints: LibTorch's optimizers round-trip raw and continue bit for bit,
+// others through an archive, format-2 files still load, and mismatches are named.
+#include "support/errors.h"
+
+#include <arc/core/checkpoint.h>
+#include <arc/core/optimizer_state.h>
+
+#include <torch/torch.h>
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <filesystem>
+#include <functional>
+
+namespace arc {
+namespace {
+
+namespace fs = std::filesystem;
+using Factory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::optim::OptimizerParamGroup>)>;
+
+std::string scratch_file(const std::string& name) {
+  return (fs::temp_directory_path() / ("arc_optim_" + std::to_string(getpid()) + "_" + name + ".ckpt")).string();
+}
+
+// Two parameter groups, so that group options and indices across groups are exercised.
+std::unique_ptr<torch::optim::Optimizer> two_groups(torch::nn::Linear& model, const Factory& make) {
+  return make({torch::optim::OptimizerParamGroup({model->weight}), torch::optim::OptimizerParamGroup({model->bias})});
+}
+
+void train(torch::nn::Linear& model, torch::optim::Optimizer& optimizer, int steps) {
+  const auto input = torch::arange(8.0).view({2, 4}) / 8;
+  for (int i = 0; i < steps; ++i) {
+    optimizer.zero_grad();
+    model(input).pow(2).sum().backward();
+    optimizer.step();
+  }
+}
+
+torch::nn::Linear copy_of(torch::nn::Linear& model) {
+  torch::nn::Linear copy(4, 3);
+  torch::NoGradGuard no_grad;
+  copy->weight.copy_(model->weight);
+  copy->bias.copy_(model->bias);
+  return copy;
+}
+
+// Trains 3 steps, saves, loads into a fresh optimizer built with other options, and checks that both
+// continue to the same bits.
+void expect_round_trip(const std::string& name, const Factory& make, const Factory& make_other, bool raw) {
+  SCOPED_TRACE(name);
+  torch::manual_seed(0);
+  torch::nn::Linear model(4, 3);
+  auto optimizer = two_groups(model, make);
+  train(model, *optimizer, 3);
+  const auto path = scratch_file(name);
+  CheckpointWriter writer(nlohmann::json::object());
+  save_optimizer(writer, "optimizer_0", *optimizer);
+  writer.write(path);
+
+  auto resumed = copy_of(model);
+  auto restored = two_groups(resumed, make_other);
+  const CheckpointReader reader(path);
+  EXPECT_EQ(reader.holds_archive("optimizer_0"), !raw);
+  load_optimizer(reader, "optimizer_0", *restored);
+  fs::remove(path);
+  for (size_t g = 0; g < 2; ++g)
+    EXPECT_EQ(restored->param_groups()[g].options().get_lr(), optimizer->param_groups()[g].options().get_lr());
+  train(model, *optimizer, 2);
+  train(resumed, *restored, 2);
+  EXPECT_TRUE(torch::equal(model->weight, resumed->weight));
+  EXPECT_TRUE(torch::equal(model->bias, resumed->bias));
+}
+
+template <typename Optimizer, typename Options>
+Factory factory(Options options) {
+  return [options](std::vector<torch::optim::OptimizerParamGroup> groups) {
+    return std::make_unique<Optimizer>(std::move(groups), options);
+  };
+}
+
+TEST(OptimizerState, LibTorchsOptimizersRoundTripRawAndContinueBitForBit) {
+  using namespace torch::optim;
+  expect_round_trip("sgd", factory<SGD>(SGDOptions(0.1).momentum(0.9).nesterov(true).weight_decay(0.01)),
+                    factory<SGD>(SGDOptions(0.5)), true);
+  expect_round_trip("adam", factory<Adam>(AdamOptions(0.01).amsgrad(true).betas({0.8, 0.95})),
+                    factory<Adam>(AdamOptions(0.3)), true);
+  expect_round_trip("adamw", factory<AdamW>(AdamWOptions(0.01).weight_decay(0.1)), factory<AdamW>(AdamWOptions(0.3)),
+                    true);
+  expect_round_trip("rmsprop", factory<RMSprop>(RMSpropOptions(0.01).momentum(0.5).centered(true)),
+                    factory<RMSprop>(RMSpropOptions(0.3)), true);
+  expect_round_trip("adagrad", factory<Adagrad>(AdagradOptions(0.1).lr_decay(0.01)),
+                    factory<Adagrad>(AdagradOptions(0.3)), true);
+}
+
+TEST(OptimizerState, OtherOptimizersRoundTripThroughAnArchive) {
+  using namespace torch::optim;
+  const auto lbfgs = [](std::vector<torch::Tensor> parameters) {
+    return std::make_unique<LBFGS>(std::move(parameters), LBFGSOptions(0.1).history_size(4));
+  };
+  // LBFGS takes one group only.
+  torch::manual_seed(0);
+  torch::nn::Linear model(4, 3);
+  auto optimizer = lbfgs(model->parameters());
+  const auto input = torch::arange(8.0).view({2, 4}) / 8;
+  const auto closure = [&](torch::nn::Linear& m, Optimizer& o) {
+    o.step([&] {
+      o.zero_grad();
+      auto loss = m(input).pow(2).sum();
+      loss.backward();
+      return loss;
+    });
+  };
+  closure(model, *optimizer);
+  const auto path = scratch_file("lbfgs");
+  CheckpointWriter writer(nlohmann::json::object());
+  save_optimizer(writer, "optimizer_0", *optimizer);
+  writer.write(path);
+  auto resumed = copy_of(model);
+  auto restored = lbfgs(resumed->parameters());
+  const CheckpointReader reader(path);
+  EXPECT_TRUE(reader.holds_archive("optimizer_0"));
+  load_optimizer(reader, "optimizer_0", *restored);
+  fs::remove(path);
+  closure(model, *optimizer);
+  closure(resumed, *restored);
+  EXPECT_TRUE(torch::equal(model->weight, resumed->weight));
+}
+
+TEST(OptimizerState, ParametersWithoutStateStayWithout) {
+  torch::manual_seed(0);
+  torch::nn::Linear model(4, 3);
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+  const auto path = scratch_file("stateless");
+  CheckpointWriter writer(nlohmann::json::object());
+  save_optimizer(writer, "optimizer_0", adam);
+  writer.write(path);
+  torch::optim::Adam restored(model->parameters(), torch::optim::AdamOptions(0.01));
+  train(model, restored, 1);
+  ASSERT_EQ(restored.state().size(), 2u);
+  load_optimizer(CheckpointReader(path), "optimizer_0", restored);
+  fs::remove(path);
+  EXPECT_EQ(restored.state().size(), 0u);
+}
+
+// tests/core/data/format2_adam.ckpt was written by the format-2 writer (Arclight at cb1ee7a): the
+// model and the Adam optimizer below, after the same three steps, the optimizer as an archive. As
+// then, the optimizer's options come from the code that builds it (LibTorch's archive does not
+// restore them); format 3 restores them too.
+TEST(OptimizerState, FormatTwoFilesStillLoad) {
+  torch::manual_seed(0);
+  torch::nn::Linear model(4, 3);
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01).amsgrad(true));
+  const auto input = torch::arange(8.0).view({2, 4});
+  for (int i = 0; i < 3; ++i) {
+    adam.zero_grad();
+    model(input).pow(2).sum().backward();
+    adam.step();
+  }
+  const CheckpointReader reader(std::string(ARC_SOURCE_DIR) + "/tests/core/data/format2_adam.ckpt");
+  EXPECT_EQ(reader.meta().at("written_by"), "format 2");
+  torch::nn::Linear loaded(4, 3);
+  reader.load_module(*loaded);
+  torch::optim::Adam restored(loaded->parameters(), torch::optim::AdamOptions(0.01).amsgrad(true));
+  load_optimizer(reader, "optimizer_0", restored);
+  EXPECT_TRUE(torch::equal(loaded->weight, model->weight));
+  const auto step = [&](torch::nn::Linear& m, torch::optim::Optimizer& o) {
+    o.zero_grad();
+    m(input).pow(2).sum().backward();
+    o.step();
+  };
+  for (int i = 0; i < 2; ++i) {
+    step(model, adam);
+    step(loaded, restored);
+  }
+  EXPECT_TRUE(torch::equal(loaded->weight, model->weight));
+  EXPECT_TRUE(torch::equal(loaded->bias, model->bias));
+}
+
+TEST(OptimizerState, AnotherOptimizerOrGroupSizeIsNamed) {
+  torch::manual_seed(0);
+  torch::nn::Linear model(4, 3);
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+  train(model, adam, 1);
+  const auto path = scratch_file("mismatch");
+  CheckpointWriter writer(nlohmann::json::object());
+  save_optimizer(writer, "optimizer_0", adam);
+  writer.write(path);
+  const CheckpointReader reader(path);
+  fs::remove(path);
+
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  const auto kind = testing::error_of([&] { load_optimizer(reader, "optimizer_0", sgd); });
+  EXPECT_NE(kind.find("holds optimizer_0 as the state of an optimizer of type Adam"), std::string::npos) << kind;
+  EXPECT_NE(kind.find("resume with the optimizer it was saved with"), std::string::npos) << kind;
+
+  torch::optim::Adam fewer(std::vector<torch::Tensor>{model->weight}, torch::optim::AdamOptions(0.01));
+  const auto size = testing::error_of([&] { load_optimizer(reader, "optimizer_0", fewer); });
+  EXPECT_NE(size.find("holds 2 parameters in group 0 of optimizer_0, the optimizer has 1"), std::string::npos) << size;
+}
+
+}  // namespace
+}  // namespace arc
