@@ -16,12 +16,16 @@ namespace {
 
 using torch::optim::Optimizer;
 
-// One LibTorch optimizer type: its name in the layout, and each option of a group and each field
-// of a parameter's state as `field(name, reference)` (a const reference when they are const).
-struct SgdKind {
-  using OptimizerType = torch::optim::SGD;
-  using Options = torch::optim::SGDOptions;
-  using State = torch::optim::SGDParamState;
+// One LibTorch optimizer type: its classes, its name in the layout, and each option of a group and
+// each field of a parameter's state as `field(name, reference)` (const when they are const).
+template <typename OptimizerT, typename OptionsT, typename StateT>
+struct Types {
+  using OptimizerType = OptimizerT;
+  using Options = OptionsT;
+  using State = StateT;
+};
+
+struct SgdKind : Types<torch::optim::SGD, torch::optim::SGDOptions, torch::optim::SGDParamState> {
   static constexpr const char* type = "SGD";
   template <typename O, typename Field>
   static void each_option(O& o, Field&& field) {
@@ -38,10 +42,7 @@ struct SgdKind {
 };
 
 template <typename OptimizerT, typename OptionsT, typename StateT>
-struct AdamFamily {
-  using OptimizerType = OptimizerT;
-  using Options = OptionsT;
-  using State = StateT;
+struct AdamFamily : Types<OptimizerT, OptionsT, StateT> {
   template <typename O, typename Field>
   static void each_option(O& o, Field&& field) {
     field("lr", o.lr());
@@ -67,10 +68,7 @@ struct AdamWKind : AdamFamily<torch::optim::AdamW, torch::optim::AdamWOptions, t
   static constexpr const char* type = "AdamW";
 };
 
-struct RmspropKind {
-  using OptimizerType = torch::optim::RMSprop;
-  using Options = torch::optim::RMSpropOptions;
-  using State = torch::optim::RMSpropParamState;
+struct RmspropKind : Types<torch::optim::RMSprop, torch::optim::RMSpropOptions, torch::optim::RMSpropParamState> {
   static constexpr const char* type = "RMSprop";
   template <typename O, typename Field>
   static void each_option(O& o, Field&& field) {
@@ -90,10 +88,7 @@ struct RmspropKind {
   }
 };
 
-struct AdagradKind {
-  using OptimizerType = torch::optim::Adagrad;
-  using Options = torch::optim::AdagradOptions;
-  using State = torch::optim::AdagradParamState;
+struct AdagradKind : Types<torch::optim::Adagrad, torch::optim::AdagradOptions, torch::optim::AdagradParamState> {
   static constexpr const char* type = "Adagrad";
   template <typename O, typename Field>
   static void each_option(O& o, Field&& field) {
@@ -221,13 +216,23 @@ bool load_raw(const CheckpointReader& reader, const std::string& name, const nlo
   return true;
 }
 
+// The types stored raw, tried in order: the first that matches saves or restores.
+template <typename... Kinds>
+struct RawKinds {
+  static bool save(CheckpointWriter& writer, const std::string& name, const Optimizer& optimizer) {
+    return (save_raw<Kinds>(writer, name, optimizer) || ...);
+  }
+  static bool load(const CheckpointReader& reader, const std::string& name, const nlohmann::json& layout,
+                   Optimizer& optimizer) {
+    return (load_raw<Kinds>(reader, name, layout, optimizer) || ...);
+  }
+};
+using Shipped = RawKinds<SgdKind, AdamKind, AdamWKind, RmspropKind, AdagradKind>;
+
 }  // namespace
 
 void save_optimizer(CheckpointWriter& writer, const std::string& name, const Optimizer& optimizer) {
-  if (save_raw<SgdKind>(writer, name, optimizer) || save_raw<AdamKind>(writer, name, optimizer) ||
-      save_raw<AdamWKind>(writer, name, optimizer) || save_raw<RmspropKind>(writer, name, optimizer) ||
-      save_raw<AdagradKind>(writer, name, optimizer))
-    return;
+  if (Shipped::save(writer, name, optimizer)) return;
   torch::serialize::OutputArchive archive;
   optimizer.save(archive);
   writer.add(name, std::move(archive));
@@ -240,11 +245,8 @@ void load_optimizer(const CheckpointReader& reader, const std::string& name, Opt
     return;
   }
   const auto& layout = reader.json(name);
-  const bool loaded =
-      load_raw<SgdKind>(reader, name, layout, optimizer) || load_raw<AdamKind>(reader, name, layout, optimizer) ||
-      load_raw<AdamWKind>(reader, name, layout, optimizer) || load_raw<RmspropKind>(reader, name, layout, optimizer) ||
-      load_raw<AdagradKind>(reader, name, layout, optimizer);
-  ARC_CHECK(loaded, "checkpoint '", reader.path(), "' holds ", name, " as a ", layout.at("type").get<std::string>(),
+  ARC_CHECK(Shipped::load(reader, name, layout, optimizer), "checkpoint '", reader.path(), "' holds ", name, " as a ",
+            layout.at("type").get<std::string>(),
             " optimizer, which this Arclight cannot restore; load it with the Arclight that wrote it");
 }
 
