@@ -5,5 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+installed=$SECONDS
 scripts/build.sh -DARC_BUILD_TESTS=OFF -DARC_BUILD_BENCH=OFF
+built=$SECONDS
 build/bin/arc train --config apps/configs/mlp_ddp_spawn.json "$@"
+echo "train-example.sh: packages ${installed} s, build $((built - installed)) s, training $((SECONDS - built)) s" >&2

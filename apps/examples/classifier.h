@@ -5,6 +5,9 @@
 #include <arc/base/config.h>
 #include <arc/core/train_module.h>
 
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+
 namespace arc::examples {
 
 /// Subclasses define forward(); this class trains it as WORKLOAD.md §5 says.

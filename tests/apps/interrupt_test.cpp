@@ -1,6 +1,7 @@
 // Ctrl-C as a user presses it: `arc train` runs on a terminal of its own, and the keystroke goes
 // through the terminal driver to every process of the run. The first stops every rank at the
 // next batch boundary, saves, says where and exits with 130; a second ends every rank at once.
+#include "support/arc_tool.h"
 #include "support/command.h"
 #include "support/terminal.h"
 
@@ -17,9 +18,8 @@
 namespace {
 
 using arc::testing::read_file;
+using arc::testing::shipped_config;
 using arc::testing::Terminal;
-
-std::string shipped_config() { return std::string(ARC_SOURCE_DIR) + "/apps/configs/mlp_ddp_spawn.json"; }
 
 std::vector<pid_t> children(pid_t pid) {
   std::istringstream list(read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));

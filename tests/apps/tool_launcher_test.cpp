@@ -3,6 +3,7 @@
 #include <arc/apps/tool_launcher.h>
 #include <arc/strategies/launchers/rank_processes.h>
 
+#include "support/arc_tool.h"
 #include "support/command.h"
 
 #include <gtest/gtest.h>
@@ -18,9 +19,8 @@ namespace {
 
 using arc::testing::read_file;
 using arc::testing::run_command;
+using arc::testing::shipped_config;
 using arc::testing::wait_for_text;
-
-std::string shipped_config() { return std::string(ARC_SOURCE_DIR) + "/apps/configs/mlp_ddp_spawn.json"; }
 
 int64_t spawn_world(const std::vector<std::string>& args) { return arc::cli::spawn_plan(args).world; }
 

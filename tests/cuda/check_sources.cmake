@@ -1,7 +1,8 @@
 # Compiles, syntax only, the sources that a CUDA build of LibTorch switches on (ARC_WITH_CUDA,
-# ARC_WITH_NCCL), with their real compile commands, against this machine's CUDA toolkit headers;
-# prints "SKIP" when there are none. A CPU package of LibTorch lacks the one generated header of
-# its CUDA build, c10/cuda/impl/cuda_cmake_macros.h; its line is written to a scratch folder.
+# ARC_WITH_NCCL), with their real compile commands (or their unity batch's), against this machine's
+# CUDA toolkit headers; prints "SKIP" when there are none. A CPU package of LibTorch lacks the one
+# generated header of its CUDA build, c10/cuda/impl/cuda_cmake_macros.h; its line is written to a
+# scratch folder.
 #   cmake -DBUILD_DIR=... -DWORK_DIR=... -DSOURCES="a.cpp;b.cpp" -P check_sources.cmake
 find_path(CUDA_INCLUDE cuda_runtime_api.h PATHS $ENV{CUDA_HOME}/include /usr/local/cuda/include NO_DEFAULT_PATH)
 include(${CMAKE_CURRENT_LIST_DIR}/../../cmake/ArclightNccl.cmake)
@@ -17,9 +18,17 @@ math(EXPR last "${count} - 1")
 foreach(source ${SOURCES})
   set(found FALSE)
   foreach(i RANGE ${last})
+    # A source is compiled by itself or, in a unity build, inside the batch file that includes it.
     string(JSON file GET "${commands}" ${i} file)
     if(NOT file STREQUAL source)
-      continue()
+      if(NOT file MATCHES "/Unity/unity_[0-9]+_cxx\\.cxx$")
+        continue()
+      endif()
+      file(READ ${file} batch)
+      string(FIND "${batch}" "#include \"${source}\"" at)
+      if(at EQUAL -1)
+        continue()
+      endif()
     endif()
     set(found TRUE)
     string(JSON command GET "${commands}" ${i} command)
@@ -31,7 +40,7 @@ foreach(source ${SOURCES})
         set(skip_next FALSE)
       elseif(word STREQUAL "-o" OR word STREQUAL "-include")
         set(skip_next TRUE)
-      elseif(NOT word STREQUAL "-c" AND NOT word STREQUAL "-Winvalid-pch" AND NOT word STREQUAL source)
+      elseif(NOT word STREQUAL "-c" AND NOT word STREQUAL "-Winvalid-pch" AND NOT word STREQUAL file)
         list(APPEND args ${word})
       endif()
     endforeach()

@@ -44,7 +44,9 @@ std::vector<float> read_floats(const std::string& path) {
   return values;
 }
 
-std::string scratch(const std::string& name) { return "/tmp/arc_ddp_test_" + std::to_string(getpid()) + "_" + name; }
+std::string scratch_path(const std::string& name) {
+  return "/tmp/arc_ddp_test_" + std::to_string(getpid()) + "_" + name;
+}
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double worst = 0;
@@ -53,7 +55,8 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 void expect_parity(int64_t accumulate) {
-  const auto one = scratch("one_" + std::to_string(accumulate)), two = scratch("two_" + std::to_string(accumulate));
+  const auto one = scratch_path("one_" + std::to_string(accumulate)),
+             two = scratch_path("two_" + std::to_string(accumulate));
   const std::string common = " --steps 40 --accumulate " + std::to_string(accumulate);
   const auto single = probe("--strategy single_device --devices 1 --batch 32 --out " + one + common);
   ASSERT_EQ(single.status, 0) << single.output;
@@ -145,7 +148,7 @@ TEST(DDP, RendezvousTimeoutNamesTheMissingRank) {
 // Loggers built in main exist on every rank, but only rank 0 writes, into the one version that
 // every rank agrees on: one version_0 with one metrics file and one events file.
 TEST(DDP, LoggersBuiltInMainWriteOneVersionFromRankZero) {
-  const auto dir = scratch("loggers");
+  const auto dir = scratch_path("loggers");
   std::filesystem::remove_all(dir);
   const auto run = probe("--strategy ddp_spawn --devices 2 --steps 20 --loggers " + dir);
   ASSERT_EQ(run.status, 0) << run.output;
@@ -190,7 +193,7 @@ TEST(DDP, SigintToOneRankStopsEveryRankWith130) {
 // Rank 0's checkpoint write fails (past its file size limit, as on a full disk): the run ends on
 // every rank, soon, with the file, the cause and the fix, and leaves no temporary file.
 TEST(DDP, FailedSaveOnRankZeroEndsEveryRankWithTheCause) {
-  const auto root = scratch("failed_save");
+  const auto root = scratch_path("failed_save");
   std::filesystem::remove_all(root);
   const std::string tag = "tag_" + std::to_string(getpid()) + "_failed_save";
   const double timeout = 60;
@@ -211,7 +214,7 @@ TEST(DDP, FailedSaveOnRankZeroEndsEveryRankWithTheCause) {
 
 // As Lightning: prepare_data runs on local rank 0 only, and the other ranks wait for it.
 TEST(DDP, PrepareDataRunsOnceOnLocalRankZero) {
-  const auto log = scratch("prepare_log");
+  const auto log = scratch_path("prepare_log");
   std::remove(log.c_str());
   const auto run = probe("--strategy ddp_spawn --devices 2 --steps 4 --prepare-log " + log);
   ASSERT_EQ(run.status, 0) << run.output;
@@ -269,7 +272,7 @@ INSTANTIATE_TEST_SUITE_P(DDP, DisagreeingRanks,
 
 TEST(DDP, JoinsProcessesStartedByHand) {
   const std::string port = std::to_string(free_port());
-  const auto one = scratch("hand0"), two = scratch("hand1");
+  const auto one = scratch_path("hand0"), two = scratch_path("hand1");
   CommandRun rank1;
   std::thread second([&] {
     rank1 = probe("--strategy ddp --devices 2 --steps 10 --timeout 30",
@@ -289,7 +292,7 @@ TEST(DDP, JoinsProcessesStartedByHand) {
 }
 
 TEST(DDP, SharedMemoryAndGlooTrainToIdenticalWeights) {
-  const auto shm = scratch("shm"), gloo = scratch("gloo");
+  const auto shm = scratch_path("shm"), gloo = scratch_path("gloo");
   const auto with_shm = probe("--strategy ddp_spawn --devices 2 --steps 40 --accumulate 2 --out " + shm);
   ASSERT_EQ(with_shm.status, 0) << with_shm.output;
   EXPECT_NE(with_shm.output.find("shared memory at 127.0.0.1"), std::string::npos) << with_shm.output;
@@ -327,7 +330,7 @@ TEST(DDP, PeerKilledMidTrainingFailsTheSurvivorQuickly) {
 class CustomLoop : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CustomLoop, OnAcceleratorMatchesTheTrainer) {
-  const auto custom = scratch("custom"), trained = scratch("trained");
+  const auto custom = scratch_path("custom"), trained = scratch_path("trained");
   const std::string common = "--strategy ddp_spawn --devices 2 --steps 12 --precision " + GetParam();
   const auto by_hand = probe("--loop custom " + common + " --out " + custom);
   ASSERT_EQ(by_hand.status, 0) << by_hand.output;
@@ -363,7 +366,7 @@ TEST(DDP, NcclOnCpuRanksIsAnErrorThatSaysWhatToSet) {
 TEST(DDP, CudaNcclWorldOfOneMatchesOneDevice) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: NCCL DDP runs on a GPU only";
   if (!arc::nccl_available()) GTEST_SKIP() << "this build has no NCCL (see the configure step's warning)";
-  const auto one = scratch("cuda_one"), ddp = scratch("cuda_ddp");
+  const auto one = scratch_path("cuda_one"), ddp = scratch_path("cuda_ddp");
   const std::string common = " --accelerator gpu --devices 1 --batch 32 --steps 40";
   const auto single = probe("--strategy single_device --out " + one + common);
   ASSERT_EQ(single.status, 0) << single.output;
@@ -386,7 +389,7 @@ TEST(DDP, CudaTwoRanksOnOneGpuNeedGloo) {
     EXPECT_NE(refused.status, 0);
     EXPECT_NE(refused.output.find("NCCL cannot run two ranks on one GPU"), std::string::npos) << refused.output;
   }
-  const auto one = scratch("cuda_one_gloo"), two = scratch("cuda_two_gloo");
+  const auto one = scratch_path("cuda_one_gloo"), two = scratch_path("cuda_two_gloo");
   const auto single =
       probe("--strategy single_device --accelerator gpu --devices 1 --batch 32 --steps 40 --out " + one);
   ASSERT_EQ(single.status, 0) << single.output;

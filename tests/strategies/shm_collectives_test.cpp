@@ -66,15 +66,27 @@ torch::Tensor input(int64_t rank, int64_t numel, torch::ScalarType type) {
   return values.to(type);
 }
 
-// Rank order, accumulating 16-bit floats in float: what every rank must compute.
-torch::Tensor reference(int64_t world, int64_t numel, torch::ScalarType type, Reduce op) {
+// The ranks' inputs reduced in rank order, accumulating 16-bit floats in float: what every rank
+// must compute.
+torch::Tensor reference(const std::vector<torch::Tensor>& inputs, Reduce op) {
+  const auto type = inputs[0].scalar_type();
   const bool half = type == torch::kHalf || type == torch::kBFloat16;
-  auto acc = input(0, numel, type).to(half ? torch::kFloat : type);
-  for (int64_t r = 1; r < world; ++r) {
-    const auto next = input(r, numel, type).to(acc.scalar_type());
+  auto acc = inputs[0].to(half ? torch::kFloat : type);
+  for (size_t r = 1; r < inputs.size(); ++r) {
+    const auto next = inputs[r].to(acc.scalar_type());
     acc = op == Reduce::sum ? acc + next : op == Reduce::max ? torch::maximum(acc, next) : torch::minimum(acc, next);
   }
   return acc.to(type);
+}
+
+std::vector<torch::Tensor> inputs(int64_t world, int64_t numel, torch::ScalarType type) {
+  std::vector<torch::Tensor> all;
+  for (int64_t r = 0; r < world; ++r) all.push_back(input(r, numel, type));
+  return all;
+}
+
+torch::Tensor reference(int64_t world, int64_t numel, torch::ScalarType type, Reduce op) {
+  return reference(inputs(world, numel, type), op);
 }
 
 std::vector<std::string> segments_of_this_process() {
@@ -95,18 +107,32 @@ void expect_reduces_like_reference(int64_t world, bool helper_thread = true) {
   // 256 KiB piece of floats and a remainder above 16 KiB), exactly one 4 MiB slot of floats, and
   // several slots with a remainder.
   const std::vector<int64_t> sizes = {1, 1001, 70'001, 1 << 20, 3'000'001};
+  // Every rank's input and every expected result are made once before the ranks start (not by
+  // each rank for each case, which made these the slowest tests of the suite).
+  struct Case {
+    std::vector<torch::Tensor> inputs;    // one per rank
+    std::vector<torch::Tensor> expected;  // one per operation in kOps
+  };
+  const std::vector<Reduce> kOps = {Reduce::sum, Reduce::max, Reduce::min};
+  std::vector<Case> cases;
+  for (const auto type : kTypes)
+    for (const auto numel : sizes) {
+      Case c{inputs(world, numel, type), {}};
+      for (const auto op : kOps) c.expected.push_back(reference(c.inputs, op));
+      cases.push_back(std::move(c));
+    }
   Group group_options;
   group_options.helper_thread = helper_thread;
   on_ranks(world, group_options, [&](int64_t rank, Collectives& group) {
     EXPECT_EQ(group.backend(), "shared memory");
-    for (const auto type : kTypes)
-      for (const auto numel : sizes)
-        for (const auto op : {Reduce::sum, Reduce::max, Reduce::min}) {
-          auto tensor = input(rank, numel, type);
-          group.all_reduce(tensor, op).wait();
-          ASSERT_TRUE(torch::equal(tensor, reference(world, numel, type, op)))
-              << "rank " << rank << " " << c10::toString(type) << " x " << numel << " op " << static_cast<int>(op);
-        }
+    for (const auto& c : cases)
+      for (size_t op = 0; op < kOps.size(); ++op) {
+        auto tensor = c.inputs[static_cast<size_t>(rank)].clone();
+        group.all_reduce(tensor, kOps[op]).wait();
+        ASSERT_TRUE(torch::equal(tensor, c.expected[op]))
+            << "rank " << rank << " " << c10::toString(tensor.scalar_type()) << " x " << tensor.numel() << " op "
+            << static_cast<int>(kOps[op]);
+      }
   });
 }
 

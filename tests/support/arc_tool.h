@@ -4,6 +4,8 @@
 
 #include "support/command.h"
 
+#include <arc/apps/cli.h>
+
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +28,9 @@ inline CommandRun arc(const std::string& args) {
   std::filesystem::remove_all(dir);
   return run;
 }
+
+/// The config that the README's first command trains with.
+inline std::string shipped_config() { return std::string(ARC_SOURCE_DIR) + "/apps/configs/mlp_ddp_spawn.json"; }
 
 inline nlohmann::json result_of(const std::string& output) { return cli::read_report(output, "RESULT"); }
 
