@@ -64,9 +64,9 @@ inline double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-/// Runs `command` (an `arc train ...`) and returns the JSON of its RESULT line.
-inline nlohmann::json result_of(const std::string& command) {
-  FILE* pipe = popen((command + " 2>/dev/null").c_str(), "r");
+/// Reads the output of `command`, started by popen, to its end; the JSON of its RESULT line.
+inline nlohmann::json result_from(FILE* pipe, const std::string& command) {
+  if (pipe == nullptr) throw std::runtime_error("could not start: " + command);
   std::string output;
   char buffer[4096];
   size_t n;
@@ -75,6 +75,11 @@ inline nlohmann::json result_of(const std::string& command) {
   auto result = cli::read_report(output);
   if (status != 0 || result.is_null()) throw std::runtime_error("no RESULT line from: " + command + "\n" + output);
   return result;
+}
+
+/// Runs `command` (an `arc train ...`) and returns the JSON of its RESULT line.
+inline nlohmann::json result_of(const std::string& command) {
+  return result_from(popen((command + " 2>/dev/null").c_str(), "r"), command);
 }
 
 /// One fresh command's RESULT line and its wall time.
@@ -96,6 +101,31 @@ inline Result run(const std::string& command) {
   full << std::fixed << std::setprecision(6) << "BENCH_T0=" << start << " " << command;
   Result result;
   result.json = result_of(full.str());
+  result.wall_s = unix_now() - start;
+  return result;
+}
+
+/// Runs `copies` instances of `command` at once, sharing the machine and nothing else; returns the
+/// first one's RESULT line with train_sps replaced by the sum over all copies, and the wall time of
+/// them all: what the machine gives independent processes, the ceiling for data parallelism.
+inline Result run_together(const std::string& command, int copies) {
+  const double start = unix_now();
+  std::vector<FILE*> pipes;
+  for (int i = 0; i < copies; ++i) pipes.push_back(popen((command + " 2>/dev/null").c_str(), "r"));
+  Result result;
+  double sum = 0;
+  std::string failure;
+  for (FILE* pipe : pipes) {  // every copy is waited for, even after one failed
+    try {
+      const auto json = result_from(pipe, command);
+      sum += json["train_sps"].get<double>();
+      if (result.json.is_null()) result.json = json;
+    } catch (const std::runtime_error& error) {
+      failure = error.what();
+    }
+  }
+  if (!failure.empty()) throw std::runtime_error(failure);
+  result.json["train_sps"] = sum;
   result.wall_s = unix_now() - start;
   return result;
 }
