@@ -109,6 +109,137 @@ double LinearWarmup::lr_at(double base, int64_t epoch) const {
   return base * (start_factor_ + (end_factor_ - start_factor_) * progress);
 }
 
+LambdaLR::LambdaLR(torch::optim::Optimizer& optimizer, std::function<double(int64_t)> lr_lambda)
+    : LRScheduler(optimizer), lr_lambda_(std::move(lr_lambda)) {
+  ARC_CHECK(static_cast<bool>(lr_lambda_), "LambdaLR needs a function of the step, got an empty std::function");
+  apply();
+}
+
+double LambdaLR::lr_at(double base, int64_t epoch) const { return base * lr_lambda_(epoch); }
+
+PolynomialLR::PolynomialLR(torch::optim::Optimizer& optimizer, int64_t total_iters, double power)
+    : LRScheduler(optimizer), total_iters_(total_iters), power_(power) {
+  ARC_CHECK(total_iters >= 1, "PolynomialLR total_iters must be >= 1, got ", total_iters);
+  apply();
+}
+
+double PolynomialLR::lr_at(double base, int64_t epoch) const {
+  const double done = static_cast<double>(std::min(epoch, total_iters_)) / static_cast<double>(total_iters_);
+  return base * std::pow(1.0 - done, power_);
+}
+
+CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(torch::optim::Optimizer& optimizer, int64_t t_0,
+                                                         int64_t t_mult, double eta_min)
+    : LRScheduler(optimizer), t_0_(t_0), t_mult_(t_mult), eta_min_(eta_min) {
+  ARC_CHECK(t_0 >= 1, "CosineAnnealingWarmRestarts t_0 must be >= 1, got ", t_0);
+  ARC_CHECK(t_mult >= 1, "CosineAnnealingWarmRestarts t_mult must be >= 1, got ", t_mult);
+  apply();
+}
+
+double CosineAnnealingWarmRestarts::lr_at(double base, int64_t epoch) const {
+  // The cycle the step falls in, counted in integers: cycles of t_0, t_0·t_mult, ...
+  int64_t start = 0;
+  int64_t length = t_0_;
+  while (epoch >= start + length) {
+    start += length;
+    length *= t_mult_;
+  }
+  const double pi = std::acos(-1.0);
+  const double progress = static_cast<double>(epoch - start) / static_cast<double>(length);
+  return eta_min_ + (base - eta_min_) * (1 + std::cos(pi * progress)) / 2;
+}
+
+OneCycleLR::OneCycleLR(torch::optim::Optimizer& optimizer, double max_lr, int64_t total_steps, Options options)
+    : LRScheduler(optimizer), max_lr_(max_lr), total_steps_(total_steps), options_(options) {
+  ARC_CHECK(total_steps >= 1, "OneCycleLR total_steps must be >= 1, got ", total_steps,
+            "; trainer().estimated_stepping_batches() gives a fit's");
+  ARC_CHECK(options.pct_start >= 0 && options.pct_start <= 1, "OneCycleLR pct_start must be in [0, 1], got ",
+            options.pct_start);
+  const double initial = max_lr / options.div_factor;
+  const double min_lr = initial / options.final_div_factor;
+  const double up = options.pct_start * static_cast<double>(total_steps);
+  const double last = static_cast<double>(total_steps - 1);
+  const double high = options.max_momentum, low = options.base_momentum;
+  if (options.three_phase)
+    phases_ = {{up - 1, initial, max_lr, high, low},
+               {2 * up - 2, max_lr, initial, low, high},
+               {last, initial, min_lr, high, high}};
+  else
+    phases_ = {{up - 1, initial, max_lr, high, low}, {last, max_lr, min_lr, low, high}};
+  double start = 0;
+  for (const auto& phase : phases_) {
+    ARC_CHECK(phase.end_step != start, "OneCycleLR: pct_start=", options.pct_start, " of total_steps=", total_steps,
+              " leaves a phase of no length (PyTorch divides by zero there); change pct_start or total_steps");
+    start = phase.end_step;
+  }
+  if (options.cycle_momentum)
+    for (auto& group : optimizer_.param_groups()) {
+      auto& o = group.options();
+      ARC_CHECK(dynamic_cast<torch::optim::SGDOptions*>(&o) || dynamic_cast<torch::optim::RMSpropOptions*>(&o) ||
+                    dynamic_cast<torch::optim::AdamOptions*>(&o) || dynamic_cast<torch::optim::AdamWOptions*>(&o),
+                "OneCycleLR cycle_momentum needs an optimizer with momentum or beta1 (SGD, RMSprop, Adam, AdamW); ",
+                "set cycle_momentum to false");
+    }
+  apply_cycle();
+}
+
+std::pair<const OneCycleLR::Phase*, double> OneCycleLR::locate(int64_t epoch) const {
+  const double step = static_cast<double>(epoch);
+  double start = 0;
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    const auto& phase = phases_[i];
+    if (step <= phase.end_step || i + 1 == phases_.size()) return {&phase, (step - start) / (phase.end_step - start)};
+    start = phase.end_step;
+  }
+  return {&phases_.back(), 1.0};  // not reached: the last phase always matches
+}
+
+double OneCycleLR::anneal(double start, double end, double pct) const {
+  if (!options_.cosine) return (end - start) * pct + start;
+  return end + (start - end) / 2.0 * (std::cos(std::acos(-1.0) * pct) + 1);
+}
+
+double OneCycleLR::lr_at(double, int64_t epoch) const {
+  const auto [phase, pct] = locate(epoch);
+  return anneal(phase->start_lr, phase->end_lr, pct);
+}
+
+double OneCycleLR::momentum_at(int64_t epoch) const {
+  const auto [phase, pct] = locate(epoch);
+  return anneal(phase->start_momentum, phase->end_momentum, pct);
+}
+
+void OneCycleLR::step(std::optional<double>) {
+  ARC_CHECK(last_epoch_ + 1 <= total_steps_, "OneCycleLR stepped ", last_epoch_ + 1,
+            " times, past its total_steps=", total_steps_,
+            "; make total_steps the number of optimizer steps (trainer().estimated_stepping_batches())");
+  ++last_epoch_;
+  apply_cycle();
+}
+
+void OneCycleLR::load_state_dict(const nlohmann::json& state) {
+  LRScheduler::load_state_dict(state);
+  apply_cycle();
+}
+
+void OneCycleLR::apply_cycle() {
+  apply();
+  if (!options_.cycle_momentum) return;
+  const double momentum = momentum_at(last_epoch_);
+  for (auto& group : optimizer_.param_groups()) {
+    auto& o = group.options();
+    if (auto* sgd = dynamic_cast<torch::optim::SGDOptions*>(&o)) {
+      sgd->momentum(momentum);
+    } else if (auto* rms = dynamic_cast<torch::optim::RMSpropOptions*>(&o)) {
+      rms->momentum(momentum);
+    } else if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&o)) {
+      adam->betas({momentum, std::get<1>(adam->betas())});
+    } else if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&o)) {
+      adamw->betas({momentum, std::get<1>(adamw->betas())});
+    }
+  }
+}
+
 SequentialLR::SequentialLR(torch::optim::Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
                            std::vector<int64_t> milestones)
     : LRScheduler(optimizer), schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {

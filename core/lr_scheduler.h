@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -101,6 +102,87 @@ class LinearWarmup : public LRScheduler {
   int64_t total_iters_;
   double start_factor_;
   double end_factor_;
+};
+
+/// base · lr_lambda(epoch) (PyTorch's LambdaLR): any schedule a function of the step can express.
+/// The function is not part of state_dict(); resume makes the scheduler with the same function.
+class LambdaLR : public LRScheduler {
+ public:
+  LambdaLR(torch::optim::Optimizer& optimizer, std::function<double(int64_t)> lr_lambda);
+  double lr_at(double base, int64_t epoch) const override;
+
+ private:
+  std::function<double(int64_t)> lr_lambda_;
+};
+
+/// base · (1 - min(epoch, total_iters) / total_iters)^power (PyTorch's PolynomialLR): decays to 0
+/// at total_iters and stays there.
+class PolynomialLR : public LRScheduler {
+ public:
+  PolynomialLR(torch::optim::Optimizer& optimizer, int64_t total_iters = 5, double power = 1.0);
+  double lr_at(double base, int64_t epoch) const override;
+
+ private:
+  int64_t total_iters_;
+  double power_;
+};
+
+/// Cosine annealing that restarts at the base rate after t_0 steps, then after t_0 · t_mult,
+/// t_0 · t_mult², ... (PyTorch's CosineAnnealingWarmRestarts, SGDR).
+class CosineAnnealingWarmRestarts : public LRScheduler {
+ public:
+  CosineAnnealingWarmRestarts(torch::optim::Optimizer& optimizer, int64_t t_0, int64_t t_mult = 1,
+                              double eta_min = 0.0);
+  double lr_at(double base, int64_t epoch) const override;
+
+ private:
+  int64_t t_0_;
+  int64_t t_mult_;
+  double eta_min_;
+};
+
+/// PyTorch's OneCycleLR: the rate rises from max_lr / div_factor to max_lr over the first pct_start
+/// of total_steps, then anneals to max_lr / (div_factor · final_div_factor) (three_phase: back to
+/// the start first, then down), by cosine or linearly; momentum (SGD, RMSprop) or Adam's beta1
+/// cycles the other way between max_momentum and base_momentum. Stepping past total_steps is an
+/// error, as in PyTorch; Trainer::estimated_stepping_batches() gives total_steps for a fit.
+class OneCycleLR : public LRScheduler {
+ public:
+  struct Options {
+    double pct_start = 0.3;
+    bool cosine = true;  // anneal_strategy "cos"; false: "linear"
+    bool cycle_momentum = true;
+    double base_momentum = 0.85;
+    double max_momentum = 0.95;
+    double div_factor = 25.0;
+    double final_div_factor = 1e4;
+    bool three_phase = false;
+  };
+  OneCycleLR(torch::optim::Optimizer& optimizer, double max_lr, int64_t total_steps, Options options);
+  OneCycleLR(torch::optim::Optimizer& optimizer, double max_lr, int64_t total_steps)
+      : OneCycleLR(optimizer, max_lr, total_steps, Options()) {}
+
+  void step(std::optional<double> metric = std::nullopt) override;
+  double lr_at(double base, int64_t epoch) const override;
+  /// The momentum (or beta1) at step `epoch`.
+  double momentum_at(int64_t epoch) const;
+  void load_state_dict(const nlohmann::json& state) override;
+
+ private:
+  struct Phase {
+    double end_step;
+    double start_lr, end_lr, start_momentum, end_momentum;
+  };
+  /// Where step `epoch` is: the phase and how far through it (0 to 1).
+  std::pair<const Phase*, double> locate(int64_t epoch) const;
+  double anneal(double start, double end, double pct) const;
+  /// Sets every group's rate and, with cycle_momentum, its momentum for last_epoch.
+  void apply_cycle();
+
+  double max_lr_;
+  int64_t total_steps_;
+  Options options_;
+  std::vector<Phase> phases_;
 };
 
 /// Runs schedulers one after another, switching at the milestones (PyTorch's SequentialLR):

@@ -96,6 +96,34 @@ Registry<SchedulerConfig, Optimizer&, const Config&> shipped_schedulers() {
                                                          config.get<double>("eta_min", 0.0)),
                      config);
   });
+  r.add("PolynomialLR", [](Optimizer& optimizer, const Config& config) {
+    return scheduled(std::make_shared<PolynomialLR>(optimizer, config.get<int64_t>("total_iters", 5),
+                                                    config.get<double>("power", 1.0)),
+                     config);
+  });
+  r.add("CosineAnnealingWarmRestarts", [](Optimizer& optimizer, const Config& config) {
+    return scheduled(std::make_shared<CosineAnnealingWarmRestarts>(optimizer, config.require<int64_t>("T_0"),
+                                                                   config.get<int64_t>("T_mult", 1),
+                                                                   config.get<double>("eta_min", 0.0)),
+                     config);
+  });
+  r.add("OneCycleLR", [](Optimizer& optimizer, const Config& config) {
+    OneCycleLR::Options options;
+    options.pct_start = config.get<double>("pct_start", options.pct_start);
+    const auto anneal = config.get<std::string>("anneal_strategy", "cos");
+    ARC_CHECK(anneal == "cos" || anneal == "linear", "config key '", config.qualified("anneal_strategy"),
+              "' must be \"cos\" or \"linear\", got \"", anneal, "\"");
+    options.cosine = anneal == "cos";
+    options.cycle_momentum = config.get<bool>("cycle_momentum", options.cycle_momentum);
+    options.base_momentum = config.get<double>("base_momentum", options.base_momentum);
+    options.max_momentum = config.get<double>("max_momentum", options.max_momentum);
+    options.div_factor = config.get<double>("div_factor", options.div_factor);
+    options.final_div_factor = config.get<double>("final_div_factor", options.final_div_factor);
+    options.three_phase = config.get<bool>("three_phase", options.three_phase);
+    return scheduled(std::make_shared<OneCycleLR>(optimizer, config.require<double>("max_lr"),
+                                                  config.require<int64_t>("total_steps"), options),
+                     config);
+  });
   r.add("LinearWarmup", [](Optimizer& optimizer, const Config& config) {
     return scheduled(std::make_shared<LinearWarmup>(optimizer, config.require<int64_t>("total_iters"),
                                                     config.get<double>("start_factor", 1.0 / 3),

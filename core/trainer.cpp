@@ -100,6 +100,14 @@ bool Trainer::sanity_checking() const { return state_->sanity_checking; }
 Stage Trainer::stage() const { return state_->stage; }
 int64_t Trainer::num_training_batches() const { return state_->num_training_batches; }
 int64_t Trainer::num_val_batches() const { return state_->num_val_batches; }
+
+int64_t Trainer::estimated_stepping_batches() const {
+  ARC_CHECK(state_->estimated_stepping_batches.has_value(), "estimated_stepping_batches() is known once fit has ",
+            "started; call it from configure_optimizers() or later");
+  ARC_CHECK(*state_->estimated_stepping_batches != -1, "estimated_stepping_batches(): with max_epochs=-1 and ",
+            "max_steps=-1 the fit has no end; set max_steps (or max_epochs) to schedule over it");
+  return *state_->estimated_stepping_batches;
+}
 bool Trainer::logging_batch() const { return state_->logging_batch; }
 int64_t Trainer::accumulate_grad_batches() const { return state_->accumulate_grad_batches; }
 const std::vector<OptimizerConfig>& Trainer::optimizer_configs() const { return state_->optimizers; }

@@ -84,6 +84,10 @@ class Trainer {
   /// Training batches per epoch after limits; validation batches per run.
   int64_t num_training_batches() const;
   int64_t num_val_batches() const;
+  /// Optimizer steps this fit will take, for schedulers such as OneCycleLR (Lightning's
+  /// estimated_stepping_batches): ceil(training batches / accumulate_grad_batches) · max_epochs,
+  /// at most max_steps. Known once fit has started (in configure_optimizers and later).
+  int64_t estimated_stepping_batches() const;
   /// Every metric callbacks may monitor: step values, epoch values.
   const Metrics& callback_metrics() const;
   /// What was last sent to the loggers.

@@ -29,6 +29,13 @@ FitLoop::FitLoop(Trainer& trainer, detail::RunState& state, TrainModule& module,
   state_.num_training_batches = o.limit_train_batches().of(train_->num_batches());
   if (val_) val_batches_ = o.limit_val_batches().of(val_->num_batches());
   const int64_t n = state_.num_training_batches;
+  const int64_t per_epoch = (n + o.accumulate_grad_batches() - 1) / o.accumulate_grad_batches();
+  if (max_epochs_ == -1)
+    state_.estimated_stepping_batches = o.max_steps();
+  else if (o.max_steps() == -1)
+    state_.estimated_stepping_batches = per_epoch * max_epochs_;
+  else
+    state_.estimated_stepping_batches = std::min(per_epoch * max_epochs_, o.max_steps());
   const auto& interval = o.val_check_interval();
   if (interval.is_fraction) {
     val_every_ = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(n) * interval.value));

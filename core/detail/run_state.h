@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,8 @@ struct RunState {
   std::string stop_reason;
   int64_t num_training_batches = 0;
   int64_t num_val_batches = 0;
+  /// Optimizer steps the fit will take (-1: no end), known from the FitLoop's start.
+  std::optional<int64_t> estimated_stepping_batches;
   int64_t current_batch_size = 0;
   int64_t accumulate_grad_batches = 1;
   std::chrono::steady_clock::time_point stage_start;

@@ -1,5 +1,6 @@
 #include <arc/base/error.h>
 #include <arc/core/lr_scheduler.h>
+#include <arc/core/optimizer_registry.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -66,6 +67,136 @@ TEST(LRScheduler, WarmupThenCosineChain) {
   EXPECT_NEAR(seen[8], 0.5, 1e-12);
 }
 
+// The rate before each of the first `steps` steps.
+std::vector<double> rates(Fixture& f, LRScheduler& scheduler, int steps) {
+  std::vector<double> seen;
+  for (int i = 0; i < steps; ++i) {
+    seen.push_back(f.lr());
+    scheduler.step();
+  }
+  return seen;
+}
+
+void expect_rates(const std::vector<double>& seen, const std::vector<double>& expected) {
+  ASSERT_EQ(seen.size(), expected.size());
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_NEAR(seen[i], expected[i], 1e-12) << "step " << i;
+}
+
+// The expected rates below are PyTorch 1.13's (torch.optim.lr_scheduler, SGD with lr 1.0).
+TEST(LRScheduler, PolynomialDecaysToZeroAndStays) {
+  Fixture f;
+  PolynomialLR poly(f.sgd, 4, 2.0);
+  expect_rates(rates(f, poly, 6), {1.0, 0.5625, 0.25, 0.0625, 0.0, 0.0});
+}
+
+TEST(LRScheduler, WarmRestartsRestartAtTheBaseRate) {
+  Fixture a;
+  CosineAnnealingWarmRestarts fixed(a.sgd, 3, 1, 0.1);
+  expect_rates(rates(a, fixed, 7), {1.0, 0.775, 0.325, 1.0, 0.775, 0.325, 1.0});
+  Fixture b;
+  CosineAnnealingWarmRestarts doubling(b.sgd, 2, 2);
+  expect_rates(rates(b, doubling, 15), {1.0, 0.5, 1.0, 0.8535533905932737, 0.5, 0.14644660940672627, 1.0,
+                                        0.9619397662556434, 0.8535533905932737, 0.6913417161825449, 0.5,
+                                        0.30865828381745514, 0.14644660940672627, 0.03806023374435663, 1.0});
+}
+
+TEST(LRScheduler, LambdaScalesTheBaseRateAndResumes) {
+  Fixture a;
+  LambdaLR decay(a.sgd, [](int64_t step) { return std::pow(0.95, static_cast<double>(step)); });
+  expect_rates(rates(a, decay, 4), {1.0, 0.95, 0.9025, 0.8573749999999999});
+  Fixture b;
+  LambdaLR resumed(b.sgd, [](int64_t step) { return std::pow(0.95, static_cast<double>(step)); });
+  resumed.load_state_dict(decay.state_dict());
+  EXPECT_NEAR(b.lr(), 0.95 * 0.8573749999999999, 1e-12);
+  EXPECT_THROW(LambdaLR(b.sgd, nullptr), Error);
+}
+
+TEST(LRScheduler, OneCycleRisesThenAnnealsAndCyclesMomentum) {
+  Fixture f;
+  torch::optim::SGD sgd({f.w}, torch::optim::SGDOptions(1.0).momentum(0.9));
+  OneCycleLR cycle(sgd, 0.1, 10);
+  std::vector<double> lrs, momenta;
+  for (int i = 0; i <= 10; ++i) {
+    const auto& options = static_cast<torch::optim::SGDOptions&>(sgd.param_groups()[0].options());
+    lrs.push_back(options.lr());
+    momenta.push_back(options.momentum());
+    if (i < 10) cycle.step();
+  }
+  expect_rates(lrs, {0.0040000000000000036, 0.052000000000000005, 0.1, 0.09504846320134738, 0.0811745653949763,
+                     0.06112620219362893, 0.03887419780637107, 0.0188258346050237, 0.004951936798652629, 4e-07,
+                     0.004951936798652624});
+  expect_rates(momenta, {0.95, 0.8999999999999999, 0.85, 0.854951556604879, 0.8688255099070633, 0.8888739533021842,
+                         0.9111260466978157, 0.9311744900929366, 0.945048443395121, 0.95, 0.945048443395121});
+  EXPECT_THROW(cycle.step(), Error);  // an 11th step is past total_steps, as in PyTorch
+}
+
+TEST(LRScheduler, OneCycleThreePhasesLinearOnAdamsBeta1AndResume) {
+  Fixture f;
+  OneCycleLR::Options options;
+  options.cosine = false;
+  options.three_phase = true;
+  const auto run = [&](torch::optim::Adam& adam, OneCycleLR& cycle, int steps) {
+    std::vector<double> lrs, betas;
+    for (int i = 0; i < steps; ++i) {
+      const auto& o = static_cast<torch::optim::AdamOptions&>(adam.param_groups()[0].options());
+      lrs.push_back(o.lr());
+      betas.push_back(std::get<0>(o.betas()));
+      cycle.step();
+    }
+    return std::make_pair(lrs, betas);
+  };
+  torch::optim::Adam adam({f.w}, torch::optim::AdamOptions(1.0));
+  OneCycleLR cycle(adam, 0.1, 10, options);
+  const auto [lrs, betas] = run(adam, cycle, 10);
+  expect_rates(lrs, {0.004, 0.052000000000000005, 0.1, 0.052000000000000005, 0.0040000000000000036, 0.00320008,
+                     0.00240016, 0.0016002400000000002, 0.0008003200000000002, 4.0000000000022656e-07});
+  expect_rates(betas, {0.95, 0.8999999999999999, 0.85, 0.8999999999999999, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95});
+  // A scheduler made afresh and loaded from step 3 sets the rate and beta1 of step 3.
+  torch::optim::Adam other({f.w}, torch::optim::AdamOptions(1.0));
+  OneCycleLR resumed(other, 0.1, 10, options);
+  resumed.load_state_dict({{"last_epoch", 3}, {"base_lrs", {1.0}}});
+  const auto& o = static_cast<torch::optim::AdamOptions&>(other.param_groups()[0].options());
+  EXPECT_NEAR(o.lr(), lrs[3], 1e-12);
+  EXPECT_NEAR(std::get<0>(o.betas()), betas[3], 1e-12);
+  EXPECT_NEAR(std::get<1>(o.betas()), 0.999, 1e-12);
+}
+
+TEST(LRScheduler, OneCycleRefusesWhatPyTorchCannotRun) {
+  Fixture f;
+  EXPECT_THROW(OneCycleLR(f.sgd, 0.1, 0), Error);
+  OneCycleLR::Options bad_split;
+  bad_split.pct_start = 0.2;  // 0.2 · 10 - 1 = 1 step: fine; 0.1 · 10 - 1 = 0: a phase of no length
+  EXPECT_NO_THROW(OneCycleLR(f.sgd, 0.1, 10, bad_split));
+  bad_split.pct_start = 0.1;
+  EXPECT_THROW(OneCycleLR(f.sgd, 0.1, 10, bad_split), Error);
+  torch::optim::Adagrad adagrad({f.w}, torch::optim::AdagradOptions(1.0));
+  EXPECT_THROW(OneCycleLR(adagrad, 0.1, 10), Error);  // no momentum to cycle
+  OneCycleLR::Options still;
+  still.cycle_momentum = false;
+  EXPECT_NO_THROW(OneCycleLR(adagrad, 0.1, 10, still));
+}
+
+TEST(LRScheduler, ConfigsNameTheNewSchedulersWithPyTorchsArguments) {
+  Fixture a;
+  const auto warm = lr_scheduler_registry().create(
+      "CosineAnnealingWarmRestarts", a.sgd, Config({{"T_0", 2}, {"T_mult", 2}, {"interval", "step"}}, "lr_scheduler"));
+  EXPECT_EQ(warm->interval, Interval::step);
+  expect_rates(rates(a, *warm->scheduler, 4), {1.0, 0.5, 1.0, 0.8535533905932737});
+  Fixture b;
+  const auto poly = lr_scheduler_registry().create("PolynomialLR", b.sgd,
+                                                   Config({{"total_iters", 4}, {"power", 2.0}}, "lr_scheduler"));
+  expect_rates(rates(b, *poly->scheduler, 3), {1.0, 0.5625, 0.25});
+  Fixture c;
+  const auto cycle = lr_scheduler_registry().create(
+      "OneCycleLR", c.sgd,
+      Config({{"max_lr", 0.1}, {"total_steps", 10}, {"cycle_momentum", false}, {"interval", "step"}}, "lr_scheduler"));
+  expect_rates(rates(c, *cycle->scheduler, 3), {0.0040000000000000036, 0.052000000000000005, 0.1});
+  EXPECT_THROW(lr_scheduler_registry().create(
+                   "OneCycleLR", c.sgd,
+                   Config({{"max_lr", 0.1}, {"total_steps", 10}, {"anneal_strategy", "cosine"}}, "lr_scheduler")),
+               Error);
+}
+
 TEST(LRScheduler, ReduceOnPlateauCutsAfterPatience) {
   Fixture f;
   ReduceLROnPlateau plateau(f.sgd, ReduceLROnPlateau::Mode::min, 0.5, 1);
@@ -96,6 +227,9 @@ TEST(LRScheduler, BadArgumentsAreErrors) {
   EXPECT_THROW(StepLR(f.sgd, 0), Error);
   EXPECT_THROW(MultiStepLR(f.sgd, {3, 1}), Error);
   EXPECT_THROW(ReduceLROnPlateau(f.sgd, ReduceLROnPlateau::Mode::min, 1.5), Error);
+  EXPECT_THROW(PolynomialLR(f.sgd, 0), Error);
+  EXPECT_THROW(CosineAnnealingWarmRestarts(f.sgd, 0), Error);
+  EXPECT_THROW(CosineAnnealingWarmRestarts(f.sgd, 2, 0), Error);
 }
 
 }  // namespace

@@ -112,6 +112,45 @@ TEST(TrainerOptimization, SchedulersStepPerEpochOrPerStep) {
   EXPECT_EQ(per_step.lrs, (std::vector<double>{1.0, 0.25, 0.0625}));
 }
 
+// OneCycleLR over the steps the trainer says the fit will take, stepped every optimizer step.
+class OneCycleModule : public TinyModule {
+ public:
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    auto sgd = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    estimate = trainer().estimated_stepping_batches();
+    auto scheduler = std::make_shared<OneCycleLR>(*sgd, 0.1, estimate);
+    return {OptimizerConfig(sgd, SchedulerConfig{scheduler, Interval::step, 1, ""})};
+  }
+  int64_t estimate = 0;
+};
+
+TEST(TrainerOptimization, EstimatedSteppingBatchesIsEveryStepOfTheFit) {
+  // 7 batches, 3 per optimizer step: 3 steps an epoch. OneCycleLR throws if stepped past it.
+  OneCycleModule epochs;
+  Trainer a(quiet().max_epochs(3).accumulate_grad_batches(3));
+  a.fit(epochs, tiny_data(14, 2));
+  EXPECT_EQ(epochs.estimate, 9);
+  EXPECT_EQ(a.global_step(), 9);
+  EXPECT_EQ(a.estimated_stepping_batches(), 9);
+
+  OneCycleModule capped;
+  Trainer b(quiet().max_epochs(3).max_steps(5));
+  b.fit(capped, tiny_data(14, 2));
+  EXPECT_EQ(capped.estimate, 5);
+  EXPECT_EQ(b.global_step(), 5);
+
+  OneCycleModule steps_only;
+  Trainer c(quiet().max_epochs(-1).max_steps(4));
+  c.fit(steps_only, tiny_data(14, 2));
+  EXPECT_EQ(steps_only.estimate, 4);
+
+  Trainer before(quiet());
+  EXPECT_NE(error_of([&] { before.estimated_stepping_batches(); }).find("once fit has started"), std::string::npos);
+  OneCycleModule endless;
+  Trainer d(quiet().max_epochs(-1));
+  EXPECT_NE(error_of([&] { d.fit(endless, tiny_data(14, 2)); }).find("set max_steps"), std::string::npos);
+}
+
 TEST(TrainerOptimization, PlateauSchedulerReadsTheMonitoredMetric) {
   ScheduledModule plateau(Interval::epoch, "val_loss");
   Trainer trainer(quiet().max_epochs(2).num_sanity_val_steps(0));
