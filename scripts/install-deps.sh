@@ -7,7 +7,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ccache
+  build-essential cmake ninja-build ccache
   libtorch-dev libgloo-dev libopenblas0-openmp
   nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
   libprotobuf-dev protobuf-compiler
