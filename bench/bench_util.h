@@ -77,10 +77,11 @@ inline nlohmann::json result_from(FILE* pipe, const std::string& command) {
   return result;
 }
 
+/// Starts `command`, its standard error dropped, its output to be read by result_from.
+inline FILE* start_command(const std::string& command) { return popen((command + " 2>/dev/null").c_str(), "r"); }
+
 /// Runs `command` (an `arc train ...`) and returns the JSON of its RESULT line.
-inline nlohmann::json result_of(const std::string& command) {
-  return result_from(popen((command + " 2>/dev/null").c_str(), "r"), command);
-}
+inline nlohmann::json result_of(const std::string& command) { return result_from(start_command(command), command); }
 
 /// One fresh command's RESULT line and its wall time.
 struct Result {
@@ -111,7 +112,7 @@ inline Result run(const std::string& command) {
 inline Result run_together(const std::string& command, int copies) {
   const double start = unix_now();
   std::vector<FILE*> pipes;
-  for (int i = 0; i < copies; ++i) pipes.push_back(popen((command + " 2>/dev/null").c_str(), "r"));
+  for (int i = 0; i < copies; ++i) pipes.push_back(start_command(command));
   Result result;
   double sum = 0;
   std::string failure;

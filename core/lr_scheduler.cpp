@@ -18,6 +18,28 @@ std::string listed(const std::vector<int64_t>& values) {
   return "[" + join(items) + "]";
 }
 
+// From `from` at progress 0 to `to` at progress 1 along half a cosine: PyTorch's cosine annealing.
+double cosine_between(double from, double to, double progress) {
+  return to + (from - to) * (1 + std::cos(std::acos(-1.0) * progress)) / 2;
+}
+
+// Sets a group's momentum: SGD's and RMSprop's momentum, Adam's and AdamW's beta1; false for an
+// optimizer that has neither.
+bool set_momentum(torch::optim::OptimizerOptions& o, double momentum) {
+  if (auto* sgd = dynamic_cast<torch::optim::SGDOptions*>(&o)) {
+    sgd->momentum(momentum);
+  } else if (auto* rms = dynamic_cast<torch::optim::RMSpropOptions*>(&o)) {
+    rms->momentum(momentum);
+  } else if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&o)) {
+    adam->betas({momentum, std::get<1>(adam->betas())});
+  } else if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&o)) {
+    adamw->betas({momentum, std::get<1>(adamw->betas())});
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 LRScheduler::LRScheduler(torch::optim::Optimizer& optimizer) : optimizer_(optimizer) {
@@ -91,9 +113,7 @@ CosineAnnealingLR::CosineAnnealingLR(torch::optim::Optimizer& optimizer, int64_t
 }
 
 double CosineAnnealingLR::lr_at(double base, int64_t epoch) const {
-  const double pi = std::acos(-1.0);
-  return eta_min_ +
-         (base - eta_min_) * (1 + std::cos(pi * static_cast<double>(epoch) / static_cast<double>(t_max_))) / 2;
+  return cosine_between(base, eta_min_, static_cast<double>(epoch) / static_cast<double>(t_max_));
 }
 
 LinearWarmup::LinearWarmup(torch::optim::Optimizer& optimizer, int64_t total_iters, double start_factor,
@@ -144,13 +164,11 @@ double CosineAnnealingWarmRestarts::lr_at(double base, int64_t epoch) const {
     start += length;
     length *= t_mult_;
   }
-  const double pi = std::acos(-1.0);
-  const double progress = static_cast<double>(epoch - start) / static_cast<double>(length);
-  return eta_min_ + (base - eta_min_) * (1 + std::cos(pi * progress)) / 2;
+  return cosine_between(base, eta_min_, static_cast<double>(epoch - start) / static_cast<double>(length));
 }
 
 OneCycleLR::OneCycleLR(torch::optim::Optimizer& optimizer, double max_lr, int64_t total_steps, Options options)
-    : LRScheduler(optimizer), max_lr_(max_lr), total_steps_(total_steps), options_(options) {
+    : LRScheduler(optimizer), total_steps_(total_steps), options_(options) {
   ARC_CHECK(total_steps >= 1, "OneCycleLR total_steps must be >= 1, got ", total_steps,
             "; trainer().estimated_stepping_batches() gives a fit's");
   ARC_CHECK(options.pct_start >= 0 && options.pct_start <= 1, "OneCycleLR pct_start must be in [0, 1], got ",
@@ -172,31 +190,20 @@ OneCycleLR::OneCycleLR(torch::optim::Optimizer& optimizer, double max_lr, int64_
               " leaves a phase of no length (PyTorch divides by zero there); change pct_start or total_steps");
     start = phase.end_step;
   }
-  if (options.cycle_momentum)
-    for (auto& group : optimizer_.param_groups()) {
-      auto& o = group.options();
-      ARC_CHECK(dynamic_cast<torch::optim::SGDOptions*>(&o) || dynamic_cast<torch::optim::RMSpropOptions*>(&o) ||
-                    dynamic_cast<torch::optim::AdamOptions*>(&o) || dynamic_cast<torch::optim::AdamWOptions*>(&o),
-                "OneCycleLR cycle_momentum needs an optimizer with momentum or beta1 (SGD, RMSprop, Adam, AdamW); ",
-                "set cycle_momentum to false");
-    }
   apply_cycle();
 }
 
 std::pair<const OneCycleLR::Phase*, double> OneCycleLR::locate(int64_t epoch) const {
+  // The first phase that has not ended by `epoch`; the last one past total_steps - 1.
   const double step = static_cast<double>(epoch);
   double start = 0;
-  for (size_t i = 0; i < phases_.size(); ++i) {
-    const auto& phase = phases_[i];
-    if (step <= phase.end_step || i + 1 == phases_.size()) return {&phase, (step - start) / (phase.end_step - start)};
-    start = phase.end_step;
-  }
-  return {&phases_.back(), 1.0};  // not reached: the last phase always matches
+  size_t i = 0;
+  for (; i + 1 < phases_.size() && step > phases_[i].end_step; ++i) start = phases_[i].end_step;
+  return {&phases_[i], (step - start) / (phases_[i].end_step - start)};
 }
 
 double OneCycleLR::anneal(double start, double end, double pct) const {
-  if (!options_.cosine) return (end - start) * pct + start;
-  return end + (start - end) / 2.0 * (std::cos(std::acos(-1.0) * pct) + 1);
+  return options_.cosine ? cosine_between(start, end, pct) : (end - start) * pct + start;
 }
 
 double OneCycleLR::lr_at(double, int64_t epoch) const {
@@ -223,21 +230,13 @@ void OneCycleLR::load_state_dict(const nlohmann::json& state) {
 }
 
 void OneCycleLR::apply_cycle() {
-  apply();
-  if (!options_.cycle_momentum) return;
-  const double momentum = momentum_at(last_epoch_);
-  for (auto& group : optimizer_.param_groups()) {
-    auto& o = group.options();
-    if (auto* sgd = dynamic_cast<torch::optim::SGDOptions*>(&o)) {
-      sgd->momentum(momentum);
-    } else if (auto* rms = dynamic_cast<torch::optim::RMSpropOptions*>(&o)) {
-      rms->momentum(momentum);
-    } else if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&o)) {
-      adam->betas({momentum, std::get<1>(adam->betas())});
-    } else if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&o)) {
-      adamw->betas({momentum, std::get<1>(adamw->betas())});
-    }
+  if (options_.cycle_momentum) {
+    const double momentum = momentum_at(last_epoch_);
+    for (auto& group : optimizer_.param_groups())
+      ARC_CHECK(set_momentum(group.options(), momentum), "OneCycleLR cycle_momentum needs an optimizer with ",
+                "momentum or beta1 (SGD, RMSprop, Adam, AdamW); set cycle_momentum to false");
   }
+  apply();
 }
 
 SequentialLR::SequentialLR(torch::optim::Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,

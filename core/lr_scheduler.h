@@ -176,10 +176,9 @@ class OneCycleLR : public LRScheduler {
   /// Where step `epoch` is: the phase and how far through it (0 to 1).
   std::pair<const Phase*, double> locate(int64_t epoch) const;
   double anneal(double start, double end, double pct) const;
-  /// Sets every group's rate and, with cycle_momentum, its momentum for last_epoch.
+  /// Sets every group's momentum (with cycle_momentum) and rate for last_epoch.
   void apply_cycle();
 
-  double max_lr_;
   int64_t total_steps_;
   Options options_;
   std::vector<Phase> phases_;
