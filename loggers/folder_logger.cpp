@@ -9,24 +9,37 @@
 
 namespace arc {
 
-int64_t next_version(const std::string& folder) {
+int64_t claim_next_version(const std::string& folder) {
+  std::error_code error;
+  std::filesystem::create_directories(folder, error);
+  ARC_CHECK(!error, "cannot create the log folder '", folder, "': ", error.message(),
+            "; make save_dir writable or choose another");
   int64_t next = 0;
-  std::error_code ignored;
-  for (const auto& entry : std::filesystem::directory_iterator(folder, ignored)) {
+  for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
     const std::string name = entry.path().filename().string();
     if (name.rfind("version_", 0) != 0) continue;
     char* end = nullptr;
     const long number = std::strtol(name.c_str() + 8, &end, 10);
     if (*end == '\0' && number >= next) next = number + 1;
   }
-  return next;
+  // Another run in the same folder may take a number between the listing and here: the folder is
+  // claimed by creating it, which only one process can do, and a taken number moves on to the next.
+  for (;; ++next) {
+    const std::string claimed = folder + "/version_" + std::to_string(next);
+    if (std::filesystem::create_directory(claimed, error)) return next;
+    ARC_CHECK(!error, "cannot create the log folder '", claimed, "': ", error.message(),
+              "; make save_dir writable or choose another");
+  }
 }
 
 FolderLogger::FolderLogger(std::string save_dir, std::string name, int64_t version)
     : save_dir_(std::move(save_dir)), name_(std::move(name)), version_(version), fixed_(version >= 0) {}
 
 int64_t FolderLogger::version_number() const {
-  if (version_ < 0) version_ = next_version(versions_folder());
+  if (version_ < 0) {  // used alone: the number claimed stays, as one given would
+    version_ = claim_next_version(versions_folder());
+    fixed_ = true;
+  }
   return version_;
 }
 

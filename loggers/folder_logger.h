@@ -1,7 +1,7 @@
 // FolderLogger: the part every file logger shares — Lightning's save_dir/name/version_N folder and
 // hyper-parameters written beside the metrics. The version is decided once per run by the Trainer
-// (rank 0 picks, every rank learns it; loggers of one folder share it), and nothing is created
-// before the first write, which only rank 0 makes.
+// (rank 0 picks, every rank learns it; loggers of one folder share it), and only rank 0
+// creates it, when it claims the number.
 #pragma once
 
 #include <arc/loggers/logger.h>
@@ -34,10 +34,11 @@ class FolderLogger : public Logger {
   std::string save_dir_;
   std::string name_;
   mutable int64_t version_;
-  bool fixed_;
+  mutable bool fixed_;
 };
 
-/// The next free `version_N` number in `folder` (0 when it does not exist).
-int64_t next_version(const std::string& folder);
+/// The next free `version_N` number in `folder`, claimed by creating its folder (safe when several
+/// runs start in one folder at once).
+int64_t claim_next_version(const std::string& folder);
 
 }  // namespace arc

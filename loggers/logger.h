@@ -25,7 +25,8 @@ class Logger {
   virtual int64_t version_number() const { return -1; }
   /// Sets the version: the Trainer's choice for the run, or the resumed checkpoint's.
   virtual void set_version_number(int64_t) {}
-  /// Whether the user gave the version (a resumed checkpoint leaves it then).
+  /// Whether the user gave the version or read it before any Trainer chose one (a resumed checkpoint
+  /// leaves it then).
   virtual bool version_fixed() const { return false; }
   virtual void log_metrics(const std::map<std::string, double>& metrics, int64_t step) = 0;
   virtual void log_hyperparams(const nlohmann::json&) {}

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <set>
 
 namespace arc {
 namespace {
@@ -172,17 +173,25 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
 }
 
 // The resumed run writes on in the version folders of the run it continues (loggers matched by
-// position and name; a version the user gave stays).
+// position and name; a version the user gave stays). Rank 0 gives back the folders it claimed for
+// a new version when they are still empty.
 void CheckpointConnector::restore_logger_versions(const nlohmann::json& saved) {
   auto& loggers = trainer_.loggers();
+  std::set<std::string> abandoned;
   for (size_t i = 0; i < loggers.size() && i < saved.size(); ++i) {
     auto& logger = *loggers[i];
     const std::string version = saved[i].value("version", "");
     if (logger.version_fixed() || logger.versions_folder().empty() || saved[i].value("name", "") != logger.name() ||
         version.rfind("version_", 0) != 0)
       continue;
+    const std::string claimed = logger.log_dir();
     logger.set_version_number(std::stoll(version.substr(8)));
+    if (logger.log_dir() != claimed) abandoned.insert(claimed);
   }
+  for (const auto& logger : loggers) abandoned.erase(logger->log_dir());
+  std::error_code not_empty;
+  if (trainer_.is_global_zero())
+    for (const auto& folder : abandoned) std::filesystem::remove(folder, not_empty);
 }
 
 std::string CheckpointConnector::resolve(const std::string& ckpt_path) const {

@@ -55,7 +55,7 @@ void LoggerConnector::agree_on_versions() {
       const std::string folder = logger->versions_folder();
       if (!folder.empty() && !logger->version_fixed()) {
         auto [entry, inserted] = chosen.emplace(folder, 0);
-        if (inserted) entry->second = next_version(folder);
+        if (inserted) entry->second = claim_next_version(folder);
         logger->set_version_number(entry->second);
       }
       versions.push_back(logger->version_number());

@@ -8,6 +8,9 @@
 namespace arc::cluster {
 namespace {
 
+constexpr int64_t kFirstDerivedPort = 15000;
+constexpr int64_t kDerivedPorts = 17000;
+
 bool open_mpi() { return env("OMPI_COMM_WORLD_SIZE").has_value(); }
 
 }  // namespace
@@ -20,12 +23,13 @@ bool MpiEnvironment::detect() {
 std::string MpiEnvironment::main_address() const { return env("MASTER_ADDR").value_or("127.0.0.1"); }
 
 // Without MASTER_PORT, every rank derives the same port from the job id (OpenMPI's
-// OMPI_MCA_ess_base_jobid, MPICH's PMI_ID... absent: 29500).
+// OMPI_MCA_ess_base_jobid; absent: 29500), in 15000..31999: below Linux's ephemeral ports (32768
+// and up), which any outgoing connection on the machine may hold when the store opens.
 int64_t MpiEnvironment::main_port() const {
   if (const auto port = master_port()) return *port;
   const auto job = env("OMPI_MCA_ess_base_jobid");
   if (!job) return 29500;
-  return 15000 + static_cast<int64_t>(std::hash<std::string>{}(*job) % 20000);
+  return kFirstDerivedPort + static_cast<int64_t>(std::hash<std::string>{}(*job) % kDerivedPorts);
 }
 
 int64_t MpiEnvironment::world_size() const {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+#include <filesystem>
 #include <future>
 #include <string>
 #include <vector>
@@ -23,13 +25,26 @@ std::vector<CommandRun> run_concurrently(const std::string& command, int count) 
   return done;
 }
 
-TEST(ConcurrentRuns, TwentyDdpSpawnProgramsNeverClashOnPorts) {
-  for (const auto& run : run_concurrently(
-           "timeout 120 " + std::string(ARC_PROBE) + " --strategy ddp_spawn --devices 2 --steps 2 --timeout 90", 20)) {
+// They also share one log folder: each run claims a version_N of its own (Lightning's runs may pick
+// the same one and write over each other's metrics.csv).
+TEST(ConcurrentRuns, TwentyDdpSpawnProgramsNeverClashOnPortsOrLogFolders) {
+  constexpr int kRuns = 20;
+  const auto root = std::filesystem::temp_directory_path() / ("arc_concurrent_" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  for (const auto& run :
+       run_concurrently("timeout 120 " + std::string(ARC_PROBE) +
+                            " --strategy ddp_spawn --devices 2 --steps 2 --timeout 90 --root " + root.string(),
+                        kRuns)) {
     EXPECT_EQ(run.status, 0) << run.output;
     const auto report = arc::cli::read_report(run.output, "PROBE");
     EXPECT_EQ(report.is_object() ? report["world_size"] : nullptr, 2) << run.output;
   }
+  for (int version = 0; version < kRuns; ++version) {
+    const auto folder = root / "lightning_logs" / ("version_" + std::to_string(version));
+    EXPECT_TRUE(std::filesystem::exists(folder / "metrics.csv")) << folder;
+  }
+  EXPECT_FALSE(std::filesystem::exists(root / "lightning_logs" / ("version_" + std::to_string(kRuns))));
+  std::filesystem::remove_all(root);
 }
 
 // The `arc` tool's rank 0 opens its store on a free port and hands it to the other ranks.

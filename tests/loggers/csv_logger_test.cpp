@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 namespace arc {
 namespace {
@@ -95,7 +96,7 @@ TEST(JsonLinesLogger, OneObjectPerLoggedStepAndSeveralLoggersAtOnce) {
 }
 
 // As Lightning's: the CSV and TensorBoard loggers of one save_dir and name share one version_N,
-// nothing is created before the first write, and a resumed run (ckpt_path "last", found among the
+// nothing is created before the Trainer claims it, and a resumed run (ckpt_path "last", found among the
 // versions) writes on in the version folder of the run it continues.
 TEST(Loggers, OneFolderSharesAVersionAndAResumeContinuesIt) {
   const auto root = fs::temp_directory_path() / ("arc_versions_" + std::to_string(getpid()));
@@ -128,9 +129,28 @@ TEST(Loggers, OneFolderSharesAVersionAndAResumeContinuesIt) {
   EXPECT_EQ(second.current_epoch(), 4);
   EXPECT_EQ(resumed_csv->version(), "version_1");
   EXPECT_EQ(resumed_tensorboard->version(), "version_1");
-  EXPECT_FALSE(fs::exists(root / "lightning_logs" / "version_2"));
+  EXPECT_FALSE(fs::exists(root / "lightning_logs" / "version_2")) << "the resumed run left the folder it claimed";
   const auto rows = lines(resumed_csv->log_dir() + "/metrics.csv");
   EXPECT_EQ(rows.size(), 1 + 2 * (first_rows - 1)) << "the resumed run keeps the rows of the first";
+  fs::remove_all(root);
+}
+
+// Runs that start at once in one folder (Lightning's would share a version_N and overwrite each
+// other's metrics.csv): each claims a number of its own by creating its folder.
+TEST(Loggers, RunsStartingAtOnceClaimVersionsOfTheirOwn) {
+  const auto root = fs::temp_directory_path() / ("arc_claims_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  constexpr int kRuns = 16;
+  std::vector<int64_t> claimed(kRuns, -1);
+  std::vector<std::thread> runs;
+  for (int i = 0; i < kRuns; ++i)
+    runs.emplace_back([&, i] { claimed[i] = claim_next_version((root / "lightning_logs").string()); });
+  for (auto& run : runs) run.join();
+  std::sort(claimed.begin(), claimed.end());
+  for (int i = 0; i < kRuns; ++i) {
+    EXPECT_EQ(claimed[i], i);
+    EXPECT_TRUE(fs::is_directory(root / "lightning_logs" / ("version_" + std::to_string(i))));
+  }
   fs::remove_all(root);
 }
 

@@ -2,6 +2,7 @@
 #include <arc/base/error.h>
 #include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/cluster/lsf_environment.h>
+#include <arc/strategies/cluster/mpi_environment.h>
 #include <arc/strategies/cluster/slurm_environment.h>
 
 #include "support/errors.h"
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 #include <vector>
 
 namespace arc::cluster {
@@ -229,6 +231,23 @@ TEST(ClusterEnvironment, OpenMpiAndPmi) {
     EXPECT_EQ(found->global_rank(), 1);
     EXPECT_EQ(found->main_address(), "127.0.0.1");
   }
+}
+
+// Without MASTER_PORT the ranks of one OpenMPI job agree on a port from its job id, below the
+// ephemeral ports (32768 and up) that outgoing connections take: one of them once held the port.
+TEST(ClusterEnvironment, OpenMpiDerivesOnePortPerJobBelowTheEphemeralRange) {
+  std::set<int64_t> ports;
+  for (int job = 0; job < 2000; ++job) {
+    Env env({{"OMPI_COMM_WORLD_SIZE", "2"},
+             {"OMPI_COMM_WORLD_RANK", "0"},
+             {"OMPI_MCA_ess_base_jobid", std::to_string(job * 65536 + 1)}});
+    const int64_t port = detect()->main_port();
+    EXPECT_GE(port, 15000);
+    EXPECT_LT(port, 32768);
+    EXPECT_EQ(MpiEnvironment().main_port(), port);
+    ports.insert(port);
+  }
+  EXPECT_GT(ports.size(), 1850u) << "the ports spread over the range (2000 uniform picks of 17000 give ~1890)";
 }
 
 TEST(ClusterEnvironment, Lsf) {
