@@ -320,4 +320,35 @@ void ReduceLROnPlateau::load_state_dict(const nlohmann::json& state) {
   set_lrs(state.at("lrs").get<std::vector<double>>());
 }
 
+TorchLRScheduler::TorchLRScheduler(torch::optim::Optimizer& optimizer,
+                                   std::shared_ptr<torch::optim::LRScheduler> scheduler)
+    : LRScheduler(optimizer), scheduler_(std::move(scheduler)) {
+  ARC_CHECK(scheduler_ != nullptr, "TorchLRScheduler needs a LibTorch scheduler, got none");
+}
+
+void TorchLRScheduler::step(std::optional<double>) {
+  ++last_epoch_;
+  scheduler_->step();
+}
+
+double TorchLRScheduler::lr_at(double, int64_t) const {
+  ARC_FAIL("a LibTorch scheduler gives its rate only by stepping, so it cannot be a SequentialLR phase; ",
+           "chain Arclight's schedulers instead");
+}
+
+nlohmann::json TorchLRScheduler::state_dict() const {
+  auto state = LRScheduler::state_dict();
+  state["lrs"] = last_lr();
+  return state;
+}
+
+void TorchLRScheduler::load_state_dict(const nlohmann::json& state) {
+  const auto steps = state.at("last_epoch").get<int64_t>();
+  ARC_CHECK(steps >= last_epoch_, "a LibTorch scheduler cannot step back from step ", last_epoch_, " to ", steps,
+            "; load the checkpoint into a newly made one");
+  while (last_epoch_ < steps) step(std::nullopt);
+  base_lrs_ = state.at("base_lrs").get<std::vector<double>>();
+  set_lrs(state.at("lrs").get<std::vector<double>>());
+}
+
 }  // namespace arc

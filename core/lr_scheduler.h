@@ -11,7 +11,8 @@
 
 namespace torch::optim {
 class Optimizer;
-}
+class LRScheduler;
+}  // namespace torch::optim
 
 namespace arc {
 
@@ -223,6 +224,25 @@ class ReduceLROnPlateau : public LRScheduler {
   std::optional<double> best_;
   int64_t bad_epochs_ = 0;
   int64_t cooldown_left_ = 0;
+};
+
+/// A LibTorch scheduler used as is (torch::optim::StepLR, or your own torch::optim::LRScheduler
+/// subclass): step() steps it. LibTorch's schedulers keep no state but their step count, so a resume
+/// steps a freshly made one as many times as the checkpoint's, then puts back the checkpoint's rates.
+class TorchLRScheduler : public LRScheduler {
+ public:
+  /// `scheduler` schedules `optimizer`.
+  TorchLRScheduler(torch::optim::Optimizer& optimizer, std::shared_ptr<torch::optim::LRScheduler> scheduler);
+
+  void step(std::optional<double> metric) override;
+  /// Throws arc::Error: a LibTorch scheduler's rate is known only by stepping it (it cannot be a
+  /// SequentialLR phase).
+  double lr_at(double base, int64_t epoch) const override;
+  nlohmann::json state_dict() const override;
+  void load_state_dict(const nlohmann::json& state) override;
+
+ private:
+  std::shared_ptr<torch::optim::LRScheduler> scheduler_;
 };
 
 }  // namespace arc

@@ -222,6 +222,38 @@ TEST(LRScheduler, StateRoundTrips) {
   EXPECT_EQ(second.last_epoch(), 2);
 }
 
+// A LibTorch scheduler plugged in as is steps as it does alone, and a fresh one resumes it exactly.
+TEST(LRScheduler, LibTorchSchedulersRunAsIsAndResume) {
+  Fixture plain;
+  torch::optim::StepLR alone(plain.sgd, 2, 0.5);
+  Fixture wrapped;
+  TorchLRScheduler scheduler(wrapped.sgd, std::make_shared<torch::optim::StepLR>(wrapped.sgd, 2, 0.5));
+  for (int i = 0; i < 5; ++i) {
+    alone.step();
+    scheduler.step(std::nullopt);
+    EXPECT_EQ(wrapped.lr(), plain.lr()) << "step " << i;
+  }
+  EXPECT_EQ(wrapped.lr(), 0.25);
+
+  Fixture resumed;
+  TorchLRScheduler again(resumed.sgd, std::make_shared<torch::optim::StepLR>(resumed.sgd, 2, 0.5));
+  again.load_state_dict(scheduler.state_dict());
+  EXPECT_EQ(resumed.lr(), 0.25);
+  EXPECT_EQ(again.last_epoch(), 5);
+  for (int i = 0; i < 4; ++i) {
+    scheduler.step(std::nullopt);
+    again.step(std::nullopt);
+    EXPECT_EQ(resumed.lr(), wrapped.lr()) << "step " << 5 + i;
+  }
+  Fixture fresh;
+  TorchLRScheduler behind(fresh.sgd, std::make_shared<torch::optim::StepLR>(fresh.sgd, 2, 0.5));
+  behind.load_state_dict(scheduler.state_dict());
+  auto earlier = scheduler.state_dict();
+  earlier["last_epoch"] = 3;
+  EXPECT_THROW(behind.load_state_dict(earlier), Error) << "a LibTorch scheduler cannot step back";
+  EXPECT_THROW(behind.lr_at(1.0, 0), Error);
+}
+
 TEST(LRScheduler, BadArgumentsAreErrors) {
   Fixture f;
   EXPECT_THROW(StepLR(f.sgd, 0), Error);
