@@ -40,4 +40,7 @@
 #include <arc/loggers/logger.h>
 #include <arc/loggers/logger_registry.h>
 #include <arc/loggers/tensorboard_logger.h>
+#include <arc/profilers/advanced_profiler.h>
+#include <arc/profilers/profiler.h>
+#include <arc/profilers/simple_profiler.h>
 #include <arc/strategies/strategy.h>

@@ -68,11 +68,21 @@ double tiny_hand(const TinyData& data) {
   });
 }
 
-double tiny_trainer(const TinyData& data, bool log_loss, bool defaults) {
+// The simple profiler, counting the actions it times.
+class CountingProfiler : public SimpleProfiler {
+ public:
+  void start(const std::string& action) override {
+    ++actions;
+    SimpleProfiler::start(action);
+  }
+  int64_t actions = 0;
+};
+
+double tiny_trainer(const TinyData& data, bool log_loss, bool defaults, std::shared_ptr<Profiler> profiler = nullptr) {
   Tiny model(log_loss);
   auto options = TrainerOptions().max_epochs(1).num_threads(1).default_root_dir(scratch_root());
   if (!defaults) options.enable_progress_bar(false).enable_model_summary(false).enable_checkpointing(false);
-  Trainer trainer(options);
+  Trainer trainer(options, {}, {}, std::move(profiler));
   DataSource source(std::make_shared<TensorDataset>(std::vector<torch::Tensor>{data.x, data.y}),
                     DataLoaderOptions(kTinyBatch));
   return seconds([&] { trainer.fit(model, source); });
@@ -139,13 +149,22 @@ int main(int argc, char** argv) try {
   arc::console().set_level(spdlog::level::warn);
 
   TinyData tiny;
-  std::vector<double> hand, bare, logged, defaults;
+  std::vector<double> hand, bare, logged, defaults, profiled;
   for (int r = 0; r < repeats; ++r) {
     hand.push_back(tiny_hand(tiny));
     bare.push_back(tiny_trainer(tiny, false, false));
     logged.push_back(tiny_trainer(tiny, true, false));
     defaults.push_back(tiny_trainer(tiny, true, true));
+    profiled.push_back(tiny_trainer(tiny, true, true, std::make_shared<arc::SimpleProfiler>()));
   }
+  auto counting = std::make_shared<CountingProfiler>();
+  tiny_trainer(tiny, true, true, counting);
+  arc::SimpleProfiler alone;
+  const std::string action = "[Callback]ModelCheckpoint.on_train_batch_end";
+  constexpr int kActions = 1000000;
+  const double action_seconds = seconds([&] {
+    for (int i = 0; i < kActions; ++i) arc::ProfileScope scope(&alone, action);
+  });
   const auto per_step_us = [](const std::vector<double>& runs) { return median(runs) / kTinySteps * 1e6; };
   const double hand_us = per_step_us(hand);
   std::cout << std::left << std::setw(44) << "case" << std::right << std::setw(12) << "value"
@@ -157,6 +176,11 @@ int main(int argc, char** argv) try {
   row("tiny: Trainer + log() + all defaults", per_step_us(defaults), "us/step", per_step_us(defaults) / hand_us);
   row("tiny: overhead, no callbacks", per_step_us(bare) - hand_us, "us/step", 0);
   row("tiny: overhead, log() + all defaults", per_step_us(defaults) - hand_us, "us/step", 0);
+  row("tiny: log() + all defaults + simple profiler", per_step_us(profiled), "us/step",
+      per_step_us(profiled) / hand_us);
+  row("tiny: simple profiler's cost", per_step_us(profiled) - per_step_us(defaults), "us/step", 0);
+  row("tiny: actions the profiler times", static_cast<double>(counting->actions) / kTinySteps, "per step", 0);
+  row("simple profiler: one action (start + stop)", action_seconds / kActions * 1e9, "ns", 0);
 
   std::vector<double> mlp_h, mlp_t, mlp_d;
   for (int r = 0; r < std::max(1, repeats / 2); ++r) {

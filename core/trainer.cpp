@@ -58,11 +58,15 @@ void keep_large_buffers_in_heap() {
 }  // namespace
 
 Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks,
-                 std::vector<std::shared_ptr<Logger>> loggers)
+                 std::vector<std::shared_ptr<Logger>> loggers, std::shared_ptr<Profiler> profiler)
     : options_(apply_overfit_batches(apply_fast_dev_run(std::move(options)))),
       callbacks_(std::move(callbacks)),
-      loggers_(std::move(loggers)) {
+      loggers_(std::move(loggers)),
+      profiler_(std::move(profiler)) {
   options_.validate();
+  ARC_CHECK(!profiler_ || options_.profiler().empty(), "the Trainer got a Profiler and profiler=\"",
+            options_.profiler(), "\"; give one of them");
+  if (!profiler_) profiler_ = make_profiler(options_.profiler());
   if (options_.fast_dev_run() > 0) loggers_.clear();
   if (options_.logger() && options_.fast_dev_run() == 0 && loggers_.empty())
     loggers_ = {std::make_shared<CSVLogger>(options_.default_root_dir()),
@@ -158,6 +162,7 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
   attach(module);
   state_->stage = stage;
   state_->stage_start = std::chrono::steady_clock::now();
+  if (profiler_) profiler_->setup(to_string(stage), log_dir(), global_rank());
   state_->should_stop = false;
   state_->stop_reason.clear();
   state_->logging.train_metrics.clear();
@@ -171,12 +176,14 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
     }
     module.setup(stage);
     precision_->convert_module(module);
+    strategy_->set_profiler(profiler_.get());
     strategy_->setup_module(module);
     body();
     strategy_->teardown();
     module.teardown(stage);
     if (data != nullptr) data->teardown(stage);
     state_->logging.finalize("success");
+    if (profiler_) profiler_->describe();
   } catch (const Interrupted& interrupted) {
     end_interrupted(module, interrupted);
   } catch (const std::exception& error) {
@@ -347,13 +354,19 @@ void Trainer::log_from_module(const std::string& name, const torch::Tensor& valu
 }
 
 void Trainer::backward(TrainModule& module, const torch::Tensor& loss) {
-  detail::call_hook(*this, module, &Callback::on_before_backward, &TrainModule::on_before_backward, loss);
-  strategy_->backward(precision_->pre_backward(loss));
-  detail::call_hook(*this, module, &Callback::on_after_backward, &TrainModule::on_after_backward);
+  detail::call_hook(*this, module, "on_before_backward", &Callback::on_before_backward,
+                    &TrainModule::on_before_backward, loss);
+  {
+    ProfileScope scope(profiler_.get(), profiler_ ? "[Strategy]" + strategy_->name() + ".backward" : "");
+    strategy_->backward(precision_->pre_backward(loss));
+  }
+  detail::call_hook(*this, module, "on_after_backward", &Callback::on_after_backward, &TrainModule::on_after_backward);
 }
 
 void Trainer::zero_grad(torch::optim::Optimizer& optimizer) {
-  detail::call_hook(*this, *module_, &Callback::on_before_zero_grad, &TrainModule::on_before_zero_grad, optimizer);
+  detail::call_hook(*this, *module_, "on_before_zero_grad", &Callback::on_before_zero_grad,
+                    &TrainModule::on_before_zero_grad, optimizer);
+  ProfileScope scope(profiler_.get(), "[Trainer].zero_grad");
   // set_to_none: the next backward writes gradients instead of adding to zeros.
   for (auto& group : optimizer.param_groups())
     for (auto& parameter : group.params())

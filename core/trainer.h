@@ -10,6 +10,7 @@
 #include <arc/core/trainer_options.h>
 #include <arc/data/data_module.h>
 #include <arc/loggers/logger.h>
+#include <arc/profilers/profiler.h>
 
 #include <chrono>
 #include <functional>
@@ -42,8 +43,9 @@ struct Progress {
 /// Runs TrainModules. One Trainer can run several stages one after another.
 class Trainer {
  public:
+  /// `profiler`: one of your own, in place of options.profiler (which must then be "").
   explicit Trainer(TrainerOptions options = TrainerOptions(), std::vector<std::shared_ptr<Callback>> callbacks = {},
-                   std::vector<std::shared_ptr<Logger>> loggers = {});
+                   std::vector<std::shared_ptr<Logger>> loggers = {}, std::shared_ptr<Profiler> profiler = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -104,6 +106,8 @@ class Trainer {
   std::vector<std::shared_ptr<Logger>>& loggers() { return loggers_; }
   const std::vector<std::shared_ptr<Logger>>& loggers() const { return loggers_; }
   const std::vector<OptimizerConfig>& optimizer_configs() const;
+  /// The profiler the run times its actions with; null when none.
+  Profiler* profiler() const { return profiler_.get(); }
   Strategy& strategy() const;
   AcceleratorBackend& accelerator() const;
   torch::Device device() const;
@@ -149,6 +153,7 @@ class Trainer {
   TrainerOptions options_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::vector<std::shared_ptr<Logger>> loggers_;
+  std::shared_ptr<Profiler> profiler_;
   std::shared_ptr<AcceleratorBackend> accelerator_;
   std::shared_ptr<Strategy> strategy_;
   std::unique_ptr<Precision> precision_;

@@ -108,7 +108,7 @@ void DDPStrategy::setup_module(torch::nn::Module& module) {
 }
 
 void DDPStrategy::backward(const torch::Tensor& loss) {
-  if (sync_ && reducer_) reducer_->prepare_for_backward();
+  if (sync_ && reducer_) reducer_->prepare_for_backward(profiler());
   loss.backward();
 }
 

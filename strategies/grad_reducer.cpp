@@ -2,6 +2,7 @@
 #include <arc/strategies/grad_reducer.h>
 
 #include <arc/base/error.h>
+#include <arc/profilers/profiler.h>
 
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -65,7 +66,8 @@ GradReducer::GradReducer(std::vector<torch::Tensor> parameters, std::vector<std:
 
 GradReducer::~GradReducer() = default;
 
-void GradReducer::prepare_for_backward() {
+void GradReducer::prepare_for_backward(Profiler* profiler) {
+  profiler_ = profiler;
   armed_ = true;
   finalize_queued_ = false;
   next_bucket_ = 0;
@@ -94,6 +96,7 @@ void GradReducer::mark_ready(size_t parameter) {
 void GradReducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_]->pending == 0) {
     auto& bucket = *buckets_[next_bucket_++];
+    ProfileScope scope(profiler_, "[GradReducer].all_reduce");
     bucket.work = collectives_.all_reduce(bucket.buffer, Reduce::sum);
   }
 }
@@ -118,7 +121,10 @@ void GradReducer::finalize() {
   const double world = static_cast<double>(collectives_.world_size());
   for (size_t b = 0; b < buckets_.size(); ++b) {
     auto& bucket = buckets_[b];
-    bucket->work.wait();
+    {
+      ProfileScope scope(profiler_, "[GradReducer].wait");
+      bucket->work.wait();
+    }
     bucket->buffer.div_(world);
     for (const size_t i : layout_[b]) {
       auto& p = parameters_[i];

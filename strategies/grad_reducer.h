@@ -18,6 +18,8 @@ struct Node;
 
 namespace arc {
 
+class Profiler;
+
 struct ReducerOptions {
   int64_t first_bucket_bytes = 1 << 20;
   int64_t bucket_bytes = 25 << 20;
@@ -35,8 +37,9 @@ class GradReducer {
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
 
-  /// Arms the reducer for the next backward; without it (no_sync) gradients stay local.
-  void prepare_for_backward();
+  /// Arms the reducer for the next backward; without it (no_sync) gradients stay local. `profiler`
+  /// (may be null) times that backward's all-reduce launches and the wait for their results.
+  void prepare_for_backward(Profiler* profiler = nullptr);
   /// Number of buckets, and the parameter indices of each (for tests and logs).
   const std::vector<std::vector<size_t>>& bucket_layout() const { return layout_; }
 
@@ -58,6 +61,7 @@ class GradReducer {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<bool> ready_;
   size_t next_bucket_ = 0;
+  Profiler* profiler_ = nullptr;
   bool armed_ = false;
   bool finalize_queued_ = false;
   // Hooks outlive the reducer on the module's accumulators; they check this token first.

@@ -21,6 +21,8 @@ class Module;
 
 namespace arc {
 
+class Profiler;
+
 /// DDP's knobs (TrainerOptions keeps them as flat JSON keys: timeout, bucket_cap_mb, ...).
 struct DDPOptions {
   /// How long any distributed wait (rendezvous, collective, a child's exit) may take.
@@ -102,6 +104,9 @@ class Strategy {
   virtual void on_interrupted() {}
   /// Called when a stage (fit, validate, ...) ends well.
   virtual void teardown() {}
+  /// The profiler that times the gradient collectives (null: none).
+  void set_profiler(Profiler* profiler) { profiler_ = profiler; }
+  Profiler* profiler() const { return profiler_; }
 
   /// Collectives for user code; with one process they return their input.
   void barrier();
@@ -113,6 +118,9 @@ class Strategy {
   std::map<std::string, torch::Tensor> all_reduce(const std::map<std::string, torch::Tensor>& values,
                                                   Reduce op = Reduce::mean);
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
+
+ private:
+  Profiler* profiler_ = nullptr;
 };
 
 /// Strategies by name: "single_device", "ddp", "ddp_spawn", "elastic".

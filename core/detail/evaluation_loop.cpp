@@ -27,6 +27,7 @@ class EvalScope {
 // One hook of both the callbacks and the module, called through detail::call_hook.
 template <typename... Args>
 struct Hook {
+  const char* name;
   void (Callback::*callback)(Trainer&, TrainModule&, Args...);
   void (TrainModule::*module)(Args...);
 };
@@ -36,23 +37,32 @@ struct StageHooks {
   Hook<> start, epoch_start, epoch_end, end;
   Hook<Batch&, int64_t> batch_start, batch_end;
   void (TrainModule::*step)(Batch&, int64_t);
+  const char* step_name;
+  /// The profiler's name for fetching a batch.
+  const char* next_action;
 };
 
-const StageHooks kValidationHooks = {{&Callback::on_validation_start, &TrainModule::on_validation_start},
-                                     {&Callback::on_validation_epoch_start, &TrainModule::on_validation_epoch_start},
-                                     {&Callback::on_validation_epoch_end, &TrainModule::on_validation_epoch_end},
-                                     {&Callback::on_validation_end, &TrainModule::on_validation_end},
-                                     {&Callback::on_validation_batch_start, &TrainModule::on_validation_batch_start},
-                                     {&Callback::on_validation_batch_end, &TrainModule::on_validation_batch_end},
-                                     &TrainModule::validation_step};
+const StageHooks kValidationHooks = {
+    {"on_validation_start", &Callback::on_validation_start, &TrainModule::on_validation_start},
+    {"on_validation_epoch_start", &Callback::on_validation_epoch_start, &TrainModule::on_validation_epoch_start},
+    {"on_validation_epoch_end", &Callback::on_validation_epoch_end, &TrainModule::on_validation_epoch_end},
+    {"on_validation_end", &Callback::on_validation_end, &TrainModule::on_validation_end},
+    {"on_validation_batch_start", &Callback::on_validation_batch_start, &TrainModule::on_validation_batch_start},
+    {"on_validation_batch_end", &Callback::on_validation_batch_end, &TrainModule::on_validation_batch_end},
+    &TrainModule::validation_step,
+    "validation_step",
+    "[EvaluationLoop].val_next"};
 
-const StageHooks kTestHooks = {{&Callback::on_test_start, &TrainModule::on_test_start},
-                               {&Callback::on_test_epoch_start, &TrainModule::on_test_epoch_start},
-                               {&Callback::on_test_epoch_end, &TrainModule::on_test_epoch_end},
-                               {&Callback::on_test_end, &TrainModule::on_test_end},
-                               {&Callback::on_test_batch_start, &TrainModule::on_test_batch_start},
-                               {&Callback::on_test_batch_end, &TrainModule::on_test_batch_end},
-                               &TrainModule::test_step};
+const StageHooks kTestHooks = {
+    {"on_test_start", &Callback::on_test_start, &TrainModule::on_test_start},
+    {"on_test_epoch_start", &Callback::on_test_epoch_start, &TrainModule::on_test_epoch_start},
+    {"on_test_epoch_end", &Callback::on_test_epoch_end, &TrainModule::on_test_epoch_end},
+    {"on_test_end", &Callback::on_test_end, &TrainModule::on_test_end},
+    {"on_test_batch_start", &Callback::on_test_batch_start, &TrainModule::on_test_batch_start},
+    {"on_test_batch_end", &Callback::on_test_batch_end, &TrainModule::on_test_batch_end},
+    &TrainModule::test_step,
+    "test_step",
+    "[EvaluationLoop].test_next"};
 
 template <typename T>
 struct Same {
@@ -62,7 +72,13 @@ struct Same {
 // Calls `hook` on every callback, then on the module; `args` take the hook's types.
 template <typename... Args>
 void call(Trainer& trainer, TrainModule& module, const Hook<Args...>& hook, typename Same<Args>::type... args) {
-  detail::call_hook(trainer, module, hook.callback, hook.module, args...);
+  detail::call_hook(trainer, module, hook.name, hook.callback, hook.module, args...);
+}
+
+// The loader's next batch, timed as `action` when profiling.
+std::optional<Batch> next(Profiler* profiler, DataLoader& loader, const char* action) {
+  ProfileScope scope(profiler, action);
+  return loader.next();
 }
 
 }  // namespace
@@ -88,13 +104,16 @@ Metrics EvaluationLoop::run_batches(DataLoader& loader, int64_t batches) {
     call(t, module_, hooks.epoch_start);
     loader.start();
     for (int64_t batch_idx = 0; batch_idx < batches; ++batch_idx) {
-      auto fetched = loader.next();
+      auto fetched = next(t.profiler(), loader, hooks.next_action);
       if (!fetched) break;
       Batch batch = t.precision().to_device(*fetched);
       state_.current_batch_size = batch.batch_size();
       const auto autocast = t.precision().forward_context();
       call(t, module_, hooks.batch_start, batch, batch_idx);
-      (module_.*hooks.step)(batch, batch_idx);
+      {
+        ProfileScope scope(t.profiler(), t.profiler() ? detail::module_action(module_, hooks.step_name) : "");
+        (module_.*hooks.step)(batch, batch_idx);
+      }
       call(t, module_, hooks.batch_end, batch, batch_idx);
     }
     call(t, module_, hooks.epoch_end);
@@ -111,20 +130,21 @@ std::vector<torch::Tensor> EvaluationLoop::predict(DataLoader& loader, const Bat
   const int64_t batches = limit.of(loader.num_batches());
   std::vector<torch::Tensor> outputs;
   EvalScope scope(module_);
-  call(t, module_, Hook<>{&Callback::on_predict_start, &TrainModule::on_predict_start});
+  call(t, module_, Hook<>{"on_predict_start", &Callback::on_predict_start, &TrainModule::on_predict_start});
   loader.start();
   for (int64_t batch_idx = 0; batch_idx < batches; ++batch_idx) {
-    auto fetched = loader.next();
+    auto fetched = next(t.profiler(), loader, "[EvaluationLoop].predict_next");
     if (!fetched) break;
     Batch batch = t.precision().to_device(*fetched);
     state_.current_batch_size = batch.batch_size();
     {
       const auto autocast = t.precision().forward_context();
+      ProfileScope scope(t.profiler(), t.profiler() ? detail::module_action(module_, "predict_step") : "");
       outputs.push_back(module_.predict_step(batch, batch_idx));
     }
     t.call_callbacks([&](Callback& c) { c.on_predict_batch_end(t, module_, outputs.back(), batch, batch_idx); });
   }
-  call(t, module_, Hook<>{&Callback::on_predict_end, &TrainModule::on_predict_end});
+  call(t, module_, Hook<>{"on_predict_end", &Callback::on_predict_end, &TrainModule::on_predict_end});
   return outputs;
 }
 

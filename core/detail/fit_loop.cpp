@@ -106,17 +106,17 @@ void FitLoop::run() {
   state_.training = true;
   module_.train();
   state_.logging.log_hyperparams(module_.hparams());
-  call_hook(t, module_, &Callback::on_fit_start, &TrainModule::on_fit_start);
+  call_hook(t, module_, "on_fit_start", &Callback::on_fit_start, &TrainModule::on_fit_start);
   if (resume_from_.empty()) sanity_check();
-  call_hook(t, module_, &Callback::on_train_start, &TrainModule::on_train_start);
+  call_hook(t, module_, "on_train_start", &Callback::on_train_start, &TrainModule::on_train_start);
   signals_ = std::make_unique<SignalConnector>(t, *state_.cluster_environment);
   agreed_ = signals_->settle();
   if (state_.num_training_batches == 0)
     console().warn("no training batch selected (limit_train_batches or an empty dataset); fit skips training");
   while (state_.num_training_batches > 0 && !epochs_done() && !steps_done() && !stop_requested()) run_epoch();
   signals_.reset();
-  call_hook(t, module_, &Callback::on_train_end, &TrainModule::on_train_end);
-  call_hook(t, module_, &Callback::on_fit_end, &TrainModule::on_fit_end);
+  call_hook(t, module_, "on_train_end", &Callback::on_train_end, &TrainModule::on_train_end);
+  call_hook(t, module_, "on_fit_end", &Callback::on_fit_end, &TrainModule::on_fit_end);
   state_.training = false;
   if (!state_.stop_reason.empty()) console().info("fit stopped: {}", state_.stop_reason);
 }
@@ -137,6 +137,7 @@ void FitLoop::sanity_check() {
 
 void FitLoop::run_epoch() {
   auto& t = trainer_;
+  ProfileScope epoch_scope(t.profiler(), "run_training_epoch");
   auto& progress = state_.progress;
   train_->set_epoch(progress.current_epoch);
   // A resumed run continues its epoch with the next batch of the same order.
@@ -144,10 +145,14 @@ void FitLoop::run_epoch() {
   first_batch_ = 0;
   train_->start(first);
   progress.epoch_batches = first;
-  call_hook(t, module_, &Callback::on_train_epoch_start, &TrainModule::on_train_epoch_start);
+  call_hook(t, module_, "on_train_epoch_start", &Callback::on_train_epoch_start, &TrainModule::on_train_epoch_start);
   for (int64_t batch_idx = first; batch_idx < state_.num_training_batches; ++batch_idx) {
     if (steps_done() || stop_requested()) break;
-    auto fetched = train_->next();
+    std::optional<Batch> fetched;
+    {
+      ProfileScope scope(t.profiler(), "[FitLoop].train_dataloader_next");
+      fetched = train_->next();
+    }
     if (!fetched) break;
     Batch batch = t.precision().to_device(*fetched);
     run_batch(batch, batch_idx);
@@ -156,7 +161,7 @@ void FitLoop::run_epoch() {
   }
   // Epoch metrics are ready for on_train_epoch_end; values logged there are added after it.
   state_.logging.send(state_.logging.train_metrics.end_epoch(state_.logging.gather()), state_.progress);
-  call_hook(t, module_, &Callback::on_train_epoch_end, &TrainModule::on_train_epoch_end);
+  call_hook(t, module_, "on_train_epoch_end", &Callback::on_train_epoch_end, &TrainModule::on_train_epoch_end);
   state_.logging.send(state_.logging.train_metrics.end_epoch(state_.logging.gather()), state_.progress);
   // Under manual optimization the module steps its schedulers itself (lr_schedulers()), as in Lightning.
   if (module_.automatic_optimization()) step_schedulers(Interval::epoch);
@@ -166,30 +171,36 @@ void FitLoop::run_epoch() {
 
 void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {
   auto& t = trainer_;
+  ProfileScope batch_scope(t.profiler(), "run_training_batch");
   state_.current_batch_size = batch.batch_size();
   state_.logging_batch = (state_.progress.total_batches + 1) % t.options().log_every_n_steps() == 0;
-  call_hook(t, module_, &Callback::on_train_batch_start, &TrainModule::on_train_batch_start, batch, batch_idx);
+  call_hook(t, module_, "on_train_batch_start", &Callback::on_train_batch_start, &TrainModule::on_train_batch_start,
+            batch, batch_idx);
   torch::Tensor loss;
   if (module_.automatic_optimization()) {
     automatic_step(batch, batch_idx, loss);
   } else {
-    const auto autocast = t.precision().forward_context();
-    loss = module_.training_step(batch, batch_idx);
+    loss = training_step(batch, batch_idx);
   }
   ++state_.progress.epoch_batches;
   ++state_.progress.total_batches;
-  call_hook(t, module_, &Callback::on_train_batch_end, &TrainModule::on_train_batch_end, loss, batch, batch_idx);
+  call_hook(t, module_, "on_train_batch_end", &Callback::on_train_batch_end, &TrainModule::on_train_batch_end, loss,
+            batch, batch_idx);
   if (state_.logging_batch) log_step();
   state_.logging_batch = false;
+}
+
+torch::Tensor FitLoop::training_step(Batch& batch, int64_t batch_idx) {
+  auto* profiler = trainer_.profiler();
+  const auto autocast = trainer_.precision().forward_context();
+  ProfileScope scope(profiler, profiler ? detail::module_action(module_, "training_step") : "");
+  return module_.training_step(batch, batch_idx);
 }
 
 void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& loss) {
   auto& t = trainer_;
   const int64_t accumulate = t.accumulate_grad_batches();
-  {
-    const auto autocast = t.precision().forward_context();
-    loss = module_.training_step(batch, batch_idx);
-  }
+  loss = training_step(batch, batch_idx);
   ARC_CHECK(loss.defined() && loss.numel() == 1, "training_step must return the scalar loss to minimise, got ",
             loss.defined() ? "a tensor of shape " + detail::str(loss.sizes()) : std::string("an undefined tensor"),
             "; return a scalar, or call set_automatic_optimization(false) to optimize by hand");
@@ -249,6 +260,7 @@ void FitLoop::validate() {
 }
 
 void FitLoop::log_step() {
+  ProfileScope scope(trainer_.profiler(), "[LoggerConnector].log_step");
   state_.logging.send(state_.logging.train_metrics.step_logger_metrics(state_.logging.gather()), state_.progress);
 }
 

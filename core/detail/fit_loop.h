@@ -35,6 +35,8 @@ class FitLoop {
   bool stop_requested() const;
   void run_epoch();
   void run_batch(Batch& batch, int64_t batch_idx);
+  /// The module's training_step under the precision's forward context.
+  torch::Tensor training_step(Batch& batch, int64_t batch_idx);
   void automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& loss);
   void optimizer_step();
   void step_schedulers(Interval interval);

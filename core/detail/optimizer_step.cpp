@@ -28,7 +28,9 @@ void step_optimizer(Trainer& trainer, TrainModule& module, RunState& state, torc
   auto& precision = trainer.precision();
   // Hooks and clipping see gradients at their true size.
   precision.unscale(optimizer);
-  call_hook(trainer, module, &Callback::on_before_optimizer_step, &TrainModule::on_before_optimizer_step, optimizer);
+  call_hook(trainer, module, "on_before_optimizer_step", &Callback::on_before_optimizer_step,
+            &TrainModule::on_before_optimizer_step, optimizer);
+  ProfileScope scope(trainer.profiler(), "[Trainer].optimizer_step");
   if (clip) clip_gradients(trainer.options(), optimizer);
   precision.optimizer_step(optimizer);
   precision.update();

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -40,13 +41,23 @@ struct RunState {
   std::shared_ptr<cluster::ClusterEnvironment> cluster_environment;
 };
 
+/// The profiler's name for `what` (a hook or step) of the module: "[TrainModule]<class>.<what>".
+inline std::string module_action(const TrainModule& module, const char* what) {
+  return "[TrainModule]" + class_name(typeid(module)) + "." + what;
+}
+
 /// Calls `callback_hook` on every callback, then `module_hook` on the module, with `args`: Lightning's
-/// order for a hook that both have.
+/// order for a hook that both have. The profiler, when there is one, times each call under `name`.
 template <typename... CallbackArgs, typename... ModuleArgs, typename... Args>
-void call_hook(Trainer& trainer, TrainModule& module,
+void call_hook(Trainer& trainer, TrainModule& module, const char* name,
                void (Callback::*callback_hook)(Trainer&, TrainModule&, CallbackArgs...),
                void (TrainModule::*module_hook)(ModuleArgs...), Args&&... args) {
-  for (auto& callback : trainer.callbacks()) ((*callback).*callback_hook)(trainer, module, args...);
+  Profiler* profiler = trainer.profiler();
+  for (auto& callback : trainer.callbacks()) {
+    ProfileScope scope(profiler, profiler ? "[Callback]" + callback->state_key() + "." + name : std::string());
+    ((*callback).*callback_hook)(trainer, module, args...);
+  }
+  ProfileScope scope(profiler, profiler ? module_action(module, name) : std::string());
   (module.*module_hook)(args...);
 }
 

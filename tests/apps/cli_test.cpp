@@ -131,6 +131,25 @@ TEST(Cli, TwoDevicesUnderAutoTrainOnTwoProcesses) {
   EXPECT_EQ(result["steps"], 20);
 }
 
+// profiler=simple under ddp_spawn: each rank reports its own actions, the gradient all-reduce among them.
+TEST(Cli, DdpSpawnProfileOfEachRankTimesTheGradientAllReduce) {
+  const auto dir = fs::temp_directory_path() / ("arc_cli_profile_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const auto run = arc_in(dir, "train --config " + arc::testing::shipped_config() +
+                                   " --set trainer.profiler=simple --set trainer.limit_train_batches=10"
+                                   " --set trainer.limit_val_batches=2 --set trainer.enable_progress_bar=false");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("fit profile ("), std::string::npos) << "rank 0 prints its table";
+  for (const char* name : {"fit-profile.txt", "fit-profile-1.txt"}) {
+    std::stringstream report;
+    report << std::ifstream(dir / "lightning_logs" / "version_0" / name).rdbuf();
+    for (const char* action : {"| [GradReducer].all_reduce ", "| [GradReducer].wait ",
+                               "| [Strategy]ddp_spawn.backward ", "| run_training_batch "})
+      EXPECT_NE(report.str().find(action), std::string::npos) << action << " in " << name << ":\n" << report.str();
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Cli, ConfigFileAndOverridesBuildTheCnn) {
   const auto path = write_config("arc_cli_cnn.json", R"({"module": {"name": "cnn_classifier"},
     "data": {"batch_size": 32}, "trainer": {"max_steps": 3, "limit_val_batches": 0, "enable_progress_bar": false}})");

@@ -1,0 +1,61 @@
+// AdvancedProfiler: the simple profiler's table, plus LibTorch's autograd profiler over a window of
+// training batches — the operators it ran (calls, total and mean time) and a Chrome trace of the
+// window (chrome://tracing or Perfetto) with Arclight's actions beside the operators.
+#pragma once
+
+#include <arc/profilers/simple_profiler.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace arc {
+
+/// SimpleProfiler with LibTorch's operators over `batches` training batches from `first_batch`.
+class AdvancedProfiler : public SimpleProfiler {
+ public:
+  struct Options {
+    /// Training batches of the fit run before the window opens (the first ones warm up).
+    int64_t first_batch = 1;
+    /// Training batches in the window.
+    int64_t batches = 3;
+    /// Also write <dirpath>/<stage>-trace.json.
+    bool chrome_trace = true;
+    /// Operators listed in the summary, the most costly first.
+    int64_t row_limit = 25;
+  };
+
+  explicit AdvancedProfiler(Options options);
+  AdvancedProfiler() : AdvancedProfiler(Options()) {}
+  ~AdvancedProfiler() override;
+
+  void setup(const std::string& stage, const std::string& dirpath, int64_t global_rank) override;
+  void start(const std::string& action) override;
+  void stop(const std::string& action) override;
+  std::string summary() const override;
+  void describe() override;
+  /// The Chrome trace's path once written ("" before).
+  const std::string& trace_path() const { return trace_path_; }
+
+ protected:
+  void reset() override;
+  void recorded(const std::string& action, Clock::time_point began, Clock::time_point ended) override;
+
+ private:
+  struct Window;
+  struct Operator {
+    std::string name;
+    int64_t calls = 0;
+    double total_us = 0;
+  };
+  void open_window();
+  void close_window();
+
+  Options options_;
+  int64_t batches_seen_ = 0;
+  std::unique_ptr<Window> window_;
+  std::vector<Operator> operators_;
+  std::string trace_path_;
+};
+
+}  // namespace arc

@@ -1,0 +1,73 @@
+// Profiler's shared part and the names TrainerOptions::profiler takes.
+#include <arc/profilers/profiler.h>
+
+#include <arc/base/console.h>
+#include <arc/base/error.h>
+#include <arc/profilers/advanced_profiler.h>
+#include <arc/profilers/simple_profiler.h>
+
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <typeindex>
+#include <unordered_map>
+
+namespace arc {
+
+void Profiler::setup(const std::string& stage, const std::string& dirpath, int64_t global_rank) {
+  stage_ = stage;
+  dirpath_ = dirpath;
+  global_rank_ = global_rank;
+}
+
+std::string Profiler::output_path(const std::string& name, const std::string& extension) const {
+  std::error_code error;
+  std::filesystem::create_directories(dirpath_, error);
+  ARC_CHECK(!error, "cannot create the profiler's folder '", dirpath_, "': ", error.message(),
+            "; make the Trainer's default_root_dir (or its logger's save_dir) writable");
+  std::string path = dirpath_ + "/" + stage_ + "-" + name;
+  if (global_rank_ > 0) path += "-" + std::to_string(global_rank_);
+  return path + "." + extension;
+}
+
+void Profiler::describe() {
+  const std::string report = summary();
+  const std::string path = output_path("profile", "txt");
+  std::ofstream out(path);
+  out << report;
+  ARC_CHECK(out.flush(), "cannot write the profile '", path, "'; free space or make the folder writable");
+  if (global_rank_ == 0) console().info("{} profile ({})\n{}", stage_, path, report);
+  reset();
+}
+
+void ProfileScope::finish() noexcept {
+  try {
+    profiler_->stop(action_);
+  } catch (const std::exception& error) {
+    console().error("the profiler could not stop '{}': {}", action_, error.what());
+  }
+}
+
+std::string class_name(const std::type_info& type) {
+  thread_local std::unordered_map<std::type_index, std::string> known;
+  const auto found = known.find(type);
+  if (found != known.end()) return found->second;
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(type.name(), nullptr, nullptr, &status),
+                                                   std::free);
+  std::string name = status == 0 ? demangled.get() : type.name();
+  if (name.find('<') == std::string::npos && name.rfind("::") != std::string::npos)
+    name = name.substr(name.rfind("::") + 2);
+  return known.emplace(type, name).first->second;
+}
+
+std::shared_ptr<Profiler> make_profiler(const std::string& name) {
+  if (name.empty()) return nullptr;
+  if (name == "simple") return std::make_shared<SimpleProfiler>();
+  if (name == "advanced") return std::make_shared<AdvancedProfiler>();
+  throw Error(unknown_name_message("profiler", name, {"simple", "advanced"}));
+}
+
+}  // namespace arc
