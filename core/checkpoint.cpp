@@ -402,26 +402,35 @@ torch::serialize::InputArchive CheckpointReader::archive(const std::string& name
 
 const nlohmann::json& CheckpointReader::json(const std::string& name) const { return entry(name, "json").value; }
 
-void CheckpointReader::load_module(torch::nn::Module& module) const {
+LoadResult CheckpointReader::load_module(torch::nn::Module& module, bool strict) const {
   auto state = named_state(module);
-  std::vector<std::string> problems;
+  LoadResult unmatched;
+  std::vector<std::string> shapes;
   std::set<std::string> expected;
   for (const auto& [name, tensor] : state) {
     expected.insert("model/" + name);
     const auto found = entries_.find("model/" + name);
     if (found == entries_.end()) {
-      problems.push_back("missing '" + name + "'");
+      unmatched.missing_keys.push_back(name);
     } else if (found->second.shape != tensor.sizes().vec()) {
-      problems.push_back("'" + name + "' has shape " + shape_text(found->second.shape) + ", the module has " +
-                         shape_text(tensor.sizes().vec()));
+      shapes.push_back("'" + name + "' has shape " + shape_text(found->second.shape) + ", the module has " +
+                       shape_text(tensor.sizes().vec()));
     }
   }
   for (const auto& [name, e] : entries_)
-    if (name.rfind("model/", 0) == 0 && expected.count(name) == 0)
-      problems.push_back("unexpected '" + name.substr(6) + "'");
-  ARC_CHECK(problems.empty(), "checkpoint '", path_, "' does not match ", module.name(), ": ", join(problems, "; "),
-            ". It was written for another model; load it into the same architecture");
-  for (auto& [name, tensor] : state) read_into("model/" + name, tensor);
+    if (name.rfind("model/", 0) == 0 && expected.count(name) == 0) unmatched.unexpected_keys.push_back(name.substr(6));
+  std::vector<std::string> problems = shapes;
+  if (strict) {
+    for (const auto& name : unmatched.missing_keys) problems.push_back("missing '" + name + "'");
+    for (const auto& name : unmatched.unexpected_keys) problems.push_back("unexpected '" + name + "'");
+  }
+  ARC_CHECK(
+      problems.empty(), "checkpoint '", path_, "' does not match ", module.name(), ": ", join(problems, "; "),
+      ". It was written for another model; load it into the same architecture",
+      strict && shapes.size() < problems.size() ? " (or load with strict=false to skip the names that differ)" : "");
+  for (auto& [name, tensor] : state)
+    if (entries_.count("model/" + name) > 0) read_into("model/" + name, tensor);
+  return unmatched;
 }
 
 }  // namespace arc

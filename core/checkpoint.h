@@ -36,6 +36,14 @@ void remove_stale_temporaries(const std::string& folder);
 /// given (checkpoints in the default <log_dir>/checkpoints), that of every version_*/checkpoints in it.
 std::vector<std::string> last_checkpoints(const std::string& folder, const std::string& versions_folder);
 
+/// The names a non-strict load left alone (PyTorch's load_state_dict result).
+struct LoadResult {
+  /// The module's parameters and buffers the checkpoint does not hold (they keep their values).
+  std::vector<std::string> missing_keys;
+  /// What the checkpoint holds that the module does not have.
+  std::vector<std::string> unexpected_keys;
+};
+
 /// Collects what one checkpoint holds, then writes it in one go.
 class CheckpointWriter {
  public:
@@ -86,8 +94,9 @@ class CheckpointReader {
   /// The JSON value `name`.
   const nlohmann::json& json(const std::string& name) const;
   /// Loads "model/<name>" into `module` after checking that names and shapes match; the error
-  /// lists what is missing, unexpected or of another shape.
-  void load_module(torch::nn::Module& module) const;
+  /// lists what is missing, unexpected or of another shape. Not `strict`: names on one side only are
+  /// left alone and returned (shapes must still match, as in PyTorch's load_state_dict).
+  LoadResult load_module(torch::nn::Module& module, bool strict = true) const;
 
  private:
   struct Entry {

@@ -20,9 +20,11 @@
 #include <arc/strategies/strategy.h>
 
 #include <malloc.h>
+#include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/torch.h>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 namespace arc {
 namespace {
@@ -178,7 +180,10 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
     precision_->convert_module(module);
     strategy_->set_profiler(profiler_.get());
     strategy_->setup_module(module);
+    std::optional<torch::autograd::DetectAnomalyGuard> anomalies;
+    if (options_.detect_anomaly()) anomalies.emplace();
     body();
+    anomalies.reset();
     strategy_->teardown();
     module.teardown(stage);
     if (data != nullptr) data->teardown(stage);

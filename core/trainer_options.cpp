@@ -205,6 +205,9 @@ const std::vector<OptionField>& option_fields() {
                    check_choice("gradient_clip_algorithm", o.gradient_clip_algorithm(), kClipAlgorithms);
                  }),
       ARC_OPTION(deterministic, "deterministic algorithms only", no_check),
+      ARC_OPTION(detect_anomaly, "a backward that makes NaN fails naming its operation (slow; for debugging)",
+                 no_check),
+      ARC_OPTION(inference_mode, "evaluate under LibTorch's inference mode (false: no_grad)", no_check),
       ARC_OPTION(benchmark, "cuDNN picks the fastest convolution algorithms (unset: LibTorch's setting)", no_check),
       ARC_OPTION(seed, "seeds LibTorch's generators and the data order (unset: not seeded)", no_check),
       ARC_OPTION_READ(fast_dev_run, "true or n: n batches of every stage once, nothing saved or logged",

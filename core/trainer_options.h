@@ -59,6 +59,12 @@ class TrainerOptions {
   ARC_ARG(std::string, gradient_clip_algorithm) = "norm";
   /// Deterministic algorithms only (and cuDNN's deterministic ones).
   ARC_ARG(bool, deterministic) = false;
+  /// LibTorch's anomaly detection during the stage: a backward that produces NaN fails naming the
+  /// operation whose gradient it was (slow; for debugging).
+  ARC_ARG(bool, detect_anomaly) = false;
+  /// Validation, test and predict run under c10::InferenceMode (faster than no_grad; their tensors
+  /// cannot enter autograd later); false runs them under no_grad.
+  ARC_ARG(bool, inference_mode) = true;
   /// cuDNN picks the fastest convolution algorithm for each input shape; unset leaves LibTorch's
   /// setting, or turns it off under `deterministic`.
   ARC_ARG(std::optional<bool>, benchmark);

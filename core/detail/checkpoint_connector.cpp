@@ -5,6 +5,7 @@
 #include <arc/base/error.h>
 #include <arc/core/checkpoint.h>
 #include <arc/core/detail/run_state.h>
+#include <arc/core/load_from_checkpoint.h>
 #include <arc/core/optimizer_state.h>
 #include <arc/strategies/strategy.h>
 
@@ -127,9 +128,7 @@ void CheckpointConnector::save(TrainModule& module, const std::string& path, boo
 }
 
 void CheckpointConnector::restore_weights(TrainModule& module, const std::string& path) {
-  const CheckpointReader checkpoint(path);
-  checkpoint.load_module(module);
-  module.on_load_checkpoint(checkpoint.meta());
+  load_checkpoint_weights(module, path);
 }
 
 void CheckpointConnector::restore_training(TrainModule& module, const std::string& path) {
@@ -195,6 +194,7 @@ void CheckpointConnector::restore_logger_versions(const nlohmann::json& saved) {
 }
 
 std::string CheckpointConnector::resolve(const std::string& ckpt_path) const {
+  if (ckpt_path == "hpc") return newest_hpc_checkpoint();
   if (ckpt_path != "last" && ckpt_path != "best") return ckpt_path;
   const auto found = callback_files(trainer_, ckpt_path);
   if (ckpt_path == "best") {
@@ -211,6 +211,23 @@ std::string CheckpointConnector::resolve(const std::string& ckpt_path) const {
             "' or the ModelCheckpoint's dirpath); train with ModelCheckpoint save_last (the default checkpointing ",
             "does) or pass a file path");
   return newest(candidates);
+}
+
+// Lightning's ckpt_path="hpc": the highest-numbered hpc_ckpt_<n>.ckpt in default_root_dir.
+std::string CheckpointConnector::newest_hpc_checkpoint() const {
+  const std::string root = trainer_.options().default_root_dir();
+  std::string newest;
+  int64_t highest = -1;
+  for (const auto& path : files_in(root, [](const std::string& name) { return hpc_index(name) >= 0; })) {
+    const int64_t index = hpc_index(path.filename().string());
+    if (index > highest) {
+      highest = index;
+      newest = path.string();
+    }
+  }
+  ARC_CHECK(!newest.empty(), "ckpt_path=\"hpc\": no hpc_ckpt_<n>.ckpt in '", root, "' (default_root_dir), where ",
+            "a SLURM requeue saves them; set default_root_dir to that job's folder or pass a file path");
+  return newest;
 }
 
 std::string CheckpointConnector::hpc_save_path(const std::string& folder) {

@@ -27,8 +27,8 @@ class CheckpointConnector {
   /// Restores only the module's weights (validate, test, predict).
   void restore_weights(TrainModule& module, const std::string& path);
   /// "last" and "best" through the ModelCheckpoint callback ("last": the newest last.ckpt, among
-  /// the loggers' versions when checkpoints go to the default <log_dir>/checkpoints); any other text
-  /// is a path.
+  /// the loggers' versions when checkpoints go to the default <log_dir>/checkpoints), "hpc" the
+  /// highest-numbered hpc_ckpt_<n>.ckpt in default_root_dir; any other text is a path.
   std::string resolve(const std::string& ckpt_path) const;
   /// `<folder>/hpc_ckpt_<n>.ckpt`, n one more than the highest there (Lightning's name); `folder` is
   /// the default_root_dir.
@@ -40,6 +40,7 @@ class CheckpointConnector {
 
  private:
   void restore_logger_versions(const nlohmann::json& saved);
+  std::string newest_hpc_checkpoint() const;
 
   Trainer& trainer_;
   detail::RunState& state_;

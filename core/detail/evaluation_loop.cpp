@@ -5,15 +5,25 @@
 #include <arc/data/data_loader.h>
 #include <arc/strategies/strategy.h>
 
+#include <c10/core/InferenceMode.h>
 #include <torch/torch.h>
+
+#include <optional>
 
 namespace arc {
 namespace {
 
-// Puts the module in eval mode without gradients and restores its mode afterwards.
+// Puts the module in eval mode without gradients (in inference mode, or under no_grad) and restores
+// its mode afterwards.
 class EvalScope {
  public:
-  explicit EvalScope(TrainModule& module) : module_(module), was_training_(module.is_training()) { module_.eval(); }
+  EvalScope(TrainModule& module, bool inference_mode) : module_(module), was_training_(module.is_training()) {
+    if (inference_mode)
+      inference_.emplace();
+    else
+      no_grad_.emplace();
+    module_.eval();
+  }
   ~EvalScope() { module_.train(was_training_); }
   EvalScope(const EvalScope&) = delete;
   EvalScope& operator=(const EvalScope&) = delete;
@@ -21,7 +31,8 @@ class EvalScope {
  private:
   TrainModule& module_;
   bool was_training_;
-  torch::NoGradGuard no_grad_;
+  std::optional<c10::InferenceMode> inference_;
+  std::optional<torch::NoGradGuard> no_grad_;
 };
 
 // One hook of both the callbacks and the module, called through detail::call_hook.
@@ -98,7 +109,7 @@ Metrics EvaluationLoop::run_batches(DataLoader& loader, int64_t batches) {
   state_.logging.eval_metrics.clear();
   Metrics epoch_metrics;
   {
-    EvalScope scope(module_);
+    EvalScope scope(module_, t.options().inference_mode());
     const auto& hooks = stage_ == Stage::test ? kTestHooks : kValidationHooks;
     call(t, module_, hooks.start);
     call(t, module_, hooks.epoch_start);
@@ -129,7 +140,7 @@ std::vector<torch::Tensor> EvaluationLoop::predict(DataLoader& loader, const Bat
   auto& t = trainer_;
   const int64_t batches = limit.of(loader.num_batches());
   std::vector<torch::Tensor> outputs;
-  EvalScope scope(module_);
+  EvalScope scope(module_, t.options().inference_mode());
   call(t, module_, Hook<>{"on_predict_start", &Callback::on_predict_start, &TrainModule::on_predict_start});
   loader.start();
   for (int64_t batch_idx = 0; batch_idx < batches; ++batch_idx) {

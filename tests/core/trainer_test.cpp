@@ -341,5 +341,55 @@ TEST(Trainer, LoggersReceiveStepMetricsEveryNSteps) {
   EXPECT_EQ(recorder->finished, "success");
 }
 
+// Lightning's detect_anomaly: a backward that makes NaN fails naming the operation; without it the
+// fit runs on with NaN weights.
+class NanInBackward : public testing::TinyModule {
+ public:
+  torch::Tensor training_step(Batch& batch, int64_t index) override {
+    return TinyModule::training_step(batch, index) + torch::sqrt(linear->bias.sum() * 0.0 - 1.0);
+  }
+};
+
+TEST(Trainer, DetectAnomalyNamesTheBackwardThatMadeNan) {
+  NanInBackward module;
+  try {
+    Trainer(testing::quiet().max_steps(2).detect_anomaly(true)).fit(module, testing::tiny_data(8, 2));
+    FAIL() << "detect_anomaly let a NaN gradient pass";
+  } catch (const std::exception& error) {
+    EXPECT_NE(std::string(error.what()).find("SqrtBackward"), std::string::npos) << error.what();
+  }
+  NanInBackward unchecked;
+  Trainer(testing::quiet().max_steps(2)).fit(unchecked, testing::tiny_data(8, 2));
+  EXPECT_TRUE(torch::isnan(unchecked.linear->bias).all().item<bool>());
+}
+
+// Lightning's inference_mode: evaluation under LibTorch's inference mode, or under no_grad when off.
+class GradModeProbe : public testing::TinyModule {
+ public:
+  void validation_step(Batch& batch, int64_t index) override {
+    inference = c10::InferenceMode::is_enabled();
+    grad = torch::GradMode::is_enabled();
+    TinyModule::validation_step(batch, index);
+  }
+  bool inference = false;
+  bool grad = true;
+};
+
+TEST(Trainer, EvaluationRunsInInferenceModeOrUnderNoGrad) {
+  GradModeProbe module;
+  Trainer(testing::quiet()).validate(module, testing::tiny_data(4, 2));
+  EXPECT_TRUE(module.inference);
+  EXPECT_FALSE(module.grad);
+  GradModeProbe no_grad;
+  Trainer(testing::quiet().inference_mode(false)).validate(no_grad, testing::tiny_data(4, 2));
+  EXPECT_FALSE(no_grad.inference);
+  EXPECT_FALSE(no_grad.grad);
+  // Training after an evaluation in inference mode still learns.
+  Trainer trainer(testing::quiet().max_epochs(1).num_sanity_val_steps(2));
+  const auto before = module.linear->weight.clone();
+  trainer.fit(module, testing::tiny_data(8, 2), testing::tiny_data(4, 2));
+  EXPECT_FALSE(torch::equal(before, module.linear->weight));
+}
+
 }  // namespace
 }  // namespace arc
