@@ -6,17 +6,17 @@
 
 namespace arc {
 
-nlohmann::json checkpoint_hparams(const std::string& path, const nlohmann::json& overrides) {
+nlohmann::json checkpoint_hparams(const CheckpointReader& checkpoint, const nlohmann::json& overrides) {
   ARC_CHECK(overrides.is_object(), "load_from_checkpoint's hparams must be a JSON object of names to values, got ",
             overrides.dump());
-  auto hparams = CheckpointReader::read_meta(path).value("hparams", nlohmann::json::object());
+  auto hparams = checkpoint.meta().value("hparams", nlohmann::json::object());
   if (!hparams.is_object()) hparams = nlohmann::json::object();
   for (const auto& [name, value] : overrides.items()) hparams[name] = value;
   return hparams;
 }
 
-LoadResult load_checkpoint_weights(TrainModule& module, const std::string& path, bool strict) {
-  const CheckpointReader checkpoint(path);
+LoadResult load_checkpoint_weights(TrainModule& module, const CheckpointReader& checkpoint, bool strict) {
+  const std::string& path = checkpoint.path();
   auto unmatched = checkpoint.load_module(module, strict);
   if (!unmatched.missing_keys.empty())
     console().warn("'{}' holds no {} of {}; they keep their initial values", path, join(unmatched.missing_keys),
@@ -26,6 +26,10 @@ LoadResult load_checkpoint_weights(TrainModule& module, const std::string& path,
                    module.name());
   module.on_load_checkpoint(checkpoint.meta());
   return unmatched;
+}
+
+LoadResult load_checkpoint_weights(TrainModule& module, const std::string& path, bool strict) {
+  return load_checkpoint_weights(module, CheckpointReader(path), strict);
 }
 
 }  // namespace arc

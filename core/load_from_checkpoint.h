@@ -21,11 +21,14 @@ struct LoadOptions {
   nlohmann::json hparams = nlohmann::json::object();
 };
 
-/// The hyper-parameters checkpoint `path` stores (save_hyperparameters), `overrides` merged over them.
-nlohmann::json checkpoint_hparams(const std::string& path, const nlohmann::json& overrides = nlohmann::json::object());
+/// The hyper-parameters `checkpoint` stores (save_hyperparameters), `overrides` merged over them.
+nlohmann::json checkpoint_hparams(const CheckpointReader& checkpoint,
+                                  const nlohmann::json& overrides = nlohmann::json::object());
 
-/// Loads the weights of checkpoint `path` into `module` and calls its on_load_checkpoint. Not
-/// `strict`: the names found on one side only are returned, and a warning names them.
+/// Loads the weights of `checkpoint` into `module` and calls its on_load_checkpoint. Not `strict`:
+/// the names found on one side only are returned, and a warning names them.
+LoadResult load_checkpoint_weights(TrainModule& module, const CheckpointReader& checkpoint, bool strict = true);
+/// The same for the checkpoint at `path`.
 LoadResult load_checkpoint_weights(TrainModule& module, const std::string& path, bool strict = true);
 
 /// A new `M` built from the checkpoint's hyper-parameters (`M(const nlohmann::json&)`, or `M()` for a
@@ -36,14 +39,15 @@ std::shared_ptr<M> load_from_checkpoint(const std::string& path, const LoadOptio
   static_assert(std::is_base_of_v<TrainModule, M>, "load_from_checkpoint builds a TrainModule subclass");
   static_assert(std::is_constructible_v<M, const nlohmann::json&> || std::is_default_constructible_v<M>,
                 "load_from_checkpoint needs a constructor M(const nlohmann::json& hparams) or M()");
-  auto hparams = checkpoint_hparams(path, options.hparams);
+  const CheckpointReader checkpoint(path);
+  auto hparams = checkpoint_hparams(checkpoint, options.hparams);
   std::shared_ptr<M> module;
   if constexpr (std::is_constructible_v<M, const nlohmann::json&>)
     module = std::make_shared<M>(hparams);
   else
     module = std::make_shared<M>();
   module->save_hyperparameters(std::move(hparams));
-  load_checkpoint_weights(*module, path, options.strict);
+  load_checkpoint_weights(*module, checkpoint, options.strict);
   return module;
 }
 

@@ -13,7 +13,6 @@ namespace arc {
 namespace {
 
 const std::vector<std::string> kClipAlgorithms = {"norm", "value"};
-const std::vector<std::string> kProfilers = {"simple", "advanced"};
 const std::vector<std::string> kProcessGroupBackends = {"auto", "nccl", "gloo"};
 BatchAmount read_amount(const Config& config, const std::string& key, BatchAmount fallback) {
   const auto* value = config.find(key);
@@ -246,7 +245,7 @@ const std::vector<OptionField>& option_fields() {
       ARC_OPTION(enable_model_summary, "the model summary at fit start", no_check),
       ARC_OPTION(profiler, "\"simple\" or \"advanced\": time each action, report in <log_dir>/<stage>-profile.txt",
                  [](const TrainerOptions& o) {
-                   if (!o.profiler().empty()) check_choice("profiler", o.profiler(), kProfilers);
+                   if (!o.profiler().empty()) check_choice("profiler", o.profiler(), profiler_names());
                  }),
       ARC_OPTION(num_threads, "intra-op threads per process (0: the cores divided among the processes)",
                  [](const TrainerOptions& o) {

@@ -8,12 +8,20 @@
 #include <fstream>
 
 namespace arc {
+namespace {
+
+// Fails naming `folder` when making it failed.
+void check_made(const std::string& folder, const std::error_code& error) {
+  ARC_CHECK(!error, "cannot create the log folder '", folder, "': ", error.message(),
+            "; make save_dir writable or choose another");
+}
+
+}  // namespace
 
 int64_t claim_next_version(const std::string& folder) {
   std::error_code error;
   std::filesystem::create_directories(folder, error);
-  ARC_CHECK(!error, "cannot create the log folder '", folder, "': ", error.message(),
-            "; make save_dir writable or choose another");
+  check_made(folder, error);
   int64_t next = 0;
   for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
     const std::string name = entry.path().filename().string();
@@ -27,8 +35,7 @@ int64_t claim_next_version(const std::string& folder) {
   for (;; ++next) {
     const std::string claimed = folder + "/version_" + std::to_string(next);
     if (std::filesystem::create_directory(claimed, error)) return next;
-    ARC_CHECK(!error, "cannot create the log folder '", claimed, "': ", error.message(),
-              "; make save_dir writable or choose another");
+    check_made(claimed, error);
   }
 }
 
@@ -49,8 +56,7 @@ std::string FolderLogger::folder() {
   const std::string dir = log_dir();
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  ARC_CHECK(!error, "cannot create the log folder '", dir, "': ", error.message(),
-            "; make save_dir writable or choose another");
+  check_made(dir, error);
   return dir;
 }
 

@@ -17,11 +17,16 @@ namespace {
 
 namespace legacy = torch::autograd::profiler;
 
-constexpr const char* kBatchAction = "run_training_batch";
+// One complete event ("ph": "X") of a Chrome trace; times in microseconds.
+nlohmann::json trace_event(const std::string& name, const char* category, double start, double duration,
+                           int64_t process, const nlohmann::json& thread) {
+  return {{"name", name},    {"cat", category}, {"ph", "X"},    {"ts", start},
+          {"dur", duration}, {"pid", process},  {"tid", thread}};
+}
 
 }  // namespace
 
-// What the open window collects: when it opened, by both clocks' reckoning, and Arclight's actions.
+// What the open window collects: when it opened, the batches it has left, and Arclight's actions.
 struct AdvancedProfiler::Window {
   SimpleProfiler::Clock::time_point opened = SimpleProfiler::Clock::now();
   int64_t batches_left = 0;
@@ -48,25 +53,20 @@ void AdvancedProfiler::reset() {
 }
 
 void AdvancedProfiler::start(const std::string& action) {
-  if (action == kBatchAction && !window_ && batches_seen_++ == options_.first_batch) open_window();
+  if (action == kTrainingBatchAction && !window_ && batches_seen_++ == options_.first_batch) open_window();
   SimpleProfiler::start(action);
 }
 
 void AdvancedProfiler::stop(const std::string& action) {
   SimpleProfiler::stop(action);
-  if (action == kBatchAction && window_ && --window_->batches_left == 0) close_window();
+  if (action == kTrainingBatchAction && window_ && --window_->batches_left == 0) close_window();
 }
 
 void AdvancedProfiler::recorded(const std::string& action, Clock::time_point began, Clock::time_point ended) {
   if (!window_ || began < window_->opened) return;
   const auto micros = [](Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
-  window_->actions.push_back({{"name", action},
-                              {"cat", "arclight"},
-                              {"ph", "X"},
-                              {"ts", micros(began - window_->opened)},
-                              {"dur", micros(ended - began)},
-                              {"pid", global_rank()},
-                              {"tid", "arclight"}});
+  window_->actions.push_back(trace_event(action, "arclight", micros(began - window_->opened), micros(ended - began),
+                                         global_rank(), "arclight"));
 }
 
 void AdvancedProfiler::open_window() {
@@ -99,13 +99,8 @@ void AdvancedProfiler::close_window() {
       op.name = begin.name();
       ++op.calls;
       op.total_us += micros;
-      trace.push_back({{"name", op.name},
-                       {"cat", "operator"},
-                       {"ph", "X"},
-                       {"ts", begin.cpuUs() - first->cpuUs()},
-                       {"dur", micros},
-                       {"pid", global_rank()},
-                       {"tid", begin.threadId()}});
+      trace.push_back(
+          trace_event(op.name, "operator", begin.cpuUs() - first->cpuUs(), micros, global_rank(), begin.threadId()));
     }
   for (auto& entry : by_name) operators_.push_back(std::move(entry.second));
   std::sort(operators_.begin(), operators_.end(), [](const auto& a, const auto& b) { return a.total_us > b.total_us; });

@@ -63,11 +63,16 @@ std::string class_name(const std::type_info& type) {
   return known.emplace(type, name).first->second;
 }
 
+const std::vector<std::string>& profiler_names() {
+  static const std::vector<std::string> names = {"simple", "advanced"};
+  return names;
+}
+
 std::shared_ptr<Profiler> make_profiler(const std::string& name) {
   if (name.empty()) return nullptr;
   if (name == "simple") return std::make_shared<SimpleProfiler>();
   if (name == "advanced") return std::make_shared<AdvancedProfiler>();
-  throw Error(unknown_name_message("profiler", name, {"simple", "advanced"}));
+  throw Error(unknown_name_message("profiler", name, profiler_names()));
 }
 
 }  // namespace arc

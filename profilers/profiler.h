@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <typeinfo>
+#include <vector>
 
 namespace arc {
 
@@ -63,10 +64,16 @@ class ProfileScope {
   std::string action_;
 };
 
+/// The action of one training batch, which the advanced profiler counts to open its window.
+inline constexpr const char* kTrainingBatchAction = "run_training_batch";
+
 /// The unqualified class name of `type` ("TinyModule" for arc::testing::TinyModule), for action names.
 std::string class_name(const std::type_info& type);
 
-/// The profiler TrainerOptions::profiler names: "simple", "advanced", or none for "".
+/// The names TrainerOptions::profiler takes besides "" (none): "simple" and "advanced".
+const std::vector<std::string>& profiler_names();
+
+/// The profiler TrainerOptions::profiler names, or none for "".
 std::shared_ptr<Profiler> make_profiler(const std::string& name);
 
 }  // namespace arc

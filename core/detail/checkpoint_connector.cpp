@@ -78,6 +78,18 @@ std::vector<std::filesystem::path> files_in(const std::string& folder,
   return out;
 }
 
+// The highest n of the hpc_ckpt_<n>.ckpt files in `folder`, or -1 when there is none.
+int64_t highest_hpc_index(const std::string& folder) {
+  int64_t highest = -1;
+  for (const auto& path : files_in(folder, [](const std::string& name) { return hpc_index(name) >= 0; }))
+    highest = std::max(highest, hpc_index(path.filename().string()));
+  return highest;
+}
+
+std::string hpc_path(const std::string& folder, int64_t index) {
+  return folder + "/hpc_ckpt_" + std::to_string(index) + ".ckpt";
+}
+
 }  // namespace
 
 void CheckpointConnector::save(TrainModule& module, const std::string& path, bool weights_only) {
@@ -216,25 +228,14 @@ std::string CheckpointConnector::resolve(const std::string& ckpt_path) const {
 // Lightning's ckpt_path="hpc": the highest-numbered hpc_ckpt_<n>.ckpt in default_root_dir.
 std::string CheckpointConnector::newest_hpc_checkpoint() const {
   const std::string root = trainer_.options().default_root_dir();
-  std::string newest;
-  int64_t highest = -1;
-  for (const auto& path : files_in(root, [](const std::string& name) { return hpc_index(name) >= 0; })) {
-    const int64_t index = hpc_index(path.filename().string());
-    if (index > highest) {
-      highest = index;
-      newest = path.string();
-    }
-  }
-  ARC_CHECK(!newest.empty(), "ckpt_path=\"hpc\": no hpc_ckpt_<n>.ckpt in '", root, "' (default_root_dir), where ",
+  const int64_t highest = highest_hpc_index(root);
+  ARC_CHECK(highest >= 0, "ckpt_path=\"hpc\": no hpc_ckpt_<n>.ckpt in '", root, "' (default_root_dir), where ",
             "a SLURM requeue saves them; set default_root_dir to that job's folder or pass a file path");
-  return newest;
+  return hpc_path(root, highest);
 }
 
 std::string CheckpointConnector::hpc_save_path(const std::string& folder) {
-  int64_t highest = 0;
-  for (const auto& path : files_in(folder, [](const std::string& name) { return hpc_index(name) >= 0; }))
-    highest = std::max(highest, hpc_index(path.filename().string()));
-  return folder + "/hpc_ckpt_" + std::to_string(highest + 1) + ".ckpt";
+  return hpc_path(folder, std::max<int64_t>(highest_hpc_index(folder), 0) + 1);
 }
 
 std::string CheckpointConnector::automatic_resume_path() const {

@@ -122,7 +122,7 @@ Metrics EvaluationLoop::run_batches(DataLoader& loader, int64_t batches) {
       const auto autocast = t.precision().forward_context();
       call(t, module_, hooks.batch_start, batch, batch_idx);
       {
-        ProfileScope scope(t.profiler(), t.profiler() ? detail::module_action(module_, hooks.step_name) : "");
+        ProfileScope scope(t.profiler(), detail::module_action(t.profiler(), module_, hooks.step_name));
         (module_.*hooks.step)(batch, batch_idx);
       }
       call(t, module_, hooks.batch_end, batch, batch_idx);
@@ -150,7 +150,7 @@ std::vector<torch::Tensor> EvaluationLoop::predict(DataLoader& loader, const Bat
     state_.current_batch_size = batch.batch_size();
     {
       const auto autocast = t.precision().forward_context();
-      ProfileScope scope(t.profiler(), t.profiler() ? detail::module_action(module_, "predict_step") : "");
+      ProfileScope scope(t.profiler(), detail::module_action(t.profiler(), module_, "predict_step"));
       outputs.push_back(module_.predict_step(batch, batch_idx));
     }
     t.call_callbacks([&](Callback& c) { c.on_predict_batch_end(t, module_, outputs.back(), batch, batch_idx); });

@@ -171,7 +171,7 @@ void FitLoop::run_epoch() {
 
 void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {
   auto& t = trainer_;
-  ProfileScope batch_scope(t.profiler(), "run_training_batch");
+  ProfileScope batch_scope(t.profiler(), kTrainingBatchAction);
   state_.current_batch_size = batch.batch_size();
   state_.logging_batch = (state_.progress.total_batches + 1) % t.options().log_every_n_steps() == 0;
   call_hook(t, module_, "on_train_batch_start", &Callback::on_train_batch_start, &TrainModule::on_train_batch_start,
@@ -193,7 +193,7 @@ void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {
 torch::Tensor FitLoop::training_step(Batch& batch, int64_t batch_idx) {
   auto* profiler = trainer_.profiler();
   const auto autocast = trainer_.precision().forward_context();
-  ProfileScope scope(profiler, profiler ? detail::module_action(module_, "training_step") : "");
+  ProfileScope scope(profiler, detail::module_action(profiler, module_, "training_step"));
   return module_.training_step(batch, batch_idx);
 }
 

@@ -41,9 +41,10 @@ struct RunState {
   std::shared_ptr<cluster::ClusterEnvironment> cluster_environment;
 };
 
-/// The profiler's name for `what` (a hook or step) of the module: "[TrainModule]<class>.<what>".
-inline std::string module_action(const TrainModule& module, const char* what) {
-  return "[TrainModule]" + class_name(typeid(module)) + "." + what;
+/// The profiler's name for `what` (a hook or step) of the module, "[TrainModule]<class>.<what>"; ""
+/// without a profiler, so that nothing is built when nobody profiles.
+inline std::string module_action(const Profiler* profiler, const TrainModule& module, const char* what) {
+  return profiler == nullptr ? std::string() : "[TrainModule]" + class_name(typeid(module)) + "." + what;
 }
 
 /// Calls `callback_hook` on every callback, then `module_hook` on the module, with `args`: Lightning's
@@ -57,7 +58,7 @@ void call_hook(Trainer& trainer, TrainModule& module, const char* name,
     ProfileScope scope(profiler, profiler ? "[Callback]" + callback->state_key() + "." + name : std::string());
     ((*callback).*callback_hook)(trainer, module, args...);
   }
-  ProfileScope scope(profiler, profiler ? module_action(module, name) : std::string());
+  ProfileScope scope(profiler, module_action(profiler, module, name));
   (module.*module_hook)(args...);
 }
 
