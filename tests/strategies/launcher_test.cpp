@@ -137,7 +137,7 @@ TEST(Launchers, CtrlCStopsEveryRankUnderTorchrunAndMpirun) {
       EXPECT_NE(output.find("fit stopped by SIGTERM at global step"), std::string::npos) << output;
       EXPECT_TRUE(std::filesystem::exists(dir + "/hpc_ckpt_1.ckpt")) << output;
     }
-    EXPECT_EQ(arc::testing::count_tagged(tag), 0) << "a rank outlived the run: " << output;
+    EXPECT_EQ(arc::testing::count_tagged_after(tag, 30), 0) << "a rank outlived the run: " << output;
     arc::testing::kill_tagged(tag);
     std::filesystem::remove_all(dir);
   }

@@ -82,6 +82,15 @@ inline std::vector<int> tagged_pids(const std::string& tag) {
 
 inline int count_tagged(const std::string& tag) { return static_cast<int>(tagged_pids(tag).size()); }
 
+/// The processes `tag` names that are still alive after waiting up to `seconds` for them to end: a
+/// launcher may return while its ranks are still on their way out.
+inline int count_tagged_after(const std::string& tag, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (count_tagged(tag) > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return count_tagged(tag);
+}
+
 /// SIGKILL to every process `tag` names: what a failed test leaves is cleaned up by pid.
 inline void kill_tagged(const std::string& tag) {
   for (const int pid : tagged_pids(tag)) kill(pid, SIGKILL);
