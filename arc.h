@@ -45,3 +45,4 @@
 #include <arc/profilers/profiler.h>
 #include <arc/profilers/simple_profiler.h>
 #include <arc/strategies/strategy.h>
+#include <arc/strategies/sync_batch_norm.h>

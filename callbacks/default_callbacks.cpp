@@ -1,9 +1,22 @@
-// add_default_callbacks (declared in core/detail/callback_connector.h).
+// add_default_callbacks and add_module_callbacks (declared in core/detail/callback_connector.h).
+#include <arc/base/console.h>
+#include <arc/base/error.h>
+#include <arc/callbacks/device_stats_monitor.h>
+#include <arc/callbacks/early_stopping.h>
 #include <arc/callbacks/elastic_checkpoint.h>
+#include <arc/callbacks/gradient_accumulation_scheduler.h>
+#include <arc/callbacks/lambda_callback.h>
+#include <arc/callbacks/learning_rate_monitor.h>
 #include <arc/callbacks/model_checkpoint.h>
 #include <arc/callbacks/model_summary.h>
+#include <arc/callbacks/on_exception_checkpoint.h>
 #include <arc/callbacks/progress_bar.h>
+#include <arc/callbacks/throughput_monitor.h>
+#include <arc/callbacks/timer.h>
 #include <arc/core/detail/callback_connector.h>
+
+#include <algorithm>
+#include <typeinfo>
 
 namespace arc::detail {
 namespace {
@@ -15,7 +28,51 @@ bool has(const std::vector<std::shared_ptr<Callback>>& callbacks) {
   return false;
 }
 
+// Whether `replacement` is a `T` while `callback` is exactly a `T`.
+template <typename T>
+bool replaces_as(const Callback& replacement, const Callback& callback) {
+  return typeid(callback) == typeid(T) && dynamic_cast<const T*>(&replacement) != nullptr;
+}
+
+bool replaces(const Callback& replacement, const Callback& callback) {
+  return typeid(replacement) == typeid(callback) || replaces_as<DeviceStatsMonitor>(replacement, callback) ||
+         replaces_as<EarlyStopping>(replacement, callback) || replaces_as<ElasticCheckpoint>(replacement, callback) ||
+         replaces_as<GradientAccumulationScheduler>(replacement, callback) ||
+         replaces_as<LambdaCallback>(replacement, callback) ||
+         replaces_as<LearningRateMonitor>(replacement, callback) ||
+         replaces_as<ModelCheckpoint>(replacement, callback) || replaces_as<ModelSummary>(replacement, callback) ||
+         replaces_as<OnExceptionCheckpoint>(replacement, callback) || replaces_as<ProgressBar>(replacement, callback) ||
+         replaces_as<ThroughputMonitor>(replacement, callback) || replaces_as<Timer>(replacement, callback);
+}
+
+bool checkpoints(const Callback& callback) {
+  return dynamic_cast<const ModelCheckpoint*>(&callback) != nullptr ||
+         dynamic_cast<const OnExceptionCheckpoint*>(&callback) != nullptr ||
+         dynamic_cast<const ElasticCheckpoint*>(&callback) != nullptr;
+}
+
 }  // namespace
+
+void add_module_callbacks(std::vector<std::shared_ptr<Callback>>& callbacks,
+                          const std::vector<std::shared_ptr<Callback>>& from_module) {
+  for (const auto& callback : from_module)
+    ARC_CHECK(callback != nullptr, "configure_callbacks() returned a null callback; return ones made with ",
+              "std::make_shared<...>(...)");
+  if (from_module.empty()) return;
+  std::vector<std::shared_ptr<Callback>> kept;
+  for (const auto& callback : callbacks) {
+    const bool replaced = std::any_of(from_module.begin(), from_module.end(),
+                                      [&](const auto& replacement) { return replaces(*replacement, *callback); });
+    if (replaced) {
+      console().info("the module's configure_callbacks() replaces the Trainer's {}", callback->state_key());
+    } else {
+      kept.push_back(callback);
+    }
+  }
+  kept.insert(kept.end(), from_module.begin(), from_module.end());
+  std::stable_partition(kept.begin(), kept.end(), [](const auto& callback) { return !checkpoints(*callback); });
+  callbacks = std::move(kept);
+}
 
 void add_default_callbacks(std::vector<std::shared_ptr<Callback>>& callbacks, const TrainerOptions& options,
                            bool elastic) {

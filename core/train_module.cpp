@@ -8,9 +8,9 @@
 
 namespace arc {
 
-void ManualOptimizer::zero_grad() { trainer_->zero_grad(*optimizer_); }
+void TrainerOptimizer::zero_grad() { trainer_->zero_grad(*optimizer_); }
 
-void ManualOptimizer::step() { trainer_->manual_optimizer_step(*optimizer_); }
+void TrainerOptimizer::step() { trainer_->optimizer_step(*optimizer_); }
 
 void TrainModule::validation_step(Batch&, int64_t) {
   ARC_FAIL("validation data was given but ", name(), " does not override validation_step(); override it, or ",
@@ -21,6 +21,69 @@ void TrainModule::test_step(Batch&, int64_t) { ARC_FAIL("Trainer::test needs ", 
 
 torch::Tensor TrainModule::predict_step(Batch&, int64_t) {
   ARC_FAIL("Trainer::predict needs ", name(), " to override predict_step()");
+}
+
+void TrainModule::optimizer_step(int64_t, int64_t, TrainerOptimizer& optimizer) { optimizer.step(); }
+
+void TrainModule::optimizer_zero_grad(int64_t, int64_t, torch::optim::Optimizer& optimizer) {
+  // set_to_none: the next backward writes gradients instead of adding to zeros.
+  for (auto& group : optimizer.param_groups())
+    for (auto& parameter : group.params())
+      if (parameter.grad().defined()) parameter.mutable_grad() = torch::Tensor();
+}
+
+void TrainModule::configure_gradient_clipping(torch::optim::Optimizer& optimizer,
+                                              std::optional<double> gradient_clip_val,
+                                              const std::string& gradient_clip_algorithm) {
+  clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm);
+}
+
+void TrainModule::lr_scheduler_step(LRScheduler& scheduler, std::optional<double> metric) { scheduler.step(metric); }
+
+void TrainModule::clip_gradients(torch::optim::Optimizer& optimizer, std::optional<double> gradient_clip_val,
+                                 const std::string& gradient_clip_algorithm) {
+  ARC_CHECK(gradient_clip_algorithm == "norm" || gradient_clip_algorithm == "value",
+            "clip_gradients: gradient_clip_algorithm is \"", gradient_clip_algorithm,
+            "\"; use \"norm\" (the total 2-norm) or \"value\" (each gradient value)");
+  ARC_CHECK(!gradient_clip_val || *gradient_clip_val >= 0, "clip_gradients: gradient_clip_val is ",
+            gradient_clip_val.value_or(0), "; give a value >= 0 (0 or none clips nothing)");
+  if (!gradient_clip_val || *gradient_clip_val == 0) return;
+  // Hooks and clipping see gradients at their true size.
+  trainer().precision().unscale(optimizer);
+  std::vector<torch::Tensor> parameters;
+  for (auto& group : optimizer.param_groups())
+    for (auto& parameter : group.params())
+      if (parameter.grad().defined()) parameters.push_back(parameter);
+  if (gradient_clip_algorithm == "value") {
+    torch::nn::utils::clip_grad_value_(parameters, *gradient_clip_val);
+  } else {
+    torch::nn::utils::clip_grad_norm_(parameters, *gradient_clip_val, 2.0);
+  }
+}
+
+void TrainModule::toggle_optimizer(torch::optim::Optimizer& optimizer) {
+  ARC_CHECK(toggled_.empty(), "toggle_optimizer: an optimizer is toggled already; call untoggle_optimizer(...) ",
+            "for it first");
+  for (const auto& config : trainer().optimizer_configs())
+    for (auto& group : config.optimizer->param_groups())
+      for (auto& parameter : group.params()) {
+        toggled_.emplace_back(parameter, parameter.requires_grad());
+        parameter.set_requires_grad(false);
+      }
+  // The toggled optimizer's parameters get back what they had.
+  for (auto& group : optimizer.param_groups())
+    for (auto& parameter : group.params())
+      for (const auto& [toggled, required] : toggled_)
+        if (toggled.is_same(parameter)) parameter.set_requires_grad(required);
+}
+
+void TrainModule::untoggle_optimizer(torch::optim::Optimizer&) {
+  for (auto& [parameter, required] : toggled_) parameter.set_requires_grad(required);
+  toggled_.clear();
+}
+
+Batch TrainModule::transfer_batch_to_device(const Batch& batch, torch::Device device, int64_t) {
+  return batch.to(device, std::nullopt, /*non_blocking=*/true);
 }
 
 void TrainModule::log(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
@@ -35,8 +98,8 @@ void TrainModule::log_dict(const std::map<std::string, torch::Tensor>& values, c
   for (const auto& [name, value] : values) log(name, value, options);
 }
 
-std::vector<ManualOptimizer> TrainModule::optimizers() {
-  std::vector<ManualOptimizer> out;
+std::vector<TrainerOptimizer> TrainModule::optimizers() {
+  std::vector<TrainerOptimizer> out;
   for (const auto& config : trainer().optimizer_configs()) out.emplace_back(*trainer_, *config.optimizer);
   return out;
 }

@@ -16,10 +16,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace arc {
 
+class Callback;
 class Trainer;
 
 /// When a scheduler steps: after every optimizer step or after every training epoch.
@@ -48,12 +50,15 @@ struct OptimizerConfig {
       : optimizer(std::move(opt)), lr_scheduler(std::move(scheduler)) {}
 };
 
-/// An optimizer seen from a manually optimized training_step: step() runs the hooks and counts
-/// the global step, as Lightning's LightningOptimizer.
-class ManualOptimizer {
+/// An optimizer as the Trainer steps it, Lightning's LightningOptimizer: what optimizers() gives a
+/// manually optimized training_step and what the optimizer_step hook gets.
+class TrainerOptimizer {
  public:
-  ManualOptimizer(Trainer& trainer, torch::optim::Optimizer& optimizer) : trainer_(&trainer), optimizer_(&optimizer) {}
+  TrainerOptimizer(Trainer& trainer, torch::optim::Optimizer& optimizer) : trainer_(&trainer), optimizer_(&optimizer) {}
+  /// on_before_zero_grad, then every gradient set to none.
   void zero_grad();
+  /// Gradients unscaled (under "16-mixed"), on_before_optimizer_step, configure_gradient_clipping
+  /// (automatic optimization), the step, the global step advanced.
   void step();
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
 
@@ -68,7 +73,9 @@ class TrainModule : public torch::nn::Module {
   TrainModule() = default;
   explicit TrainModule(const std::string& name) : torch::nn::Module(name) {}
 
-  /// Returns the loss to minimise (automatic optimization) or anything (manual).
+  /// Returns the loss to minimise (automatic optimization) or anything (manual). Under automatic
+  /// optimization an undefined tensor skips the batch: no backward, and no optimizer step where it
+  /// ends an accumulation window; under DDP every rank skips that step when one rank does.
   virtual torch::Tensor training_step(Batch& batch, int64_t batch_idx) = 0;
   virtual void validation_step(Batch& batch, int64_t batch_idx);
   virtual void test_step(Batch& batch, int64_t batch_idx);
@@ -113,6 +120,43 @@ class TrainModule : public torch::nn::Module {
   virtual void on_before_optimizer_step(torch::optim::Optimizer&) {}
   virtual void on_before_zero_grad(torch::optim::Optimizer&) {}
 
+  /// What the automatic loop does, overridable as in Lightning. optimizer_step runs after the
+  /// backward of an accumulation window's last batch; not calling optimizer.step() skips the step
+  /// (and the step-interval schedulers). Override it to warm up the learning rate, for instance.
+  virtual void optimizer_step(int64_t epoch, int64_t batch_idx, TrainerOptimizer& optimizer);
+  /// At the start of every accumulation window, after on_before_zero_grad: sets every gradient of
+  /// `optimizer` to none.
+  virtual void optimizer_zero_grad(int64_t epoch, int64_t batch_idx, torch::optim::Optimizer& optimizer);
+  /// Before every automatic optimizer step, with the Trainer's gradient_clip_val and
+  /// gradient_clip_algorithm: calls clip_gradients with them.
+  virtual void configure_gradient_clipping(torch::optim::Optimizer& optimizer, std::optional<double> gradient_clip_val,
+                                           const std::string& gradient_clip_algorithm);
+  /// When a scheduler is due (its interval and frequency): steps it, with the monitored value for
+  /// ReduceLROnPlateau.
+  virtual void lr_scheduler_step(LRScheduler& scheduler, std::optional<double> metric);
+  /// Clips the gradients of `optimizer`'s parameters, unscaled first under "16-mixed": their total
+  /// 2-norm to `gradient_clip_val` ("norm") or each value into [-val, val] ("value"); nothing for
+  /// no value or 0. Call it from configure_gradient_clipping or a manually optimized training_step.
+  void clip_gradients(torch::optim::Optimizer& optimizer, std::optional<double> gradient_clip_val,
+                      const std::string& gradient_clip_algorithm = "norm");
+  /// For several optimizers (manual optimization): only `optimizer`'s parameters require gradients
+  /// until untoggle_optimizer puts back what the others had.
+  void toggle_optimizer(torch::optim::Optimizer& optimizer);
+  void untoggle_optimizer(torch::optim::Optimizer& optimizer);
+
+  /// Callbacks the module brings, added when fit, validate, test or predict starts: each replaces
+  /// the Trainer's callbacks of its type (a ModelCheckpoint, or a subclass of one, replaces the
+  /// Trainer's ModelCheckpoints), and checkpointing callbacks run last, as in Lightning.
+  virtual std::vector<std::shared_ptr<Callback>> configure_callbacks() { return {}; }
+
+  /// How every batch reaches the device, in Lightning's order: on_before_batch_transfer (on the
+  /// loader's batch), transfer_batch_to_device (default: every tensor to `device`),
+  /// on_after_batch_transfer (on the device). Floating tensors then take a "-true" precision's type.
+  /// `dataloader_idx` is the loader's index among the stage's loaders (0 for one).
+  virtual void on_before_batch_transfer(Batch&, int64_t /*dataloader_idx*/) {}
+  virtual Batch transfer_batch_to_device(const Batch& batch, torch::Device device, int64_t dataloader_idx);
+  virtual void on_after_batch_transfer(Batch&, int64_t /*dataloader_idx*/) {}
+
   /// Checkpoint hooks: add to or read from the checkpoint's metadata.
   virtual void on_save_checkpoint(nlohmann::json&) {}
   virtual void on_load_checkpoint(const nlohmann::json&) {}
@@ -126,7 +170,7 @@ class TrainModule : public torch::nn::Module {
   void set_automatic_optimization(bool automatic) { automatic_optimization_ = automatic; }
   bool automatic_optimization() const { return automatic_optimization_; }
   /// The configured optimizers, for manual optimization.
-  std::vector<ManualOptimizer> optimizers();
+  std::vector<TrainerOptimizer> optimizers();
   /// The configured schedulers, in optimizer order.
   std::vector<std::shared_ptr<LRScheduler>> lr_schedulers();
   /// Backward through the precision (loss scaling) and the strategy (gradient sync), with the backward hooks.
@@ -163,6 +207,8 @@ class TrainModule : public torch::nn::Module {
   nlohmann::json scheduler_json_;
   bool optimizer_config_used_ = false;
   nlohmann::json hparams_ = nlohmann::json::object();
+  /// What toggle_optimizer changed: each parameter and whether it required gradients.
+  std::vector<std::pair<torch::Tensor, bool>> toggled_;
 };
 
 }  // namespace arc

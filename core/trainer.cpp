@@ -10,7 +10,6 @@
 #include <arc/core/detail/checkpoint_connector.h>
 #include <arc/core/detail/evaluation_loop.h>
 #include <arc/core/detail/fit_loop.h>
-#include <arc/core/detail/optimizer_step.h>
 #include <arc/core/detail/run_state.h>
 #include <arc/core/detail/signal_connector.h>
 #include <arc/data/data_loader.h>
@@ -18,6 +17,7 @@
 #include <arc/loggers/tensorboard_logger.h>
 #include <arc/strategies/launchers/rank_processes.h>
 #include <arc/strategies/strategy.h>
+#include <arc/strategies/sync_batch_norm.h>
 
 #include <malloc.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
@@ -162,6 +162,12 @@ void Trainer::detach() {
 
 void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, const std::function<void()>& body) {
   attach(module);
+  try {
+    detail::add_module_callbacks(callbacks_, module.configure_callbacks());
+  } catch (...) {
+    detach();
+    throw;
+  }
   state_->stage = stage;
   state_->stage_start = std::chrono::steady_clock::now();
   if (profiler_) profiler_->setup(to_string(stage), log_dir(), global_rank());
@@ -180,6 +186,8 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
     precision_->convert_module(module);
     strategy_->set_profiler(profiler_.get());
     strategy_->setup_module(module);
+    connect_sync_batch_norms(module, options_.sync_batchnorm() ? strategy_->collectives() : nullptr,
+                             options_.sync_batchnorm());
     std::optional<torch::autograd::DetectAnomalyGuard> anomalies;
     if (options_.detect_anomaly()) anomalies.emplace();
     body();
@@ -372,14 +380,29 @@ void Trainer::zero_grad(torch::optim::Optimizer& optimizer) {
   detail::call_hook(*this, *module_, "on_before_zero_grad", &Callback::on_before_zero_grad,
                     &TrainModule::on_before_zero_grad, optimizer);
   ProfileScope scope(profiler_.get(), "[Trainer].zero_grad");
-  // set_to_none: the next backward writes gradients instead of adding to zeros.
-  for (auto& group : optimizer.param_groups())
-    for (auto& parameter : group.params())
-      if (parameter.grad().defined()) parameter.mutable_grad() = torch::Tensor();
+  // The default, not an override: optimizer_zero_grad is the automatic loop's hook.
+  module_->TrainModule::optimizer_zero_grad(current_epoch(), state_->progress.epoch_batches, optimizer);
 }
 
-void Trainer::manual_optimizer_step(torch::optim::Optimizer& optimizer) {
-  detail::step_optimizer(*this, *module_, *state_, optimizer, /*clip=*/false);
+void Trainer::optimizer_step(torch::optim::Optimizer& optimizer) {
+  // Hooks and clipping see gradients at their true size.
+  precision_->unscale(optimizer);
+  detail::call_hook(*this, *module_, "on_before_optimizer_step", &Callback::on_before_optimizer_step,
+                    &TrainModule::on_before_optimizer_step, optimizer);
+  ProfileScope scope(profiler_.get(), "[Trainer].optimizer_step");
+  if (module_->automatic_optimization())
+    module_->configure_gradient_clipping(optimizer, options_.gradient_clip_val(), options_.gradient_clip_algorithm());
+  precision_->optimizer_step(optimizer);
+  precision_->update();
+  ++state_->progress.global_step;
+}
+
+Batch Trainer::transfer_batch(Batch batch, int64_t dataloader_idx) {
+  module_->on_before_batch_transfer(batch, dataloader_idx);
+  batch = module_->transfer_batch_to_device(batch, device(), dataloader_idx);
+  module_->on_after_batch_transfer(batch, dataloader_idx);
+  if (const auto dtype = precision_->input_dtype()) batch = batch.to(device(), dtype, /*non_blocking=*/true);
+  return batch;
 }
 
 }  // namespace arc

@@ -123,9 +123,15 @@ class Trainer {
   void backward(TrainModule& module, const torch::Tensor& loss);
   /// The precision plugin ("32-true", "bf16-mixed", ...).
   Precision& precision() const { return *precision_; }
-  /// Called by ManualOptimizer::step: hooks, step, global step.
-  void manual_optimizer_step(torch::optim::Optimizer& optimizer);
+  /// TrainerOptimizer::step, in Lightning's order: gradients unscaled (under "16-mixed"),
+  /// on_before_optimizer_step (the callbacks', then the module's), configure_gradient_clipping
+  /// (automatic optimization), the optimizer stepped, the loss scale updated, the global step advanced.
+  void optimizer_step(torch::optim::Optimizer& optimizer);
+  /// TrainerOptimizer::zero_grad: on_before_zero_grad, then every gradient set to none.
   void zero_grad(torch::optim::Optimizer& optimizer);
+  /// A loader's batch on the device, through the module's batch-transfer hooks and the precision's
+  /// input type; `dataloader_idx` tells the stage's loaders apart.
+  Batch transfer_batch(Batch batch, int64_t dataloader_idx);
 
   /// Runs `hook` on every callback.
   template <typename Hook>

@@ -261,6 +261,7 @@ const std::vector<OptionField>& option_fields() {
                    ARC_CHECK(o.timeout() > 0, "timeout must be > 0 seconds, got ", o.timeout());
                  }),
       ARC_OPTION(find_unused_parameters, "DDP: allow parameters without gradient in a step", no_check),
+      ARC_OPTION(sync_batchnorm, "DDP: arc::SyncBatchNorm layers use the statistics of every rank's batch", no_check),
       ARC_OPTION(first_bucket_mb, "DDP: size of the first gradient bucket in MiB",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.first_bucket_mb() > 0, "first_bucket_mb must be > 0, got ", o.first_bucket_mb());

@@ -104,6 +104,9 @@ class TrainerOptions {
   ARC_ARG(double, timeout) = 1800.0;
   /// DDP: tolerate parameters without gradient in a step.
   ARC_ARG(bool, find_unused_parameters) = false;
+  /// DDP: the model's arc::SyncBatchNorm layers normalize training batches with the statistics of
+  /// every rank's samples together (Lightning's sync_batchnorm; a torch::nn::BatchNorm is an error).
+  ARC_ARG(bool, sync_batchnorm) = false;
   /// DDP gradient bucket sizes in MiB: the first (small, so communication starts early), the rest.
   ARC_ARG(double, first_bucket_mb) = 1.0;
   ARC_ARG(double, bucket_cap_mb) = 25.0;

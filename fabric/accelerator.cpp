@@ -4,6 +4,7 @@
 #include <arc/accelerators/accelerator_backend.h>
 #include <arc/core/detail/accelerator_connector.h>
 #include <arc/strategies/strategy.h>
+#include <arc/strategies/sync_batch_norm.h>
 
 #include <torch/torch.h>
 
@@ -25,6 +26,8 @@ Accelerator::~Accelerator() { strategy_->teardown(); }
 void Accelerator::prepare(torch::nn::Module& model) {
   precision_->convert_module(model);
   strategy_->setup_module(model);
+  connect_sync_batch_norms(model, options_.sync_batchnorm() ? strategy_->collectives() : nullptr,
+                           options_.sync_batchnorm());
 }
 
 void Accelerator::prepare(torch::optim::Optimizer& optimizer) {

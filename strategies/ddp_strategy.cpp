@@ -112,4 +112,11 @@ void DDPStrategy::backward(const torch::Tensor& loss) {
   loss.backward();
 }
 
+// The vote travels in the gradient all-reduce: a rank that skipped joins it without a backward.
+bool DDPStrategy::agree_on_skip(bool skipped) {
+  if (!reducer_) return skipped;
+  if (skipped) reducer_->reduce_without_backward(profiler());
+  return reducer_->skip_voted();
+}
+
 }  // namespace arc

@@ -26,6 +26,7 @@ class DDPStrategy : public Strategy {
   torch::Device root_device() const override { return device_; }
   void setup_module(torch::nn::Module& module) override;
   void backward(const torch::Tensor& loss) override;
+  bool agree_on_skip(bool skipped) override;
   void set_gradient_sync(bool sync) override { sync_ = sync; }
   int64_t world_size() const override { return world_size_; }
   int64_t global_rank() const override { return rank_; }

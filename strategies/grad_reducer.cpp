@@ -49,9 +49,10 @@ GradReducer::GradReducer(std::vector<torch::Tensor> parameters, std::vector<std:
       numel += parameters_[i].numel();
     }
     const auto& first = parameters_[layout_[b].front()];
-    bucket->buffer = torch::zeros({numel}, first.options().requires_grad(false));
+    bucket->buffer = torch::zeros({numel + (b == 0 ? 1 : 0)}, first.options().requires_grad(false));
     buckets_.push_back(std::move(bucket));
   }
+  if (!buckets_.empty()) skip_vote_ = buckets_.front()->buffer.narrow(0, buckets_.front()->buffer.numel() - 1, 1);
   for (size_t i = 0; i < parameters_.size(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[i]);
     accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
@@ -76,7 +77,30 @@ void GradReducer::prepare_for_backward(Profiler* profiler) {
     buckets_[b]->pending = layout_[b].size();
     buckets_[b]->work = PendingWork();
   }
+  if (skip_vote_.defined()) skip_vote_.zero_();
 }
+
+void GradReducer::reduce_without_backward(Profiler* profiler) {
+  prepare_for_backward(profiler);
+  armed_ = false;
+  if (!skip_vote_.defined()) return;
+  skip_vote_.fill_(1);
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    auto slot = buckets_[bucket_of_[i]]->buffer.narrow(0, offset_of_[i], parameters_[i].numel());
+    const auto& grad = parameters_[i].grad();
+    if (grad.defined()) {
+      slot.copy_(grad.reshape({-1}));
+    } else {
+      slot.zero_();
+    }
+    ready_[i] = true;
+    buckets_[bucket_of_[i]]->pending = 0;
+  }
+  launch_ready_buckets();
+  finalize();
+}
+
+bool GradReducer::skip_voted() const { return skip_vote_.defined() && skip_vote_.item<double>() > 0; }
 
 void GradReducer::mark_ready(size_t parameter) {
   if (!armed_ || ready_[parameter]) return;

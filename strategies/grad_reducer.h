@@ -1,7 +1,8 @@
 // GradReducer: DDP's gradient averaging. Parameters are grouped into buckets in reverse
 // registration order (a small first bucket, then bucket_cap); autograd post-accumulation hooks
 // mark parameters ready, a full bucket starts its all-reduce while backward goes on, and the
-// end-of-backward callback waits and writes the averaged gradients back.
+// end-of-backward callback waits and writes the averaged gradients back. The first bucket carries
+// one more element, the ranks' vote to skip the step (TrainModule::training_step's undefined loss).
 #pragma once
 
 #include <arc/strategies/collectives.h>
@@ -40,6 +41,11 @@ class GradReducer {
   /// Arms the reducer for the next backward; without it (no_sync) gradients stay local. `profiler`
   /// (may be null) times that backward's all-reduce launches and the wait for their results.
   void prepare_for_backward(Profiler* profiler = nullptr);
+  /// Joins the ranks' reduction without a backward, as a rank whose batch was skipped: its
+  /// current gradients (zeros where none) are reduced, with its vote to skip the step.
+  void reduce_without_backward(Profiler* profiler = nullptr);
+  /// Whether some rank voted to skip in the last reduction.
+  bool skip_voted() const;
   /// Number of buckets, and the parameter indices of each (for tests and logs).
   const std::vector<std::vector<size_t>>& bucket_layout() const { return layout_; }
 
@@ -59,6 +65,8 @@ class GradReducer {
   std::vector<size_t> bucket_of_;
   std::vector<int64_t> offset_of_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  /// One element after the first bucket's gradients: each rank adds 1 there to skip the step.
+  torch::Tensor skip_vote_;
   std::vector<bool> ready_;
   size_t next_bucket_ = 0;
   Profiler* profiler_ = nullptr;

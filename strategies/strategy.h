@@ -83,6 +83,9 @@ class Strategy {
   /// gradient synchronisation).
   virtual void setup_module(torch::nn::Module& module);
   virtual void backward(const torch::Tensor& loss);
+  /// At an optimizer step, after this rank's backward (`skipped`: it had no loss to run backward
+  /// on): whether some rank skipped it, so that every rank skips the step together.
+  virtual bool agree_on_skip(bool skipped) { return skipped; }
   virtual int64_t world_size() const { return 1; }
   virtual int64_t global_rank() const { return 0; }
   virtual int64_t local_rank() const { return 0; }

@@ -17,4 +17,10 @@ namespace arc::detail {
 void add_default_callbacks(std::vector<std::shared_ptr<Callback>>& callbacks, const TrainerOptions& options,
                            bool elastic);
 
+/// Adds what TrainModule::configure_callbacks returned, as Lightning does: each replaces the
+/// callbacks of its class (or of a built-in class it derives from, as a ModelCheckpoint subclass
+/// replaces the default ModelCheckpoint), and the checkpointing callbacks move to the end.
+void add_module_callbacks(std::vector<std::shared_ptr<Callback>>& callbacks,
+                          const std::vector<std::shared_ptr<Callback>>& from_module);
+
 }  // namespace arc::detail

@@ -117,7 +117,7 @@ Metrics EvaluationLoop::run_batches(DataLoader& loader, int64_t batches) {
     for (int64_t batch_idx = 0; batch_idx < batches; ++batch_idx) {
       auto fetched = next(t.profiler(), loader, hooks.next_action);
       if (!fetched) break;
-      Batch batch = t.precision().to_device(*fetched);
+      Batch batch = t.transfer_batch(std::move(*fetched), 0);
       state_.current_batch_size = batch.batch_size();
       const auto autocast = t.precision().forward_context();
       call(t, module_, hooks.batch_start, batch, batch_idx);
@@ -146,7 +146,7 @@ std::vector<torch::Tensor> EvaluationLoop::predict(DataLoader& loader, const Bat
   for (int64_t batch_idx = 0; batch_idx < batches; ++batch_idx) {
     auto fetched = next(t.profiler(), loader, "[EvaluationLoop].predict_next");
     if (!fetched) break;
-    Batch batch = t.precision().to_device(*fetched);
+    Batch batch = t.transfer_batch(std::move(*fetched), 0);
     state_.current_batch_size = batch.batch_size();
     {
       const auto autocast = t.precision().forward_context();

@@ -4,7 +4,6 @@
 #include <arc/base/console.h>
 #include <arc/core/detail/checkpoint_connector.h>
 #include <arc/core/detail/evaluation_loop.h>
-#include <arc/core/detail/optimizer_step.h>
 #include <arc/core/detail/run_state.h>
 #include <arc/core/detail/signal_connector.h>
 #include <arc/data/data_loader.h>
@@ -154,7 +153,7 @@ void FitLoop::run_epoch() {
       fetched = train_->next();
     }
     if (!fetched) break;
-    Batch batch = t.precision().to_device(*fetched);
+    Batch batch = t.transfer_batch(std::move(*fetched), 0);
     run_batch(batch, batch_idx);
     if (validation_due(batch_idx)) validate();
     agreed_ = signals_->check();
@@ -201,23 +200,38 @@ void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& los
   auto& t = trainer_;
   const int64_t accumulate = t.accumulate_grad_batches();
   loss = training_step(batch, batch_idx);
-  ARC_CHECK(loss.defined() && loss.numel() == 1, "training_step must return the scalar loss to minimise, got ",
-            loss.defined() ? "a tensor of shape " + detail::str(loss.sizes()) : std::string("an undefined tensor"),
+  const bool skipped = !loss.defined();
+  ARC_CHECK(skipped || loss.numel() == 1, "training_step must return the scalar loss to minimise (or an undefined ",
+            "tensor to skip the batch), got a tensor of shape ", detail::str(loss.sizes()),
             "; return a scalar, or call set_automatic_optimization(false) to optimize by hand");
-  if (batch_idx % accumulate == 0)
-    for (auto& config : state_.optimizers) t.zero_grad(*config.optimizer);
+  if (batch_idx % accumulate == 0) zero_grad(batch_idx);
   const bool boundary = (batch_idx + 1) % accumulate == 0 || batch_idx + 1 == state_.num_training_batches;
-  t.strategy().set_gradient_sync(boundary);
-  t.backward(module_, accumulate > 1 ? loss / static_cast<double>(accumulate) : loss);
-  t.strategy().set_gradient_sync(true);
-  loss = loss.detach();
-  if (boundary) optimizer_step();
+  if (!skipped) {
+    t.strategy().set_gradient_sync(boundary);
+    t.backward(module_, accumulate > 1 ? loss / static_cast<double>(accumulate) : loss);
+    t.strategy().set_gradient_sync(true);
+    loss = loss.detach();
+  }
+  if (boundary && !t.strategy().agree_on_skip(skipped)) optimizer_step(batch_idx);
 }
 
-void FitLoop::optimizer_step() {
+void FitLoop::zero_grad(int64_t batch_idx) {
+  auto& t = trainer_;
+  for (auto& config : state_.optimizers) {
+    call_hook(t, module_, "on_before_zero_grad", &Callback::on_before_zero_grad, &TrainModule::on_before_zero_grad,
+              *config.optimizer);
+    ProfileScope scope(t.profiler(), "[Trainer].zero_grad");
+    module_.optimizer_zero_grad(state_.progress.current_epoch, batch_idx, *config.optimizer);
+  }
+}
+
+void FitLoop::optimizer_step(int64_t batch_idx) {
   // configure_optimizers allows automatic optimization exactly one optimizer, as Lightning's.
-  detail::step_optimizer(trainer_, module_, state_, *state_.optimizers.front().optimizer, /*clip=*/true);
-  step_schedulers(Interval::step);
+  const int64_t before = state_.progress.global_step;
+  TrainerOptimizer optimizer(trainer_, *state_.optimizers.front().optimizer);
+  module_.optimizer_step(state_.progress.current_epoch, batch_idx, optimizer);
+  // A step the module's optimizer_step left out leaves the step-interval schedulers too.
+  if (state_.progress.global_step != before) step_schedulers(Interval::step);
 }
 
 void FitLoop::step_schedulers(Interval interval) {
@@ -240,7 +254,7 @@ void FitLoop::step_schedulers(Interval interval) {
       }
       metric = found->second;
     }
-    scheduler.scheduler->step(metric);
+    module_.lr_scheduler_step(*scheduler.scheduler, metric);
   }
 }
 

@@ -37,8 +37,13 @@ class FitLoop {
   void run_batch(Batch& batch, int64_t batch_idx);
   /// The module's training_step under the precision's forward context.
   torch::Tensor training_step(Batch& batch, int64_t batch_idx);
+  /// training_step, backward and, at an accumulation window's end, the step; an undefined loss
+  /// skips the backward and (on every rank) that step.
   void automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& loss);
-  void optimizer_step();
+  /// At a window's start: on_before_zero_grad and the module's optimizer_zero_grad.
+  void zero_grad(int64_t batch_idx);
+  /// The module's optimizer_step, then the step-interval schedulers if it stepped.
+  void optimizer_step(int64_t batch_idx);
   void step_schedulers(Interval interval);
   bool validation_due(int64_t batch_idx) const;
   void validate();

@@ -7,6 +7,7 @@
 //             [--root DIR] [--elastic-every 5] [--fail-attempt 0] [--step-ms 20]
 //             [--stop-rank 1 --stop-step 5] [--early-stop-rank 1] [--max-time 2 --late-rank 1 --late-ms 1000]
 //             [--loggers DIR] [--prepare-log FILE] [--checkpoint-every 5 --fsize-limit 1024]
+//             [--skip-rank 1 --skip-batch 3] [--batchnorm 1 [--sync-batchnorm 1]]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -15,6 +16,8 @@
 // --prepare-log: the data comes from a DataModule whose prepare_data appends a line to FILE.
 // --checkpoint-every: a ModelCheckpoint in ROOT/checkpoints every that many steps. --fsize-limit: rank 0
 // may write files of that many bytes at most (RLIMIT_FSIZE, SIGXFSZ ignored), so that its saves fail.
+// --skip-rank/--skip-batch: that rank's training_step returns no loss for that batch of the first epoch.
+// --batchnorm: an arc::SyncBatchNorm after fc1; --sync-batchnorm: TrainerOptions::sync_batchnorm.
 // --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
 // Every rank prints "STOPPED <rank> <global step>" after fit.
 // Rank 0 prints "TIMING start <step> <unix ms> <attempt>" at its first step and the failing rank
@@ -43,9 +46,9 @@ struct Args {
   std::string strategy = "ddp_spawn";
   int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, fail_rank = -1, fail_step = -1, fail_attempt = -1;
   int64_t elastic_every = 0, step_ms = 0, stop_rank = -1, stop_step = -1, early_stop_rank = -1, late_rank = -1;
-  int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0;
+  int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0, skip_rank = -1, skip_batch = -1;
   double timeout = 30, max_time = 0;
-  bool shared_memory = true;
+  bool shared_memory = true, batchnorm = false, sync_batchnorm = false;
   std::string out, fail, loop = "trainer", root = ".", precision = "32-true", loggers, prepare_log;
   // The CPU unless asked: "auto" would take a GPU wherever one is, and the tests count CPU ranks.
   std::string accelerator = "cpu", device_list, process_group_backend = "auto";
@@ -85,6 +88,10 @@ Args parse(int argc, char** argv) {
     if (key == "--prepare-log") a.prepare_log = value;
     if (key == "--checkpoint-every") a.checkpoint_every = std::stoll(value);
     if (key == "--fsize-limit") a.fsize_limit = std::stoll(value);
+    if (key == "--skip-rank") a.skip_rank = std::stoll(value);
+    if (key == "--skip-batch") a.skip_batch = std::stoll(value);
+    if (key == "--batchnorm") a.batchnorm = value == "1";
+    if (key == "--sync-batchnorm") a.sync_batchnorm = value == "1";
   }
   return a;
 }
@@ -95,8 +102,9 @@ class Probe : public arc::TrainModule {
     torch::manual_seed(0);
     fc1 = register_module("fc1", torch::nn::Linear(8, 16));
     fc2 = register_module("fc2", torch::nn::Linear(16, 3));
+    if (args.batchnorm) bn = register_module("bn", arc::SyncBatchNorm(16));
   }
-  torch::Tensor training_step(arc::Batch& batch, int64_t) override {
+  torch::Tensor training_step(arc::Batch& batch, int64_t batch_idx) override {
     if (!started_ && trainer().is_global_zero())
       std::cout << "TIMING start " << global_step() << " " << unix_ms() << " " << attempt() << std::endl;
     started_ = true;
@@ -104,13 +112,16 @@ class Probe : public arc::TrainModule {
     maybe_fail();
     if (trainer().global_rank() == args_.stop_rank && global_step() == args_.stop_step)
       trainer().request_stop("probe: rank " + std::to_string(args_.stop_rank) + " alone asks to stop");
-    auto loss = torch::nn::functional::cross_entropy(fc2(torch::relu(fc1(batch[0]))), batch[1]);
+    auto hidden = fc1(batch[0]);
+    if (!bn.is_empty()) hidden = bn(hidden);
+    auto loss = torch::nn::functional::cross_entropy(fc2(torch::relu(hidden)), batch[1]);
     const auto rank = static_cast<double>(trainer().global_rank());
     log("rank_mean", rank, {.on_epoch = true, .sync_dist = true});
     log("rank_max", rank, {.on_epoch = true, .reduce = arc::Reduce::max, .sync_dist = true});
     log("rank_min", rank, {.on_epoch = true, .reduce = arc::Reduce::min, .sync_dist = true});
     log("rank_sum", rank, {.on_step = false, .on_epoch = true, .reduce = arc::Reduce::sum, .sync_dist = true});
-    return loss;
+    const bool skip = trainer().global_rank() == args_.skip_rank && batch_idx == args_.skip_batch;
+    return skip && current_epoch() == 0 ? torch::Tensor() : loss;
   }
   void validation_step(arc::Batch&, int64_t) override {
     log("val_flag", trainer().global_rank() == args_.early_stop_rank ? 0.0 : 1.0, {.on_epoch = true});
@@ -119,6 +130,7 @@ class Probe : public arc::TrainModule {
     return {std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1).momentum(0.9))};
   }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  arc::SyncBatchNorm bn{nullptr};
 
  private:
   void maybe_fail() {
@@ -155,8 +167,11 @@ class NotingData : public arc::DataModule {
 void write_parameters(torch::nn::Module& module, const std::string& path) {
   if (path.empty()) return;
   std::ofstream out(path, std::ios::binary);
-  for (const auto& p : module.parameters()) {
-    const auto values = p.detach().to(torch::kCPU).contiguous();
+  auto state = module.parameters();
+  for (const auto& buffer : module.buffers())
+    if (buffer.is_floating_point()) state.push_back(buffer);
+  for (const auto& p : state) {
+    const auto values = p.detach().to(torch::kCPU, torch::kFloat).contiguous();
     out.write(reinterpret_cast<const char*>(values.data_ptr<float>()), values.numel() * 4);
   }
 }
@@ -219,7 +234,10 @@ int main(int argc, char** argv) {
   options.devices(listed.empty() ? arc::Devices::of_count(args.devices) : arc::Devices::of_indices(listed));
   options.process_group_backend(args.process_group_backend);
   options.accumulate_grad_batches(args.accumulate).timeout(args.timeout).num_threads(1);
-  options.shared_memory(args.shared_memory).default_root_dir(args.root).precision(args.precision);
+  options.shared_memory(args.shared_memory)
+      .sync_batchnorm(args.sync_batchnorm)
+      .default_root_dir(args.root)
+      .precision(args.precision);
   options.elastic_checkpoint_every_n_steps(args.elastic_every);
   options.enable_progress_bar(false).enable_model_summary(false).enable_checkpointing(false).deterministic(true);
   try {
