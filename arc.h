@@ -18,6 +18,7 @@
 #include <arc/callbacks/model_checkpoint.h>
 #include <arc/callbacks/model_summary.h>
 #include <arc/callbacks/on_exception_checkpoint.h>
+#include <arc/callbacks/prediction_writer.h>
 #include <arc/callbacks/progress_bar.h>
 #include <arc/callbacks/throughput_monitor.h>
 #include <arc/callbacks/timer.h>

@@ -47,6 +47,7 @@ class Callback {
   virtual void on_validation_epoch_end(Trainer&, TrainModule&) {}
   virtual void on_test_epoch_start(Trainer&, TrainModule&) {}
   virtual void on_test_epoch_end(Trainer&, TrainModule&) {}
+  virtual void on_predict_epoch_end(Trainer&, TrainModule&) {}
   virtual void on_train_batch_start(Trainer&, TrainModule&, Batch&, int64_t) {}
   /// `loss` is what training_step returned (undefined when it returned nothing).
   virtual void on_train_batch_end(Trainer&, TrainModule&, const torch::Tensor&, Batch&, int64_t) {}
@@ -54,6 +55,7 @@ class Callback {
   virtual void on_validation_batch_end(Trainer&, TrainModule&, Batch&, int64_t) {}
   virtual void on_test_batch_start(Trainer&, TrainModule&, Batch&, int64_t) {}
   virtual void on_test_batch_end(Trainer&, TrainModule&, Batch&, int64_t) {}
+  /// `outputs` is what predict_step returned; Trainer::batch_indices() names the batch's samples.
   virtual void on_predict_batch_end(Trainer&, TrainModule&, const torch::Tensor&, Batch&, int64_t) {}
   virtual void on_before_backward(Trainer&, TrainModule&, const torch::Tensor&) {}
   virtual void on_after_backward(Trainer&, TrainModule&) {}

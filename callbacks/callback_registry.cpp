@@ -83,7 +83,8 @@ Registry<Callback, const Config&> shipped_callbacks() {
   });
   r.add("ProgressBar",
         [](const Config& config) { return std::make_shared<ProgressBar>(config.get<int64_t>("refresh_rate", 50)); });
-  r.add("ModelSummary", [](const Config&) { return std::make_shared<ModelSummary>(); });
+  r.add("ModelSummary",
+        [](const Config& config) { return std::make_shared<ModelSummary>(config.get<int64_t>("max_depth", 1)); });
   r.add("OnExceptionCheckpoint", [](const Config& config) {
     return std::make_shared<OnExceptionCheckpoint>(config.require<std::string>("dirpath"),
                                                    config.get<std::string>("filename", "on_exception"));

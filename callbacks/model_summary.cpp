@@ -2,9 +2,12 @@
 #include <arc/callbacks/model_summary.h>
 
 #include <arc/base/console.h>
+#include <arc/base/error.h>
 #include <arc/core/trainer.h>
 
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace arc {
 namespace {
@@ -35,12 +38,19 @@ std::string short_type(std::string type) {
 
 }  // namespace
 
-std::string ModelSummary::summarize(const TrainModule& module) {
+ModelSummary::ModelSummary(int64_t max_depth) : max_depth_(max_depth) {
+  ARC_CHECK(max_depth >= -1, "ModelSummary: max_depth is ", max_depth,
+            "; use -1 (every level), 0 (no table) or a depth >= 1");
+}
+
+std::string ModelSummary::summarize(const TrainModule& module, int64_t max_depth) {
   std::string text = fmt::format("  | {:<16} | {:<20} | {:>10}\n", "Name", "Type", "Params");
   int64_t index = 0;
-  for (const auto& child : module.named_children()) {
-    text += fmt::format("{} | {:<16} | {:<20} | {:>10}\n", index++, child.key(), short_type(child.value()->name()),
-                        count(*child.value()).total);
+  for (const auto& layer : module.named_modules("", /*include_self=*/false)) {
+    const auto depth = 1 + std::count(layer.key().begin(), layer.key().end(), '.');
+    if (max_depth != -1 && depth > max_depth) continue;
+    text += fmt::format("{} | {:<16} | {:<20} | {:>10}\n", index++, layer.key(), short_type(layer.value()->name()),
+                        count(*layer.value()).total);
   }
   const Counts totals = count(module);
   text += fmt::format("{} trainable params\n{} non-trainable params\n{} total params\n{:.3f} MB total params size",
@@ -50,7 +60,7 @@ std::string ModelSummary::summarize(const TrainModule& module) {
 }
 
 void ModelSummary::on_fit_start(Trainer& trainer, TrainModule& module) {
-  if (trainer.is_global_zero()) console().info("model summary\n{}", summarize(module));
+  if (trainer.is_global_zero() && max_depth_ != 0) console().info("model summary\n{}", summarize(module, max_depth_));
 }
 
 }  // namespace arc

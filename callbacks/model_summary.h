@@ -7,14 +7,19 @@
 
 namespace arc {
 
-/// Prints, on rank 0, each child module with its type and parameters, then the totals.
+/// Prints, on rank 0, the module's layers down to `max_depth` levels (1: its children, as
+/// Lightning's default; -1: every level; 0: no table) with type and parameters, then the totals.
 class ModelSummary : public Callback {
  public:
+  explicit ModelSummary(int64_t max_depth = 1);
   std::string state_key() const override { return "ModelSummary"; }
   void on_fit_start(Trainer& trainer, TrainModule& module) override;
 
-  /// The table as text.
-  static std::string summarize(const TrainModule& module);
+  /// The table as text; nested layers by their dotted names ("encoder.0").
+  static std::string summarize(const TrainModule& module, int64_t max_depth = 1);
+
+ private:
+  int64_t max_depth_;
 };
 
 }  // namespace arc

@@ -14,6 +14,21 @@ std::string format_duration(double seconds) {
   return fmt::format("{:02d}:{:02d}", total / 60, total % 60);
 }
 
+std::string rate_and_times(double elapsed, int64_t done, int64_t total) {
+  const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0;
+  const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
+  return fmt::format("{}/{} [{}<{}, {:.2f} it/s]", done, total, format_duration(elapsed), format_duration(eta), rate);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string with_metrics(std::string text, const Trainer& trainer) {
+  for (const auto& [name, value] : trainer.progress_bar_metrics()) text += fmt::format(" {}={:.4g}", name, value);
+  return text;
+}
+
 }  // namespace
 
 ProgressBar::ProgressBar(int64_t plain_every) : plain_every_(plain_every), terminal_(isatty(STDERR_FILENO) != 0) {}
@@ -23,14 +38,13 @@ void ProgressBar::on_train_epoch_start(Trainer&, TrainModule&) {
 }
 
 std::string ProgressBar::line(Trainer& trainer, int64_t done) const {
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start_).count();
-  const int64_t total = trainer.num_training_batches();
-  const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0;
-  const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
-  std::string text = fmt::format("Epoch {}: {}/{} [{}<{}, {:.2f} it/s]", trainer.current_epoch(), done, total,
-                                 format_duration(elapsed), format_duration(eta), rate);
-  for (const auto& [name, value] : trainer.progress_bar_metrics()) text += fmt::format(" {}={:.4g}", name, value);
-  return text;
+  return with_metrics(fmt::format("Epoch {}: {}", trainer.current_epoch(),
+                                  rate_and_times(seconds_since(epoch_start_), done, trainer.num_training_batches())),
+                      trainer);
+}
+
+std::string ProgressBar::eval_line(Trainer& trainer, const char* title, int64_t done) const {
+  return fmt::format("{}: {}", title, rate_and_times(seconds_since(eval_start_), done, trainer.num_val_batches()));
 }
 
 void ProgressBar::draw(const std::string& text, bool final_line) {
@@ -44,9 +58,7 @@ void ProgressBar::draw(const std::string& text, bool final_line) {
   std::fflush(stderr);
 }
 
-void ProgressBar::on_train_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&, int64_t batch_idx) {
-  if (!trainer.is_global_zero()) return;
-  const int64_t done = batch_idx + 1;
+void ProgressBar::maybe_draw(int64_t done, const std::string& text) {
   if (terminal_) {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_draw_ < std::chrono::milliseconds(100)) return;
@@ -54,20 +66,54 @@ void ProgressBar::on_train_batch_end(Trainer& trainer, TrainModule&, const torch
   } else if (done % plain_every_ != 0) {
     return;
   }
-  draw(line(trainer, done), false);
+  draw(text, false);
+}
+
+void ProgressBar::on_train_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&, int64_t batch_idx) {
+  if (trainer.is_global_zero()) maybe_draw(batch_idx + 1, line(trainer, batch_idx + 1));
 }
 
 void ProgressBar::on_train_epoch_end(Trainer& trainer, TrainModule&) {
   if (trainer.is_global_zero()) draw(line(trainer, trainer.progress().epoch_batches), true);
 }
 
-void ProgressBar::on_validation_end(Trainer& trainer, TrainModule&) {
-  if (!trainer.is_global_zero() || trainer.sanity_checking() || trainer.stage() != Stage::fit) return;
-  std::string text = "Validation:";
-  for (const auto& [name, value] : trainer.progress_bar_metrics()) text += fmt::format(" {}={:.4g}", name, value);
+// A validation inside an epoch starts its own line below the training line.
+void ProgressBar::start_eval(Trainer& trainer) {
+  if (!trainer.is_global_zero() || trainer.sanity_checking()) return;
   if (terminal_ && drawn_width_ > 0) std::fprintf(stderr, "\n");
   drawn_width_ = 0;
-  std::fprintf(stderr, "%s\n", text.c_str());
+  eval_start_ = std::chrono::steady_clock::now();
 }
+
+void ProgressBar::end_eval(Trainer& trainer, const char* title) {
+  if (!trainer.is_global_zero() || trainer.sanity_checking()) return;
+  draw(with_metrics(eval_line(trainer, title, trainer.num_val_batches()), trainer), true);
+}
+
+void ProgressBar::on_validation_start(Trainer& trainer, TrainModule&) { start_eval(trainer); }
+
+void ProgressBar::on_validation_batch_end(Trainer& trainer, TrainModule&, Batch&, int64_t batch_idx) {
+  if (trainer.is_global_zero() && !trainer.sanity_checking())
+    maybe_draw(batch_idx + 1, eval_line(trainer, "Validation", batch_idx + 1));
+}
+
+void ProgressBar::on_validation_end(Trainer& trainer, TrainModule&) { end_eval(trainer, "Validation"); }
+
+void ProgressBar::on_test_start(Trainer& trainer, TrainModule&) { start_eval(trainer); }
+
+void ProgressBar::on_test_batch_end(Trainer& trainer, TrainModule&, Batch&, int64_t batch_idx) {
+  if (trainer.is_global_zero()) maybe_draw(batch_idx + 1, eval_line(trainer, "Testing", batch_idx + 1));
+}
+
+void ProgressBar::on_test_end(Trainer& trainer, TrainModule&) { end_eval(trainer, "Testing"); }
+
+void ProgressBar::on_predict_start(Trainer& trainer, TrainModule&) { start_eval(trainer); }
+
+void ProgressBar::on_predict_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&,
+                                       int64_t batch_idx) {
+  if (trainer.is_global_zero()) maybe_draw(batch_idx + 1, eval_line(trainer, "Predicting", batch_idx + 1));
+}
+
+void ProgressBar::on_predict_end(Trainer& trainer, TrainModule&) { end_eval(trainer, "Predicting"); }
 
 }  // namespace arc

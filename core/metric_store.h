@@ -29,6 +29,9 @@ struct LogOptions {
   bool sync_dist = false;
   /// Weight for the epoch mean; defaults to the batch's size.
   std::optional<int64_t> batch_size = std::nullopt;
+  /// Logged from rank 0 only (calls on other ranks are ignored), as Lightning's rank_zero_only:
+  /// never synchronized, and callbacks on other ranks cannot monitor it.
+  bool rank_zero_only = false;
 };
 
 using Metrics = std::map<std::string, double>;

@@ -106,6 +106,7 @@ bool Trainer::sanity_checking() const { return state_->sanity_checking; }
 Stage Trainer::stage() const { return state_->stage; }
 int64_t Trainer::num_training_batches() const { return state_->num_training_batches; }
 int64_t Trainer::num_val_batches() const { return state_->num_val_batches; }
+const std::vector<int64_t>& Trainer::batch_indices() const { return state_->batch_indices; }
 
 int64_t Trainer::estimated_stepping_batches() const {
   ARC_CHECK(state_->estimated_stepping_batches.has_value(), "estimated_stepping_batches() is known once fit has ",
@@ -362,6 +363,9 @@ std::vector<torch::Tensor> Trainer::run_predict(TrainModule& module, DataModule*
 }
 
 void Trainer::log_from_module(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
+  ARC_CHECK(!options.rank_zero_only || !options.sync_dist, "log('", name, "'): rank_zero_only and sync_dist ",
+            "contradict each other (a value from rank 0 alone has nothing to synchronize); drop one");
+  if (options.rank_zero_only && !is_global_zero()) return;
   auto& store = state_->training ? state_->logging.train_metrics : state_->logging.eval_metrics;
   store.log(name, value, options, state_->training, state_->current_batch_size);
 }

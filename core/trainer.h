@@ -83,9 +83,13 @@ class Trainer {
   const std::string& stop_reason() const;
   bool sanity_checking() const;
   Stage stage() const;
-  /// Training batches per epoch after limits; validation batches per run.
+  /// Training batches per epoch after limits; the batches of the current (or last) validation run,
+  /// or of test or predict under those stages.
   int64_t num_training_batches() const;
   int64_t num_val_batches() const;
+  /// During predict: the dataset indices of the current batch's samples on this rank (what
+  /// BasePredictionWriter passes on, so that each rank's predictions can be put back in order).
+  const std::vector<int64_t>& batch_indices() const;
   /// Optimizer steps this fit will take, for schedulers such as OneCycleLR (Lightning's
   /// estimated_stepping_batches): ceil(training batches / accumulate_grad_batches) · max_epochs,
   /// at most max_steps. Known once fit has started (in configure_optimizers and later).

@@ -14,9 +14,35 @@ namespace {
 
 const std::vector<std::string> kClipAlgorithms = {"norm", "value"};
 const std::vector<std::string> kProcessGroupBackends = {"auto", "nccl", "gloo"};
+
+// Lightning accepts seconds, "DD:HH:MM:SS" and {"days": .., "hours": .., ...}.
+std::optional<double> read_duration(const Config& config, const std::string& key) {
+  const auto* value = config.find(key);
+  if (value == nullptr || value->is_null()) return std::nullopt;
+  const std::string hint =
+      "' must be seconds, \"DD:HH:MM:SS\" or {\"days\", \"hours\", \"minutes\", \"seconds\"}, got ";
+  if (value->is_number()) return value->get<double>();
+  if (value->is_string()) {
+    int days = 0, hours = 0, minutes = 0, seconds = 0;
+    char tail = 0;
+    const int read =
+        std::sscanf(value->get<std::string>().c_str(), "%d:%d:%d:%d%c", &days, &hours, &minutes, &seconds, &tail);
+    ARC_CHECK(read == 4, "config key '", config.qualified(key), hint, value->dump());
+    return ((days * 24.0 + hours) * 60.0 + minutes) * 60.0 + seconds;
+  }
+  ARC_CHECK(value->is_object(), "config key '", config.qualified(key), hint, value->dump());
+  Config parts(*value, config.qualified(key));
+  const double total = parts.get<double>("days", 0) * 86400 + parts.get<double>("hours", 0) * 3600 +
+                       parts.get<double>("minutes", 0) * 60 + parts.get<double>("seconds", 0);
+  parts.finish();
+  return total;
+}
+
 BatchAmount read_amount(const Config& config, const std::string& key, BatchAmount fallback) {
   const auto* value = config.find(key);
   if (value == nullptr) return fallback;
+  if (key == "val_check_interval" && (value->is_string() || value->is_object()))
+    return BatchAmount::duration(*read_duration(config, key));
   ARC_CHECK(value->is_number() && value->get<double>() >= 0, "config key '", config.qualified(key),
             "' must be a fraction in [0.0, 1.0] (a JSON float) or a batch count (a JSON integer), got ", value->dump());
   if (value->is_number_integer()) return BatchAmount::count(value->get<int64_t>());
@@ -28,32 +54,12 @@ BatchAmount read_amount(const Config& config, const std::string& key, BatchAmoun
 }
 
 nlohmann::json amount_json(const BatchAmount& amount) {
+  if (amount.is_time) return {{"seconds", amount.value}};
   if (amount.is_fraction) return amount.value;
   return static_cast<int64_t>(amount.value);
 }
 
-// Lightning accepts seconds, "DD:HH:MM:SS" and {"days": .., "hours": .., ...}.
-std::optional<double> read_max_time(const Config& config) {
-  const auto* value = config.find("max_time");
-  if (value == nullptr || value->is_null()) return std::nullopt;
-  const std::string hint =
-      "' must be seconds, \"DD:HH:MM:SS\" or {\"days\", \"hours\", \"minutes\", \"seconds\"}, got ";
-  if (value->is_number()) return value->get<double>();
-  if (value->is_string()) {
-    int days = 0, hours = 0, minutes = 0, seconds = 0;
-    char tail = 0;
-    const int read =
-        std::sscanf(value->get<std::string>().c_str(), "%d:%d:%d:%d%c", &days, &hours, &minutes, &seconds, &tail);
-    ARC_CHECK(read == 4, "config key '", config.qualified("max_time"), hint, value->dump());
-    return ((days * 24.0 + hours) * 60.0 + minutes) * 60.0 + seconds;
-  }
-  ARC_CHECK(value->is_object(), "config key '", config.qualified("max_time"), hint, value->dump());
-  Config parts(*value, config.qualified("max_time"));
-  const double total = parts.get<double>("days", 0) * 86400 + parts.get<double>("hours", 0) * 3600 +
-                       parts.get<double>("minutes", 0) * 60 + parts.get<double>("seconds", 0);
-  parts.finish();
-  return total;
-}
+std::optional<double> read_max_time(const Config& config) { return read_duration(config, "max_time"); }
 
 int64_t read_fast_dev_run(const Config& config) {
   const auto* value = config.find("fast_dev_run");
@@ -87,7 +93,9 @@ void check_name(const std::string& key, const std::string& value, const Registry
   check_choice(key, value, allowed);
 }
 
-void check_amount(const char* key, const BatchAmount& amount) {
+void check_amount(const char* key, const BatchAmount& amount, bool duration_allowed = false) {
+  ARC_CHECK(!amount.is_time || duration_allowed, key, " takes batches (a fraction or a count), not a duration of ",
+            amount.value, " s; only val_check_interval and max_time take durations");
   ARC_CHECK(amount.value >= 0 && (!amount.is_fraction || amount.value <= 1.0), key,
             " must be a fraction in [0.0, 1.0] or a batch count >= 0, got ", amount.value);
 }
@@ -168,16 +176,22 @@ const std::vector<OptionField>& option_fields() {
       ARC_AMOUNT_OPTION(limit_test_batches, "test batches: a fraction or a count"),
       ARC_AMOUNT_OPTION(limit_predict_batches, "predict batches: a fraction or a count"),
       ARC_AMOUNT_OPTION(overfit_batches, "train and validate on these first batches only, unshuffled (0: off)"),
-      ARC_OPTION(val_check_interval, "validate every fraction of an epoch (0.5) or every that many batches (100)",
+      ARC_OPTION(val_check_interval,
+                 "validate every fraction of an epoch (0.5), every that many batches (100) or every duration "
+                 "(\"DD:HH:MM:SS\" or {days, hours, minutes, seconds})",
                  [](const TrainerOptions& o) {
-                   check_amount("val_check_interval", o.val_check_interval());
+                   check_amount("val_check_interval", o.val_check_interval(), /*duration_allowed=*/true);
                    ARC_CHECK(!o.val_check_interval().is_zero(),
                              "val_check_interval must be > 0, got 0; use limit_val_batches=0 to skip validation");
                  }),
-      ARC_OPTION(check_val_every_n_epoch, "validate every N epochs",
+      ARC_OPTION(check_val_every_n_epoch, "validate every N epochs (null: every val_check_interval batches of the fit)",
                  [](const TrainerOptions& o) {
-                   ARC_CHECK(o.check_val_every_n_epoch() >= 1, "check_val_every_n_epoch must be >= 1, got ",
-                             o.check_val_every_n_epoch());
+                   const auto every = o.check_val_every_n_epoch();
+                   ARC_CHECK(!every || *every >= 1, "check_val_every_n_epoch must be >= 1 (or null), got ",
+                             every.value_or(0));
+                   ARC_CHECK(every || !o.val_check_interval().is_fraction, "check_val_every_n_epoch=null validates ",
+                             "every val_check_interval batches of the whole fit, which must then be a count; got ",
+                             "the fraction ", o.val_check_interval().value, " (set e.g. val_check_interval=100)");
                  }),
       ARC_OPTION(num_sanity_val_steps, "validation batches run before training (-1: all)",
                  [](const TrainerOptions& o) {
@@ -261,6 +275,7 @@ const std::vector<OptionField>& option_fields() {
                    ARC_CHECK(o.timeout() > 0, "timeout must be > 0 seconds, got ", o.timeout());
                  }),
       ARC_OPTION(find_unused_parameters, "DDP: allow parameters without gradient in a step", no_check),
+      ARC_OPTION(static_graph, "DDP: every step uses the same parameters (learned in the first)", no_check),
       ARC_OPTION(sync_batchnorm, "DDP: arc::SyncBatchNorm layers use the statistics of every rank's batch", no_check),
       ARC_OPTION(first_bucket_mb, "DDP: size of the first gradient bucket in MiB",
                  [](const TrainerOptions& o) {

@@ -14,13 +14,17 @@
 namespace arc {
 
 /// A number of batches given as a fraction of the available ones (0.25) or as a count (10),
-/// as Lightning's limit_*_batches: a JSON float is a fraction, a JSON integer a count.
+/// as Lightning's limit_*_batches: a JSON float is a fraction, a JSON integer a count. For
+/// val_check_interval alone also a duration ("DD:HH:MM:SS" or {"minutes": 5} in JSON).
 struct BatchAmount {
   double value = 1.0;
   bool is_fraction = true;
+  /// `value` is seconds.
+  bool is_time = false;
 
-  static BatchAmount fraction(double f) { return {f, true}; }
-  static BatchAmount count(int64_t n) { return {static_cast<double>(n), false}; }
+  static BatchAmount fraction(double f) { return {f, true, false}; }
+  static BatchAmount count(int64_t n) { return {static_cast<double>(n), false, false}; }
+  static BatchAmount duration(double seconds) { return {seconds, false, true}; }
   /// How many of `available` batches this amount selects.
   int64_t of(int64_t available) const;
   bool is_zero() const { return value == 0.0; }
@@ -48,8 +52,12 @@ class TrainerOptions {
   ARC_ARG(BatchAmount, limit_test_batches);
   ARC_ARG(BatchAmount, limit_predict_batches);
   ARC_ARG(BatchAmount, overfit_batches) = BatchAmount::fraction(0.0);
+  /// Validate every fraction of an epoch, every count of batches, or every duration (checked at
+  /// batch boundaries, on every rank at the same batch).
   ARC_ARG(BatchAmount, val_check_interval);
-  ARC_ARG(int64_t, check_val_every_n_epoch) = 1;
+  /// Validate every N epochs; unset (null in a config): by val_check_interval alone, a count of
+  /// batches over the whole fit that may span epochs, as Lightning's check_val_every_n_epoch=None.
+  ARC_ARG(std::optional<int64_t>, check_val_every_n_epoch) = 1;
   /// -1 runs every validation batch before training.
   ARC_ARG(int64_t, num_sanity_val_steps) = 2;
   ARC_ARG(int64_t, log_every_n_steps) = 50;
@@ -104,6 +112,10 @@ class TrainerOptions {
   ARC_ARG(double, timeout) = 1800.0;
   /// DDP: tolerate parameters without gradient in a step.
   ARC_ARG(bool, find_unused_parameters) = false;
+  /// DDP: every step uses the same parameters (PyTorch DDP's static_graph): parameters that the
+  /// first step leaves without gradient are allowed, and later steps all-reduce their buckets while
+  /// backward runs instead of at its end (find_unused_parameters waits for the end every step).
+  ARC_ARG(bool, static_graph) = false;
   /// DDP: the model's arc::SyncBatchNorm layers normalize training batches with the statistics of
   /// every rank's samples together (Lightning's sync_batchnorm; a torch::nn::BatchNorm is an error).
   ARC_ARG(bool, sync_batchnorm) = false;

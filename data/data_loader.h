@@ -37,9 +37,10 @@ class DataLoader {
   /// Whether batches come in page-locked memory (pin_memory asked for, and CUDA present).
   bool pins_memory() const { return pin_memory_; }
   const DataSource& source() const { return source_; }
+  /// The dataset indices of this rank's batch `batch` in the current epoch's order.
+  std::vector<int64_t> indices_of(int64_t batch) const;
 
  private:
-  std::vector<int64_t> indices_of(int64_t batch) const;
   Batch fetch(int64_t batch) const;
   void stop_workers();
   void worker_loop();

@@ -24,7 +24,8 @@ GradReducer::GradReducer(std::vector<torch::Tensor> parameters, std::vector<std:
       options_(options),
       bucket_of_(parameters_.size()),
       offset_of_(parameters_.size()),
-      ready_(parameters_.size(), false) {
+      ready_(parameters_.size(), false),
+      unused_in_graph_(parameters_.size(), false) {
   // Reverse registration order approximates the order in which backward produces gradients.
   int64_t cap = options_.first_bucket_bytes;
   int64_t bytes = 0;
@@ -67,9 +68,8 @@ GradReducer::GradReducer(std::vector<torch::Tensor> parameters, std::vector<std:
 
 GradReducer::~GradReducer() = default;
 
-void GradReducer::prepare_for_backward(Profiler* profiler) {
+void GradReducer::reset(Profiler* profiler) {
   profiler_ = profiler;
-  armed_ = true;
   finalize_queued_ = false;
   next_bucket_ = 0;
   std::fill(ready_.begin(), ready_.end(), false);
@@ -80,9 +80,22 @@ void GradReducer::prepare_for_backward(Profiler* profiler) {
   if (skip_vote_.defined()) skip_vote_.zero_();
 }
 
+void GradReducer::prepare_for_backward(Profiler* profiler) {
+  reset(profiler);
+  armed_ = true;
+  if (!graph_learned_) return;
+  // static_graph: the parameters the graph leaves out are ready, as zeros, before backward starts.
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (!unused_in_graph_[i]) continue;
+    buckets_[bucket_of_[i]]->buffer.narrow(0, offset_of_[i], parameters_[i].numel()).zero_();
+    ready_[i] = true;
+    --buckets_[bucket_of_[i]]->pending;
+  }
+  launch_ready_buckets();
+}
+
 void GradReducer::reduce_without_backward(Profiler* profiler) {
-  prepare_for_backward(profiler);
-  armed_ = false;
+  reset(profiler);
   if (!skip_vote_.defined()) return;
   skip_vote_.fill_(1);
   for (size_t i = 0; i < parameters_.size(); ++i) {
@@ -103,7 +116,11 @@ void GradReducer::reduce_without_backward(Profiler* profiler) {
 bool GradReducer::skip_voted() const { return skip_vote_.defined() && skip_vote_.item<double>() > 0; }
 
 void GradReducer::mark_ready(size_t parameter) {
-  if (!armed_ || ready_[parameter]) return;
+  if (!armed_) return;
+  ARC_CHECK(!unused_in_graph_[parameter], "static_graph is on, but parameter ", names_[parameter],
+            " got a gradient although the first backward gave it none: the graph changes between steps; turn ",
+            "static_graph off (and set find_unused_parameters=true)");
+  if (ready_[parameter]) return;
   if (!finalize_queued_) {
     finalize_queued_ = true;
     torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize(); });
@@ -127,21 +144,29 @@ void GradReducer::launch_ready_buckets() {
 
 void GradReducer::finalize() {
   armed_ = false;
+  late_buckets_ = buckets_.size() - next_bucket_;
   std::vector<std::string> unused;
   for (size_t i = 0; i < parameters_.size(); ++i)
     if (!ready_[i]) unused.push_back(names_[i]);
+  const bool learning = options_.static_graph && !graph_learned_;
   if (!unused.empty()) {
-    ARC_CHECK(options_.find_unused_parameters, "parameters ", join(unused),
+    ARC_CHECK(!graph_learned_, "static_graph is on, but parameters ", join(unused),
+              " got no gradient although the first backward gave them one: the graph changes between steps; ",
+              "turn static_graph off and set find_unused_parameters=true");
+    ARC_CHECK(options_.find_unused_parameters || learning, "parameters ", join(unused),
               " got no gradient in this backward, so the ranks cannot average them; set ",
-              "find_unused_parameters=true, or use them in the loss");
+              "find_unused_parameters=true (or static_graph=true when every step leaves out the same ones), ",
+              "or use them in the loss");
     for (size_t i = 0; i < parameters_.size(); ++i) {
       if (ready_[i]) continue;
+      unused_in_graph_[i] = learning;
       auto& bucket = *buckets_[bucket_of_[i]];
       bucket.buffer.narrow(0, offset_of_[i], parameters_[i].numel()).zero_();
       --bucket.pending;
     }
     launch_ready_buckets();
   }
+  graph_learned_ = graph_learned_ || learning;
   const double world = static_cast<double>(collectives_.world_size());
   for (size_t b = 0; b < buckets_.size(); ++b) {
     auto& bucket = buckets_[b];

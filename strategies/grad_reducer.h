@@ -26,6 +26,10 @@ struct ReducerOptions {
   int64_t bucket_bytes = 25 << 20;
   /// Tolerate parameters that get no gradient in a backward (they are reduced as zeros).
   bool find_unused_parameters = false;
+  /// Every backward uses the same parameters (PyTorch DDP's static_graph): the first backward
+  /// learns which get no gradient, later ones reduce those as zeros from the start, so that their
+  /// buckets all-reduce while backward runs instead of at its end; a change is an error.
+  bool static_graph = false;
 };
 
 /// Averages the gradients of `parameters` over the ranks of `collectives`.
@@ -46,12 +50,17 @@ class GradReducer {
   void reduce_without_backward(Profiler* profiler = nullptr);
   /// Whether some rank voted to skip in the last reduction.
   bool skip_voted() const;
+  /// Buckets of the last backward whose all-reduce waited for its end, held back by parameters
+  /// without gradient (for tests and logs).
+  size_t late_buckets() const { return late_buckets_; }
   /// Number of buckets, and the parameter indices of each (for tests and logs).
   const std::vector<std::vector<size_t>>& bucket_layout() const { return layout_; }
 
  private:
   struct Bucket;
 
+  /// Every bucket waiting for all its parameters, the skip vote at 0.
+  void reset(Profiler* profiler);
   void mark_ready(size_t parameter);
   void launch_ready_buckets();
   void finalize();
@@ -68,6 +77,10 @@ class GradReducer {
   /// One element after the first bucket's gradients: each rank adds 1 there to skip the step.
   torch::Tensor skip_vote_;
   std::vector<bool> ready_;
+  /// static_graph: whether the first backward ran, and the parameters it gave no gradient.
+  bool graph_learned_ = false;
+  std::vector<bool> unused_in_graph_;
+  size_t late_buckets_ = 0;
   size_t next_bucket_ = 0;
   Profiler* profiler_ = nullptr;
   bool armed_ = false;

@@ -31,6 +31,8 @@ struct DDPOptions {
   int64_t first_bucket_bytes = int64_t{1} << 20;
   int64_t bucket_bytes = int64_t{25} << 20;
   bool find_unused_parameters = false;
+  /// Every step uses the same parameters (ReducerOptions::static_graph).
+  bool static_graph = false;
   /// All-reduce through shared memory among the processes of one machine.
   bool shared_memory = true;
   /// "auto", "nccl" or "gloo" (TrainerOptions::process_group_backend).

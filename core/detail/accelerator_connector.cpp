@@ -17,6 +17,7 @@ DDPOptions ddp_options(const TrainerOptions& options) {
   ddp.first_bucket_bytes = static_cast<int64_t>(options.first_bucket_mb() * (1 << 20));
   ddp.bucket_bytes = static_cast<int64_t>(options.bucket_cap_mb() * (1 << 20));
   ddp.find_unused_parameters = options.find_unused_parameters();
+  ddp.static_graph = options.static_graph();
   ddp.shared_memory = options.shared_memory();
   ddp.process_group_backend = options.process_group_backend();
   return ddp;

@@ -126,6 +126,11 @@ Metrics EvaluationLoop::run_batches(DataLoader& loader, int64_t batches) {
         (module_.*hooks.step)(batch, batch_idx);
       }
       call(t, module_, hooks.batch_end, batch, batch_idx);
+      // Values logged with on_step reach the loggers after every batch, at the batch's index as the
+      // step, as Lightning logs them (not in the sanity check).
+      if (!state_.sanity_checking)
+        state_.logging.send(state_.logging.eval_metrics.step_logger_metrics(state_.logging.gather()), state_.progress,
+                            batch_idx);
     }
     call(t, module_, hooks.epoch_end);
     epoch_metrics = state_.logging.eval_metrics.end_epoch(state_.logging.gather());
@@ -139,6 +144,7 @@ Metrics EvaluationLoop::run_batches(DataLoader& loader, int64_t batches) {
 std::vector<torch::Tensor> EvaluationLoop::predict(DataLoader& loader, const BatchAmount& limit) {
   auto& t = trainer_;
   const int64_t batches = limit.of(loader.num_batches());
+  state_.num_val_batches = batches;
   std::vector<torch::Tensor> outputs;
   EvalScope scope(module_, t.options().inference_mode());
   call(t, module_, Hook<>{"on_predict_start", &Callback::on_predict_start, &TrainModule::on_predict_start});
@@ -148,6 +154,7 @@ std::vector<torch::Tensor> EvaluationLoop::predict(DataLoader& loader, const Bat
     if (!fetched) break;
     Batch batch = t.transfer_batch(std::move(*fetched), 0);
     state_.current_batch_size = batch.batch_size();
+    state_.batch_indices = loader.indices_of(batch_idx);
     {
       const auto autocast = t.precision().forward_context();
       ProfileScope scope(t.profiler(), detail::module_action(t.profiler(), module_, "predict_step"));
@@ -155,6 +162,7 @@ std::vector<torch::Tensor> EvaluationLoop::predict(DataLoader& loader, const Bat
     }
     t.call_callbacks([&](Callback& c) { c.on_predict_batch_end(t, module_, outputs.back(), batch, batch_idx); });
   }
+  t.call_callbacks([&](Callback& c) { c.on_predict_epoch_end(t, module_); });
   call(t, module_, Hook<>{"on_predict_end", &Callback::on_predict_end, &TrainModule::on_predict_end});
   return outputs;
 }

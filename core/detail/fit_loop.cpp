@@ -36,12 +36,17 @@ FitLoop::FitLoop(Trainer& trainer, detail::RunState& state, TrainModule& module,
   else
     state_.estimated_stepping_batches = std::min(per_epoch * max_epochs_, o.max_steps());
   const auto& interval = o.val_check_interval();
-  if (interval.is_fraction) {
+  if (interval.is_time) {
+    val_every_ = 0;  // by the clock: validation_wanted()
+  } else if (interval.is_fraction) {
     val_every_ = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(n) * interval.value));
   } else {
     val_every_ = static_cast<int64_t>(interval.value);
-    ARC_CHECK(n == 0 || val_every_ <= n, "val_check_interval=", val_every_, " is more than the ", n,
-              " training batches of an epoch; lower it or use a fraction such as 0.5");
+    ARC_CHECK(
+        n == 0 || val_every_ <= n || !o.check_val_every_n_epoch(), "val_check_interval=", val_every_,
+        " is more than the ", n,
+        " training batches of an epoch; lower it, use a fraction such as 0.5, or set check_val_every_n_epoch=null ",
+        "to count batches over the whole fit");
   }
 }
 
@@ -109,6 +114,7 @@ void FitLoop::run() {
   if (resume_from_.empty()) sanity_check();
   call_hook(t, module_, "on_train_start", &Callback::on_train_start, &TrainModule::on_train_start);
   signals_ = std::make_unique<SignalConnector>(t, *state_.cluster_environment);
+  last_validation_ = std::chrono::steady_clock::now();
   agreed_ = signals_->settle();
   if (state_.num_training_batches == 0)
     console().warn("no training batch selected (limit_train_batches or an empty dataset); fit skips training");
@@ -156,7 +162,7 @@ void FitLoop::run_epoch() {
     Batch batch = t.transfer_batch(std::move(*fetched), 0);
     run_batch(batch, batch_idx);
     if (validation_due(batch_idx)) validate();
-    agreed_ = signals_->check();
+    agreed_ = signals_->check(validation_wanted());
   }
   // Epoch metrics are ready for on_train_epoch_end; values logged there are added after it.
   state_.logging.send(state_.logging.train_metrics.end_epoch(state_.logging.gather()), state_.progress);
@@ -165,7 +171,7 @@ void FitLoop::run_epoch() {
   // Under manual optimization the module steps its schedulers itself (lr_schedulers()), as in Lightning.
   if (module_.automatic_optimization()) step_schedulers(Interval::epoch);
   ++progress.current_epoch;
-  agreed_ = signals_->settle();
+  agreed_ = signals_->settle(validation_wanted());
 }
 
 void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {
@@ -258,10 +264,20 @@ void FitLoop::step_schedulers(Interval interval) {
   }
 }
 
+bool FitLoop::validation_wanted() const {
+  const auto& interval = trainer_.options().val_check_interval();
+  return interval.is_time && val_ && val_batches_ > 0 &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - last_validation_).count() >= interval.value;
+}
+
 bool FitLoop::validation_due(int64_t batch_idx) const {
   if (!val_ || val_batches_ == 0) return false;
   const auto& o = trainer_.options();
-  if ((state_.progress.current_epoch + 1) % o.check_val_every_n_epoch() != 0) return false;
+  // By the clock: when some rank's interval ran out (the ranks' vote, so all validate together).
+  if (o.val_check_interval().is_time) return agreed_.validation > state_.progress.validation_runs;
+  // check_val_every_n_epoch=null: every val_check_interval batches of the fit, across epochs.
+  if (!o.check_val_every_n_epoch()) return state_.progress.total_batches % val_every_ == 0;
+  if ((state_.progress.current_epoch + 1) % *o.check_val_every_n_epoch() != 0) return false;
   const bool last = batch_idx + 1 == state_.num_training_batches;
   if (last && o.val_check_interval().is_fraction && o.val_check_interval().value == 1.0) return true;
   return (batch_idx + 1) % val_every_ == 0;
@@ -271,6 +287,7 @@ void FitLoop::validate() {
   auto& t = trainer_;
   EvaluationLoop(t, state_, module_, Stage::validate).run_batches(*val_, val_batches_);
   ++state_.progress.validation_runs;
+  last_validation_ = std::chrono::steady_clock::now();
 }
 
 void FitLoop::log_step() {

@@ -6,6 +6,7 @@
 #include <arc/core/train_module.h>
 #include <arc/data/batch.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -46,6 +47,8 @@ class FitLoop {
   void optimizer_step(int64_t batch_idx);
   void step_schedulers(Interval interval);
   bool validation_due(int64_t batch_idx) const;
+  /// Whether this rank's time-based val_check_interval ran out since the last validation.
+  bool validation_wanted() const;
   void validate();
   void sanity_check();
   void log_step();
@@ -63,6 +66,7 @@ class FitLoop {
   std::unique_ptr<SignalConnector> signals_;
   /// What the ranks agreed at the last batch boundary (a stop request, max_time).
   SignalConnector::Decision agreed_;
+  std::chrono::steady_clock::time_point last_validation_;
 };
 
 }  // namespace arc

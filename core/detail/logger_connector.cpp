@@ -22,11 +22,11 @@ Metrics LoggerConnector::progress_bar_metrics() const {
   return metrics;
 }
 
-void LoggerConnector::send(const Metrics& metrics, const Progress& progress) {
+void LoggerConnector::send(const Metrics& metrics, const Progress& progress, std::optional<int64_t> step) {
   if (metrics.empty() || !strategy_.is_global_zero()) return;
   Metrics with_epoch = metrics;
   with_epoch["epoch"] = static_cast<double>(progress.current_epoch);
-  for (auto& logger : loggers_) logger->log_metrics(with_epoch, progress.global_step);
+  for (auto& logger : loggers_) logger->log_metrics(with_epoch, step.value_or(progress.global_step));
   for (const auto& [name, value] : with_epoch) logged_metrics_[name] = value;
 }
 

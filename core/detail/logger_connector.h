@@ -7,6 +7,7 @@
 #include <arc/loggers/logger.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace arc {
@@ -31,8 +32,8 @@ class LoggerConnector {
   Metrics progress_bar_metrics() const;
   /// What was last sent to the loggers.
   const Metrics& logged_metrics() const { return logged_metrics_; }
-  /// Sends `metrics` (and the epoch) to the loggers at the current global step, on rank 0.
-  void send(const Metrics& metrics, const Progress& progress);
+  /// Sends `metrics` (and the epoch) to the loggers at the current global step (or `step`), on rank 0.
+  void send(const Metrics& metrics, const Progress& progress, std::optional<int64_t> step = std::nullopt);
   /// Gathers metric values across ranks, or nullptr with one process.
   GatherFn gather() const;
   /// Rank 0 picks each logger's version and every rank takes it, as Lightning broadcasts log_dir.

@@ -33,6 +33,8 @@ struct RunState {
   /// Optimizer steps the fit will take (-1: no end), known from the FitLoop's start.
   std::optional<int64_t> estimated_stepping_batches;
   int64_t current_batch_size = 0;
+  /// The dataset indices of the current predict batch's samples.
+  std::vector<int64_t> batch_indices;
   int64_t accumulate_grad_batches = 1;
   std::chrono::steady_clock::time_point stage_start;
   std::vector<OptimizerConfig> optimizers;

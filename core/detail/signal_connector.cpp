@@ -90,7 +90,7 @@ SignalConnector::~SignalConnector() {
   }
 }
 
-SignalConnector::Ballot SignalConnector::local() const {
+SignalConnector::Ballot SignalConnector::local(bool wants_validation) const {
   Ballot ballot;
   ballot.terminate = terminate_received != 0;
   ballot.requeue = requeue_received != 0;
@@ -98,6 +98,7 @@ SignalConnector::Ballot SignalConnector::local() const {
   ballot.decision.stop = trainer_.should_stop();
   const auto& max_time = trainer_.options().max_time();
   ballot.decision.time_up = max_time && trainer_.elapsed_seconds() >= *max_time;
+  ballot.decision.validation = wants_validation ? trainer_.progress().validation_runs + 1 : 0;
   return ballot;
 }
 
@@ -108,16 +109,17 @@ void SignalConnector::fill(const Ballot& ballot) {
   out[2] = ballot.interrupt;
   out[3] = ballot.decision.stop;
   out[4] = ballot.decision.time_up;
+  out[5] = ballot.decision.validation;
 }
 
 SignalConnector::Ballot SignalConnector::read() const {
   const int64_t* in = ballot_.data_ptr<int64_t>();
-  return {in[0] > 0, in[1] > 0, in[2] > 0, {in[3] > 0, in[4] > 0}};
+  return {in[0] > 0, in[1] > 0, in[2] > 0, {in[3] > 0, in[4] > 0, in[5]}};
 }
 
-SignalConnector::Decision SignalConnector::check() {
+SignalConnector::Decision SignalConnector::check(bool wants_validation) {
   auto* group = group_of(trainer_);
-  if (group == nullptr) return act(local());
+  if (group == nullptr) return act(local(wants_validation));
   // The ballot is reused: the previous vote has completed before it is read and refilled.
   Ballot agreed;
   if (vote_.started()) {
@@ -125,18 +127,19 @@ SignalConnector::Decision SignalConnector::check() {
     vote_ = PendingWork();
     agreed = read();
   }
-  fill(local());
+  fill(local(wants_validation));
   vote_ = group->all_reduce(ballot_, Reduce::max);
   return act(agreed);
 }
 
-SignalConnector::Decision SignalConnector::settle() {
+SignalConnector::Decision SignalConnector::settle(bool wants_validation) {
   auto* group = group_of(trainer_);
-  if (group == nullptr) return act(local());
+  if (group == nullptr) return act(local(wants_validation));
   vote_.wait();
   vote_ = PendingWork();
-  // Every flag only ever turns on, so this vote includes everything the one in flight carried.
-  fill(local());
+  // Every flag only ever turns on (the validation asked for only grows), so this vote includes
+  // everything the one in flight carried.
+  fill(local(wants_validation));
   group->all_reduce(ballot_, Reduce::max).wait();
   return act(read());
 }

@@ -1,7 +1,8 @@
 // SignalConnector: the per-batch vote of a fit. It carries SIGTERM, SLURM's requeue signal and
 // SIGINT (Ctrl-C), whose handlers only set a flag, and every reason to stop (request_stop, which
-// EarlyStopping and Timer use, and max_time), so that every rank acts at the same batch: a rank
-// that left the loop alone would leave the others waiting in the gradient all-reduce.
+// EarlyStopping and Timer use, and max_time), and the validations a time-based val_check_interval
+// asks for, so that every rank acts at the same batch: a rank that left the loop (or validated)
+// alone would leave the others waiting in the gradient all-reduce.
 // On a signal it saves an HPC checkpoint (hpc_ckpt_<n>.ckpt, which the next fit in that folder
 // resumes from), requeues the job when its launcher can (SLURM's auto_requeue), and ends fit with an
 // error that says so; on
@@ -28,6 +29,9 @@ class SignalConnector {
     bool stop = false;
     /// Some rank's clock passed max_time.
     bool time_up = false;
+    /// The number of the validation run that some rank asked for (a time-based val_check_interval
+    /// ran out): due while it is past the runs done. 0: none asked.
+    int64_t validation = 0;
   };
 
   /// Catches `environment`'s requeue signal too, where it has one.
@@ -38,10 +42,11 @@ class SignalConnector {
 
   /// Called after every training batch: this rank's flags join a vote that overlaps the next batch,
   /// and what the ranks agreed in the previous vote takes effect. A signal saves and throws.
-  Decision check();
+  /// `wants_validation`: this rank's time-based val_check_interval ran out.
+  Decision check(bool wants_validation = false);
   /// Called where the batches of every rank end together (before the first epoch, after each):
   /// waits for the vote in flight and votes once more with this rank's latest flags.
-  Decision settle();
+  Decision settle(bool wants_validation = false);
 
  private:
   struct Ballot {
@@ -50,9 +55,9 @@ class SignalConnector {
     bool interrupt = false;
     Decision decision;
   };
-  static constexpr int64_t kFields = 5;
+  static constexpr int64_t kFields = 6;
 
-  Ballot local() const;
+  Ballot local(bool wants_validation) const;
   void fill(const Ballot& ballot);
   Ballot read() const;
   Decision act(const Ballot& agreed);

@@ -104,6 +104,25 @@ TEST(TrainerOptions, WrongTypesNameKeyAndValue) {
   EXPECT_NE(error_of({{"seed", -1}}).find("non-negative integer"), std::string::npos);
 }
 
+TEST(TrainerOptions, ValCheckIntervalTakesADurationAsMaxTimeDoes) {
+  const auto text = TrainerOptions::from_json({{"val_check_interval", "00:00:01:30"}});
+  EXPECT_TRUE(text.val_check_interval().is_time);
+  EXPECT_DOUBLE_EQ(text.val_check_interval().value, 90.0);
+  const auto parts = TrainerOptions::from_json({{"val_check_interval", {{"minutes", 2}}}});
+  EXPECT_DOUBLE_EQ(parts.val_check_interval().value, 120.0);
+  const auto again = TrainerOptions::from_json(parts.to_json());
+  EXPECT_TRUE(again.val_check_interval().is_time);
+  EXPECT_DOUBLE_EQ(again.val_check_interval().value, 120.0);
+  EXPECT_NE(error_of({{"limit_val_batches", "00:00:00:30"}}).find("fraction in [0.0, 1.0]"), std::string::npos);
+  try {
+    TrainerOptions().limit_val_batches(BatchAmount::duration(30)).validate();
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("limit_val_batches takes batches"), std::string::npos) << error.what();
+  }
+  EXPECT_NE(error_of({{"val_check_interval", "1:30"}}).find("must be seconds, \"DD:HH:MM:SS\""), std::string::npos);
+}
+
 TEST(TrainerOptions, ImpossibleValuesSayWhatIsAllowed) {
   EXPECT_NE(error_of({{"limit_val_batches", 1.5}}).find("must be <= 1.0"), std::string::npos);
   EXPECT_NE(error_of({{"accumulate_grad_batches", 0}}).find("accumulate_grad_batches must be >= 1, got 0"),
@@ -111,6 +130,8 @@ TEST(TrainerOptions, ImpossibleValuesSayWhatIsAllowed) {
   EXPECT_NE(error_of({{"max_epochs", -2}}).find("max_epochs must be >= 0"), std::string::npos);
   EXPECT_NE(error_of({{"log_every_n_steps", 0}}).find("log_every_n_steps must be >= 1"), std::string::npos);
   EXPECT_NE(error_of({{"check_val_every_n_epoch", 0}}).find("check_val_every_n_epoch must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of({{"check_val_every_n_epoch", nullptr}}).find("must then be a count"), std::string::npos);
+  EXPECT_EQ(error_of({{"check_val_every_n_epoch", nullptr}, {"val_check_interval", 100}}), "");
   EXPECT_NE(error_of({{"num_sanity_val_steps", -5}}).find("num_sanity_val_steps"), std::string::npos);
   EXPECT_NE(error_of({{"gradient_clip_val", -1.0}}).find("gradient_clip_val must be >= 0"), std::string::npos);
   EXPECT_NE(error_of({{"val_check_interval", 0}}).find("val_check_interval must be > 0"), std::string::npos);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <chrono>
 #include <filesystem>
 #include <thread>
 
@@ -102,6 +103,50 @@ TEST(Trainer, ValCheckIntervalCountValidatesEveryNBatches) {
 TEST(Trainer, CheckValEveryNEpochSkipsEpochs) {
   const auto run = fit(quiet().max_epochs(4).num_sanity_val_steps(0).check_val_every_n_epoch(2));
   EXPECT_EQ(run->validations, 2);
+}
+
+TEST(Trainer, CheckValEveryNEpochNullCountsBatchesAcrossEpochs) {
+  // 5 batches an epoch, 3 epochs: validation after batches 7 and 14 of the fit.
+  const auto run = fit(quiet()
+                           .max_epochs(3)
+                           .num_sanity_val_steps(0)
+                           .check_val_every_n_epoch(std::nullopt)
+                           .val_check_interval(BatchAmount::count(7)));
+  EXPECT_EQ(run->validations, 2);
+  try {
+    fit(quiet().max_epochs(1).check_val_every_n_epoch(std::nullopt));
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("which must then be a count; got the fraction 1"), std::string::npos)
+        << error.what();
+  }
+}
+
+// Each training batch takes at least 50 ms; validation is due 0.2 s after the last one. At least one
+// validation comes within 8 batches (the clock runs out by the 4th; the vote takes effect at the
+// next batch), at most one every two batches (the clock restarts after each), and none comes at the
+// epoch's end by itself.
+class SlowSteps : public TinyModule {
+ public:
+  torch::Tensor training_step(Batch& batch, int64_t batch_idx) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return TinyModule::training_step(batch, batch_idx);
+  }
+  void on_validation_start() override { at.push_back(global_step()); }
+  std::vector<int64_t> at;
+};
+
+TEST(Trainer, ValCheckIntervalAsADurationValidatesByTheClock) {
+  SlowSteps module;
+  Trainer trainer(quiet().max_epochs(1).num_sanity_val_steps(0).val_check_interval(BatchAmount::duration(0.2)));
+  trainer.fit(module, tiny_data(16, 2), tiny_data(4, 2));
+  EXPECT_GE(module.at.size(), 1u);
+  EXPECT_LE(module.at.size(), 4u);
+
+  SlowSteps never;
+  Trainer patient(quiet().max_epochs(1).num_sanity_val_steps(0).val_check_interval(BatchAmount::duration(3600)));
+  patient.fit(never, tiny_data(4, 2), tiny_data(4, 2));
+  EXPECT_TRUE(never.at.empty());
 }
 
 TEST(Trainer, SanityCheckRunsTheRequestedValidationSteps) {

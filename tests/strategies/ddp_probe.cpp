@@ -8,6 +8,7 @@
 //             [--stop-rank 1 --stop-step 5] [--early-stop-rank 1] [--max-time 2 --late-rank 1 --late-ms 1000]
 //             [--loggers DIR] [--prepare-log FILE] [--checkpoint-every 5 --fsize-limit 1024]
 //             [--skip-rank 1 --skip-batch 3] [--batchnorm 1 [--sync-batchnorm 1]]
+//             [--spare 1 [--static-graph 1] [--find-unused 1]] [--val-every-seconds 0.2]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -18,6 +19,8 @@
 // may write files of that many bytes at most (RLIMIT_FSIZE, SIGXFSZ ignored), so that its saves fail.
 // --skip-rank/--skip-batch: that rank's training_step returns no loss for that batch of the first epoch.
 // --batchnorm: an arc::SyncBatchNorm after fc1; --sync-batchnorm: TrainerOptions::sync_batchnorm.
+// --val-every-seconds: a time-based val_check_interval; every rank prints "VALIDATED <rank> <step>".
+// --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
 // --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
 // Every rank prints "STOPPED <rank> <global step>" after fit.
 // Rank 0 prints "TIMING start <step> <unix ms> <attempt>" at its first step and the failing rank
@@ -47,8 +50,9 @@ struct Args {
   int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, fail_rank = -1, fail_step = -1, fail_attempt = -1;
   int64_t elastic_every = 0, step_ms = 0, stop_rank = -1, stop_step = -1, early_stop_rank = -1, late_rank = -1;
   int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0, skip_rank = -1, skip_batch = -1;
-  double timeout = 30, max_time = 0;
-  bool shared_memory = true, batchnorm = false, sync_batchnorm = false;
+  double timeout = 30, max_time = 0, val_every_seconds = 0;
+  bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
+  bool find_unused = false;
   std::string out, fail, loop = "trainer", root = ".", precision = "32-true", loggers, prepare_log;
   // The CPU unless asked: "auto" would take a GPU wherever one is, and the tests count CPU ranks.
   std::string accelerator = "cpu", device_list, process_group_backend = "auto";
@@ -92,6 +96,10 @@ Args parse(int argc, char** argv) {
     if (key == "--skip-batch") a.skip_batch = std::stoll(value);
     if (key == "--batchnorm") a.batchnorm = value == "1";
     if (key == "--sync-batchnorm") a.sync_batchnorm = value == "1";
+    if (key == "--spare") a.spare = value == "1";
+    if (key == "--static-graph") a.static_graph = value == "1";
+    if (key == "--find-unused") a.find_unused = value == "1";
+    if (key == "--val-every-seconds") a.val_every_seconds = std::stod(value);
   }
   return a;
 }
@@ -103,6 +111,7 @@ class Probe : public arc::TrainModule {
     fc1 = register_module("fc1", torch::nn::Linear(8, 16));
     fc2 = register_module("fc2", torch::nn::Linear(16, 3));
     if (args.batchnorm) bn = register_module("bn", arc::SyncBatchNorm(16));
+    if (args.spare) register_module("spare", torch::nn::Linear(3, 3));
   }
   torch::Tensor training_step(arc::Batch& batch, int64_t batch_idx) override {
     if (!started_ && trainer().is_global_zero())
@@ -122,6 +131,10 @@ class Probe : public arc::TrainModule {
     log("rank_sum", rank, {.on_step = false, .on_epoch = true, .reduce = arc::Reduce::sum, .sync_dist = true});
     const bool skip = trainer().global_rank() == args_.skip_rank && batch_idx == args_.skip_batch;
     return skip && current_epoch() == 0 ? torch::Tensor() : loss;
+  }
+  void on_validation_start() override {
+    if (args_.val_every_seconds > 0)
+      std::cout << "VALIDATED " << trainer().global_rank() << " " << global_step() << std::endl;
   }
   void validation_step(arc::Batch&, int64_t) override {
     log("val_flag", trainer().global_rank() == args_.early_stop_rank ? 0.0 : 1.0, {.on_epoch = true});
@@ -236,6 +249,8 @@ int main(int argc, char** argv) {
   options.accumulate_grad_batches(args.accumulate).timeout(args.timeout).num_threads(1);
   options.shared_memory(args.shared_memory)
       .sync_batchnorm(args.sync_batchnorm)
+      .static_graph(args.static_graph)
+      .find_unused_parameters(args.find_unused)
       .default_root_dir(args.root)
       .precision(args.precision);
   options.elastic_checkpoint_every_n_steps(args.elastic_every);
@@ -252,6 +267,11 @@ int main(int argc, char** argv) {
           arc::EarlyStoppingOptions("val_flag").stopping_threshold(0.5).check_finite(false)));
       val = {data, arc::DataLoaderOptions(args.batch)};
       options.limit_val_batches(arc::BatchAmount::count(2)).num_sanity_val_steps(0);
+    }
+    if (args.val_every_seconds > 0) {
+      val = {data, arc::DataLoaderOptions(args.batch)};
+      options.limit_val_batches(arc::BatchAmount::count(2)).num_sanity_val_steps(0);
+      options.val_check_interval(arc::BatchAmount::duration(args.val_every_seconds));
     }
     if (args.max_time > 0) options.max_time(args.max_time);
     if (args.checkpoint_every > 0)

@@ -111,6 +111,37 @@ TEST(DDP, SyncBatchNormOnTwoRanksMatchesOneProcessWithTheWholeBatch) {
   EXPECT_GT(weights_apart("--batch 64" + common, "--batch 32" + common, local), 1e-3);
 }
 
+// A layer the loss never uses: an error that names it, unless find_unused_parameters or
+// static_graph allows it; both train to the same weights as one process.
+TEST(DDP, StaticGraphTrainsAsFindUnusedParametersDoes) {
+  const std::string common = " --steps 20 --spare 1";
+  const auto strict = probe("--strategy ddp_spawn --devices 2 --batch 16" + common);
+  EXPECT_NE(strict.status, 0);
+  EXPECT_NE(strict.output.find("parameters spare.weight, spare.bias got no gradient"), std::string::npos)
+      << strict.output;
+  CommandRun ddp;
+  EXPECT_LT(weights_apart("--batch 32" + common, "--batch 16 --static-graph 1" + common, ddp), 1e-6);
+  EXPECT_LT(weights_apart("--batch 32" + common, "--batch 16 --find-unused 1" + common, ddp), 1e-6);
+}
+
+// A time-based val_check_interval: each rank's clock runs out at its own time, and the per-batch
+// vote makes both validate at the same steps (30 steps of at least 20 ms: the 0.2 s interval runs
+// out at least once).
+TEST(DDP, ADurationAsValCheckIntervalValidatesEveryRankAtTheSameStep) {
+  const auto run = probe("--strategy ddp_spawn --devices 2 --steps 30 --step-ms 20 --val-every-seconds 0.2");
+  ASSERT_EQ(run.status, 0) << run.output;
+  std::map<int, std::vector<int>> steps;
+  std::istringstream lines(run.output);
+  for (std::string word; lines >> word;) {
+    if (word != "VALIDATED") continue;
+    int rank = 0, step = 0;
+    lines >> rank >> step;
+    steps[rank].push_back(step);
+  }
+  ASSERT_FALSE(steps[0].empty()) << run.output;
+  EXPECT_EQ(steps[0], steps[1]) << run.output;
+}
+
 TEST(DDP, SyncDistReducesEveryMetricAcrossRanks) {
   const auto run = probe("--strategy ddp_spawn --devices 2 --steps 8");
   ASSERT_EQ(run.status, 0) << run.output;

@@ -60,5 +60,73 @@ TEST(GradReducer, UnusedParametersAreAnErrorUnlessAllowed) {
   EXPECT_TRUE(torch::equal(b.grad(), torch::zeros({2})));
 }
 
+// b gets no gradient; a first bucket of 8 bytes holds b alone, so a's bucket waits for it.
+TEST(GradReducer, StaticGraphStartsTheBucketsOfUnusedParametersDuringBackward) {
+  auto group = solo();
+  const auto step = [](GradReducer& reducer, torch::Tensor a) {
+    a.mutable_grad() = torch::Tensor();
+    reducer.prepare_for_backward();
+    (a * 2).sum().backward();
+  };
+  ReducerOptions tolerant;
+  tolerant.first_bucket_bytes = 8;
+  tolerant.find_unused_parameters = true;
+  auto a = torch::ones({2}, torch::requires_grad()), b = torch::ones({2}, torch::requires_grad());
+  GradReducer finding({a, b}, {"a", "b"}, *group, tolerant);
+  ASSERT_EQ(finding.bucket_layout(), (std::vector<std::vector<size_t>>{{1}, {0}}));
+  step(finding, a);
+  step(finding, a);
+  EXPECT_EQ(finding.late_buckets(), 2u);  // every step: both wait for the end of backward
+
+  ReducerOptions learning;
+  learning.first_bucket_bytes = 8;
+  learning.static_graph = true;
+  auto c = torch::ones({2}, torch::requires_grad()), d = torch::ones({2}, torch::requires_grad());
+  GradReducer fixed({c, d}, {"c", "d"}, *group, learning);
+  step(fixed, c);
+  EXPECT_EQ(fixed.late_buckets(), 2u);  // the first step learns
+  step(fixed, c);
+  EXPECT_EQ(fixed.late_buckets(), 0u);
+  EXPECT_TRUE(torch::equal(c.grad(), torch::full({2}, 2.0f)));
+  EXPECT_TRUE(torch::equal(d.grad(), torch::zeros({2})));
+
+  // A graph that changes is an error that says so, whichever way it changes.
+  fixed.prepare_for_backward();
+  try {
+    (c + d).sum().backward();
+    FAIL() << "expected an error";
+  } catch (const std::exception& error) {
+    EXPECT_NE(std::string(error.what()).find("static_graph is on, but parameter d got a gradient"), std::string::npos)
+        << error.what();
+  }
+  auto e = torch::ones({2}, torch::requires_grad()), f = torch::ones({2}, torch::requires_grad());
+  GradReducer shrinking({e, f}, {"e", "f"}, *group, learning);
+  shrinking.prepare_for_backward();
+  (e + f).sum().backward();
+  shrinking.prepare_for_backward();
+  try {
+    (e * 2).sum().backward();
+    FAIL() << "expected an error";
+  } catch (const std::exception& error) {
+    EXPECT_NE(std::string(error.what()).find("static_graph is on, but parameters f got no gradient"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(GradReducer, ARankThatSkipsVotesInTheReductionItJoins) {
+  auto group = solo();
+  auto w = torch::ones({3}, torch::requires_grad());
+  GradReducer reducer({w}, {"w"}, *group, ReducerOptions{});
+  reducer.prepare_for_backward();
+  (w * 2).sum().backward();
+  EXPECT_FALSE(reducer.skip_voted());
+  reducer.reduce_without_backward();
+  EXPECT_TRUE(reducer.skip_voted());
+  EXPECT_TRUE(torch::equal(w.grad(), torch::full({3}, 2.0f)));  // its gradients went through as they were
+  reducer.prepare_for_backward();
+  (w * 3).sum().backward();
+  EXPECT_FALSE(reducer.skip_voted());
+}
+
 }  // namespace
 }  // namespace arc

@@ -1,0 +1,43 @@
+// BasePredictionWriter: Lightning's callback for writing predictions as they come, per rank, instead
+// of keeping them all in memory (what predict returns).
+#pragma once
+
+#include <arc/callbacks/callback.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace arc {
+
+/// When a writer writes: after every batch, once at the end of predict, or both.
+enum class WriteInterval { batch, epoch, batch_and_epoch };
+
+/// Subclass it and override write_on_batch_end, write_on_epoch_end or both (as the interval
+/// needs). Every rank writes its own share; `batch_indices` are the dataset indices of the
+/// predictions' samples, so that the shares can be put back together in the dataset's order.
+class BasePredictionWriter : public Callback {
+ public:
+  explicit BasePredictionWriter(WriteInterval write_interval = WriteInterval::batch);
+  std::string state_key() const override { return "BasePredictionWriter"; }
+
+  virtual void write_on_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& prediction,
+                                  const std::vector<int64_t>& batch_indices, const Batch& batch, int64_t batch_idx,
+                                  int64_t dataloader_idx);
+  virtual void write_on_epoch_end(Trainer& trainer, TrainModule& module, const std::vector<torch::Tensor>& predictions,
+                                  const std::vector<std::vector<int64_t>>& batch_indices);
+
+  void on_predict_start(Trainer& trainer, TrainModule& module) override;
+  void on_predict_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& outputs, Batch& batch,
+                            int64_t batch_idx) override;
+  void on_predict_epoch_end(Trainer& trainer, TrainModule& module) override;
+
+  WriteInterval write_interval() const { return interval_; }
+
+ private:
+  WriteInterval interval_;
+  std::vector<torch::Tensor> predictions_;
+  std::vector<std::vector<int64_t>> batch_indices_;
+};
+
+}  // namespace arc

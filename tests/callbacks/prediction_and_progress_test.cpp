@@ -1,0 +1,203 @@
+// Row 9 of issue 18: BasePredictionWriter, progress for validate/test/predict, ModelSummary's
+// max_depth, log(..., {.rank_zero_only}) and on_step values of evaluation reaching the loggers.
+#include "support/errors.h"
+#include "support/tiny_module.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace arc {
+namespace {
+
+using testing::error_of;
+using testing::quiet;
+using testing::tiny_data;
+using testing::TinyModule;
+
+class Collects : public BasePredictionWriter {
+ public:
+  using BasePredictionWriter::BasePredictionWriter;
+  void write_on_batch_end(Trainer&, TrainModule&, const torch::Tensor& prediction,
+                          const std::vector<int64_t>& batch_indices, const Batch&, int64_t batch_idx,
+                          int64_t dataloader_idx) override {
+    batches.emplace_back(prediction, batch_indices);
+    batch_ids.push_back(batch_idx);
+    EXPECT_EQ(dataloader_idx, 0);
+  }
+  void write_on_epoch_end(Trainer&, TrainModule&, const std::vector<torch::Tensor>& predictions,
+                          const std::vector<std::vector<int64_t>>& batch_indices) override {
+    ASSERT_EQ(predictions.size(), batch_indices.size());
+    for (size_t i = 0; i < predictions.size(); ++i) at_end.emplace_back(predictions[i], batch_indices[i]);
+    ++ends;
+  }
+  std::vector<std::pair<torch::Tensor, std::vector<int64_t>>> batches, at_end;
+  std::vector<int64_t> batch_ids;
+  int64_t ends = 0;
+};
+
+// Every prediction belongs to the sample its index names, and every sample comes once.
+void expect_in_place(TinyModule& module, const std::vector<std::pair<torch::Tensor, std::vector<int64_t>>>& written) {
+  const auto x = torch::arange(40, torch::kFloat).reshape({10, 4}).div(40.0);
+  std::vector<int64_t> seen;
+  for (const auto& [prediction, indices] : written) {
+    const auto expected = module.linear(x.index_select(0, torch::tensor(indices)));
+    EXPECT_TRUE(torch::allclose(prediction, expected));
+    seen.insert(seen.end(), indices.begin(), indices.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  std::vector<int64_t> all(10);
+  for (int64_t i = 0; i < 10; ++i) all[static_cast<size_t>(i)] = i;
+  EXPECT_EQ(seen, all);
+}
+
+TEST(PredictionWriter, WritesEachBatchAndOrTheEpochWithTheSamplesIndices) {
+  auto data = tiny_data(10, 4);
+  data.options.shuffle(true);
+  for (const auto interval : {WriteInterval::batch, WriteInterval::epoch, WriteInterval::batch_and_epoch}) {
+    TinyModule module;
+    auto writer = std::make_shared<Collects>(interval);
+    Trainer trainer(quiet().seed(7), {writer});
+    const auto returned = trainer.predict(module, data);
+    ASSERT_EQ(returned.size(), 3u);
+    torch::NoGradGuard no_grad;
+    if (interval != WriteInterval::epoch) {
+      EXPECT_EQ(writer->batch_ids, (std::vector<int64_t>{0, 1, 2}));
+      expect_in_place(module, writer->batches);
+    } else {
+      EXPECT_TRUE(writer->batches.empty());
+    }
+    if (interval != WriteInterval::batch) {
+      EXPECT_EQ(writer->ends, 1);
+      expect_in_place(module, writer->at_end);
+    } else {
+      EXPECT_EQ(writer->ends, 0);
+    }
+  }
+  // Shuffled: the first batch is not samples 0-3.
+  TinyModule module;
+  auto writer = std::make_shared<Collects>(WriteInterval::batch);
+  Trainer(quiet().seed(7), {writer}).predict(module, data);
+  EXPECT_NE(writer->batches.front().second, (std::vector<int64_t>{0, 1, 2, 3}));
+}
+
+TEST(PredictionWriter, AWriterThatDoesNotWriteWhatItsIntervalNeedsIsAnError) {
+  TinyModule module;
+  Trainer trainer(quiet(), {std::make_shared<BasePredictionWriter>(WriteInterval::epoch)});
+  const auto message = error_of([&] { trainer.predict(module, tiny_data(4, 2)); });
+  EXPECT_NE(message.find("does not override write_on_epoch_end"), std::string::npos) << message;
+}
+
+// The lines a ProgressBar drawing every batch writes when `run` runs.
+std::string progress_of(const std::function<void(Trainer&)>& run) {
+  ::testing::internal::CaptureStderr();  // first: the bar asks whether standard error is a terminal
+  Trainer trainer(quiet().max_epochs(1), {std::make_shared<ProgressBar>(1)});
+  run(trainer);
+  return ::testing::internal::GetCapturedStderr();
+}
+
+size_t occurrences(const std::string& text, const std::string& part) {
+  size_t count = 0;
+  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++count;
+  return count;
+}
+
+TEST(ProgressBar, ShowsValidationTestAndPredictProgress) {
+  TinyModule module;
+  const auto validated = progress_of([&](Trainer& t) { t.validate(module, tiny_data(6, 2)); });
+  EXPECT_NE(validated.find("Validation: 1/3 ["), std::string::npos) << validated;
+  EXPECT_NE(validated.find("Validation: 3/3 ["), std::string::npos) << validated;
+  EXPECT_NE(progress_of([&](Trainer& t) { t.test(module, tiny_data(6, 2)); }).find("Testing: 3/3 ["),
+            std::string::npos);
+  EXPECT_NE(progress_of([&](Trainer& t) { t.predict(module, tiny_data(6, 2)); }).find("Predicting: 3/3 ["),
+            std::string::npos);
+  // In fit: a line per validation run, none for the sanity check.
+  const auto fitted = progress_of([&](Trainer& t) { t.fit(module, tiny_data(4, 2), tiny_data(2, 2)); });
+  EXPECT_NE(fitted.find("Epoch 0: 2/2 ["), std::string::npos) << fitted;
+  EXPECT_EQ(occurrences(fitted, "Validation: 1/1 ["), 2u) << fitted;  // drawn after its batch, then ended
+}
+
+class Nested : public TinyModule {
+ public:
+  Nested() { encoder = register_module("encoder", torch::nn::Sequential(torch::nn::Linear(4, 4), torch::nn::ReLU())); }
+  torch::nn::Sequential encoder{nullptr};
+};
+
+TEST(ModelSummary, MaxDepthChoosesHowDeepTheTableGoes) {
+  Nested module;
+  const auto top = ModelSummary::summarize(module, 1);
+  EXPECT_NE(top.find("| encoder "), std::string::npos) << top;
+  EXPECT_EQ(top.find("encoder.0"), std::string::npos) << top;
+  const auto all = ModelSummary::summarize(module, -1);
+  EXPECT_NE(all.find("| encoder.0 "), std::string::npos) << all;
+  EXPECT_NE(all.find("| encoder.1 "), std::string::npos) << all;
+  EXPECT_NE(all.find("| Linear "), std::string::npos) << all;
+  EXPECT_NE(error_of([] { ModelSummary(-2); }).find("max_depth is -2"), std::string::npos);
+}
+
+class LogsFromRankZero : public TinyModule {
+ public:
+  explicit LogsFromRankZero(bool sync) : sync_(sync) {}
+  torch::Tensor training_step(Batch& batch, int64_t batch_idx) override {
+    log("zero_only", 3.0, {.on_epoch = true, .sync_dist = sync_, .rank_zero_only = true});
+    return TinyModule::training_step(batch, batch_idx);
+  }
+
+ private:
+  bool sync_;
+};
+
+TEST(Logging, RankZeroOnlyValuesComeFromRankZeroAndAreNeverSynchronized) {
+  LogsFromRankZero module(false);
+  Trainer trainer(quiet().max_epochs(1));
+  trainer.fit(module, tiny_data(4, 2));
+  EXPECT_DOUBLE_EQ(trainer.callback_metrics().at("zero_only_epoch"), 3.0);
+  LogsFromRankZero synced(true);
+  const auto message = error_of([&] { Trainer(quiet().max_epochs(1)).fit(synced, tiny_data(4, 2)); });
+  EXPECT_NE(message.find("rank_zero_only and sync_dist contradict each other"), std::string::npos) << message;
+}
+
+// A logger that keeps what it was sent.
+class Records : public Logger {
+ public:
+  std::string name() const override { return "Records"; }
+  void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override {
+    rows.emplace_back(step, metrics);
+  }
+  // (step, value) of every row that has `metric`.
+  std::vector<std::pair<int64_t, double>> of(const std::string& metric) const {
+    std::vector<std::pair<int64_t, double>> out;
+    for (const auto& [step, metrics] : rows)
+      if (metrics.count(metric) > 0) out.emplace_back(step, metrics.at(metric));
+    return out;
+  }
+  std::vector<std::pair<int64_t, std::map<std::string, double>>> rows;
+};
+
+class LogsEveryValidationBatch : public TinyModule {
+ public:
+  void validation_step(Batch& batch, int64_t batch_idx) override {
+    log("seen", static_cast<double>(batch_idx), {.on_step = true});
+    TinyModule::validation_step(batch, batch_idx);
+  }
+};
+
+TEST(Logging, OnStepValuesOfValidationReachTheLoggersAfterEveryBatch) {
+  LogsEveryValidationBatch module;
+  auto records = std::make_shared<Records>();
+  Trainer trainer(quiet(), {}, {records});
+  trainer.validate(module, tiny_data(6, 2));
+  using Points = std::vector<std::pair<int64_t, double>>;
+  EXPECT_EQ(records->of("seen_step"), (Points{{0, 0.0}, {1, 1.0}, {2, 2.0}}));
+  EXPECT_EQ(records->of("seen_epoch"), (Points{{0, 1.0}}));  // at the global step, 0 before any fit
+
+  // In fit, the sanity check's batches are not logged.
+  LogsEveryValidationBatch fitted;
+  auto during_fit = std::make_shared<Records>();
+  Trainer fitting(quiet().max_epochs(1).num_sanity_val_steps(2), {}, {during_fit});
+  fitting.fit(fitted, tiny_data(4, 2), tiny_data(6, 2));
+  EXPECT_EQ(during_fit->of("seen_step").size(), 3u);
+}
+
+}  // namespace
+}  // namespace arc
