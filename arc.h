@@ -22,6 +22,7 @@
 #include <arc/callbacks/progress_bar.h>
 #include <arc/callbacks/throughput_monitor.h>
 #include <arc/callbacks/timer.h>
+#include <arc/callbacks/weight_averaging.h>
 #include <arc/core/checkpoint.h>
 #include <arc/core/load_from_checkpoint.h>
 #include <arc/core/lr_scheduler.h>

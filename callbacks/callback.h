@@ -18,6 +18,8 @@ class Optimizer;
 
 namespace arc {
 
+class CheckpointReader;
+class CheckpointWriter;
 class Trainer;
 class TrainModule;
 
@@ -78,6 +80,12 @@ class Callback {
   /// State saved in checkpoints under state_key() (null: nothing to save).
   virtual nlohmann::json state_dict() const { return nullptr; }
   virtual void load_state_dict(const nlohmann::json&) {}
+  /// While a checkpoint is written, after the module's weights were added: tensors of the
+  /// callback's own go in as "callbacks/<state_key()>/...", and it may put other weights in the
+  /// module's place (weight averaging saves the averaged ones, as Lightning's does).
+  virtual void on_save_checkpoint(Trainer&, TrainModule&, CheckpointWriter&) {}
+  /// When fit resumes, after the module's weights and every callback's state_dict loaded.
+  virtual void on_load_checkpoint(Trainer&, TrainModule&, const CheckpointReader&) {}
 };
 
 }  // namespace arc

@@ -12,6 +12,7 @@
 #include <arc/callbacks/progress_bar.h>
 #include <arc/callbacks/throughput_monitor.h>
 #include <arc/callbacks/timer.h>
+#include <arc/callbacks/weight_averaging.h>
 
 namespace arc {
 namespace {
@@ -85,6 +86,14 @@ Registry<Callback, const Config&> shipped_callbacks() {
         [](const Config& config) { return std::make_shared<ProgressBar>(config.get<int64_t>("refresh_rate", 50)); });
   r.add("ModelSummary",
         [](const Config& config) { return std::make_shared<ModelSummary>(config.get<int64_t>("max_depth", 1)); });
+  r.add("WeightAveraging",
+        [](const Config& config) { return std::make_shared<WeightAveraging>(config.get<bool>("use_buffers", true)); });
+  r.add("EMAWeightAveraging", [](const Config& config) {
+    return std::make_shared<EMAWeightAveraging>(config.get<double>("decay", 0.999),
+                                                config.get<int64_t>("update_every_n_steps", 1),
+                                                config.get_optional<int64_t>("update_starting_at_step"),
+                                                config.get_optional<int64_t>("update_starting_at_epoch"));
+  });
   r.add("OnExceptionCheckpoint", [](const Config& config) {
     return std::make_shared<OnExceptionCheckpoint>(config.require<std::string>("dirpath"),
                                                    config.get<std::string>("filename", "on_exception"));

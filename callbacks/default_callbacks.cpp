@@ -51,6 +51,13 @@ bool checkpoints(const Callback& callback) {
          dynamic_cast<const ElasticCheckpoint*>(&callback) != nullptr;
 }
 
+// As Lightning orders them: what other callbacks change at a batch's end (weight averaging) is in
+// the checkpoint saved there.
+void checkpointing_last(std::vector<std::shared_ptr<Callback>>& callbacks) {
+  std::stable_partition(callbacks.begin(), callbacks.end(),
+                        [](const auto& callback) { return !checkpoints(*callback); });
+}
+
 }  // namespace
 
 void add_module_callbacks(std::vector<std::shared_ptr<Callback>>& callbacks,
@@ -70,7 +77,7 @@ void add_module_callbacks(std::vector<std::shared_ptr<Callback>>& callbacks,
     }
   }
   kept.insert(kept.end(), from_module.begin(), from_module.end());
-  std::stable_partition(kept.begin(), kept.end(), [](const auto& callback) { return !checkpoints(*callback); });
+  checkpointing_last(kept);
   callbacks = std::move(kept);
 }
 
@@ -88,6 +95,7 @@ void add_default_callbacks(std::vector<std::shared_ptr<Callback>>& callbacks, co
   if (elastic && periodic && !has<ElasticCheckpoint>(callbacks))
     callbacks.push_back(std::make_shared<ElasticCheckpoint>(options.elastic_checkpoint_every_n_steps(),
                                                             options.elastic_checkpoint_every_seconds()));
+  checkpointing_last(callbacks);
 }
 
 }  // namespace arc::detail

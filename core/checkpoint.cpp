@@ -129,14 +129,6 @@ torch::ScalarType scalar_type_named(const std::string& name, const std::string& 
 
 std::string shape_text(const std::vector<int64_t>& shape) { return nlohmann::json(shape).dump(); }
 
-// A module's parameters and buffers by name: what a checkpoint stores as "model/<name>".
-std::vector<std::pair<std::string, torch::Tensor>> named_state(const torch::nn::Module& module) {
-  std::vector<std::pair<std::string, torch::Tensor>> state;
-  for (const auto& item : module.named_parameters()) state.emplace_back(item.key(), item.value());
-  for (const auto& item : module.named_buffers()) state.emplace_back(item.key(), item.value());
-  return state;
-}
-
 uint64_t read_u64(const uint8_t* at) {
   uint64_t value;
   std::memcpy(&value, at, 8);
@@ -154,6 +146,24 @@ void CheckpointWriter::add(const std::string& name, torch::serialize::OutputArch
 }
 
 void CheckpointWriter::add_json(const std::string& name, nlohmann::json value) { values_[name] = std::move(value); }
+
+std::vector<std::pair<std::string, torch::Tensor>> named_state(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, torch::Tensor>> state;
+  for (const auto& item : module.named_parameters()) state.emplace_back(item.key(), item.value());
+  for (const auto& item : module.named_buffers()) state.emplace_back(item.key(), item.value());
+  return state;
+}
+
+void CheckpointWriter::replace(const std::string& name, const torch::Tensor& tensor) {
+  for (auto& [added, value] : tensors_) {
+    if (added != name) continue;
+    ARC_CHECK(value.sizes() == tensor.sizes(), "checkpoint entry '", name, "' has shape ", value.sizes(),
+              "; its replacement has ", tensor.sizes());
+    value = tensor.detach().to(torch::kCPU).contiguous();
+    return;
+  }
+  ARC_FAIL("checkpoint entry '", name, "' was not added, so nothing can replace it");
+}
 
 void CheckpointWriter::add_module(const torch::nn::Module& module) {
   for (const auto& [name, tensor] : named_state(module)) add("model/" + name, tensor);

@@ -44,6 +44,9 @@ struct LoadResult {
   std::vector<std::string> unexpected_keys;
 };
 
+/// A module's parameters, then its buffers, by name: what a checkpoint stores as "model/<name>".
+std::vector<std::pair<std::string, torch::Tensor>> named_state(const torch::nn::Module& module);
+
 /// Collects what one checkpoint holds, then writes it in one go.
 class CheckpointWriter {
  public:
@@ -56,6 +59,8 @@ class CheckpointWriter {
   void add_json(const std::string& name, nlohmann::json value);
   /// The parameters and buffers of `module`, as "model/<name>".
   void add_module(const torch::nn::Module& module);
+  /// Puts `tensor` (of the same shape) in place of the one added as `name`.
+  void replace(const std::string& name, const torch::Tensor& tensor);
   /// Writes through `path.tmp-<pid>`: write, fsync, rename, fsync the folder. A failed write is an
   /// arc::Error naming the file, the cause and the fix, and leaves no temporary file and the
   /// previous `path` intact. Temporary files of dead writers in that folder are removed first.

@@ -13,7 +13,8 @@ namespace arc::detail {
 
 /// Adds ModelSummary, ProgressBar, ModelCheckpoint (with last.ckpt, so that ckpt_path="last" can
 /// resume) and, under a restarting launcher (`elastic`), ElasticCheckpoint: each unless the options
-/// turn it off or `callbacks` already has one.
+/// turn it off or `callbacks` already has one. The checkpointing callbacks then move to the end,
+/// as in Lightning, so that what the others change at a batch's end is in what they save.
 void add_default_callbacks(std::vector<std::shared_ptr<Callback>>& callbacks, const TrainerOptions& options,
                            bool elastic);
 

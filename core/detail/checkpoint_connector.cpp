@@ -126,6 +126,7 @@ void CheckpointConnector::save(TrainModule& module, const std::string& path, boo
 
   CheckpointWriter writer(std::move(meta));
   writer.add_module(module);
+  for (const auto& callback : trainer_.callbacks()) callback->on_save_checkpoint(trainer_, module, writer);
   if (!weights_only) {
     for (size_t i = 0; i < trainer_.optimizer_configs().size(); ++i)
       save_optimizer(writer, "optimizer_" + std::to_string(i), *trainer_.optimizer_configs()[i].optimizer);
@@ -180,6 +181,7 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
   const auto& callbacks = meta.at("callbacks");
   for (const auto& callback : trainer_.callbacks())
     if (callbacks.contains(callback->state_key())) callback->load_state_dict(callbacks.at(callback->state_key()));
+  for (const auto& callback : trainer_.callbacks()) callback->on_load_checkpoint(trainer_, module, checkpoint);
   restore_logger_versions(meta.value("loggers", nlohmann::json::array()));
 }
 

@@ -110,6 +110,42 @@ TEST(Checkpoint, ResumingAfterAnyStepEndsBitIdentical) {
   fs::remove_all(dir);
 }
 
+// An exponential moving average of the weights (issue 18, row 4): fit ends with the averaged weights,
+// every checkpoint holds them as the module's, and resuming (the averages and the current weights
+// both restored, mid-epoch, mid-accumulation, after a validation that ran on the averages) ends
+// bit-identical.
+TEST(Checkpoint, WeightAveragingSavesTheAverageAndResumesBitIdentical) {
+  Stateful reference;
+  auto reference_ema = std::make_shared<EMAWeightAveraging>(0.7);
+  Trainer(resume_options(), {reference_ema}).fit(reference, shuffled(), tiny_data(4, 2));
+  const auto expected = flat(reference);
+  EXPECT_EQ(reference_ema->updates(), 12);  // 3 epochs of 4 steps
+  const auto dir = scratch_dir("averaging");
+  for (const int64_t k : {3, 8, 14}) {
+    const std::string path = dir + "/k" + std::to_string(k) + ".ckpt";
+    Stateful interrupted;
+    auto ema = std::make_shared<EMAWeightAveraging>(0.7);
+    // The stopping callback first: the Trainer still runs checkpointing callbacks last, but this
+    // one saves by hand, so its place decides whether the step's average is in the file.
+    Trainer(resume_options(), {ema, std::make_shared<StopAfter>(k, path)})
+        .fit(interrupted, shuffled(), tiny_data(4, 2));
+    // The file's module weights are the average at the save, which fit ended with.
+    Stateful loaded;
+    load_checkpoint_weights(loaded, path);
+    EXPECT_TRUE(torch::equal(flat(loaded), flat(interrupted))) << "saved after batch " << k;
+    Stateful resumed;
+    auto resumed_ema = std::make_shared<EMAWeightAveraging>(0.7);
+    Trainer(resume_options(), {resumed_ema}).fit(resumed, shuffled(), tiny_data(4, 2), path);
+    EXPECT_TRUE(torch::equal(flat(resumed), expected)) << "resumed after batch " << k;
+    EXPECT_EQ(resumed_ema->updates(), 12);
+  }
+  // The average differs from the weights training reached: the test can tell them apart.
+  Stateful plain;
+  Trainer(resume_options()).fit(plain, shuffled(), tiny_data(4, 2));
+  EXPECT_FALSE(torch::allclose(flat(plain), expected));
+  fs::remove_all(dir);
+}
+
 // LibTorch's own StepLR plugged in as is (it multiplies the current rate, so its rates differ from
 // Arclight's closed form in the last bits): the resumed run must still end bit-identical.
 class StatefulWithLibTorchScheduler : public Stateful {

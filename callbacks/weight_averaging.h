@@ -1,0 +1,88 @@
+// WeightAveraging and EMAWeightAveraging: Lightning's weight-averaging callbacks. A copy of the
+// module's parameters and buffers is averaged as training goes; validation runs with the averaged
+// weights, checkpoints save them as the module's (the current ones under the callback's key, so
+// that resuming continues exactly), and fit ends with them in the module.
+#pragma once
+
+#include <arc/callbacks/callback.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace arc {
+
+/// Averages every optimizer step for which should_update says so. The default average is the
+/// equal-weight mean of every update so far (torch.optim.swa_utils.AveragedModel's); subclasses
+/// change `average` and `should_update`. Integer buffers (BatchNorm's counter) take the latest value.
+class WeightAveraging : public Callback {
+ public:
+  /// `use_buffers`: average buffers too (BatchNorm's running statistics), as Lightning's default.
+  explicit WeightAveraging(bool use_buffers = true);
+  std::string state_key() const override { return "WeightAveraging"; }
+
+  /// Whether to update after the optimizer step `step_idx` (0-based) or at the end of epoch
+  /// `epoch_idx` (one of them is given). Default: after every step.
+  virtual bool should_update(std::optional<int64_t> step_idx, std::optional<int64_t> epoch_idx) const;
+  /// Folds `current` into `averaged`, which has been updated `updates` times before (0: a copy).
+  virtual void average(torch::Tensor& averaged, const torch::Tensor& current, int64_t updates) const;
+
+  /// The averaged parameters and buffers, in the module's order (empty before fit).
+  const std::vector<torch::Tensor>& averaged() const { return averaged_; }
+  int64_t updates() const { return updates_; }
+
+  void on_fit_start(Trainer& trainer, TrainModule& module) override;
+  void on_train_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& loss, Batch& batch,
+                          int64_t batch_idx) override;
+  void on_train_epoch_end(Trainer& trainer, TrainModule& module) override;
+  void on_train_end(Trainer& trainer, TrainModule& module) override;
+  void on_validation_epoch_start(Trainer& trainer, TrainModule& module) override;
+  void on_validation_epoch_end(Trainer& trainer, TrainModule& module) override;
+  nlohmann::json state_dict() const override;
+  void load_state_dict(const nlohmann::json& state) override;
+  void on_save_checkpoint(Trainer& trainer, TrainModule& module, CheckpointWriter& writer) override;
+  void on_load_checkpoint(Trainer& trainer, TrainModule& module, const CheckpointReader& reader) override;
+
+ protected:
+  /// The training epoch at the update being decided.
+  int64_t epoch() const { return epoch_; }
+
+ private:
+  /// The module's tensors that are averaged, in checkpoint order.
+  std::vector<torch::Tensor> tracked(TrainModule& module) const;
+  void update(TrainModule& module);
+  /// Exchanges the module's values with the averaged ones.
+  void swap(TrainModule& module);
+
+  bool use_buffers_;
+  std::vector<torch::Tensor> averaged_;
+  int64_t updates_ = 0;
+  int64_t latest_update_step_ = -1;
+  int64_t latest_update_epoch_ = -1;
+  int64_t epoch_ = 0;
+  bool swapped_ = false;
+  /// A resumed fit's state came from the checkpoint: the next on_fit_start keeps it.
+  bool restored_ = false;
+};
+
+/// An exponential moving average: averaged = decay * averaged + (1 - decay) * current, every
+/// `update_every_n_steps` optimizer steps from `update_starting_at_step` or the start of
+/// `update_starting_at_epoch` on.
+class EMAWeightAveraging : public WeightAveraging {
+ public:
+  explicit EMAWeightAveraging(double decay = 0.999, int64_t update_every_n_steps = 1,
+                              std::optional<int64_t> update_starting_at_step = std::nullopt,
+                              std::optional<int64_t> update_starting_at_epoch = std::nullopt);
+  std::string state_key() const override { return "EMAWeightAveraging"; }
+  bool should_update(std::optional<int64_t> step_idx, std::optional<int64_t> epoch_idx) const override;
+  void average(torch::Tensor& averaged, const torch::Tensor& current, int64_t updates) const override;
+
+ private:
+  double decay_;
+  int64_t every_;
+  std::optional<int64_t> from_step_;
+  std::optional<int64_t> from_epoch_;
+};
+
+}  // namespace arc
