@@ -31,6 +31,7 @@
 #include <arc/core/train_module.h>
 #include <arc/core/trainer.h>
 #include <arc/core/trainer_options.h>
+#include <arc/core/tuner.h>
 #include <arc/data/batch.h>
 #include <arc/data/data_loader.h>
 #include <arc/data/data_module.h>
