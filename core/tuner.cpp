@@ -139,17 +139,11 @@ void LRFinder::write_svg(const std::string& path) const {
   out << "</svg>\n";
 }
 
-LRFinder Tuner::lr_find(TrainModule& module, DataSource train, const LRFinderOptions& options) {
-  ARC_CHECK(trainer_.world_size() == 1, "lr_find runs in one process, and this Trainer has ", trainer_.world_size(),
+TrainerOptions Tuner::trial_options(int64_t steps) const {
+  ARC_CHECK(trainer_.world_size() == 1, "the Tuner runs in one process, and this Trainer has ", trainer_.world_size(),
             " ranks; tune with a single-device Trainer, then train with DDP");
-  ARC_CHECK(options.min_lr() > 0 && options.max_lr() > options.min_lr(), "lr_find: min_lr (", options.min_lr(),
-            ") must be > 0 and below max_lr (", options.max_lr(), ")");
-  ARC_CHECK(options.num_training() >= 2, "lr_find: num_training is ", options.num_training(), "; give 2 or more steps");
-  ARC_CHECK(options.mode() == "exponential" || options.mode() == "linear", "lr_find: mode is \"", options.mode(),
-            "\"; use \"exponential\" or \"linear\"");
-  // The sweep trains a copy of the run: no validation, checkpoints, loggers or progress bar.
-  auto sweep_options = trainer_.options();
-  sweep_options.max_steps(options.num_training())
+  auto options = trainer_.options();
+  options.max_steps(steps)
       .max_epochs(-1)
       .min_epochs(std::nullopt)
       .min_steps(std::nullopt)
@@ -162,21 +156,44 @@ LRFinder Tuner::lr_find(TrainModule& module, DataSource train, const LRFinderOpt
       .logger(false)
       .profiler("")
       // Its own folder: nothing of the run's (an hpc checkpoint to resume from) is picked up.
-      .default_root_dir(trainer_.options().default_root_dir() + "/.lr_find");
+      .default_root_dir(trainer_.options().default_root_dir() + "/.tuner");
+  return options;
+}
+
+namespace {
+
+// The module's weights (and the trials' folder) as before, however the tuning ends.
+class Restore {
+ public:
+  Restore(TrainModule& module, std::string folder) : folder_(std::move(folder)) {
+    for (const auto& [name, tensor] : named_state(module)) saved_.emplace_back(tensor, tensor.detach().clone());
+  }
+  ~Restore() {
+    torch::NoGradGuard no_grad;
+    for (auto& [tensor, copy] : saved_) tensor.copy_(copy);
+    std::error_code ignored;
+    std::filesystem::remove_all(folder_, ignored);
+  }
+  Restore(const Restore&) = delete;
+  Restore& operator=(const Restore&) = delete;
+
+ private:
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> saved_;
+  std::string folder_;
+};
+
+}  // namespace
+
+LRFinder Tuner::lr_find(TrainModule& module, DataSource train, const LRFinderOptions& options) {
+  ARC_CHECK(options.min_lr() > 0 && options.max_lr() > options.min_lr(), "lr_find: min_lr (", options.min_lr(),
+            ") must be > 0 and below max_lr (", options.max_lr(), ")");
+  ARC_CHECK(options.num_training() >= 2, "lr_find: num_training is ", options.num_training(), "; give 2 or more steps");
+  ARC_CHECK(options.mode() == "exponential" || options.mode() == "linear", "lr_find: mode is \"", options.mode(),
+            "\"; use \"exponential\" or \"linear\"");
+  const auto sweep_options = trial_options(options.num_training());
   auto sweep = std::make_shared<LRSweep>(options);
   {
-    // The weights (and the sweep's folder) as before, however the sweep ends.
-    struct Restore {
-      std::vector<std::pair<torch::Tensor, torch::Tensor>> saved;
-      std::string folder;
-      ~Restore() {
-        torch::NoGradGuard no_grad;
-        for (auto& [tensor, copy] : saved) tensor.copy_(copy);
-        std::error_code ignored;
-        std::filesystem::remove_all(folder, ignored);
-      }
-    } restore{{}, sweep_options.default_root_dir()};
-    for (const auto& [name, tensor] : named_state(module)) restore.saved.emplace_back(tensor, tensor.detach().clone());
+    const Restore restore(module, sweep_options.default_root_dir());
     Trainer trial(sweep_options, {sweep}, {});
     trial.fit(module, std::move(train));
   }
@@ -187,6 +204,49 @@ LRFinder Tuner::lr_find(TrainModule& module, DataSource train, const LRFinderOpt
     console().warn("lr_find: too few steps with a finite loss to suggest a learning rate; raise num_training");
   }
   return result;
+}
+
+int64_t Tuner::scale_batch_size(TrainModule& module, DataSource train, const BatchSizeOptions& options) {
+  ARC_CHECK(options.mode() == "power" || options.mode() == "binsearch", "scale_batch_size: mode is \"", options.mode(),
+            "\"; use \"power\" or \"binsearch\"");
+  ARC_CHECK(options.init_val() >= 1 && options.max_trials() >= 1 && options.steps_per_trial() >= 1,
+            "scale_batch_size: init_val, max_trials and steps_per_trial must be >= 1, got ", options.init_val(), ", ",
+            options.max_trials(), " and ", options.steps_per_trial());
+  ARC_CHECK(train.dataset != nullptr, "scale_batch_size needs the training data as a DataSource");
+  const auto run_options = trial_options(options.steps_per_trial());
+  const Restore restore(module, run_options.default_root_dir());
+  const int64_t samples = train.dataset->size();
+  // Whether `size` trains without running out of memory.
+  const auto fits = [&](int64_t size) {
+    DataSource trial_data = train;
+    trial_data.options.batch_size(size);
+    try {
+      Trainer(run_options, {}, {}).fit(module, trial_data);
+      return true;
+    } catch (const std::bad_alloc&) {
+    } catch (const c10::Error& error) {
+      if (std::string(error.what()).find("out of memory") == std::string::npos) throw;
+    }
+    console().info("scale_batch_size: batch size {} ran out of memory", size);
+    return false;
+  };
+  int64_t low = 0, high = 0, size = std::min(options.init_val(), samples);
+  for (int64_t trial = 0; trial < options.max_trials(); ++trial) {
+    if (fits(size)) {
+      low = size;
+      if (size >= samples) break;  // the whole dataset in one batch
+      size = high > 0 ? (low + high) / 2 : std::min(size * 2, samples);
+    } else {
+      ARC_CHECK(size > 1, "scale_batch_size: even a batch of 1 runs out of memory");
+      high = size;
+      if (options.mode() == "power") break;
+      size = (low + high) / 2;
+    }
+    if (high > 0 && high - low <= 1) break;
+  }
+  ARC_CHECK(low > 0, "scale_batch_size: no batch size fit; lower init_val (", options.init_val(), ")");
+  console().info("scale_batch_size: batch size {} fits", low);
+  return low;
 }
 
 }  // namespace arc

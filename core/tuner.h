@@ -1,9 +1,11 @@
-// Tuner: Lightning's learning-rate range test (lr_find). It trains a copy of the run for a few steps
-// while the learning rate grows from min_lr to max_lr, records the smoothed loss, suggests the rate
-// where the loss falls fastest, and puts the module's weights back.
+// Tuner: Lightning's learning-rate range test (lr_find), which trains a copy of the run for a few
+// steps while the learning rate grows from min_lr to max_lr, records the smoothed loss and suggests
+// the rate where the loss falls fastest, and its batch-size search (scale_batch_size). Both put the
+// module's weights back.
 #pragma once
 
 #include <arc/base/arg.h>
+#include <arc/core/trainer_options.h>
 #include <arc/data/data_module.h>
 
 #include <cstdint>
@@ -46,6 +48,16 @@ class LRFinder {
   std::vector<double> losses_;
 };
 
+struct BatchSizeOptions {
+  /// "power": doubles until a trial runs out of memory; "binsearch": then bisects between the last
+  /// size that fit and the first that did not.
+  ARC_ARG(std::string, mode) = "power";
+  /// Optimizer steps each trial trains.
+  ARC_ARG(int64_t, steps_per_trial) = 3;
+  ARC_ARG(int64_t, init_val) = 2;
+  ARC_ARG(int64_t, max_trials) = 25;
+};
+
 /// Tunes for a Trainer of one process (Lightning's Tuner refuses distributed strategies too).
 class Tuner {
  public:
@@ -54,8 +66,16 @@ class Tuner {
   /// weights are as before afterwards; set the suggested rate yourself (C++ has no attribute to
   /// write it into).
   LRFinder lr_find(TrainModule& module, DataSource train, const LRFinderOptions& options = {});
+  /// The largest batch size of `train` whose training steps fit in memory: trials of a few steps
+  /// with growing sizes, where running out of memory (std::bad_alloc on the CPU, LibTorch's "out of
+  /// memory" error on a GPU) ends a trial; never above the dataset's size. The weights are put back.
+  int64_t scale_batch_size(TrainModule& module, DataSource train, const BatchSizeOptions& options = {});
 
  private:
+  /// Options for a tuning run of `steps` optimizer steps, without validation, checkpoints, loggers
+  /// or progress, in a folder of its own.
+  TrainerOptions trial_options(int64_t steps) const;
+
   Trainer& trainer_;
 };
 

@@ -1,4 +1,4 @@
-// Tuner::lr_find (issue 18, row 2): the learning-rate range test.
+// The Tuner (issue 18, row 2): lr_find, the learning-rate range test, and scale_batch_size.
 #include "support/errors.h"
 #include "support/tiny_module.h"
 
@@ -86,6 +86,39 @@ TEST(Tuner, LinearModeAndBadOptions) {
   EXPECT_NE(testing::error_of([&] {
               Tuner(trainer).lr_find(module, regression(), LRFinderOptions().mode("cubic"));
             }).find("use \"exponential\" or \"linear\""),
+            std::string::npos);
+}
+
+// Runs out of memory, as the allocator would, on batches of more than `limit` samples.
+class Bounded : public testing::TinyModule {
+ public:
+  explicit Bounded(int64_t limit) : limit_(limit) {}
+  torch::Tensor training_step(Batch& batch, int64_t batch_idx) override {
+    if (batch.batch_size() > limit_) throw std::bad_alloc();
+    return TinyModule::training_step(batch, batch_idx);
+  }
+
+ private:
+  int64_t limit_;
+};
+
+TEST(Tuner, ScaleBatchSizeFindsTheLargestThatFits) {
+  Bounded module(40);
+  const auto before = weights_of(module);
+  Trainer trainer(testing::quiet());
+  const auto data = testing::tiny_data(200, 2);
+  EXPECT_EQ(Tuner(trainer).scale_batch_size(module, data), 32);  // 2, 4, ..., 32 fit; 64 does not
+  EXPECT_EQ(Tuner(trainer).scale_batch_size(module, data, BatchSizeOptions().mode("binsearch")), 40);
+  EXPECT_TRUE(torch::equal(weights_of(module), before));
+  Bounded roomy(1000);
+  EXPECT_EQ(Tuner(trainer).scale_batch_size(roomy, testing::tiny_data(50, 2)), 50);  // the whole dataset
+  EXPECT_NE(testing::error_of([&] {
+              Tuner(trainer).scale_batch_size(module, data, BatchSizeOptions().init_val(64));
+            }).find("no batch size fit"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] {
+              Tuner(trainer).scale_batch_size(module, data, BatchSizeOptions().mode("linear"));
+            }).find("use \"power\" or \"binsearch\""),
             std::string::npos);
 }
 
