@@ -19,11 +19,13 @@ void WeightAveraging::average(torch::Tensor& averaged, const torch::Tensor& curr
   averaged.add_(current - averaged, 1.0 / static_cast<double>(updates + 1));
 }
 
-std::vector<torch::Tensor> WeightAveraging::tracked(TrainModule& module) const {
-  std::vector<torch::Tensor> out;
-  for (const auto& [name, tensor] : named_state(module)) out.push_back(tensor);
-  if (!use_buffers_) out.resize(module.parameters().size());
-  return out;
+void WeightAveraging::track(TrainModule& module) {
+  torch::NoGradGuard no_grad;
+  tracked_.clear();
+  averaged_.clear();
+  for (const auto& [name, tensor] : named_state(module)) tracked_.push_back(tensor);
+  if (!use_buffers_) tracked_.resize(module.parameters().size());
+  for (const auto& tensor : tracked_) averaged_.push_back(tensor.detach().clone());
 }
 
 // A resumed fit restored the averages before this (on_load_checkpoint); a new one starts them.
@@ -32,22 +34,19 @@ void WeightAveraging::on_fit_start(Trainer&, TrainModule& module) {
     restored_ = false;
     return;
   }
-  torch::NoGradGuard no_grad;
-  averaged_.clear();
-  for (const auto& tensor : tracked(module)) averaged_.push_back(tensor.detach().clone());
+  track(module);
   updates_ = 0;
   latest_update_step_ = latest_update_epoch_ = -1;
   swapped_ = false;
 }
 
-void WeightAveraging::update(TrainModule& module) {
+void WeightAveraging::update() {
   torch::NoGradGuard no_grad;
-  const auto current = tracked(module);
-  for (size_t i = 0; i < current.size(); ++i) {
+  for (size_t i = 0; i < tracked_.size(); ++i) {
     if (updates_ == 0 || !averaged_[i].is_floating_point()) {
-      averaged_[i].copy_(current[i]);
+      averaged_[i].copy_(tracked_[i]);
     } else {
-      average(averaged_[i], current[i], updates_);
+      average(averaged_[i], tracked_[i], updates_);
     }
   }
   ++updates_;
@@ -55,47 +54,45 @@ void WeightAveraging::update(TrainModule& module) {
 
 // After the optimizer step: the global step has advanced (a batch inside an accumulation window,
 // or one skipped, leaves it, and updates nothing).
-void WeightAveraging::on_train_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor&, Batch&, int64_t) {
+void WeightAveraging::on_train_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&, int64_t) {
   epoch_ = trainer.current_epoch();
   const int64_t step = trainer.global_step();
   if (step > latest_update_step_ && step > 0 && should_update(step - 1, std::nullopt)) {
-    update(module);
+    update();
     latest_update_step_ = step;
   }
 }
 
-void WeightAveraging::on_train_epoch_end(Trainer& trainer, TrainModule& module) {
+void WeightAveraging::on_train_epoch_end(Trainer& trainer, TrainModule&) {
   epoch_ = trainer.current_epoch();
   if (epoch_ > latest_update_epoch_ && should_update(std::nullopt, epoch_)) {
-    update(module);
+    update();
     latest_update_epoch_ = epoch_;
   }
 }
 
-void WeightAveraging::swap(TrainModule& module) {
+void WeightAveraging::swap() {
   torch::NoGradGuard no_grad;
-  const auto current = tracked(module);
-  for (size_t i = 0; i < current.size(); ++i) {
-    auto held = current[i].clone();
-    current[i].copy_(averaged_[i]);
+  for (size_t i = 0; i < tracked_.size(); ++i) {
+    auto held = tracked_[i].clone();
+    tracked_[i].copy_(averaged_[i]);
     averaged_[i].copy_(held);
   }
   swapped_ = !swapped_;
 }
 
-void WeightAveraging::on_train_end(Trainer&, TrainModule& module) {
+void WeightAveraging::on_train_end(Trainer&, TrainModule&) {
   torch::NoGradGuard no_grad;
-  const auto current = tracked(module);
-  for (size_t i = 0; i < current.size(); ++i) current[i].copy_(averaged_[i]);
+  for (size_t i = 0; i < tracked_.size(); ++i) tracked_[i].copy_(averaged_[i]);
 }
 
 // Validation in fit (the sanity check too) sees the averaged weights; validate() alone has none.
-void WeightAveraging::on_validation_epoch_start(Trainer& trainer, TrainModule& module) {
-  if (trainer.stage() == Stage::fit && !averaged_.empty() && !swapped_) swap(module);
+void WeightAveraging::on_validation_epoch_start(Trainer& trainer, TrainModule&) {
+  if (trainer.stage() == Stage::fit && !averaged_.empty() && !swapped_) swap();
 }
 
-void WeightAveraging::on_validation_epoch_end(Trainer&, TrainModule& module) {
-  if (swapped_) swap(module);
+void WeightAveraging::on_validation_epoch_end(Trainer&, TrainModule&) {
+  if (swapped_) swap();
 }
 
 nlohmann::json WeightAveraging::state_dict() const {
@@ -128,13 +125,8 @@ void WeightAveraging::on_load_checkpoint(Trainer&, TrainModule& module, const Ch
   const std::string prefix = "callbacks/" + state_key() + "/current/";
   ARC_CHECK(reader.contains(prefix + state.front().first), "checkpoint '", reader.path(), "' holds no ", state_key(),
             " state (it was saved without one); resume without the callback, or start afresh");
-  torch::NoGradGuard no_grad;
-  averaged_.clear();
-  for (const auto& tensor : tracked(module)) averaged_.push_back(tensor.detach().clone());  // the checkpoint's
-  for (size_t i = 0; i < averaged_.size(); ++i) {                                           // module weights
-    auto current = state[i].second;
-    reader.read_into(prefix + state[i].first, current);
-  }
+  track(module);  // the averages: the checkpoint's module weights, which the module holds now
+  for (size_t i = 0; i < tracked_.size(); ++i) reader.read_into(prefix + state[i].first, tracked_[i]);
   swapped_ = false;
   restored_ = true;
 }

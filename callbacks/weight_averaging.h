@@ -49,13 +49,15 @@ class WeightAveraging : public Callback {
   int64_t epoch() const { return epoch_; }
 
  private:
-  /// The module's tensors that are averaged, in checkpoint order.
-  std::vector<torch::Tensor> tracked(TrainModule& module) const;
-  void update(TrainModule& module);
+  /// Takes the module's tensors to average (in checkpoint order) and starts the averages as copies.
+  void track(TrainModule& module);
+  void update();
   /// Exchanges the module's values with the averaged ones.
-  void swap(TrainModule& module);
+  void swap();
 
   bool use_buffers_;
+  /// The module's parameters (and buffers) being averaged, found once per fit.
+  std::vector<torch::Tensor> tracked_;
   std::vector<torch::Tensor> averaged_;
   int64_t updates_ = 0;
   int64_t latest_update_step_ = -1;

@@ -158,11 +158,13 @@ void CheckpointWriter::replace(const std::string& name, const torch::Tensor& ten
   for (auto& [added, value] : tensors_) {
     if (added != name) continue;
     ARC_CHECK(value.sizes() == tensor.sizes(), "checkpoint entry '", name, "' has shape ", value.sizes(),
-              "; its replacement has ", tensor.sizes());
+              "; its replacement has ", tensor.sizes(), ". A callback's on_save_checkpoint must put in tensors of ",
+              "the shapes it replaces");
     value = tensor.detach().to(torch::kCPU).contiguous();
     return;
   }
-  ARC_FAIL("checkpoint entry '", name, "' was not added, so nothing can replace it");
+  ARC_FAIL("checkpoint entry '", name, "' was not added, so nothing can replace it; replace \"model/<name>\" ",
+           "entries of the module's parameters and buffers, or add() entries of your own");
 }
 
 void CheckpointWriter::add_module(const torch::nn::Module& module) {

@@ -187,8 +187,7 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
     precision_->convert_module(module);
     strategy_->set_profiler(profiler_.get());
     strategy_->setup_module(module);
-    connect_sync_batch_norms(module, options_.sync_batchnorm() ? strategy_->collectives() : nullptr,
-                             options_.sync_batchnorm());
+    connect_sync_batch_norms(module, strategy_->collectives(), options_.sync_batchnorm());
     std::optional<torch::autograd::DetectAnomalyGuard> anomalies;
     if (options_.detect_anomaly()) anomalies.emplace();
     body();
@@ -380,12 +379,15 @@ void Trainer::backward(TrainModule& module, const torch::Tensor& loss) {
   detail::call_hook(*this, module, "on_after_backward", &Callback::on_after_backward, &TrainModule::on_after_backward);
 }
 
-void Trainer::zero_grad(torch::optim::Optimizer& optimizer) {
+void Trainer::zero_grad(torch::optim::Optimizer& optimizer, std::optional<int64_t> batch_idx) {
   detail::call_hook(*this, *module_, "on_before_zero_grad", &Callback::on_before_zero_grad,
                     &TrainModule::on_before_zero_grad, optimizer);
   ProfileScope scope(profiler_.get(), "[Trainer].zero_grad");
-  // The default, not an override: optimizer_zero_grad is the automatic loop's hook.
-  module_->TrainModule::optimizer_zero_grad(current_epoch(), state_->progress.epoch_batches, optimizer);
+  if (batch_idx) {
+    module_->optimizer_zero_grad(current_epoch(), *batch_idx, optimizer);
+  } else {
+    module_->TrainModule::optimizer_zero_grad(current_epoch(), state_->progress.epoch_batches, optimizer);
+  }
 }
 
 void Trainer::optimizer_step(torch::optim::Optimizer& optimizer) {

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -131,8 +132,10 @@ class Trainer {
   /// on_before_optimizer_step (the callbacks', then the module's), configure_gradient_clipping
   /// (automatic optimization), the optimizer stepped, the loss scale updated, the global step advanced.
   void optimizer_step(torch::optim::Optimizer& optimizer);
-  /// TrainerOptimizer::zero_grad: on_before_zero_grad, then every gradient set to none.
-  void zero_grad(torch::optim::Optimizer& optimizer);
+  /// on_before_zero_grad, then every gradient of `optimizer` set to none: by the module's
+  /// optimizer_zero_grad hook in the automatic loop (`batch_idx` given), by its default for
+  /// TrainerOptimizer::zero_grad (manual optimization, where Lightning calls no hook either).
+  void zero_grad(torch::optim::Optimizer& optimizer, std::optional<int64_t> batch_idx = std::nullopt);
   /// A loader's batch on the device, through the module's batch-transfer hooks and the precision's
   /// input type; `dataloader_idx` tells the stage's loaders apart.
   Batch transfer_batch(Batch batch, int64_t dataloader_idx);

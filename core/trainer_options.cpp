@@ -41,8 +41,6 @@ std::optional<double> read_duration(const Config& config, const std::string& key
 BatchAmount read_amount(const Config& config, const std::string& key, BatchAmount fallback) {
   const auto* value = config.find(key);
   if (value == nullptr) return fallback;
-  if (key == "val_check_interval" && (value->is_string() || value->is_object()))
-    return BatchAmount::duration(*read_duration(config, key));
   ARC_CHECK(value->is_number() && value->get<double>() >= 0, "config key '", config.qualified(key),
             "' must be a fraction in [0.0, 1.0] (a JSON float) or a batch count (a JSON integer), got ", value->dump());
   if (value->is_number_integer()) return BatchAmount::count(value->get<int64_t>());
@@ -60,6 +58,14 @@ nlohmann::json amount_json(const BatchAmount& amount) {
 }
 
 std::optional<double> read_max_time(const Config& config) { return read_duration(config, "max_time"); }
+
+// A batch amount, or a duration in max_time's forms.
+BatchAmount read_val_check_interval(const Config& config) {
+  const auto* value = config.find("val_check_interval");
+  if (value != nullptr && (value->is_string() || value->is_object()))
+    return BatchAmount::duration(*read_duration(config, "val_check_interval"));
+  return read_amount(config, "val_check_interval", BatchAmount());
+}
 
 int64_t read_fast_dev_run(const Config& config) {
   const auto* value = config.find("fast_dev_run");
@@ -176,14 +182,15 @@ const std::vector<OptionField>& option_fields() {
       ARC_AMOUNT_OPTION(limit_test_batches, "test batches: a fraction or a count"),
       ARC_AMOUNT_OPTION(limit_predict_batches, "predict batches: a fraction or a count"),
       ARC_AMOUNT_OPTION(overfit_batches, "train and validate on these first batches only, unshuffled (0: off)"),
-      ARC_OPTION(val_check_interval,
-                 "validate every fraction of an epoch (0.5), every that many batches (100) or every duration "
-                 "(\"DD:HH:MM:SS\" or {days, hours, minutes, seconds})",
-                 [](const TrainerOptions& o) {
-                   check_amount("val_check_interval", o.val_check_interval(), /*duration_allowed=*/true);
-                   ARC_CHECK(!o.val_check_interval().is_zero(),
-                             "val_check_interval must be > 0, got 0; use limit_val_batches=0 to skip validation");
-                 }),
+      ARC_OPTION_READ(val_check_interval,
+                      "validate every fraction of an epoch (0.5), every that many batches (100) or every duration "
+                      "(\"DD:HH:MM:SS\" or {days, hours, minutes, seconds})",
+                      read_val_check_interval,
+                      [](const TrainerOptions& o) {
+                        check_amount("val_check_interval", o.val_check_interval(), /*duration_allowed=*/true);
+                        ARC_CHECK(!o.val_check_interval().is_zero(),
+                                  "val_check_interval must be > 0, got 0; use limit_val_batches=0 to skip validation");
+                      }),
       ARC_OPTION(check_val_every_n_epoch, "validate every N epochs (null: every val_check_interval batches of the fit)",
                  [](const TrainerOptions& o) {
                    const auto every = o.check_val_every_n_epoch();

@@ -212,7 +212,8 @@ int64_t Tuner::scale_batch_size(TrainModule& module, DataSource train, const Bat
   ARC_CHECK(options.init_val() >= 1 && options.max_trials() >= 1 && options.steps_per_trial() >= 1,
             "scale_batch_size: init_val, max_trials and steps_per_trial must be >= 1, got ", options.init_val(), ", ",
             options.max_trials(), " and ", options.steps_per_trial());
-  ARC_CHECK(train.dataset != nullptr, "scale_batch_size needs the training data as a DataSource");
+  ARC_CHECK(train.dataset != nullptr, "scale_batch_size got an empty DataSource; pass the training data, e.g. ",
+            "{dataset, DataLoaderOptions(2)} (its batch size is what the trials change)");
   const auto run_options = trial_options(options.steps_per_trial());
   const Restore restore(module, run_options.default_root_dir());
   const int64_t samples = train.dataset->size();
@@ -237,7 +238,8 @@ int64_t Tuner::scale_batch_size(TrainModule& module, DataSource train, const Bat
       if (size >= samples) break;  // the whole dataset in one batch
       size = high > 0 ? (low + high) / 2 : std::min(size * 2, samples);
     } else {
-      ARC_CHECK(size > 1, "scale_batch_size: even a batch of 1 runs out of memory");
+      ARC_CHECK(size > 1, "scale_batch_size: even a batch of 1 runs out of memory; make the model or its inputs ",
+                "smaller, or train on a device with more memory");
       high = size;
       if (options.mode() == "power") break;
       size = (low + high) / 2;

@@ -26,8 +26,7 @@ Accelerator::~Accelerator() { strategy_->teardown(); }
 void Accelerator::prepare(torch::nn::Module& model) {
   precision_->convert_module(model);
   strategy_->setup_module(model);
-  connect_sync_batch_norms(model, options_.sync_batchnorm() ? strategy_->collectives() : nullptr,
-                           options_.sync_batchnorm());
+  connect_sync_batch_norms(model, strategy_->collectives(), options_.sync_batchnorm());
 }
 
 void Accelerator::prepare(torch::optim::Optimizer& optimizer) {

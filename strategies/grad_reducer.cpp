@@ -68,6 +68,10 @@ GradReducer::GradReducer(std::vector<torch::Tensor> parameters, std::vector<std:
 
 GradReducer::~GradReducer() = default;
 
+torch::Tensor GradReducer::slot(size_t parameter) const {
+  return buckets_[bucket_of_[parameter]]->buffer.narrow(0, offset_of_[parameter], parameters_[parameter].numel());
+}
+
 void GradReducer::reset(Profiler* profiler) {
   profiler_ = profiler;
   finalize_queued_ = false;
@@ -87,7 +91,7 @@ void GradReducer::prepare_for_backward(Profiler* profiler) {
   // static_graph: the parameters the graph leaves out are ready, as zeros, before backward starts.
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (!unused_in_graph_[i]) continue;
-    buckets_[bucket_of_[i]]->buffer.narrow(0, offset_of_[i], parameters_[i].numel()).zero_();
+    slot(i).zero_();
     ready_[i] = true;
     --buckets_[bucket_of_[i]]->pending;
   }
@@ -99,12 +103,11 @@ void GradReducer::reduce_without_backward(Profiler* profiler) {
   if (!skip_vote_.defined()) return;
   skip_vote_.fill_(1);
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    auto slot = buckets_[bucket_of_[i]]->buffer.narrow(0, offset_of_[i], parameters_[i].numel());
     const auto& grad = parameters_[i].grad();
     if (grad.defined()) {
-      slot.copy_(grad.reshape({-1}));
+      slot(i).copy_(grad.reshape({-1}));
     } else {
-      slot.zero_();
+      slot(i).zero_();
     }
     ready_[i] = true;
     buckets_[bucket_of_[i]]->pending = 0;
@@ -128,7 +131,7 @@ void GradReducer::mark_ready(size_t parameter) {
   ready_[parameter] = true;
   auto& bucket = *buckets_[bucket_of_[parameter]];
   const auto& p = parameters_[parameter];
-  bucket.buffer.narrow(0, offset_of_[parameter], p.numel()).copy_(p.grad().reshape({-1}));
+  slot(parameter).copy_(p.grad().reshape({-1}));
   --bucket.pending;
   if (bucket.pending == 0) launch_ready_buckets();
 }
@@ -161,7 +164,7 @@ void GradReducer::finalize() {
       if (ready_[i]) continue;
       unused_in_graph_[i] = learning;
       auto& bucket = *buckets_[bucket_of_[i]];
-      bucket.buffer.narrow(0, offset_of_[i], parameters_[i].numel()).zero_();
+      slot(i).zero_();
       --bucket.pending;
     }
     launch_ready_buckets();
@@ -177,7 +180,7 @@ void GradReducer::finalize() {
     bucket->buffer.div_(world);
     for (const size_t i : layout_[b]) {
       auto& p = parameters_[i];
-      const auto averaged = bucket->buffer.narrow(0, offset_of_[i], p.numel()).view(p.sizes());
+      const auto averaged = slot(i).view(p.sizes());
       if (p.grad().defined()) {
         p.mutable_grad().copy_(averaged);
       } else {

@@ -61,6 +61,8 @@ class GradReducer {
 
   /// Every bucket waiting for all its parameters, the skip vote at 0.
   void reset(Profiler* profiler);
+  /// Where parameter `parameter`'s gradient sits in its bucket.
+  torch::Tensor slot(size_t parameter) const;
   void mark_ready(size_t parameter);
   void launch_ready_buckets();
   void finalize();

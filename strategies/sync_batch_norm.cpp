@@ -105,10 +105,11 @@ void connect(torch::nn::Module& layer, const std::string& name, Collectives* col
 
 }  // namespace
 
-void connect_sync_batch_norms(torch::nn::Module& module, Collectives* collectives, bool required) {
+void connect_sync_batch_norms(torch::nn::Module& module, Collectives* collectives, bool sync) {
+  Collectives* group = sync ? collectives : nullptr;
   // The module may live on the stack, so it is not among its own named_modules.
-  connect(module, module.name(), collectives, required);
+  connect(module, module.name(), group, sync);
   for (const auto& item : module.named_modules("", /*include_self=*/false))
-    connect(*item.value(), item.key(), collectives, required);
+    connect(*item.value(), item.key(), group, sync);
 }
 }  // namespace arc

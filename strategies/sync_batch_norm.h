@@ -35,9 +35,9 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
 
 TORCH_MODULE(SyncBatchNorm);
 
-/// Connects every SyncBatchNorm of `module` to `collectives` (null disconnects them). With
-/// `required`, a torch::nn::BatchNorm{1,2,3}d in `module` is an error that names it and says to
-/// build it as arc::SyncBatchNorm.
-void connect_sync_batch_norms(torch::nn::Module& module, Collectives* collectives, bool required);
+/// TrainerOptions::sync_batchnorm: with `sync`, connects every SyncBatchNorm of `module` to
+/// `collectives` (null: one process), and a torch::nn::BatchNorm{1,2,3}d in `module` is an error
+/// that names it and says to build it as arc::SyncBatchNorm; without, disconnects them.
+void connect_sync_batch_norms(torch::nn::Module& module, Collectives* collectives, bool sync);
 
 }  // namespace arc

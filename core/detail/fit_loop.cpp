@@ -210,7 +210,8 @@ void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& los
   ARC_CHECK(skipped || loss.numel() == 1, "training_step must return the scalar loss to minimise (or an undefined ",
             "tensor to skip the batch), got a tensor of shape ", detail::str(loss.sizes()),
             "; return a scalar, or call set_automatic_optimization(false) to optimize by hand");
-  if (batch_idx % accumulate == 0) zero_grad(batch_idx);
+  if (batch_idx % accumulate == 0)
+    for (auto& config : state_.optimizers) t.zero_grad(*config.optimizer, batch_idx);
   const bool boundary = (batch_idx + 1) % accumulate == 0 || batch_idx + 1 == state_.num_training_batches;
   if (!skipped) {
     t.strategy().set_gradient_sync(boundary);
@@ -219,16 +220,6 @@ void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& los
     loss = loss.detach();
   }
   if (boundary && !t.strategy().agree_on_skip(skipped)) optimizer_step(batch_idx);
-}
-
-void FitLoop::zero_grad(int64_t batch_idx) {
-  auto& t = trainer_;
-  for (auto& config : state_.optimizers) {
-    call_hook(t, module_, "on_before_zero_grad", &Callback::on_before_zero_grad, &TrainModule::on_before_zero_grad,
-              *config.optimizer);
-    ProfileScope scope(t.profiler(), "[Trainer].zero_grad");
-    module_.optimizer_zero_grad(state_.progress.current_epoch, batch_idx, *config.optimizer);
-  }
 }
 
 void FitLoop::optimizer_step(int64_t batch_idx) {

@@ -41,8 +41,6 @@ class FitLoop {
   /// training_step, backward and, at an accumulation window's end, the step; an undefined loss
   /// skips the backward and (on every rank) that step.
   void automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& loss);
-  /// At a window's start: on_before_zero_grad and the module's optimizer_zero_grad.
-  void zero_grad(int64_t batch_idx);
   /// The module's optimizer_step, then the step-interval schedulers if it stepped.
   void optimizer_step(int64_t batch_idx);
   void step_schedulers(Interval interval);

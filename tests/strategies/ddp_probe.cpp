@@ -19,7 +19,8 @@
 // may write files of that many bytes at most (RLIMIT_FSIZE, SIGXFSZ ignored), so that its saves fail.
 // --skip-rank/--skip-batch: that rank's training_step returns no loss for that batch of the first epoch.
 // --batchnorm: an arc::SyncBatchNorm after fc1; --sync-batchnorm: TrainerOptions::sync_batchnorm.
-// --val-every-seconds: a time-based val_check_interval; every rank prints "VALIDATED <rank> <step>".
+// --val-every-seconds: rank 0's time-based val_check_interval (the others' is an hour, so that they
+// validate only when the vote says so); every rank prints "VALIDATED <rank> <step>".
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
 // --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
 // Every rank prints "STOPPED <rank> <global step>" after fit.
@@ -271,7 +272,9 @@ int main(int argc, char** argv) {
     if (args.val_every_seconds > 0) {
       val = {data, arc::DataLoaderOptions(args.batch)};
       options.limit_val_batches(arc::BatchAmount::count(2)).num_sanity_val_steps(0);
-      options.val_check_interval(arc::BatchAmount::duration(args.val_every_seconds));
+      const char* rank = std::getenv("RANK");  // set in spawned and launched ranks
+      const bool rank_zero = rank == nullptr || std::string(rank) == "0";
+      options.val_check_interval(arc::BatchAmount::duration(rank_zero ? args.val_every_seconds : 3600));
     }
     if (args.max_time > 0) options.max_time(args.max_time);
     if (args.checkpoint_every > 0)

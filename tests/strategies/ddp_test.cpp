@@ -124,7 +124,7 @@ TEST(DDP, StaticGraphTrainsAsFindUnusedParametersDoes) {
   EXPECT_LT(weights_apart("--batch 32" + common, "--batch 16 --find-unused 1" + common, ddp), 1e-6);
 }
 
-// A time-based val_check_interval: each rank's clock runs out at its own time, and the per-batch
+// A time-based val_check_interval that runs out on rank 0 alone (rank 1's is an hour): the per-batch
 // vote makes both validate at the same steps (30 steps of at least 20 ms: the 0.2 s interval runs
 // out at least once).
 TEST(DDP, ADurationAsValCheckIntervalValidatesEveryRankAtTheSameStep) {
