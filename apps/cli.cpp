@@ -11,6 +11,7 @@
 #include <arc/callbacks/on_exception_checkpoint.h>
 #include <arc/core/module_registry.h>
 #include <arc/core/trainer.h>
+#include <arc/core/tuner.h>
 #include <arc/loggers/logger_registry.h>
 
 #include <torch/torch.h>
@@ -32,6 +33,8 @@ const char* kExamples = R"(Examples:
   arc fit --set data.batch_size=128 --set trainer.limit_train_batches=0.1
   arc fit --resume last                       continue from the newest last.ckpt, exactly
   arc validate --config run.json --ckpt last  one validation pass with the last checkpoint's weights
+  arc lr_find --config run.json --svg lr.svg  the learning-rate range test; prints the suggested rate
+  arc scale_batch_size --mode binsearch       the largest data.batch_size whose steps fit in memory
   arc modules                                 list registered modules and data modules
   (`arc train` is `arc fit` under its earlier name; `arc fit --help` lists every trainer key.)
 
@@ -159,6 +162,43 @@ int evaluate(const std::string& command, const nlohmann::json& config, const std
   return 0;
 }
 
+// What `arc lr_find` and `arc scale_batch_size` take besides the config.
+struct TuneArgs {
+  LRFinderOptions lr;
+  BatchSizeOptions batch;
+  std::string csv, svg;
+};
+
+// The Tuner runs in one process, as Lightning's: a run the config spreads over several devices or
+// nodes is tuned on its first device.
+TrainerOptions single_process(TrainerOptions options) {
+  const auto& devices = options.devices();
+  if (devices.is_auto || devices.count == 1) return options.num_nodes(1);
+  console().info("tuning in one process on the config's first device; fit uses every device the config names");
+  options.strategy("auto").num_nodes(1);
+  return devices.indices.empty() ? options.devices(1) : options.devices(Devices({devices.indices.front()}));
+}
+
+int tune(const std::string& command, const nlohmann::json& config, const TuneArgs& args) {
+  auto experiment = build(config);
+  // The trials run without callbacks or loggers, and leave no log folder.
+  Trainer trainer(single_process(experiment.options).logger(false));
+  Tuner tuner(trainer);
+  nlohmann::json result;
+  if (command == "lr_find") {
+    const auto found = tuner.lr_find(*experiment.module, *experiment.data, args.lr);
+    if (!args.csv.empty()) found.write_csv(args.csv);
+    if (!args.svg.empty()) found.write_svg(args.svg);
+    const auto suggestion = found.suggestion();
+    result = {{"suggested_lr", suggestion ? nlohmann::json(*suggestion) : nlohmann::json()},
+              {"steps", found.lrs().size()}};
+  } else {
+    result = {{"batch_size", tuner.scale_batch_size(*experiment.module, *experiment.data, args.batch)}};
+  }
+  print_result(result);
+  return 0;
+}
+
 // Every trainer key with its default and help, from the table the parser reads, and the callbacks and
 // loggers a config can name.
 std::string trainer_keys_help() {
@@ -214,6 +254,39 @@ int run(int argc, char** argv) {
     command->footer(trainer_keys_help());
     runs.push_back(command);
   }
+  TuneArgs tune_args;
+  auto* lr_find = app.add_subcommand(
+      "lr_find", "the learning-rate range test (Lightning's Tuner.lr_find) on the config's module and data");
+  auto* scale_batch_size = app.add_subcommand(
+      "scale_batch_size", "the largest batch size whose training steps fit in memory (Tuner.scale_batch_size)");
+  for (auto* command : {lr_find, scale_batch_size}) {
+    command->add_option("--config,-c", config_paths, "config file, JSON or YAML; several are merged, later winning");
+    command->add_option("--set,-s", overrides, "override one key: section.key=value (JSON or text), after the files");
+    command->footer("Prints RESULT {...} with what it found; the module's weights are left as they were.");
+  }
+  auto& lr = tune_args.lr;
+  lr_find->add_option_function<double>(
+      "--min_lr", [&lr](double v) { lr.min_lr(v); }, "first rate (1e-8)");
+  lr_find->add_option_function<double>(
+      "--max_lr", [&lr](double v) { lr.max_lr(v); }, "last rate (1)");
+  lr_find->add_option_function<int64_t>(
+      "--num_training", [&lr](int64_t v) { lr.num_training(v); }, "optimizer steps of the sweep (100)");
+  lr_find->add_option_function<std::string>(
+      "--mode", [&lr](const std::string& v) { lr.mode(v); }, "exponential (default) or linear");
+  lr_find->add_option_function<double>(
+      "--early_stop_threshold", [&lr](double v) { lr.early_stop_threshold(v); },
+      "stop when the smoothed loss passes this many times its best (4; <= 0: never)");
+  lr_find->add_option("--csv", tune_args.csv, "write the curve as lr,loss rows to this file");
+  lr_find->add_option("--svg", tune_args.svg, "plot the curve with the suggestion to this SVG file");
+  auto& batch = tune_args.batch;
+  scale_batch_size->add_option_function<std::string>(
+      "--mode", [&batch](const std::string& v) { batch.mode(v); }, "power (default: doubling) or binsearch");
+  scale_batch_size->add_option_function<int64_t>(
+      "--steps_per_trial", [&batch](int64_t v) { batch.steps_per_trial(v); }, "optimizer steps per size (3)");
+  scale_batch_size->add_option_function<int64_t>(
+      "--init_val", [&batch](int64_t v) { batch.init_val(v); }, "first size tried (2)");
+  scale_batch_size->add_option_function<int64_t>(
+      "--max_trials", [&batch](int64_t v) { batch.max_trials(v); }, "sizes tried at most (25)");
   auto* modules = app.add_subcommand("modules", "list registered modules and data modules");
   try {
     app.parse(argc, argv);
@@ -223,6 +296,11 @@ int run(int argc, char** argv) {
   LoadedConfig loaded;
   try {
     if (modules->parsed()) return list_modules();
+    for (auto* command : {lr_find, scale_batch_size}) {
+      if (!command->parsed()) continue;
+      loaded = load_config(config_paths, overrides);
+      return tune(command->get_name(), loaded.config, tune_args);
+    }
     for (auto* command : runs) {
       if (!command->parsed()) continue;
       loaded = load_config(config_paths, overrides);

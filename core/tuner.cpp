@@ -162,6 +162,16 @@ TrainerOptions Tuner::trial_options(int64_t steps) const {
 
 namespace {
 
+// A data module's training data, as fit would get it.
+DataSource training_data(DataModule& data) {
+  data.prepare_data();
+  data.setup(Stage::fit);
+  auto source = data.train_dataloader();
+  ARC_CHECK(source, "the Tuner needs training data, and the data module's train_dataloader() returned none; ",
+            "override it");
+  return source;
+}
+
 // The module's weights (and the trials' folder) as before, however the tuning ends.
 class Restore {
  public:
@@ -204,6 +214,14 @@ LRFinder Tuner::lr_find(TrainModule& module, DataSource train, const LRFinderOpt
     console().warn("lr_find: too few steps with a finite loss to suggest a learning rate; raise num_training");
   }
   return result;
+}
+
+LRFinder Tuner::lr_find(TrainModule& module, DataModule& data, const LRFinderOptions& options) {
+  return lr_find(module, training_data(data), options);
+}
+
+int64_t Tuner::scale_batch_size(TrainModule& module, DataModule& data, const BatchSizeOptions& options) {
+  return scale_batch_size(module, training_data(data), options);
 }
 
 int64_t Tuner::scale_batch_size(TrainModule& module, DataSource train, const BatchSizeOptions& options) {

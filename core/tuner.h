@@ -66,10 +66,14 @@ class Tuner {
   /// weights are as before afterwards; set the suggested rate yourself (C++ has no attribute to
   /// write it into).
   LRFinder lr_find(TrainModule& module, DataSource train, const LRFinderOptions& options = {});
+  /// The range test on the data module's training data (prepared and set up for fit).
+  LRFinder lr_find(TrainModule& module, DataModule& data, const LRFinderOptions& options = {});
   /// The largest batch size of `train` whose training steps fit in memory: trials of a few steps
   /// with growing sizes, where running out of memory (std::bad_alloc on the CPU, LibTorch's "out of
   /// memory" error on a GPU) ends a trial; never above the dataset's size. The weights are put back.
   int64_t scale_batch_size(TrainModule& module, DataSource train, const BatchSizeOptions& options = {});
+  /// The search on the data module's training data; set the size it finds as the data module's.
+  int64_t scale_batch_size(TrainModule& module, DataModule& data, const BatchSizeOptions& options = {});
 
  private:
   /// Options for a tuning run of `steps` optimizer steps, without validation, checkpoints, loggers

@@ -234,4 +234,43 @@ TEST(Cli, ValidateTestPredictAndModules) {
   EXPECT_NE(out.output.find("Examples:"), std::string::npos);
 }
 
+// `arc lr_find` and `arc scale_batch_size` tune the config's module and data in one process, even
+// when the config trains with ddp_spawn on two.
+TEST(Cli, LrFindAndScaleBatchSizeTuneTheConfigsModule) {
+  const auto dir = fs::temp_directory_path() / ("arc_cli_tune_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto csv = (dir / "lr.csv").string();
+  const auto svg = (dir / "lr.svg").string();
+  auto out = arc("lr_find --config " + arc::testing::shipped_config() +
+                 " --num_training 30 --min_lr 1e-4 --max_lr 1 --csv " + csv + " --svg " + svg);
+  ASSERT_EQ(out.status, 0) << out.output;
+  auto result = result_of(out.output);
+  ASSERT_TRUE(result["suggested_lr"].is_number()) << out.output;
+  EXPECT_GE(result["suggested_lr"].get<double>(), 1e-4);
+  EXPECT_LE(result["suggested_lr"].get<double>(), 1.0);
+  const auto steps = result["steps"].get<int64_t>();
+  EXPECT_GT(steps, 10);
+  EXPECT_LE(steps, 30);
+  std::ifstream rows(csv);
+  std::string line;
+  int64_t lines = 0;
+  while (std::getline(rows, line)) ++lines;
+  EXPECT_EQ(lines, steps + 1) << "a header and one row per step";
+  std::stringstream plot;
+  plot << std::ifstream(svg).rdbuf();
+  EXPECT_NE(plot.str().find("suggested lr"), std::string::npos);
+  const auto in_dir = arc_in(dir, "lr_find --num_training 5");
+  ASSERT_EQ(in_dir.status, 0) << in_dir.output;
+  EXPECT_FALSE(fs::exists(dir / "lightning_logs")) << "tuning leaves no log folder";
+  // Three trials of 2, 4 and 8 samples all fit.
+  out = arc("scale_batch_size --max_trials 3 --steps_per_trial 1 --set trainer.num_threads=1");
+  ASSERT_EQ(out.status, 0) << out.output;
+  EXPECT_EQ(result_of(out.output)["batch_size"], 8) << out.output;
+  out = arc("scale_batch_size --mode binary");
+  EXPECT_EQ(out.status, 2);
+  EXPECT_NE(out.output.find("mode is \"binary\"; use \"power\" or \"binsearch\""), std::string::npos) << out.output;
+  fs::remove_all(dir);
+}
+
 }  // namespace
