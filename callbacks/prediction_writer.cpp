@@ -28,7 +28,7 @@ void BasePredictionWriter::on_predict_start(Trainer&, TrainModule&) {
 void BasePredictionWriter::on_predict_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& outputs,
                                                 Batch& batch, int64_t batch_idx) {
   if (interval_ != WriteInterval::epoch)
-    write_on_batch_end(trainer, module, outputs, trainer.batch_indices(), batch, batch_idx, 0);
+    write_on_batch_end(trainer, module, outputs, trainer.batch_indices(), batch, batch_idx, trainer.dataloader_idx());
   if (interval_ == WriteInterval::batch) return;
   predictions_.push_back(outputs);
   batch_indices_.push_back(trainer.batch_indices());

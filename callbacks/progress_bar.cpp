@@ -82,7 +82,14 @@ void ProgressBar::start_eval(Trainer& trainer) {
   if (!trainer.is_global_zero() || trainer.sanity_checking()) return;
   if (terminal_ && drawn_width_ > 0) std::fprintf(stderr, "\n");
   drawn_width_ = 0;
+  eval_done_ = 0;
   eval_start_ = std::chrono::steady_clock::now();
+}
+
+void ProgressBar::eval_batch_done(Trainer& trainer, const char* title) {
+  if (!trainer.is_global_zero() || trainer.sanity_checking()) return;
+  ++eval_done_;
+  maybe_draw(eval_done_, eval_line(trainer, title, eval_done_));
 }
 
 void ProgressBar::end_eval(Trainer& trainer, const char* title) {
@@ -92,26 +99,24 @@ void ProgressBar::end_eval(Trainer& trainer, const char* title) {
 
 void ProgressBar::on_validation_start(Trainer& trainer, TrainModule&) { start_eval(trainer); }
 
-void ProgressBar::on_validation_batch_end(Trainer& trainer, TrainModule&, Batch&, int64_t batch_idx) {
-  if (trainer.is_global_zero() && !trainer.sanity_checking())
-    maybe_draw(batch_idx + 1, eval_line(trainer, "Validation", batch_idx + 1));
+void ProgressBar::on_validation_batch_end(Trainer& trainer, TrainModule&, Batch&, int64_t) {
+  eval_batch_done(trainer, "Validation");
 }
 
 void ProgressBar::on_validation_end(Trainer& trainer, TrainModule&) { end_eval(trainer, "Validation"); }
 
 void ProgressBar::on_test_start(Trainer& trainer, TrainModule&) { start_eval(trainer); }
 
-void ProgressBar::on_test_batch_end(Trainer& trainer, TrainModule&, Batch&, int64_t batch_idx) {
-  if (trainer.is_global_zero()) maybe_draw(batch_idx + 1, eval_line(trainer, "Testing", batch_idx + 1));
+void ProgressBar::on_test_batch_end(Trainer& trainer, TrainModule&, Batch&, int64_t) {
+  eval_batch_done(trainer, "Testing");
 }
 
 void ProgressBar::on_test_end(Trainer& trainer, TrainModule&) { end_eval(trainer, "Testing"); }
 
 void ProgressBar::on_predict_start(Trainer& trainer, TrainModule&) { start_eval(trainer); }
 
-void ProgressBar::on_predict_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&,
-                                       int64_t batch_idx) {
-  if (trainer.is_global_zero()) maybe_draw(batch_idx + 1, eval_line(trainer, "Predicting", batch_idx + 1));
+void ProgressBar::on_predict_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&, int64_t) {
+  eval_batch_done(trainer, "Predicting");
 }
 
 void ProgressBar::on_predict_end(Trainer& trainer, TrainModule&) { end_eval(trainer, "Predicting"); }

@@ -37,6 +37,8 @@ class ProgressBar : public Callback {
   /// "<title> done/total [elapsed<eta, rate]" for an evaluation.
   std::string eval_line(Trainer& trainer, const char* title, int64_t done) const;
   void start_eval(Trainer& trainer);
+  /// Counts an evaluation batch (of any of the stage's loaders) and draws its line.
+  void eval_batch_done(Trainer& trainer, const char* title);
   /// Draws `text` unless the last draw was too recent (terminal) or `done` is off the plain interval.
   void maybe_draw(int64_t done, const std::string& text);
   void draw(const std::string& text, bool final_line);
@@ -49,6 +51,7 @@ class ProgressBar : public Callback {
   std::chrono::steady_clock::time_point eval_start_;
   std::chrono::steady_clock::time_point last_draw_;
   size_t drawn_width_ = 0;
+  int64_t eval_done_ = 0;
 };
 
 }  // namespace arc

@@ -8,9 +8,11 @@
 namespace arc {
 
 void MetricStore::log(const std::string& name, const torch::Tensor& value, const LogOptions& options, bool training,
-                      int64_t batch_size) {
+                      int64_t batch_size, std::optional<int64_t> dataloader_idx) {
   ARC_CHECK(value.numel() == 1, "log('", name, "') needs a single value, got a tensor of shape ", value.sizes());
-  auto& entry = entries_[name];
+  const std::string suffix = dataloader_idx ? "/dataloader_idx_" + std::to_string(*dataloader_idx) : "";
+  auto& entry = entries_[name + suffix];
+  entry.suffix = suffix;
   entry.on_step = options.on_step.value_or(training);
   entry.on_epoch = options.on_epoch.value_or(!training);
   entry.prog_bar = options.prog_bar;
@@ -44,6 +46,7 @@ nlohmann::json MetricStore::state_dict() const {
                    {"extreme", e.extreme},           {"count", e.count}};
     if (e.step_value.defined()) state[name]["step_value"] = e.step_value.item<double>();
     if (e.epoch_value) state[name]["epoch_value"] = *e.epoch_value;
+    if (!e.suffix.empty()) state[name]["suffix"] = e.suffix;
   }
   return state;
 }
@@ -64,15 +67,26 @@ void MetricStore::load_state_dict(const nlohmann::json& state) {
     e.count = json.at("count").get<int64_t>();
     if (json.contains("step_value")) e.step_value = torch::tensor(json.at("step_value").get<double>(), torch::kDouble);
     if (json.contains("epoch_value")) e.epoch_value = json.at("epoch_value").get<double>();
+    e.suffix = json.value("suffix", std::string());
   }
 }
 
-std::string MetricStore::step_name(const std::string& name, const Entry& entry) {
-  return entry.on_epoch ? name + "_step" : name;
+namespace {
+
+// Lightning's forked names: "loss_step" and "loss_epoch" for a value logged both ways, a loader's
+// suffix after that ("loss_step/dataloader_idx_1").
+std::string forked(const std::string& key, const std::string& suffix, const char* fork) {
+  return key.substr(0, key.size() - suffix.size()) + fork + suffix;
 }
 
-std::string MetricStore::epoch_name(const std::string& name, const Entry& entry) {
-  return entry.on_step ? name + "_epoch" : name;
+}  // namespace
+
+std::string MetricStore::step_name(const std::string& key, const Entry& entry) {
+  return entry.on_epoch ? forked(key, entry.suffix, "_step") : key;
+}
+
+std::string MetricStore::epoch_name(const std::string& key, const Entry& entry) {
+  return entry.on_step ? forked(key, entry.suffix, "_epoch") : key;
 }
 
 double MetricStore::aggregate(const Entry& entry) {

@@ -32,6 +32,9 @@ struct LogOptions {
   /// Logged from rank 0 only (calls on other ranks are ignored), as Lightning's rank_zero_only:
   /// never synchronized, and callbacks on other ranks cannot monitor it.
   bool rank_zero_only = false;
+  /// With several loaders in validation, test or predict, the name gets "/dataloader_idx_N" (after
+  /// "_step" or "_epoch"), as Lightning's add_dataloader_idx; turn off to merge the loaders' values.
+  bool add_dataloader_idx = true;
 };
 
 using Metrics = std::map<std::string, double>;
@@ -43,9 +46,10 @@ using GatherFn = std::function<std::vector<std::vector<double>>(const std::vecto
 class MetricStore {
  public:
   /// Records `value` logged at the current step. `training` selects the on_step/on_epoch
-  /// defaults; `batch_size` weighs the epoch mean when options.batch_size is unset.
+  /// defaults; `batch_size` weighs the epoch mean when options.batch_size is unset; a
+  /// `dataloader_idx` keeps the value apart from other loaders' under "<name>/dataloader_idx_N".
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options, bool training,
-           int64_t batch_size);
+           int64_t batch_size, std::optional<int64_t> dataloader_idx = std::nullopt);
 
   /// Values logged at the last step for loggers ("loss", or "loss_step" when also per epoch).
   /// With `gather`, sync_dist values are reduced across ranks first (every rank must call).
@@ -79,6 +83,8 @@ class MetricStore {
     double extreme = 0;
     int64_t count = 0;
     std::optional<double> epoch_value;
+    /// "/dataloader_idx_N", or "": the end of the entry's key, which the metric names end with.
+    std::string suffix;
   };
 
   static std::string step_name(const std::string& name, const Entry& entry);

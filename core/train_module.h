@@ -80,6 +80,15 @@ class TrainModule : public torch::nn::Module {
   virtual void validation_step(Batch& batch, int64_t batch_idx);
   virtual void test_step(Batch& batch, int64_t batch_idx);
   virtual torch::Tensor predict_step(Batch& batch, int64_t batch_idx);
+  /// With several loaders in a stage, override these to tell them apart: `dataloader_idx` is the
+  /// loader's index (Lightning's third argument). By default they call the two-argument steps.
+  virtual void validation_step(Batch& batch, int64_t batch_idx, int64_t /*dataloader_idx*/) {
+    validation_step(batch, batch_idx);
+  }
+  virtual void test_step(Batch& batch, int64_t batch_idx, int64_t /*dataloader_idx*/) { test_step(batch, batch_idx); }
+  virtual torch::Tensor predict_step(Batch& batch, int64_t batch_idx, int64_t /*dataloader_idx*/) {
+    return predict_step(batch, batch_idx);
+  }
   virtual std::vector<OptimizerConfig> configure_optimizers() = 0;
 
   /// Data the module owns itself; a DataModule or sources passed to fit take precedence.
@@ -87,6 +96,10 @@ class TrainModule : public torch::nn::Module {
   virtual DataSource val_dataloader() { return {}; }
   virtual DataSource test_dataloader() { return {}; }
   virtual DataSource predict_dataloader() { return {}; }
+  /// Several loaders for a stage (see DataModule::val_dataloaders).
+  virtual DataSources val_dataloaders() { return val_dataloader(); }
+  virtual DataSources test_dataloaders() { return test_dataloader(); }
+  virtual DataSources predict_dataloaders() { return predict_dataloader(); }
 
   /// Lifecycle hooks, as Lightning names them.
   virtual void setup(Stage) {}

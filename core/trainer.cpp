@@ -29,6 +29,22 @@
 namespace arc {
 namespace {
 
+// The data a stage runs on: what was passed, else the data module's, else the module's own. `what`
+// names the stage's data in the error when there must be some.
+template <typename Sources>
+Sources pick(Sources given, DataModule* data, Sources (DataModule::*from_data)(), Sources (TrainModule::*from_module)(),
+             TrainModule& module, const char* what) {
+  if (given) return given;
+  if (data != nullptr) {
+    if (auto sources = (data->*from_data)()) return sources;
+  }
+  if (auto sources = (module.*from_module)()) return sources;
+  if (what != nullptr)
+    ARC_FAIL("no ", what, " data: pass a DataSource or a DataModule, or override ", what,
+             "_dataloader() in the module or data module");
+  return {};
+}
+
 // fast_dev_run runs n batches of every stage once, as Lightning does.
 TrainerOptions apply_fast_dev_run(TrainerOptions options) {
   const int64_t n = options.fast_dev_run();
@@ -106,6 +122,8 @@ bool Trainer::sanity_checking() const { return state_->sanity_checking; }
 Stage Trainer::stage() const { return state_->stage; }
 int64_t Trainer::num_training_batches() const { return state_->num_training_batches; }
 int64_t Trainer::num_val_batches() const { return state_->num_val_batches; }
+int64_t Trainer::dataloader_idx() const { return state_->dataloader_idx; }
+DataLoader* Trainer::train_dataloader() const { return state_->train_loader; }
 const std::vector<int64_t>& Trainer::batch_indices() const { return state_->batch_indices; }
 
 int64_t Trainer::estimated_stepping_batches() const {
@@ -237,42 +255,42 @@ void Trainer::end_interrupted(TrainModule& module, const Interrupted& interrupte
   std::_Exit(kInterruptedExitCode);
 }
 
-DataSource Trainer::pick(DataSource given, DataModule* data, DataSource (DataModule::*from_data)(),
-                         DataSource (TrainModule::*from_module)(), TrainModule& module, const char* what) const {
-  if (given) return given;
-  if (data != nullptr) {
-    if (auto source = (data->*from_data)()) return source;
-  }
-  if (auto source = (module.*from_module)()) return source;
-  if (what != nullptr)
-    ARC_FAIL("no ", what, " data: pass a DataSource or a DataModule, or override ", what,
-             "_dataloader() in the module or data module");
-  return {};
-}
-
 std::unique_ptr<DataLoader> Trainer::make_loader(const DataSource& source) const {
   if (!source) return nullptr;
   DataSource adjusted = source;
   if (!options_.overfit_batches().is_zero()) adjusted.options.shuffle(false);
-  return std::make_unique<DataLoader>(adjusted, strategy_->global_rank(), strategy_->world_size(),
-                                      options_.seed().value_or(0));
+  // Without the distributed sampler every rank reads the source whole: the user shards it.
+  const bool shard = options_.use_distributed_sampler();
+  return std::make_unique<DataLoader>(adjusted, shard ? strategy_->global_rank() : 0,
+                                      shard ? strategy_->world_size() : 1, options_.seed().value_or(0));
+}
+
+std::vector<std::unique_ptr<DataLoader>> Trainer::make_loaders(const DataSources& sources) const {
+  std::vector<std::unique_ptr<DataLoader>> loaders;
+  for (const auto& source : sources) loaders.push_back(make_loader(source));
+  return loaders;
 }
 
 void Trainer::fit(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
   run_fit(module, &data, {}, {}, ckpt_path);
 }
 
-void Trainer::fit(TrainModule& module, DataSource train, DataSource val, const std::string& ckpt_path) {
+void Trainer::fit(TrainModule& module, DataSource train, DataSources val, const std::string& ckpt_path) {
   run_fit(module, nullptr, std::move(train), std::move(val), ckpt_path);
 }
 
-void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, DataSource val,
+void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, DataSources val,
                       const std::string& ckpt_path) {
   run_stage(Stage::fit, module, data, [&] {
-    auto train_source =
-        pick(std::move(train), data, &DataModule::train_dataloader, &TrainModule::train_dataloader, module, "train");
-    auto val_source =
-        pick(std::move(val), data, &DataModule::val_dataloader, &TrainModule::val_dataloader, module, nullptr);
+    // The hooks are asked again when reload_dataloaders_every_n_epochs says; what fit was given stays.
+    FitData fit_data{[&] {
+                       return make_loader(pick(train, data, &DataModule::train_dataloader,
+                                               &TrainModule::train_dataloader, module, "train"));
+                     },
+                     [&] {
+                       return make_loaders(pick(val, data, &DataModule::val_dataloaders, &TrainModule::val_dataloaders,
+                                                module, nullptr));
+                     }};
     // What saves that a crash or SIGKILL interrupted left behind in this run's folders.
     if (is_global_zero())
       for (const auto& folder : {options_.default_root_dir(), log_dir() + "/checkpoints"})
@@ -286,7 +304,7 @@ void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, D
                      resume.empty() ? "starting afresh" : "'" + resume + "'", strategy_->restart_count());
       resume = automatic;
     }
-    FitLoop(*this, *state_, module, make_loader(train_source), make_loader(val_source), resume).run();
+    FitLoop(*this, *state_, module, std::move(fit_data), resume).run();
   });
 }
 
@@ -311,7 +329,7 @@ Metrics Trainer::validate(TrainModule& module, DataModule& data, const std::stri
   return run_evaluation(Stage::validate, module, &data, {}, ckpt_path);
 }
 
-Metrics Trainer::validate(TrainModule& module, DataSource val, const std::string& ckpt_path) {
+Metrics Trainer::validate(TrainModule& module, DataSources val, const std::string& ckpt_path) {
   return run_evaluation(Stage::validate, module, nullptr, std::move(val), ckpt_path);
 }
 
@@ -319,22 +337,22 @@ Metrics Trainer::test(TrainModule& module, DataModule& data, const std::string& 
   return run_evaluation(Stage::test, module, &data, {}, ckpt_path);
 }
 
-Metrics Trainer::test(TrainModule& module, DataSource test_data, const std::string& ckpt_path) {
+Metrics Trainer::test(TrainModule& module, DataSources test_data, const std::string& ckpt_path) {
   return run_evaluation(Stage::test, module, nullptr, std::move(test_data), ckpt_path);
 }
 
-Metrics Trainer::run_evaluation(Stage stage, TrainModule& module, DataModule* data, DataSource given,
+Metrics Trainer::run_evaluation(Stage stage, TrainModule& module, DataModule* data, DataSources given,
                                 const std::string& ckpt_path) {
   const bool testing = stage == Stage::test;
   Metrics out;
   run_stage(stage, module, data, [&] {
     load_weights(module, ckpt_path);
-    auto source = testing ? pick(std::move(given), data, &DataModule::test_dataloader, &TrainModule::test_dataloader,
-                                 module, "test")
-                          : pick(std::move(given), data, &DataModule::val_dataloader, &TrainModule::val_dataloader,
-                                 module, "validation");
+    auto loaders = make_loaders(testing ? pick(std::move(given), data, &DataModule::test_dataloaders,
+                                               &TrainModule::test_dataloaders, module, "test")
+                                        : pick(std::move(given), data, &DataModule::val_dataloaders,
+                                               &TrainModule::val_dataloaders, module, "val"));
     const auto& limit = testing ? options_.limit_test_batches() : options_.limit_val_batches();
-    out = EvaluationLoop(*this, *state_, module, stage).run(*make_loader(source), limit);
+    out = EvaluationLoop(*this, *state_, module, stage).run(loaders, limited_batches(loaders, limit));
   });
   return out;
 }
@@ -343,20 +361,20 @@ std::vector<torch::Tensor> Trainer::predict(TrainModule& module, DataModule& dat
   return run_predict(module, &data, {}, ckpt_path);
 }
 
-std::vector<torch::Tensor> Trainer::predict(TrainModule& module, DataSource predict_data,
+std::vector<torch::Tensor> Trainer::predict(TrainModule& module, DataSources predict_data,
                                             const std::string& ckpt_path) {
   return run_predict(module, nullptr, std::move(predict_data), ckpt_path);
 }
 
-std::vector<torch::Tensor> Trainer::run_predict(TrainModule& module, DataModule* data, DataSource given,
+std::vector<torch::Tensor> Trainer::run_predict(TrainModule& module, DataModule* data, DataSources given,
                                                 const std::string& ckpt_path) {
   std::vector<torch::Tensor> out;
   run_stage(Stage::predict, module, data, [&] {
     load_weights(module, ckpt_path);
-    auto source = pick(std::move(given), data, &DataModule::predict_dataloader, &TrainModule::predict_dataloader,
-                       module, "predict");
+    auto loaders = make_loaders(pick(std::move(given), data, &DataModule::predict_dataloaders,
+                                     &TrainModule::predict_dataloaders, module, "predict"));
     out = EvaluationLoop(*this, *state_, module, Stage::predict)
-              .predict(*make_loader(source), options_.limit_predict_batches());
+              .predict(loaders, limited_batches(loaders, options_.limit_predict_batches()));
   });
   return out;
 }
@@ -366,7 +384,9 @@ void Trainer::log_from_module(const std::string& name, const torch::Tensor& valu
             "contradict each other (a value from rank 0 alone has nothing to synchronize); drop one");
   if (options.rank_zero_only && !is_global_zero()) return;
   auto& store = state_->training ? state_->logging.train_metrics : state_->logging.eval_metrics;
-  store.log(name, value, options, state_->training, state_->current_batch_size);
+  const bool several = !state_->training && state_->num_dataloaders > 1 && options.add_dataloader_idx;
+  store.log(name, value, options, state_->training, state_->current_batch_size,
+            several ? std::optional<int64_t>(state_->dataloader_idx) : std::nullopt);
 }
 
 void Trainer::backward(TrainModule& module, const torch::Tensor& loss) {

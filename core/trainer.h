@@ -54,17 +54,19 @@ class Trainer {
   /// Trains with data from `data`; validates as the options say. `ckpt_path` (a file, "last" or
   /// "best") resumes exactly where that checkpoint stopped.
   void fit(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
-  /// Trains on `train` (or the module's own train_dataloader), validating on `val` if given.
-  void fit(TrainModule& module, DataSource train = {}, DataSource val = {}, const std::string& ckpt_path = "");
-  /// One pass over the validation data (weights from `ckpt_path` if given); the epoch metrics.
+  /// Trains on `train` (or the module's own train_dataloader), validating on `val` (one source or
+  /// several: `{val_a, val_b}`) if given.
+  void fit(TrainModule& module, DataSource train = {}, DataSources val = {}, const std::string& ckpt_path = "");
+  /// One pass over the validation data (weights from `ckpt_path` if given); the epoch metrics (with
+  /// several loaders, each one's names end in "/dataloader_idx_N").
   Metrics validate(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
-  Metrics validate(TrainModule& module, DataSource val = {}, const std::string& ckpt_path = "");
+  Metrics validate(TrainModule& module, DataSources val = {}, const std::string& ckpt_path = "");
   /// One pass over the test data (weights from `ckpt_path` if given); the epoch metrics.
   Metrics test(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
-  Metrics test(TrainModule& module, DataSource test_data = {}, const std::string& ckpt_path = "");
-  /// predict_step's outputs, batch by batch.
+  Metrics test(TrainModule& module, DataSources test_data = {}, const std::string& ckpt_path = "");
+  /// predict_step's outputs, batch by batch (loader after loader when there are several).
   std::vector<torch::Tensor> predict(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
-  std::vector<torch::Tensor> predict(TrainModule& module, DataSource predict_data = {},
+  std::vector<torch::Tensor> predict(TrainModule& module, DataSources predict_data = {},
                                      const std::string& ckpt_path = "");
   /// Sends `metrics` to the loggers at the current global step (rank 0 only).
   void log_to_loggers(const Metrics& metrics);
@@ -87,7 +89,12 @@ class Trainer {
   /// Training batches per epoch after limits; the batches of the current (or last) validation run,
   /// or of test or predict under those stages.
   int64_t num_training_batches() const;
+  /// During fit: the training loader (Lightning's trainer.train_dataloader); null otherwise.
+  DataLoader* train_dataloader() const;
   int64_t num_val_batches() const;
+  /// During validation, test or predict: the index of the loader whose batch runs, among the
+  /// stage's loaders (0 with one), for hooks and callbacks; the steps get it as an argument.
+  int64_t dataloader_idx() const;
   /// During predict: the dataset indices of the current batch's samples on this rank (what
   /// BasePredictionWriter passes on, so that each rank's predictions can be put back in order).
   const std::vector<int64_t>& batch_indices() const;
@@ -150,18 +157,17 @@ class Trainer {
   void run_stage(Stage stage, TrainModule& module, DataModule* data, const std::function<void()>& body);
   /// Saves through the callbacks, says where, and ends this process with status 130.
   [[noreturn]] void end_interrupted(TrainModule& module, const Interrupted& interrupted);
-  void run_fit(TrainModule& module, DataModule* data, DataSource train, DataSource val, const std::string& ckpt_path);
-  Metrics run_evaluation(Stage stage, TrainModule& module, DataModule* data, DataSource given,
+  void run_fit(TrainModule& module, DataModule* data, DataSource train, DataSources val, const std::string& ckpt_path);
+  Metrics run_evaluation(Stage stage, TrainModule& module, DataModule* data, DataSources given,
                          const std::string& ckpt_path);
-  std::vector<torch::Tensor> run_predict(TrainModule& module, DataModule* data, DataSource given,
+  std::vector<torch::Tensor> run_predict(TrainModule& module, DataModule* data, DataSources given,
                                          const std::string& ckpt_path);
   void load_weights(TrainModule& module, const std::string& ckpt_path);
   void setup_environment();
   void attach(TrainModule& module);
   void detach();
-  DataSource pick(DataSource given, DataModule* data, DataSource (DataModule::*from_data)(),
-                  DataSource (TrainModule::*from_module)(), TrainModule& module, const char* what) const;
   std::unique_ptr<DataLoader> make_loader(const DataSource& source) const;
+  std::vector<std::unique_ptr<DataLoader>> make_loaders(const DataSources& sources) const;
 
   TrainerOptions options_;
   std::vector<std::shared_ptr<Callback>> callbacks_;

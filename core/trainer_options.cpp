@@ -191,6 +191,15 @@ const std::vector<OptionField>& option_fields() {
                         ARC_CHECK(!o.val_check_interval().is_zero(),
                                   "val_check_interval must be > 0, got 0; use limit_val_batches=0 to skip validation");
                       }),
+      ARC_OPTION(reload_dataloaders_every_n_epochs,
+                 "get the loaders from the data hooks again every n epochs (0: once)",
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(o.reload_dataloaders_every_n_epochs() >= 0,
+                             "reload_dataloaders_every_n_epochs must be >= 0 (0: never), got ",
+                             o.reload_dataloaders_every_n_epochs());
+                 }),
+      ARC_OPTION(use_distributed_sampler, "each rank reads its share of the data (false: the source as given)",
+                 no_check),
       ARC_OPTION(check_val_every_n_epoch, "validate every N epochs (null: every val_check_interval batches of the fit)",
                  [](const TrainerOptions& o) {
                    const auto every = o.check_val_every_n_epoch();

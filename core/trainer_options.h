@@ -60,6 +60,12 @@ class TrainerOptions {
   ARC_ARG(std::optional<int64_t>, check_val_every_n_epoch) = 1;
   /// -1 runs every validation batch before training.
   ARC_ARG(int64_t, num_sanity_val_steps) = 2;
+  /// Asks the data module (or module) for its training loader again at every n-th epoch's start,
+  /// and for the validation loaders when n epochs passed since they came (0: once per fit).
+  ARC_ARG(int64_t, reload_dataloaders_every_n_epochs) = 0;
+  /// Each rank reads its own share of every dataset (a DistributedSampler's); false gives every
+  /// rank the whole source as it is, for data the user shards (by Trainer::global_rank()).
+  ARC_ARG(bool, use_distributed_sampler) = true;
   ARC_ARG(int64_t, log_every_n_steps) = 50;
   ARC_ARG(int64_t, accumulate_grad_batches) = 1;
   ARC_ARG(std::optional<double>, gradient_clip_val);

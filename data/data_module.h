@@ -5,8 +5,10 @@
 #include <arc/data/dataset.h>
 #include <arc/data/sampler.h>
 
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace arc {
 
@@ -43,6 +45,34 @@ struct DataSource {
   explicit operator bool() const { return dataset != nullptr; }
 };
 
+/// A stage's data: one DataSource or several (validation, test and predict may have several, as
+/// Lightning's dataloader lists; their steps get each one's `dataloader_idx`). Converts from a
+/// DataSource, from `{dataset, options}` and from a list `{source_a, source_b}`.
+class DataSources {
+ public:
+  DataSources() = default;
+  /// One source; an empty one gives none.
+  DataSources(DataSource source) {  // NOLINT(google-explicit-constructor)
+    if (source) sources_.push_back(std::move(source));
+  }
+  DataSources(std::shared_ptr<Dataset> dataset, DataLoaderOptions options = DataLoaderOptions(),
+              std::shared_ptr<Sampler> sampler = nullptr)
+      : DataSources(DataSource(std::move(dataset), options, std::move(sampler))) {}
+  DataSources(std::initializer_list<DataSource> sources) : DataSources(std::vector<DataSource>(sources)) {}
+  /// Several sources, in dataloader_idx order; each must have a dataset.
+  DataSources(std::vector<DataSource> sources);  // NOLINT(google-explicit-constructor)
+
+  size_t size() const { return sources_.size(); }
+  bool empty() const { return sources_.empty(); }
+  explicit operator bool() const { return !sources_.empty(); }
+  const DataSource& operator[](size_t index) const { return sources_[index]; }
+  std::vector<DataSource>::const_iterator begin() const { return sources_.begin(); }
+  std::vector<DataSource>::const_iterator end() const { return sources_.end(); }
+
+ private:
+  std::vector<DataSource> sources_;
+};
+
 /// What the Trainer is doing; passed to DataModule::setup and teardown.
 enum class Stage { fit, validate, test, predict };
 inline const char* to_string(Stage stage) {
@@ -71,6 +101,12 @@ class DataModule {
   virtual DataSource val_dataloader() { return {}; }
   virtual DataSource test_dataloader() { return {}; }
   virtual DataSource predict_dataloader() { return {}; }
+  /// Several loaders for a stage, e.g. `return {clean, noisy};`: override these instead of the
+  /// singular ones (which they return by default). Metrics logged in their steps get the suffix
+  /// "/dataloader_idx_N" when there are several.
+  virtual DataSources val_dataloaders() { return val_dataloader(); }
+  virtual DataSources test_dataloaders() { return test_dataloader(); }
+  virtual DataSources predict_dataloaders() { return predict_dataloader(); }
   virtual void teardown(Stage) {}
 };
 

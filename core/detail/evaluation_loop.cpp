@@ -8,6 +8,7 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/torch.h>
 
+#include <numeric>
 #include <optional>
 
 namespace arc {
@@ -47,7 +48,7 @@ struct Hook {
 struct StageHooks {
   Hook<> start, epoch_start, epoch_end, end;
   Hook<Batch&, int64_t> batch_start, batch_end;
-  void (TrainModule::*step)(Batch&, int64_t);
+  void (TrainModule::*step)(Batch&, int64_t, int64_t);
   const char* step_name;
   /// The profiler's name for fetching a batch.
   const char* next_action;
@@ -97,15 +98,44 @@ std::optional<Batch> next(Profiler* profiler, DataLoader& loader, const char* ac
 EvaluationLoop::EvaluationLoop(Trainer& trainer, detail::RunState& state, TrainModule& module, Stage stage)
     : trainer_(trainer), state_(state), module_(module), stage_(stage) {}
 
-Metrics EvaluationLoop::run(DataLoader& loader, const BatchAmount& limit) {
-  return run_batches(loader, limit.of(loader.num_batches()));
+std::vector<int64_t> limited_batches(const Loaders& loaders, const BatchAmount& limit) {
+  std::vector<int64_t> out;
+  for (const auto& loader : loaders) out.push_back(limit.of(loader->num_batches()));
+  return out;
 }
 
-Metrics EvaluationLoop::run_batches(DataLoader& loader, int64_t batches) {
+// The stage's loaders as the module's steps see them: which one runs, and how many there are.
+void EvaluationLoop::start(const std::vector<int64_t>& batches) {
+  state_.num_val_batches = std::accumulate(batches.begin(), batches.end(), int64_t{0});
+  state_.num_dataloaders = static_cast<int64_t>(batches.size());
+  state_.dataloader_idx = 0;
+}
+
+template <typename Step>
+void EvaluationLoop::each_batch(Loaders& loaders, const std::vector<int64_t>& batches, const char* next_action,
+                                Step&& step) {
+  auto& t = trainer_;
+  for (size_t index = 0; index < loaders.size(); ++index) {
+    const auto dataloader_idx = static_cast<int64_t>(index);
+    state_.dataloader_idx = dataloader_idx;
+    auto& loader = *loaders[index];
+    loader.start();
+    for (int64_t batch_idx = 0; batch_idx < batches[index]; ++batch_idx) {
+      auto fetched = next(t.profiler(), loader, next_action);
+      if (!fetched) break;
+      Batch batch = t.transfer_batch(std::move(*fetched), dataloader_idx);
+      state_.current_batch_size = batch.batch_size();
+      step(loader, batch, batch_idx, dataloader_idx);
+    }
+  }
+  state_.dataloader_idx = 0;
+}
+
+Metrics EvaluationLoop::run(Loaders& loaders, const std::vector<int64_t>& batches) {
   auto& t = trainer_;
   const bool was_training = state_.training;
   state_.training = false;
-  state_.num_val_batches = batches;
+  start(batches);
   state_.logging.eval_metrics.clear();
   Metrics epoch_metrics;
   {
@@ -113,17 +143,12 @@ Metrics EvaluationLoop::run_batches(DataLoader& loader, int64_t batches) {
     const auto& hooks = stage_ == Stage::test ? kTestHooks : kValidationHooks;
     call(t, module_, hooks.start);
     call(t, module_, hooks.epoch_start);
-    loader.start();
-    for (int64_t batch_idx = 0; batch_idx < batches; ++batch_idx) {
-      auto fetched = next(t.profiler(), loader, hooks.next_action);
-      if (!fetched) break;
-      Batch batch = t.transfer_batch(std::move(*fetched), 0);
-      state_.current_batch_size = batch.batch_size();
+    each_batch(loaders, batches, hooks.next_action, [&](DataLoader&, Batch& batch, int64_t batch_idx, int64_t index) {
       const auto autocast = t.precision().forward_context();
       call(t, module_, hooks.batch_start, batch, batch_idx);
       {
         ProfileScope scope(t.profiler(), detail::module_action(t.profiler(), module_, hooks.step_name));
-        (module_.*hooks.step)(batch, batch_idx);
+        (module_.*hooks.step)(batch, batch_idx, index);
       }
       call(t, module_, hooks.batch_end, batch, batch_idx);
       // Values logged with on_step reach the loggers after every batch, at the batch's index as the
@@ -131,7 +156,7 @@ Metrics EvaluationLoop::run_batches(DataLoader& loader, int64_t batches) {
       if (!state_.sanity_checking)
         state_.logging.send(state_.logging.eval_metrics.step_logger_metrics(state_.logging.gather()), state_.progress,
                             batch_idx);
-    }
+    });
     call(t, module_, hooks.epoch_end);
     epoch_metrics = state_.logging.eval_metrics.end_epoch(state_.logging.gather());
     if (!state_.sanity_checking) state_.logging.send(epoch_metrics, state_.progress);
@@ -141,27 +166,23 @@ Metrics EvaluationLoop::run_batches(DataLoader& loader, int64_t batches) {
   return epoch_metrics;
 }
 
-std::vector<torch::Tensor> EvaluationLoop::predict(DataLoader& loader, const BatchAmount& limit) {
+std::vector<torch::Tensor> EvaluationLoop::predict(Loaders& loaders, const std::vector<int64_t>& batches) {
   auto& t = trainer_;
-  const int64_t batches = limit.of(loader.num_batches());
-  state_.num_val_batches = batches;
+  start(batches);
   std::vector<torch::Tensor> outputs;
   EvalScope scope(module_, t.options().inference_mode());
   call(t, module_, Hook<>{"on_predict_start", &Callback::on_predict_start, &TrainModule::on_predict_start});
-  loader.start();
-  for (int64_t batch_idx = 0; batch_idx < batches; ++batch_idx) {
-    auto fetched = next(t.profiler(), loader, "[EvaluationLoop].predict_next");
-    if (!fetched) break;
-    Batch batch = t.transfer_batch(std::move(*fetched), 0);
-    state_.current_batch_size = batch.batch_size();
-    state_.batch_indices = loader.indices_of(batch_idx);
-    {
-      const auto autocast = t.precision().forward_context();
-      ProfileScope scope(t.profiler(), detail::module_action(t.profiler(), module_, "predict_step"));
-      outputs.push_back(module_.predict_step(batch, batch_idx));
-    }
-    t.call_callbacks([&](Callback& c) { c.on_predict_batch_end(t, module_, outputs.back(), batch, batch_idx); });
-  }
+  each_batch(
+      loaders, batches, "[EvaluationLoop].predict_next",
+      [&](DataLoader& loader, Batch& batch, int64_t batch_idx, int64_t index) {
+        state_.batch_indices = loader.indices_of(batch_idx);
+        {
+          const auto autocast = t.precision().forward_context();
+          ProfileScope scope(t.profiler(), detail::module_action(t.profiler(), module_, "predict_step"));
+          outputs.push_back(module_.predict_step(batch, batch_idx, index));
+        }
+        t.call_callbacks([&](Callback& c) { c.on_predict_batch_end(t, module_, outputs.back(), batch, batch_idx); });
+      });
   t.call_callbacks([&](Callback& c) { c.on_predict_epoch_end(t, module_); });
   call(t, module_, Hook<>{"on_predict_end", &Callback::on_predict_end, &TrainModule::on_predict_end});
   return outputs;

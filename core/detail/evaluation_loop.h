@@ -7,6 +7,7 @@
 
 #include <torch/types.h>
 
+#include <memory>
 #include <vector>
 
 namespace arc {
@@ -19,20 +20,31 @@ namespace detail {
 struct RunState;
 }
 
-/// Runs validation_step, test_step or predict_step over a loader with their hooks.
+/// A stage's loaders, in dataloader_idx order.
+using Loaders = std::vector<std::unique_ptr<DataLoader>>;
+
+/// `limit` of each loader's batches.
+std::vector<int64_t> limited_batches(const Loaders& loaders, const BatchAmount& limit);
+
+/// Runs validation_step, test_step or predict_step over a stage's loaders with their hooks: the
+/// stage's start and epoch hooks once, the steps loader after loader.
 class EvaluationLoop {
  public:
   /// `stage` is validate (also inside fit), test or predict.
   EvaluationLoop(Trainer& trainer, detail::RunState& state, TrainModule& module, Stage stage);
 
-  /// Runs up to `limit` of the loader's batches and returns the epoch metrics.
-  Metrics run(DataLoader& loader, const BatchAmount& limit);
-  /// Runs exactly `batches` batches (sanity checks and validation inside fit).
-  Metrics run_batches(DataLoader& loader, int64_t batches);
-  /// predict_step's outputs for up to `limit` batches.
-  std::vector<torch::Tensor> predict(DataLoader& loader, const BatchAmount& limit);
+  /// Runs `batches[i]` batches of loader i (fewer if it ends first); the epoch metrics.
+  Metrics run(Loaders& loaders, const std::vector<int64_t>& batches);
+  /// predict_step's outputs, loader after loader.
+  std::vector<torch::Tensor> predict(Loaders& loaders, const std::vector<int64_t>& batches);
 
  private:
+  void start(const std::vector<int64_t>& batches);
+  /// Fetches each loader's batches onto the device and runs `step(loader, batch, batch_idx,
+  /// dataloader_idx)` on them.
+  template <typename Step>
+  void each_batch(Loaders& loaders, const std::vector<int64_t>& batches, const char* next_action, Step&& step);
+
   Trainer& trainer_;
   detail::RunState& state_;
   TrainModule& module_;

@@ -11,22 +11,18 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 namespace arc {
 
 using detail::call_hook;
 
-FitLoop::FitLoop(Trainer& trainer, detail::RunState& state, TrainModule& module, std::unique_ptr<DataLoader> train,
-                 std::unique_ptr<DataLoader> val, std::string resume_from)
-    : trainer_(trainer),
-      state_(state),
-      module_(module),
-      train_(std::move(train)),
-      val_(std::move(val)),
-      resume_from_(std::move(resume_from)) {
+FitLoop::FitLoop(Trainer& trainer, detail::RunState& state, TrainModule& module, FitData data, std::string resume_from)
+    : trainer_(trainer), state_(state), module_(module), data_(std::move(data)), resume_from_(std::move(resume_from)) {
   const auto& o = trainer_.options();
   max_epochs_ = o.max_epochs().value_or(o.max_steps() == -1 ? 1000 : -1);
-  state_.num_training_batches = o.limit_train_batches().of(train_->num_batches());
-  if (val_) val_batches_ = o.limit_val_batches().of(val_->num_batches());
+  load_train();
+  load_val();
   const int64_t n = state_.num_training_batches;
   const int64_t per_epoch = (n + o.accumulate_grad_batches() - 1) / o.accumulate_grad_batches();
   if (max_epochs_ == -1)
@@ -50,7 +46,23 @@ FitLoop::FitLoop(Trainer& trainer, detail::RunState& state, TrainModule& module,
   }
 }
 
-FitLoop::~FitLoop() = default;
+FitLoop::~FitLoop() { state_.train_loader = nullptr; }
+
+void FitLoop::load_train() {
+  train_ = data_.train();
+  state_.train_loader = train_.get();
+  state_.num_training_batches = trainer_.options().limit_train_batches().of(train_->num_batches());
+}
+
+void FitLoop::load_val() {
+  val_ = data_.val();
+  val_batches_ = limited_batches(val_, trainer_.options().limit_val_batches());
+  val_loaded_epoch_ = state_.progress.current_epoch;
+}
+
+bool FitLoop::has_validation() const {
+  return std::any_of(val_batches_.begin(), val_batches_.end(), [](int64_t batches) { return batches > 0; });
+}
 
 void FitLoop::configure_optimizers() {
   auto& optimizers = state_.optimizers;
@@ -128,12 +140,15 @@ void FitLoop::run() {
 
 void FitLoop::sanity_check() {
   const int64_t wanted = trainer_.options().num_sanity_val_steps();
-  if (!val_ || val_batches_ == 0 || wanted == 0) return;
+  if (!has_validation() || wanted == 0) return;
   auto& t = trainer_;
   state_.sanity_checking = true;
   t.call_callbacks([&](Callback& c) { c.on_sanity_check_start(t, module_); });
-  EvaluationLoop(t, state_, module_, Stage::validate)
-      .run_batches(*val_, wanted == -1 ? val_batches_ : std::min(wanted, val_batches_));
+  // num_sanity_val_steps of each loader, as Lightning's.
+  auto batches = val_batches_;
+  if (wanted != -1)
+    for (auto& count : batches) count = std::min(count, wanted);
+  EvaluationLoop(t, state_, module_, Stage::validate).run(val_, batches);
   t.call_callbacks([&](Callback& c) { c.on_sanity_check_end(t, module_); });
   state_.logging.eval_metrics.clear();
   state_.logging.clear_callback_metrics();
@@ -144,6 +159,10 @@ void FitLoop::run_epoch() {
   auto& t = trainer_;
   ProfileScope epoch_scope(t.profiler(), "run_training_epoch");
   auto& progress = state_.progress;
+  // reload_dataloaders_every_n_epochs: the training data anew at each n-th epoch's start (the
+  // first came with the loop).
+  const int64_t reload = t.options().reload_dataloaders_every_n_epochs();
+  if (reload > 0 && progress.current_epoch > 0 && progress.current_epoch % reload == 0) load_train();
   train_->set_epoch(progress.current_epoch);
   // A resumed run continues its epoch with the next batch of the same order.
   const int64_t first = std::min(first_batch_, state_.num_training_batches);
@@ -257,12 +276,12 @@ void FitLoop::step_schedulers(Interval interval) {
 
 bool FitLoop::validation_wanted() const {
   const auto& interval = trainer_.options().val_check_interval();
-  return interval.is_time && val_ && val_batches_ > 0 &&
+  return interval.is_time && has_validation() &&
          std::chrono::duration<double>(std::chrono::steady_clock::now() - last_validation_).count() >= interval.value;
 }
 
 bool FitLoop::validation_due(int64_t batch_idx) const {
-  if (!val_ || val_batches_ == 0) return false;
+  if (!has_validation()) return false;
   const auto& o = trainer_.options();
   // By the clock: when some rank's interval ran out (the ranks' vote, so all validate together).
   if (o.val_check_interval().is_time) return agreed_.validation > state_.progress.validation_runs;
@@ -276,7 +295,9 @@ bool FitLoop::validation_due(int64_t batch_idx) const {
 
 void FitLoop::validate() {
   auto& t = trainer_;
-  EvaluationLoop(t, state_, module_, Stage::validate).run_batches(*val_, val_batches_);
+  const int64_t reload = t.options().reload_dataloaders_every_n_epochs();
+  if (reload > 0 && state_.progress.current_epoch - val_loaded_epoch_ >= reload) load_val();
+  EvaluationLoop(t, state_, module_, Stage::validate).run(val_, val_batches_);
   ++state_.progress.validation_runs;
   last_validation_ = std::chrono::steady_clock::now();
 }

@@ -2,11 +2,13 @@
 // schedulers), validation at the configured interval, and the stopping rules.
 #pragma once
 
+#include <arc/core/detail/evaluation_loop.h>
 #include <arc/core/detail/signal_connector.h>
 #include <arc/core/train_module.h>
 #include <arc/data/batch.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -19,12 +21,18 @@ namespace detail {
 struct RunState;
 }
 
+/// Where fit's loaders come from: called once at the start, and again every
+/// reload_dataloaders_every_n_epochs epochs.
+struct FitData {
+  std::function<std::unique_ptr<DataLoader>()> train;
+  std::function<Loaders()> val;
+};
+
 /// Runs Trainer::fit's training.
 class FitLoop {
  public:
   /// `resume_from`: a checkpoint to continue from exactly ("" starts afresh).
-  FitLoop(Trainer& trainer, detail::RunState& state, TrainModule& module, std::unique_ptr<DataLoader> train,
-          std::unique_ptr<DataLoader> val, std::string resume_from);
+  FitLoop(Trainer& trainer, detail::RunState& state, TrainModule& module, FitData data, std::string resume_from);
   ~FitLoop();
   void run();
 
@@ -35,6 +43,10 @@ class FitLoop {
   bool steps_done() const;
   bool stop_requested() const;
   void run_epoch();
+  /// Takes the training loader from `data_.train` and counts its batches.
+  void load_train();
+  void load_val();
+  bool has_validation() const;
   void run_batch(Batch& batch, int64_t batch_idx);
   /// The module's training_step under the precision's forward context.
   torch::Tensor training_step(Batch& batch, int64_t batch_idx);
@@ -54,10 +66,13 @@ class FitLoop {
   Trainer& trainer_;
   detail::RunState& state_;
   TrainModule& module_;
+  FitData data_;
   std::unique_ptr<DataLoader> train_;
-  std::unique_ptr<DataLoader> val_;
+  Loaders val_;
+  /// The epoch whose start loaded the validation loaders.
+  int64_t val_loaded_epoch_ = 0;
   int64_t max_epochs_ = -1;
-  int64_t val_batches_ = 0;
+  std::vector<int64_t> val_batches_;
   int64_t val_every_ = 0;
   std::string resume_from_;
   int64_t first_batch_ = 0;

@@ -29,7 +29,12 @@ struct RunState {
   bool logging_batch = false;
   std::string stop_reason;
   int64_t num_training_batches = 0;
+  /// The training loader while fit runs.
+  DataLoader* train_loader = nullptr;
   int64_t num_val_batches = 0;
+  /// The evaluation stage's loaders, and which one runs.
+  int64_t num_dataloaders = 1;
+  int64_t dataloader_idx = 0;
   /// Optimizer steps the fit will take (-1: no end), known from the FitLoop's start.
   std::optional<int64_t> estimated_stepping_batches;
   int64_t current_batch_size = 0;

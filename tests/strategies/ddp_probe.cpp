@@ -8,7 +8,7 @@
 //             [--stop-rank 1 --stop-step 5] [--early-stop-rank 1] [--max-time 2 --late-rank 1 --late-ms 1000]
 //             [--loggers DIR] [--prepare-log FILE] [--checkpoint-every 5 --fsize-limit 1024]
 //             [--skip-rank 1 --skip-batch 3] [--batchnorm 1 [--sync-batchnorm 1]]
-//             [--spare 1 [--static-graph 1] [--find-unused 1]] [--val-every-seconds 0.2]
+//             [--spare 1 [--static-graph 1] [--find-unused 1]] [--val-every-seconds 0.2] [--user-shard 1]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -21,6 +21,8 @@
 // --batchnorm: an arc::SyncBatchNorm after fc1; --sync-batchnorm: TrainerOptions::sync_batchnorm.
 // --val-every-seconds: rank 0's time-based val_check_interval (the others' is an hour, so that they
 // validate only when the vote says so); every rank prints "VALIDATED <rank> <step>".
+// --user-shard: use_distributed_sampler(false), and the training data's sampler gives each rank its
+// share itself (samples rank, rank + world, ...), as a user who shards the data does.
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
 // --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
 // Every rank prints "STOPPED <rank> <global step>" after fit.
@@ -53,7 +55,7 @@ struct Args {
   int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0, skip_rank = -1, skip_batch = -1;
   double timeout = 30, max_time = 0, val_every_seconds = 0;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
-  bool find_unused = false;
+  bool find_unused = false, user_shard = false;
   std::string out, fail, loop = "trainer", root = ".", precision = "32-true", loggers, prepare_log;
   // The CPU unless asked: "auto" would take a GPU wherever one is, and the tests count CPU ranks.
   std::string accelerator = "cpu", device_list, process_group_backend = "auto";
@@ -101,6 +103,7 @@ Args parse(int argc, char** argv) {
     if (key == "--static-graph") a.static_graph = value == "1";
     if (key == "--find-unused") a.find_unused = value == "1";
     if (key == "--val-every-seconds") a.val_every_seconds = std::stod(value);
+    if (key == "--user-shard") a.user_shard = value == "1";
   }
   return a;
 }
@@ -277,6 +280,17 @@ int main(int argc, char** argv) {
       options.val_check_interval(arc::BatchAmount::duration(rank_zero ? args.val_every_seconds : 3600));
     }
     if (args.max_time > 0) options.max_time(args.max_time);
+    arc::DataSource train{data, arc::DataLoaderOptions(args.batch)};
+    if (args.user_shard) {
+      options.use_distributed_sampler(false);
+      const char* rank = std::getenv("RANK");
+      const int64_t own = rank == nullptr ? 0 : std::stoll(rank), world = args.devices;
+      train.sampler = std::make_shared<arc::FunctionSampler>([own, world](int64_t size, int64_t) {
+        std::vector<int64_t> order;
+        for (int64_t i = own; i < size; i += world) order.push_back(i);
+        return order;
+      });
+    }
     if (args.checkpoint_every > 0)
       callbacks.push_back(std::make_shared<arc::ModelCheckpoint>(arc::ModelCheckpointOptions()
                                                                      .dirpath(args.root + "/checkpoints")
@@ -295,7 +309,7 @@ int main(int argc, char** argv) {
     }
     if (trainer.global_rank() == args.late_rank) std::this_thread::sleep_for(std::chrono::milliseconds(args.late_ms));
     if (args.prepare_log.empty()) {
-      trainer.fit(module, {data, arc::DataLoaderOptions(args.batch)}, val);
+      trainer.fit(module, train, val);
     } else {
       NotingData noting({data, arc::DataLoaderOptions(args.batch)}, val, args.prepare_log);
       trainer.fit(module, noting);

@@ -111,6 +111,15 @@ TEST(DDP, SyncBatchNormOnTwoRanksMatchesOneProcessWithTheWholeBatch) {
   EXPECT_GT(weights_apart("--batch 64" + common, "--batch 32" + common, local), 1e-3);
 }
 
+// use_distributed_sampler(false): the loaders leave the data as the user sharded it (each rank its
+// half, by its own sampler), which trains as one process on the whole does; sharded again by the
+// loader, each rank would read a quarter and the weights would part.
+TEST(DDP, UserShardedDataTrainsAsTheDistributedSamplerDoes) {
+  CommandRun ddp;
+  EXPECT_LT(weights_apart("--batch 32 --steps 20", "--batch 16 --steps 20 --user-shard 1", ddp), 1e-6);
+  EXPECT_EQ(report(ddp)["global_step"], 20);
+}
+
 // A layer the loss never uses: an error that names it, unless find_unused_parameters or
 // static_graph allows it; both train to the same weights as one process.
 TEST(DDP, StaticGraphTrainsAsFindUnusedParametersDoes) {
