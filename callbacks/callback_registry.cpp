@@ -94,6 +94,15 @@ Registry<Callback, const Config&> shipped_callbacks() {
                                                 config.get_optional<int64_t>("update_starting_at_step"),
                                                 config.get_optional<int64_t>("update_starting_at_epoch"));
   });
+  r.add("StochasticWeightAveraging", [](const Config& config) {
+    // swa_lrs: one number, or a list of one per parameter group.
+    const auto* rates = config.find("swa_lrs");
+    const auto swa_lrs = rates != nullptr && rates->is_number() ? std::vector<double>{config.require<double>("swa_lrs")}
+                                                                : config.require<std::vector<double>>("swa_lrs");
+    return std::make_shared<StochasticWeightAveraging>(swa_lrs, config.get<double>("swa_epoch_start", 0.8),
+                                                       config.get<int64_t>("annealing_epochs", 10),
+                                                       config.get<std::string>("annealing_strategy", "cos"));
+  });
   r.add("OnExceptionCheckpoint", [](const Config& config) {
     return std::make_shared<OnExceptionCheckpoint>(config.require<std::string>("dirpath"),
                                                    config.get<std::string>("filename", "on_exception"));

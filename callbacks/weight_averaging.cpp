@@ -1,11 +1,16 @@
-// WeightAveraging and EMAWeightAveraging.
+// WeightAveraging, EMAWeightAveraging and StochasticWeightAveraging.
 #include <arc/callbacks/weight_averaging.h>
 
 #include <arc/base/error.h>
 #include <arc/core/checkpoint.h>
 #include <arc/core/trainer.h>
 
+#include <arc/data/data_loader.h>
+#include <arc/strategies/sync_batch_norm.h>
+
 #include <torch/torch.h>
+
+#include <cmath>
 
 namespace arc {
 
@@ -82,13 +87,14 @@ void WeightAveraging::swap() {
 }
 
 void WeightAveraging::on_train_end(Trainer&, TrainModule&) {
+  if (updates_ == 0) return;
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < tracked_.size(); ++i) tracked_[i].copy_(averaged_[i]);
 }
 
-// Validation in fit (the sanity check too) sees the averaged weights; validate() alone has none.
+// Validation in fit sees the averaged weights once there are any; validate() alone has none.
 void WeightAveraging::on_validation_epoch_start(Trainer& trainer, TrainModule&) {
-  if (trainer.stage() == Stage::fit && !averaged_.empty() && !swapped_) swap();
+  if (trainer.stage() == Stage::fit && updates_ > 0 && !swapped_) swap();
 }
 
 void WeightAveraging::on_validation_epoch_end(Trainer&, TrainModule&) {
@@ -114,7 +120,7 @@ void WeightAveraging::on_save_checkpoint(Trainer&, TrainModule& module, Checkpoi
   for (size_t i = 0; i < averaged_.size(); ++i) {
     // Saved from inside validation, the module holds the averaged weights and this the current.
     const auto& current = swapped_ ? averaged_[i] : state[i].second;
-    const auto& average = swapped_ ? state[i].second : averaged_[i];
+    const auto& average = swapped_ || updates_ == 0 ? state[i].second : averaged_[i];
     writer.add("callbacks/" + state_key() + "/current/" + state[i].first, current);
     writer.replace("model/" + state[i].first, average);
   }
@@ -151,6 +157,130 @@ bool EMAWeightAveraging::should_update(std::optional<int64_t> step_idx, std::opt
 
 void EMAWeightAveraging::average(torch::Tensor& averaged, const torch::Tensor& current, int64_t) const {
   averaged.lerp_(current, 1 - decay_);
+}
+
+namespace {
+
+// A BatchNorm layer's momentum and running statistics (LibTorch's and arc::SyncBatchNorm).
+struct NormStatistics {
+  torch::nn::BatchNormOptions* options;
+  torch::Tensor mean, var, count;
+};
+
+template <typename Layer>
+void add_statistics(torch::nn::Module& module, std::vector<NormStatistics>& out) {
+  if (auto* layer = dynamic_cast<Layer*>(&module); layer != nullptr && layer->options.track_running_stats())
+    out.push_back({&layer->options, layer->running_mean, layer->running_var, layer->num_batches_tracked});
+}
+
+std::vector<NormStatistics> norm_statistics(TrainModule& module) {
+  std::vector<NormStatistics> out;
+  for (const auto& child : module.modules(/*include_self=*/false)) {
+    add_statistics<torch::nn::BatchNorm1dImpl>(*child, out);
+    add_statistics<torch::nn::BatchNorm2dImpl>(*child, out);
+    add_statistics<torch::nn::BatchNorm3dImpl>(*child, out);
+    add_statistics<SyncBatchNormImpl>(*child, out);
+  }
+  return out;
+}
+
+}  // namespace
+
+StochasticWeightAveraging::StochasticWeightAveraging(std::vector<double> swa_lrs, double swa_epoch_start,
+                                                     int64_t annealing_epochs, std::string annealing_strategy)
+    : WeightAveraging(/*use_buffers=*/false),
+      swa_lrs_(std::move(swa_lrs)),
+      epoch_start_(swa_epoch_start),
+      annealing_epochs_(annealing_epochs),
+      strategy_(std::move(annealing_strategy)) {
+  ARC_CHECK(!swa_lrs_.empty(), "StochasticWeightAveraging: swa_lrs is empty; give one rate, e.g. {0.05}, or one per ",
+            "parameter group");
+  for (const double lr : swa_lrs_)
+    ARC_CHECK(lr > 0, "StochasticWeightAveraging: swa_lrs holds ", lr, "; every rate must be > 0");
+  ARC_CHECK(swa_epoch_start > 0 && (swa_epoch_start < 1 || swa_epoch_start == std::floor(swa_epoch_start)),
+            "StochasticWeightAveraging: swa_epoch_start is ", swa_epoch_start,
+            "; give an epoch number (1, 2, ...) or a fraction of max_epochs in (0, 1), e.g. 0.8");
+  ARC_CHECK(annealing_epochs >= 0, "StochasticWeightAveraging: annealing_epochs is ", annealing_epochs,
+            "; give 0 (the SWA rates at once) or more");
+  ARC_CHECK(strategy_ == "cos" || strategy_ == "linear", "StochasticWeightAveraging: annealing_strategy is \"",
+            strategy_, "\"; use \"cos\" or \"linear\"");
+}
+
+bool StochasticWeightAveraging::should_update(std::optional<int64_t>, std::optional<int64_t> epoch_idx) const {
+  return epoch_idx && *epoch_idx >= start_;
+}
+
+// Lightning's start: the epoch number, or int(max_epochs * fraction), counted from 1.
+void StochasticWeightAveraging::on_fit_start(Trainer& trainer, TrainModule& module) {
+  int64_t first = static_cast<int64_t>(epoch_start_);
+  if (epoch_start_ < 1) {
+    const auto max_epochs = trainer.options().max_epochs();
+    ARC_CHECK(max_epochs && *max_epochs > 0, "StochasticWeightAveraging: swa_epoch_start ", epoch_start_,
+              " is a fraction of max_epochs, which is unset; set max_epochs, or give the epoch number");
+    first = static_cast<int64_t>(static_cast<double>(*max_epochs) * epoch_start_);
+  }
+  start_ = std::max<int64_t>(first - 1, 0);
+  if (trainer.current_epoch() == 0 && trainer.global_step() == 0) initial_lrs_.clear();
+  WeightAveraging::on_fit_start(trainer, module);
+}
+
+// torch's SWALR, stepped each epoch from the start: epoch start + k trains with
+// swa_lr * a + initial * (1 - a), a = anneal(min(1, k / annealing_epochs)). Set before every batch,
+// so that no scheduler of the module's moves it.
+void StochasticWeightAveraging::on_train_batch_start(Trainer& trainer, TrainModule&, Batch&, int64_t) {
+  const int64_t k = trainer.current_epoch() - start_;
+  if (k < 0 || trainer.optimizer_configs().empty()) return;
+  auto& groups = trainer.optimizer_configs().front().optimizer->param_groups();
+  ARC_CHECK(swa_lrs_.size() == 1 || swa_lrs_.size() == groups.size(), "StochasticWeightAveraging: ", swa_lrs_.size(),
+            " swa_lrs for ", groups.size(), " parameter groups; give one rate, or one per group");
+  if (initial_lrs_.empty())
+    for (auto& group : groups) initial_lrs_.push_back(group.options().get_lr());
+  const double t = annealing_epochs_ == 0 ? 1.0 : std::min(1.0, static_cast<double>(k) / annealing_epochs_);
+  const double a = strategy_ == "cos" ? (1 - std::cos(M_PI * t)) / 2 : t;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const double swa_lr = swa_lrs_.size() == 1 ? swa_lrs_.front() : swa_lrs_[i];
+    groups[i].options().set_lr(swa_lr * a + initial_lrs_[i] * (1 - a));
+  }
+}
+
+// The averaged weights in the module, then the BatchNorm statistics for them: reset, and recomputed
+// as a cumulative average (momentum unset) over the training data's batches in train mode.
+void StochasticWeightAveraging::on_train_end(Trainer& trainer, TrainModule& module) {
+  WeightAveraging::on_train_end(trainer, module);
+  auto norms = norm_statistics(module);
+  DataLoader* loader = trainer.train_dataloader();
+  if (updates() == 0 || norms.empty() || loader == nullptr) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::nn::BatchNormOptions> saved;
+  for (auto& norm : norms) {
+    saved.push_back(*norm.options);
+    norm.options->momentum({});  // unset: a cumulative average
+    norm.mean.zero_();
+    norm.var.fill_(1);
+    norm.count.zero_();
+  }
+  const bool was_training = module.is_training();
+  module.train();
+  loader->start();
+  for (int64_t batch_idx = 0; batch_idx < trainer.num_training_batches(); ++batch_idx) {
+    auto fetched = loader->next();
+    if (!fetched) break;
+    Batch batch = trainer.transfer_batch(std::move(*fetched), 0);
+    module.training_step(batch, batch_idx);
+  }
+  module.train(was_training);
+  for (size_t i = 0; i < norms.size(); ++i) *norms[i].options = saved[i];
+}
+
+nlohmann::json StochasticWeightAveraging::state_dict() const {
+  auto state = WeightAveraging::state_dict();
+  state["initial_lrs"] = initial_lrs_;
+  return state;
+}
+
+void StochasticWeightAveraging::load_state_dict(const nlohmann::json& state) {
+  WeightAveraging::load_state_dict(state);
+  initial_lrs_ = state.at("initial_lrs").get<std::vector<double>>();
 }
 
 }  // namespace arc

@@ -1,7 +1,8 @@
-// WeightAveraging and EMAWeightAveraging: Lightning's weight-averaging callbacks. A copy of the
-// module's parameters and buffers is averaged as training goes; validation runs with the averaged
-// weights, checkpoints save them as the module's (the current ones under the callback's key, so
-// that resuming continues exactly), and fit ends with them in the module.
+// WeightAveraging, EMAWeightAveraging and StochasticWeightAveraging: Lightning's weight-averaging
+// callbacks. A copy of the module's parameters and buffers is averaged as training goes; once
+// averaged, validation runs with the averaged weights, checkpoints save them as the module's (the
+// current ones under the callback's key, so that resuming continues exactly), and fit ends with them
+// in the module. Before the first update the average is the weights themselves.
 #pragma once
 
 #include <arc/callbacks/callback.h>
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace arc {
@@ -66,6 +68,39 @@ class WeightAveraging : public Callback {
   bool swapped_ = false;
   /// A resumed fit's state came from the checkpoint: the next on_fit_start keeps it.
   bool restored_ = false;
+};
+
+/// Stochastic Weight Averaging (Izmailov et al. 2018), as Lightning's callback: from epoch
+/// `swa_epoch_start` on, each parameter group's learning rate anneals to its SWA rate over
+/// `annealing_epochs` epochs ("cos" or "linear", as torch's SWALR, overriding the module's schedulers),
+/// the parameters are averaged at every epoch's end, and fit ends with the average in the module,
+/// after one pass over the training data in train mode recomputes the BatchNorm statistics (of
+/// torch::nn::BatchNorm{1,2,3}d and arc::SyncBatchNorm layers) for the averaged weights.
+class StochasticWeightAveraging : public WeightAveraging {
+ public:
+  /// `swa_lrs`: one rate for every parameter group, or one per group. `swa_epoch_start`: the epoch
+  /// (counted from 1) or, below 1, the fraction of max_epochs where averaging starts.
+  explicit StochasticWeightAveraging(std::vector<double> swa_lrs, double swa_epoch_start = 0.8,
+                                     int64_t annealing_epochs = 10, std::string annealing_strategy = "cos");
+  std::string state_key() const override { return "StochasticWeightAveraging"; }
+  bool should_update(std::optional<int64_t> step_idx, std::optional<int64_t> epoch_idx) const override;
+  /// The first averaged epoch, 0-based (known once fit started).
+  int64_t swa_start() const { return start_; }
+
+  void on_fit_start(Trainer& trainer, TrainModule& module) override;
+  void on_train_batch_start(Trainer& trainer, TrainModule& module, Batch& batch, int64_t batch_idx) override;
+  void on_train_end(Trainer& trainer, TrainModule& module) override;
+  nlohmann::json state_dict() const override;
+  void load_state_dict(const nlohmann::json& state) override;
+
+ private:
+  std::vector<double> swa_lrs_;
+  double epoch_start_;
+  int64_t annealing_epochs_;
+  std::string strategy_;
+  int64_t start_ = 0;
+  /// Each parameter group's rate when averaging started, which the annealing leaves.
+  std::vector<double> initial_lrs_;
 };
 
 /// An exponential moving average: averaged = decay * averaged + (1 - decay) * current, every

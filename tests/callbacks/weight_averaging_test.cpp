@@ -1,9 +1,13 @@
-// WeightAveraging and EMAWeightAveraging (issue 18, row 4): the averages follow their formulas,
-// validation in fit sees them and fit ends with them. Checkpoints and resume: checkpoint_test.cpp.
+// WeightAveraging, EMAWeightAveraging and StochasticWeightAveraging (issue 18, row 4): the averages
+// follow their formulas, validation in fit sees them and fit ends with them; SWA anneals the rate and
+// recomputes BatchNorm statistics. Checkpoints and resume: checkpoint_test.cpp.
 #include "support/errors.h"
 #include "support/tiny_module.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
 
 namespace arc {
 namespace {
@@ -54,6 +58,86 @@ TEST(WeightAveraging, EmaUpdatesEveryNStepsFromTheFirstStepAsked) {
   EXPECT_EQ(updates(std::make_shared<EMAWeightAveraging>(0.9, 1, 3), 1), 1);                // step 3
   EXPECT_EQ(updates(std::make_shared<EMAWeightAveraging>(0.9, 1, std::nullopt, 1), 2), 4);  // epoch 1's
   EXPECT_NE(testing::error_of([] { EMAWeightAveraging(1.5); }).find("decay is 1.5"), std::string::npos);
+}
+
+// Notes each batch's learning rate and the weights at every epoch's end.
+class SwaWatched : public testing::TinyModule {
+ public:
+  torch::Tensor training_step(Batch& batch, int64_t batch_idx) override {
+    rates.push_back(trainer().optimizer_configs().front().optimizer->param_groups()[0].options().get_lr());
+    return TinyModule::training_step(batch, batch_idx);
+  }
+  void on_train_epoch_end() override { epoch_ends.push_back(linear->weight.detach().clone()); }
+  std::vector<double> rates;
+  std::vector<torch::Tensor> epoch_ends;
+};
+
+// As torch's SWALR under Lightning's callback: epoch 3 (index 2) starts averaging at the module's
+// rate 0.1, which then anneals to 0.02 over 4 epochs along a half cosine; the average is the mean of
+// the weights at the ends of epochs 2, 3 and 4, which fit ends with.
+TEST(StochasticWeightAveraging, AnnealsTheRateAndAveragesFromItsEpoch) {
+  SwaWatched module;
+  auto swa = std::make_shared<StochasticWeightAveraging>(std::vector<double>{0.02}, 3, 4, "cos");
+  Trainer(testing::quiet().max_epochs(5), {swa}).fit(module, testing::tiny_data(8, 2));
+  EXPECT_EQ(swa->swa_start(), 2);
+  EXPECT_EQ(swa->updates(), 3);
+  ASSERT_EQ(module.rates.size(), 20u);  // 4 batches per epoch
+  const auto anneal = [](double t) { return 0.02 * (1 - std::cos(M_PI * t)) / 2 + 0.1 * (1 + std::cos(M_PI * t)) / 2; };
+  const std::vector<double> per_epoch = {0.1, 0.1, 0.1, anneal(0.25), anneal(0.5)};
+  for (size_t batch = 0; batch < module.rates.size(); ++batch)
+    EXPECT_NEAR(module.rates[batch], per_epoch[batch / 4], 1e-12) << "batch " << batch;
+  const auto expected = (module.epoch_ends[2] + module.epoch_ends[3] + module.epoch_ends[4]) / 3;
+  EXPECT_TRUE(torch::allclose(module.linear->weight, expected, 1e-6, 1e-7));
+  EXPECT_FALSE(torch::allclose(module.epoch_ends[4], expected, 1e-6, 1e-7));
+}
+
+TEST(StochasticWeightAveraging, AFractionStartsAtThatShareOfMaxEpochs) {
+  SwaWatched module;
+  auto swa = std::make_shared<StochasticWeightAveraging>(std::vector<double>{0.05}, 0.5, 0, "linear");
+  Trainer(testing::quiet().max_epochs(4), {swa}).fit(module, testing::tiny_data(4, 2));
+  EXPECT_EQ(swa->swa_start(), 1);  // int(4 * 0.5) = 2, the second epoch
+  EXPECT_EQ(swa->updates(), 3);
+  EXPECT_EQ(module.rates, (std::vector<double>{0.1, 0.1, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05}));
+  for (const auto& make : std::vector<std::function<void()>>{
+           [] { StochasticWeightAveraging({}); }, [] { StochasticWeightAveraging({0.1}, 1.5); },
+           [] { StochasticWeightAveraging({0.1}, 0.8, -1); },
+           [] { StochasticWeightAveraging({0.1}, 0.8, 10, "cubic"); }})
+    EXPECT_NE(testing::error_of(make).find("StochasticWeightAveraging: "), std::string::npos);
+}
+
+// Linear(4, 8) -> BatchNorm1d(8) -> Linear(8, 1).
+class Normed : public testing::TinyModule {
+ public:
+  Normed() {
+    fc = register_module("fc", torch::nn::Linear(4, 8));
+    norm = register_module("norm", torch::nn::BatchNorm1d(8));
+    out = register_module("out", torch::nn::Linear(8, 1));
+  }
+  torch::Tensor training_step(Batch& batch, int64_t) override {
+    return torch::mse_loss(out(norm(fc(batch[0]))), batch[1]);
+  }
+  torch::nn::Linear fc{nullptr}, out{nullptr};
+  torch::nn::BatchNorm1d norm{nullptr};
+};
+
+// After fit the BatchNorm statistics are those of the averaged weights: the mean over the training
+// batches of each batch's mean and unbiased variance of the layer's input, momentum as it was.
+TEST(StochasticWeightAveraging, RecomputesBatchNormStatisticsForTheAverage) {
+  Normed module;
+  auto swa = std::make_shared<StochasticWeightAveraging>(std::vector<double>{0.05}, 2);
+  const auto data = testing::tiny_data(12, 4);
+  Trainer(testing::quiet().max_epochs(3), {swa}).fit(module, data);
+  torch::NoGradGuard no_grad;
+  auto mean = torch::zeros({8}), var = torch::zeros({8});
+  for (int64_t begin = 0; begin < 12; begin += 4) {
+    const auto inputs = module.fc(data.dataset->get_batch({begin, begin + 1, begin + 2, begin + 3})[0]);
+    mean += inputs.mean(0) / 3;
+    var += inputs.var(0, /*unbiased=*/true) / 3;
+  }
+  EXPECT_TRUE(torch::allclose(module.norm->running_mean, mean, 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(module.norm->running_var, var, 1e-5, 1e-6));
+  EXPECT_EQ(module.norm->num_batches_tracked.item<int64_t>(), 3);
+  EXPECT_EQ(module.norm->options.momentum(), 0.1);
 }
 
 }  // namespace

@@ -146,6 +146,28 @@ TEST(Checkpoint, WeightAveragingSavesTheAverageAndResumesBitIdentical) {
   fs::remove_all(dir);
 }
 
+// StochasticWeightAveraging: resumed before averaging starts, inside its first (annealing) epoch, and
+// after an average, the run ends bit-identical, at the same rate.
+TEST(Checkpoint, StochasticWeightAveragingResumesBitIdentical) {
+  const auto swa = [] { return std::make_shared<StochasticWeightAveraging>(std::vector<double>{0.03}, 2, 2); };
+  Stateful reference;
+  Trainer(resume_options(), {swa()}).fit(reference, shuffled(), tiny_data(4, 2));
+  const auto expected = flat(reference);
+  const auto dir = scratch_dir("swa");
+  for (const int64_t k : {3, 9, 16}) {
+    const std::string path = dir + "/k" + std::to_string(k) + ".ckpt";
+    Stateful interrupted;
+    Trainer(resume_options(), {swa(), std::make_shared<StopAfter>(k, path)})
+        .fit(interrupted, shuffled(), tiny_data(4, 2));
+    Stateful resumed;
+    auto resumed_swa = swa();
+    Trainer(resume_options(), {resumed_swa}).fit(resumed, shuffled(), tiny_data(4, 2), path);
+    EXPECT_TRUE(torch::equal(flat(resumed), expected)) << "resumed after batch " << k;
+    EXPECT_EQ(resumed_swa->updates(), 2);
+  }
+  fs::remove_all(dir);
+}
+
 // LibTorch's own StepLR plugged in as is (it multiplies the current rate, so its rates differ from
 // Arclight's closed form in the last bits): the resumed run must still end bit-identical.
 class StatefulWithLibTorchScheduler : public Stateful {
