@@ -232,6 +232,27 @@ TEST(Config, BadConfigsNameTheFileAndTheKey) {
             "quoted.yaml: config key 'trainer.max_epochs' must be an integer, got \"3\"");
 }
 
+// StochasticWeightAveraging from a config: swa_lrs a number (or a list), the rest Lightning's names.
+TEST(Config, StochasticWeightAveragingFromAConfig) {
+  const std::string common =
+      " --set trainer.max_epochs=2 --set trainer.limit_train_batches=20 --set trainer.limit_val_batches=1 "
+      "--set trainer.num_threads=1 --set trainer.enable_progress_bar=false --set trainer.enable_checkpointing=false";
+  const auto run =
+      arc("fit --config " +
+          write_config("swa.yaml",
+                       "trainer:\n  callbacks:\n    - class_path: StochasticWeightAveraging\n"
+                       "      init_args: {swa_lrs: 0.01, swa_epoch_start: 2, annealing_strategy: linear}\n") +
+          common);
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_EQ(result_of(run.output)["steps"], 40);
+  const auto missing =
+      arc("fit --config " +
+          write_config("swa_missing.yaml", "trainer:\n  callbacks:\n    - class_path: StochasticWeightAveraging\n") +
+          common);
+  EXPECT_EQ(missing.status, 2) << missing.output;
+  EXPECT_NE(missing.output.find("swa_lrs"), std::string::npos) << missing.output;
+}
+
 // The README's YAML example, shortened to a few batches, trains and writes where it says.
 TEST(Config, ReadmeYamlRuns) {
   std::ifstream readme(std::string(ARC_SOURCE_DIR) + "/README.md");
