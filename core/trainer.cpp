@@ -8,6 +8,7 @@
 #include <arc/core/detail/accelerator_connector.h>
 #include <arc/core/detail/callback_connector.h>
 #include <arc/core/detail/checkpoint_connector.h>
+#include <arc/core/detail/data_connector.h>
 #include <arc/core/detail/evaluation_loop.h>
 #include <arc/core/detail/fit_loop.h>
 #include <arc/core/detail/run_state.h>
@@ -28,22 +29,6 @@
 
 namespace arc {
 namespace {
-
-// The data a stage runs on: what was passed, else the data module's, else the module's own. `what`
-// names the stage's data in the error when there must be some.
-template <typename Sources>
-Sources pick(Sources given, DataModule* data, Sources (DataModule::*from_data)(), Sources (TrainModule::*from_module)(),
-             TrainModule& module, const char* what) {
-  if (given) return given;
-  if (data != nullptr) {
-    if (auto sources = (data->*from_data)()) return sources;
-  }
-  if (auto sources = (module.*from_module)()) return sources;
-  if (what != nullptr)
-    ARC_FAIL("no ", what, " data: pass a DataSource or a DataModule, or override ", what,
-             "_dataloader() in the module or data module");
-  return {};
-}
 
 // fast_dev_run runs n batches of every stage once, as Lightning does.
 TrainerOptions apply_fast_dev_run(TrainerOptions options) {
@@ -255,22 +240,6 @@ void Trainer::end_interrupted(TrainModule& module, const Interrupted& interrupte
   std::_Exit(kInterruptedExitCode);
 }
 
-std::unique_ptr<DataLoader> Trainer::make_loader(const DataSource& source) const {
-  if (!source) return nullptr;
-  DataSource adjusted = source;
-  if (!options_.overfit_batches().is_zero()) adjusted.options.shuffle(false);
-  // Without the distributed sampler every rank reads the source whole: the user shards it.
-  const bool shard = options_.use_distributed_sampler();
-  return std::make_unique<DataLoader>(adjusted, shard ? strategy_->global_rank() : 0,
-                                      shard ? strategy_->world_size() : 1, options_.seed().value_or(0));
-}
-
-std::vector<std::unique_ptr<DataLoader>> Trainer::make_loaders(const DataSources& sources) const {
-  std::vector<std::unique_ptr<DataLoader>> loaders;
-  for (const auto& source : sources) loaders.push_back(make_loader(source));
-  return loaders;
-}
-
 void Trainer::fit(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
   run_fit(module, &data, {}, {}, ckpt_path);
 }
@@ -283,14 +252,8 @@ void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, D
                       const std::string& ckpt_path) {
   run_stage(Stage::fit, module, data, [&] {
     // The hooks are asked again when reload_dataloaders_every_n_epochs says; what fit was given stays.
-    FitData fit_data{[&] {
-                       return make_loader(pick(train, data, &DataModule::train_dataloader,
-                                               &TrainModule::train_dataloader, module, "train"));
-                     },
-                     [&] {
-                       return make_loaders(pick(val, data, &DataModule::val_dataloaders, &TrainModule::val_dataloaders,
-                                                module, nullptr));
-                     }};
+    const DataConnector connector(options_, *strategy_, module, data);
+    FitData fit_data{[&] { return connector.train(train); }, [&] { return connector.val(val, false); }};
     // What saves that a crash or SIGKILL interrupted left behind in this run's folders.
     if (is_global_zero())
       for (const auto& folder : {options_.default_root_dir(), log_dir() + "/checkpoints"})
@@ -347,10 +310,8 @@ Metrics Trainer::run_evaluation(Stage stage, TrainModule& module, DataModule* da
   Metrics out;
   run_stage(stage, module, data, [&] {
     load_weights(module, ckpt_path);
-    auto loaders = make_loaders(testing ? pick(std::move(given), data, &DataModule::test_dataloaders,
-                                               &TrainModule::test_dataloaders, module, "test")
-                                        : pick(std::move(given), data, &DataModule::val_dataloaders,
-                                               &TrainModule::val_dataloaders, module, "val"));
+    const DataConnector connector(options_, *strategy_, module, data);
+    auto loaders = testing ? connector.test(given) : connector.val(given, true);
     const auto& limit = testing ? options_.limit_test_batches() : options_.limit_val_batches();
     out = EvaluationLoop(*this, *state_, module, stage).run(loaders, limited_batches(loaders, limit));
   });
@@ -371,8 +332,7 @@ std::vector<torch::Tensor> Trainer::run_predict(TrainModule& module, DataModule*
   std::vector<torch::Tensor> out;
   run_stage(Stage::predict, module, data, [&] {
     load_weights(module, ckpt_path);
-    auto loaders = make_loaders(pick(std::move(given), data, &DataModule::predict_dataloaders,
-                                     &TrainModule::predict_dataloaders, module, "predict"));
+    auto loaders = DataConnector(options_, *strategy_, module, data).predict(given);
     out = EvaluationLoop(*this, *state_, module, Stage::predict)
               .predict(loaders, limited_batches(loaders, options_.limit_predict_batches()));
   });

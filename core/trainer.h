@@ -166,8 +166,6 @@ class Trainer {
   void setup_environment();
   void attach(TrainModule& module);
   void detach();
-  std::unique_ptr<DataLoader> make_loader(const DataSource& source) const;
-  std::vector<std::unique_ptr<DataLoader>> make_loaders(const DataSources& sources) const;
 
   TrainerOptions options_;
   std::vector<std::shared_ptr<Callback>> callbacks_;

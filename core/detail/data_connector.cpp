@@ -1,0 +1,66 @@
+// DataConnector.
+#include <arc/core/detail/data_connector.h>
+
+#include <arc/base/error.h>
+#include <arc/core/train_module.h>
+#include <arc/data/data_loader.h>
+#include <arc/strategies/strategy.h>
+
+namespace arc {
+namespace {
+
+// What was passed, else the data module's, else the module's own. `what` names the stage's data in
+// the error when there must be some.
+template <typename Sources>
+Sources pick(const Sources& given, DataModule* data, Sources (DataModule::*from_data)(),
+             Sources (TrainModule::*from_module)(), TrainModule& module, const char* what) {
+  if (given) return given;
+  if (data != nullptr) {
+    if (auto sources = (data->*from_data)()) return sources;
+  }
+  if (auto sources = (module.*from_module)()) return sources;
+  if (what != nullptr)
+    ARC_FAIL("no ", what, " data: pass a DataSource or a DataModule, or override ", what,
+             "_dataloader() in the module or data module");
+  return {};
+}
+
+}  // namespace
+
+DataConnector::DataConnector(const TrainerOptions& options, Strategy& strategy, TrainModule& module, DataModule* data)
+    : options_(options), strategy_(strategy), module_(module), data_(data) {}
+
+std::unique_ptr<DataLoader> DataConnector::train(const DataSource& given) const {
+  return loader(pick(given, data_, &DataModule::train_dataloader, &TrainModule::train_dataloader, module_, "train"));
+}
+
+Loaders DataConnector::val(const DataSources& given, bool required) const {
+  return loaders(pick(given, data_, &DataModule::val_dataloaders, &TrainModule::val_dataloaders, module_,
+                      required ? "val" : nullptr));
+}
+
+Loaders DataConnector::test(const DataSources& given) const {
+  return loaders(pick(given, data_, &DataModule::test_dataloaders, &TrainModule::test_dataloaders, module_, "test"));
+}
+
+Loaders DataConnector::predict(const DataSources& given) const {
+  return loaders(
+      pick(given, data_, &DataModule::predict_dataloaders, &TrainModule::predict_dataloaders, module_, "predict"));
+}
+
+std::unique_ptr<DataLoader> DataConnector::loader(const DataSource& source) const {
+  DataSource adjusted = source;
+  if (!options_.overfit_batches().is_zero()) adjusted.options.shuffle(false);
+  // Without the distributed sampler every rank reads the source whole: the user shards it.
+  const bool shard = options_.use_distributed_sampler();
+  return std::make_unique<DataLoader>(adjusted, shard ? strategy_.global_rank() : 0, shard ? strategy_.world_size() : 1,
+                                      options_.seed().value_or(0));
+}
+
+Loaders DataConnector::loaders(const DataSources& sources) const {
+  Loaders out;
+  for (const auto& source : sources) out.push_back(loader(source));
+  return out;
+}
+
+}  // namespace arc

@@ -1,0 +1,39 @@
+// DataConnector: which data each stage runs on — what the call was given, else the data module's,
+// else the module's own — and the loaders over it (Lightning's _DataConnector).
+#pragma once
+
+#include <arc/core/detail/evaluation_loop.h>
+#include <arc/core/trainer_options.h>
+#include <arc/data/data_module.h>
+
+#include <memory>
+
+namespace arc {
+
+class DataLoader;
+class Strategy;
+class TrainModule;
+
+class DataConnector {
+ public:
+  /// `data`: the stage's data module, or null.
+  DataConnector(const TrainerOptions& options, Strategy& strategy, TrainModule& module, DataModule* data);
+
+  /// The training loader; no training data is an error that says where to give it.
+  std::unique_ptr<DataLoader> train(const DataSource& given) const;
+  /// Validation loaders; none when there is no validation data and `required` is false.
+  Loaders val(const DataSources& given, bool required) const;
+  Loaders test(const DataSources& given) const;
+  Loaders predict(const DataSources& given) const;
+
+ private:
+  std::unique_ptr<DataLoader> loader(const DataSource& source) const;
+  Loaders loaders(const DataSources& sources) const;
+
+  const TrainerOptions& options_;
+  Strategy& strategy_;
+  TrainModule& module_;
+  DataModule* data_;
+};
+
+}  // namespace arc
