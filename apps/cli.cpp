@@ -173,8 +173,10 @@ struct TuneArgs {
 // nodes is tuned on its first device.
 TrainerOptions single_process(TrainerOptions options) {
   const auto& devices = options.devices();
-  if (devices.is_auto || devices.count == 1) return options.num_nodes(1);
-  console().info("tuning in one process on the config's first device; fit uses every device the config names");
+  if (!devices.is_auto && devices.count == 1) return options.num_nodes(1);
+  // "auto" and -1 may mean every GPU of the machine.
+  if (devices.known_count() != 1)
+    console().info("tuning in one process on the first device; fit uses every device the config names");
   options.strategy("auto").num_nodes(1);
   return devices.indices.empty() ? options.devices(1) : options.devices(Devices({devices.indices.front()}));
 }
@@ -236,11 +238,15 @@ int run(int argc, char** argv) {
   std::vector<std::string> config_paths, overrides;
   bool print_config = false;
   std::vector<CLI::App*> runs;
-  for (const char* name : {"fit", "validate", "test", "predict"}) {
-    auto* command = app.add_subcommand(name, std::string(name) + " a registered module as the config says");
+  // Every command that runs a config reads it from the same options.
+  const auto add_config_options = [&](CLI::App* command) {
     command->add_option("--config,-c", config_paths,
                         "config file, JSON or YAML (.yaml, .yml); give several to merge them, later ones winning");
     command->add_option("--set,-s", overrides, "override one key: section.key=value (JSON or text), after the files");
+  };
+  for (const char* name : {"fit", "validate", "test", "predict"}) {
+    auto* command = app.add_subcommand(name, std::string(name) + " a registered module as the config says");
+    add_config_options(command);
     command->add_flag("--print_config", print_config,
                       "print the resolved config (every trainer option) as YAML and exit; feeding it back with "
                       "--config reproduces the run");
@@ -260,8 +266,7 @@ int run(int argc, char** argv) {
   auto* scale_batch_size = app.add_subcommand(
       "scale_batch_size", "the largest batch size whose training steps fit in memory (Tuner.scale_batch_size)");
   for (auto* command : {lr_find, scale_batch_size}) {
-    command->add_option("--config,-c", config_paths, "config file, JSON or YAML; several are merged, later winning");
-    command->add_option("--set,-s", overrides, "override one key: section.key=value (JSON or text), after the files");
+    add_config_options(command);
     command->footer("Prints RESULT {...} with what it found; the module's weights are left as they were.");
   }
   auto& lr = tune_args.lr;

@@ -220,7 +220,7 @@ void StochasticWeightAveraging::on_fit_start(Trainer& trainer, TrainModule& modu
     first = static_cast<int64_t>(static_cast<double>(*max_epochs) * epoch_start_);
   }
   start_ = std::max<int64_t>(first - 1, 0);
-  if (trainer.current_epoch() == 0 && trainer.global_step() == 0) initial_lrs_.clear();
+  if (!resuming()) initial_lrs_.clear();
   WeightAveraging::on_fit_start(trainer, module);
 }
 
@@ -266,6 +266,7 @@ void StochasticWeightAveraging::on_train_end(Trainer& trainer, TrainModule& modu
     auto fetched = loader->next();
     if (!fetched) break;
     Batch batch = trainer.transfer_batch(std::move(*fetched), 0);
+    const auto autocast = trainer.precision().forward_context();  // the statistics of training's forward
     module.training_step(batch, batch_idx);
   }
   module.train(was_training);

@@ -49,6 +49,8 @@ class WeightAveraging : public Callback {
  protected:
   /// The training epoch at the update being decided.
   int64_t epoch() const { return epoch_; }
+  /// In on_fit_start: whether this fit resumes, its state restored from the checkpoint.
+  bool resuming() const { return restored_; }
 
  private:
   /// Takes the module's tensors to average (in checkpoint order) and starts the averages as copies.

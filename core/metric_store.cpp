@@ -10,9 +10,10 @@ namespace arc {
 void MetricStore::log(const std::string& name, const torch::Tensor& value, const LogOptions& options, bool training,
                       int64_t batch_size, std::optional<int64_t> dataloader_idx) {
   ARC_CHECK(value.numel() == 1, "log('", name, "') needs a single value, got a tensor of shape ", value.sizes());
-  const std::string suffix = dataloader_idx ? "/dataloader_idx_" + std::to_string(*dataloader_idx) : "";
-  auto& entry = entries_[name + suffix];
-  entry.suffix = suffix;
+  // One loader (every training step): the name as it is, no string built.
+  std::string suffix = dataloader_idx ? "/dataloader_idx_" + std::to_string(*dataloader_idx) : std::string();
+  auto& entry = suffix.empty() ? entries_[name] : entries_[name + suffix];
+  entry.suffix = std::move(suffix);
   entry.on_step = options.on_step.value_or(training);
   entry.on_epoch = options.on_epoch.value_or(!training);
   entry.prog_bar = options.prog_bar;

@@ -89,9 +89,9 @@ class Trainer {
   /// Training batches per epoch after limits; the batches of the current (or last) validation run,
   /// or of test or predict under those stages.
   int64_t num_training_batches() const;
+  int64_t num_val_batches() const;
   /// During fit: the training loader (Lightning's trainer.train_dataloader); null otherwise.
   DataLoader* train_dataloader() const;
-  int64_t num_val_batches() const;
   /// During validation, test or predict: the index of the loader whose batch runs, among the
   /// stage's loaders (0 with one), for hooks and callbacks; the steps get it as an argument.
   int64_t dataloader_idx() const;

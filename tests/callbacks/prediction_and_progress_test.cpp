@@ -107,6 +107,9 @@ TEST(ProgressBar, ShowsValidationTestAndPredictProgress) {
   const auto validated = progress_of([&](Trainer& t) { t.validate(module, tiny_data(6, 2)); });
   EXPECT_NE(validated.find("Validation: 1/3 ["), std::string::npos) << validated;
   EXPECT_NE(validated.find("Validation: 3/3 ["), std::string::npos) << validated;
+  // Two loaders: counted as one run of 3 + 1 batches, drawn after the last one and ended.
+  const auto both = progress_of([&](Trainer& t) { t.validate(module, {tiny_data(6, 2), tiny_data(2, 2)}); });
+  EXPECT_EQ(occurrences(both, "Validation: 4/4 ["), 2u) << both;
   EXPECT_NE(progress_of([&](Trainer& t) { t.test(module, tiny_data(6, 2)); }).find("Testing: 3/3 ["),
             std::string::npos);
   EXPECT_NE(progress_of([&](Trainer& t) { t.predict(module, tiny_data(6, 2)); }).find("Predicting: 3/3 ["),
