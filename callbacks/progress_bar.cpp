@@ -2,6 +2,7 @@
 #include <arc/callbacks/progress_bar.h>
 
 #include <arc/core/trainer.h>
+#include <arc/data/dataset.h>
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -16,6 +17,8 @@ std::string format_duration(double seconds) {
 
 std::string rate_and_times(double elapsed, int64_t done, int64_t total) {
   const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0;
+  // A stream's batches are not counted ahead: no total and no time left.
+  if (total == kUnknownLength) return fmt::format("{}/? [{}, {:.2f} it/s]", done, format_duration(elapsed), rate);
   const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
   return fmt::format("{}/{} [{}<{}, {:.2f} it/s]", done, total, format_duration(elapsed), format_duration(eta), rate);
 }

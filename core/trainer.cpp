@@ -114,8 +114,9 @@ const std::vector<int64_t>& Trainer::batch_indices() const { return state_->batc
 int64_t Trainer::estimated_stepping_batches() const {
   ARC_CHECK(state_->estimated_stepping_batches.has_value(), "estimated_stepping_batches() is known once fit has ",
             "started; call it from configure_optimizers() or later");
-  ARC_CHECK(*state_->estimated_stepping_batches != -1, "estimated_stepping_batches(): with max_epochs=-1 and ",
-            "max_steps=-1 the fit has no end; set max_steps (or max_epochs) to schedule over it");
+  ARC_CHECK(*state_->estimated_stepping_batches != -1, "estimated_stepping_batches(): the fit's length is not known ",
+            "(max_epochs=-1 and max_steps=-1, or training data that is a stream of unknown length); set max_steps ",
+            "to schedule over it");
   return *state_->estimated_stepping_batches;
 }
 bool Trainer::logging_batch() const { return state_->logging_batch; }
@@ -313,7 +314,8 @@ Metrics Trainer::run_evaluation(Stage stage, TrainModule& module, DataModule* da
     const DataConnector connector(options_, *strategy_, module, data);
     auto loaders = testing ? connector.test(given) : connector.val(given, true);
     const auto& limit = testing ? options_.limit_test_batches() : options_.limit_val_batches();
-    out = EvaluationLoop(*this, *state_, module, stage).run(loaders, limited_batches(loaders, limit));
+    out = EvaluationLoop(*this, *state_, module, stage)
+              .run(loaders, limited_batches(loaders, limit, testing ? "limit_test_batches" : "limit_val_batches"));
   });
   return out;
 }
@@ -334,7 +336,7 @@ std::vector<torch::Tensor> Trainer::run_predict(TrainModule& module, DataModule*
     load_weights(module, ckpt_path);
     auto loaders = DataConnector(options_, *strategy_, module, data).predict(given);
     out = EvaluationLoop(*this, *state_, module, Stage::predict)
-              .predict(loaders, limited_batches(loaders, options_.limit_predict_batches()));
+              .predict(loaders, limited_batches(loaders, options_.limit_predict_batches(), "limit_predict_batches"));
   });
   return out;
 }

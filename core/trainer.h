@@ -87,7 +87,8 @@ class Trainer {
   bool sanity_checking() const;
   Stage stage() const;
   /// Training batches per epoch after limits; the batches of the current (or last) validation run,
-  /// or of test or predict under those stages.
+  /// or of test or predict under those stages. kUnknownLength for a stream, until the ranks know
+  /// where its epoch ends (a few batches before).
   int64_t num_training_batches() const;
   int64_t num_val_batches() const;
   /// During fit: the training loader (Lightning's trainer.train_dataloader); null otherwise.
@@ -95,12 +96,14 @@ class Trainer {
   /// During validation, test or predict: the index of the loader whose batch runs, among the
   /// stage's loaders (0 with one), for hooks and callbacks; the steps get it as an argument.
   int64_t dataloader_idx() const;
-  /// During predict: the dataset indices of the current batch's samples on this rank (what
-  /// BasePredictionWriter passes on, so that each rank's predictions can be put back in order).
+  /// During predict: the dataset indices of the current batch's samples on this rank, or their
+  /// positions in a stream (what BasePredictionWriter passes on, so that each rank's predictions
+  /// can be put back in order).
   const std::vector<int64_t>& batch_indices() const;
   /// Optimizer steps this fit will take, for schedulers such as OneCycleLR (Lightning's
   /// estimated_stepping_batches): ceil(training batches / accumulate_grad_batches) · max_epochs,
-  /// at most max_steps. Known once fit has started (in configure_optimizers and later).
+  /// at most max_steps (max_steps alone for a stream). Known once fit has started (in
+  /// configure_optimizers and later).
   int64_t estimated_stepping_batches() const;
   /// Every metric callbacks may monitor: step values, epoch values.
   const Metrics& callback_metrics() const;

@@ -230,11 +230,12 @@ int64_t Tuner::scale_batch_size(TrainModule& module, DataSource train, const Bat
   ARC_CHECK(options.init_val() >= 1 && options.max_trials() >= 1 && options.steps_per_trial() >= 1,
             "scale_batch_size: init_val, max_trials and steps_per_trial must be >= 1, got ", options.init_val(), ", ",
             options.max_trials(), " and ", options.steps_per_trial());
-  ARC_CHECK(train.dataset != nullptr, "scale_batch_size got an empty DataSource; pass the training data, e.g. ",
+  ARC_CHECK(static_cast<bool>(train), "scale_batch_size got an empty DataSource; pass the training data, e.g. ",
             "{dataset, DataLoaderOptions(2)} (its batch size is what the trials change)");
   const auto run_options = trial_options(options.steps_per_trial());
   const Restore restore(module, run_options.default_root_dir());
-  const int64_t samples = train.dataset->size();
+  // A batch never grows past the dataset (a stream has no such bound).
+  const int64_t samples = train.dataset ? train.dataset->size() : kUnknownLength;
   // Whether `size` trains without running out of memory.
   const auto fits = [&](int64_t size) {
     DataSource trial_data = train;

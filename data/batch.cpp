@@ -3,6 +3,8 @@
 
 #include <arc/base/error.h>
 
+#include <torch/torch.h>
+
 namespace arc {
 namespace {
 
@@ -82,6 +84,30 @@ Batch Batch::map(const std::function<torch::Tensor(const torch::Tensor&)>& fn) c
   out.tensors_.reserve(tensors_.size());
   for (const auto& tensor : tensors_) out.tensors_.push_back(fn(tensor));
   for (const auto& entry : named_) out.named_.emplace_back(entry.first, fn(entry.second));
+  return out;
+}
+
+Batch collate(const std::vector<Batch>& samples) {
+  ARC_CHECK(!samples.empty(), "collate got no samples; a batch needs at least one");
+  const Batch& first = samples.front();
+  for (size_t i = 1; i < samples.size(); ++i) {
+    const Batch& sample = samples[i];
+    ARC_CHECK(sample.tensors().size() == first.tensors().size() && sample.named().size() == first.named().size(),
+              "sample ", i, " of a batch has ", sample.tensors().size(), " positional and ", sample.named().size(),
+              " named tensors, the first sample ", first.tensors().size(), " and ", first.named().size(),
+              "; every sample of a stream must have the same tensors");
+  }
+  const auto stack = [&](const std::function<const torch::Tensor&(const Batch&)>& pick) {
+    std::vector<torch::Tensor> parts;
+    parts.reserve(samples.size());
+    for (const auto& sample : samples) parts.push_back(pick(sample));
+    return torch::stack(parts);
+  };
+  Batch out;
+  for (size_t t = 0; t < first.tensors().size(); ++t)
+    out.add(stack([t](const Batch& sample) -> const torch::Tensor& { return sample.tensors()[t]; }));
+  for (const auto& [name, tensor] : first.named())
+    out.set(name, stack([&name = name](const Batch& sample) -> const torch::Tensor& { return sample[name]; }));
   return out;
 }
 

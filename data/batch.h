@@ -55,4 +55,9 @@ class Batch {
   std::vector<std::pair<std::string, torch::Tensor>> named_;
 };
 
+/// One batch of `samples` (each a Batch of one sample's tensors, without a batch dimension): each
+/// positional and named tensor stacked along a new first dimension. The samples must have the same
+/// tensors, with the same shapes.
+Batch collate(const std::vector<Batch>& samples);
+
 }  // namespace arc

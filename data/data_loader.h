@@ -1,12 +1,16 @@
 // DataLoader: batches a dataset in a sampler's order, shards it by rank, prefetches on worker
-// threads and can start an epoch at any batch (for exact mid-epoch resume).
+// threads and can start an epoch at any batch (for exact mid-epoch resume); or reads a stream
+// (an IterableDataset), shards and batches it, and starts it where a state_dict() left it.
 #pragma once
 
 #include <arc/data/data_module.h>
 
+#include <nlohmann/json.hpp>
+
 #include <condition_variable>
 #include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -26,26 +30,40 @@ class DataLoader {
   /// Selects the epoch's order; takes effect at the next `start`.
   void set_epoch(int64_t epoch);
   int64_t epoch() const { return epoch_; }
-  /// Batches this rank gets per epoch.
+  /// Batches this rank gets per epoch; kUnknownLength for a stream.
   int64_t num_batches() const;
-  /// Begins the epoch at batch `first_batch`.
-  void start(int64_t first_batch = 0);
+  /// Begins the epoch at batch `first_batch`. A stream begins where `state` (a state_dict() of the
+  /// loader) says, else at sample first_batch · batch_size · world size of its epoch.
+  void start(int64_t first_batch = 0, const nlohmann::json& state = nullptr);
   /// The next batch of the epoch, or nullopt at its end.
   std::optional<Batch> next();
+  /// The epoch's batch count when it is known after reading up to `ahead` batches past the
+  /// position: always for a dataset; for a stream once its end is within `ahead` batches.
+  std::optional<int64_t> known_end(int64_t ahead);
   /// Batches handed out in this epoch so far (including skipped ones when started mid-epoch).
   int64_t position() const { return position_; }
   /// Whether batches come in page-locked memory (pin_memory asked for, and CUDA present).
   bool pins_memory() const { return pin_memory_; }
   const DataSource& source() const { return source_; }
-  /// The dataset indices of this rank's batch `batch` in the current epoch's order.
-  std::vector<int64_t> indices_of(int64_t batch) const;
+  /// The samples of the batch next() returned last: their dataset indices, or for a stream their
+  /// positions in the epoch's stream.
+  const std::vector<int64_t>& last_indices() const { return last_indices_; }
+  /// Where a stream's epoch is, after the batches handed out: {"position": the samples every rank
+  /// took together, "stream": the stream's state() there}, the same on every rank. Null for a
+  /// dataset, whose position is the batch index.
+  nlohmann::json state_dict() const;
 
  private:
+  class StreamReader;
+
+  std::vector<int64_t> indices_of(int64_t batch) const;
   Batch fetch(int64_t batch) const;
   void stop_workers();
   void worker_loop();
 
   DataSource source_;
+  std::unique_ptr<StreamReader> stream_;
+  std::vector<int64_t> last_indices_;
   std::shared_ptr<Sampler> sampler_;
   int64_t rank_;
   int64_t world_size_;

@@ -7,8 +7,8 @@ namespace arc {
 
 DataSources::DataSources(std::vector<DataSource> sources) : sources_(std::move(sources)) {
   for (size_t i = 0; i < sources_.size(); ++i)
-    ARC_CHECK(sources_[i].dataset != nullptr, "data source ", i, " of ", sources_.size(),
-              " has no dataset; give each loader of a stage a dataset, or leave the empty one out");
+    ARC_CHECK(static_cast<bool>(sources_[i]), "data source ", i, " of ", sources_.size(),
+              " has no dataset; give each loader of a stage a dataset or a stream, or leave the empty one out");
 }
 
 }  // namespace arc

@@ -31,18 +31,22 @@ class DataLoaderOptions {
   ARC_ARG(bool, pin_memory) = false;
 };
 
-/// A dataset with its loader options and, optionally, a sampler that defines the order.
+/// A dataset with its loader options and, optionally, a sampler that defines the order; or a
+/// stream (an IterableDataset) with its loader options.
 struct DataSource {
   std::shared_ptr<Dataset> dataset;
   DataLoaderOptions options;
   std::shared_ptr<Sampler> sampler;
+  std::shared_ptr<IterableDataset> stream;
 
   DataSource() = default;
   DataSource(std::shared_ptr<Dataset> data, DataLoaderOptions loader_options = DataLoaderOptions(),
              std::shared_ptr<Sampler> order = nullptr)
       : dataset(std::move(data)), options(loader_options), sampler(std::move(order)) {}
+  DataSource(std::shared_ptr<IterableDataset> samples, DataLoaderOptions loader_options = DataLoaderOptions())
+      : options(loader_options), stream(std::move(samples)) {}
 
-  explicit operator bool() const { return dataset != nullptr; }
+  explicit operator bool() const { return dataset != nullptr || stream != nullptr; }
 };
 
 /// A stage's data: one DataSource or several (validation, test and predict may have several, as
@@ -58,8 +62,10 @@ class DataSources {
   DataSources(std::shared_ptr<Dataset> dataset, DataLoaderOptions options = DataLoaderOptions(),
               std::shared_ptr<Sampler> sampler = nullptr)
       : DataSources(DataSource(std::move(dataset), options, std::move(sampler))) {}
+  DataSources(std::shared_ptr<IterableDataset> stream, DataLoaderOptions options = DataLoaderOptions())
+      : DataSources(DataSource(std::move(stream), options)) {}
   DataSources(std::initializer_list<DataSource> sources) : DataSources(std::vector<DataSource>(sources)) {}
-  /// Several sources, in dataloader_idx order; each must have a dataset.
+  /// Several sources, in dataloader_idx order; each must have a dataset or a stream.
   DataSources(std::vector<DataSource> sources);  // NOLINT(google-explicit-constructor)
 
   size_t size() const { return sources_.size(); }

@@ -35,4 +35,14 @@ Batch TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
   return batch;
 }
 
+void SampleStream::skip(int64_t count) {
+  for (int64_t i = 0; i < count; ++i)
+    if (!next()) return;
+}
+
+void SampleStream::load_state(const nlohmann::json& state) {
+  ARC_FAIL("the stream's state() gave ", state.dump(), ", but it has no load_state() to go back there; override ",
+           "SampleStream::load_state, or return null from state() to resume by reading the stream again");
+}
+
 }  // namespace arc

@@ -1,5 +1,5 @@
 // Datasets: anything that can hand out a batch of samples by index, including any torch::data
-// dataset through an adapter.
+// dataset through an adapter; and streams of samples of unknown length (iterable datasets).
 #pragma once
 
 #include <arc/data/batch.h>
@@ -7,8 +7,12 @@
 #include <torch/data/datasets/base.h>
 #include <torch/data/example.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,5 +73,41 @@ template <typename TorchDataset>
 std::shared_ptr<Dataset> from_torch(TorchDataset dataset) {
   return std::make_shared<TorchDatasetAdapter<TorchDataset>>(std::move(dataset));
 }
+
+/// The batch count of a loader over a stream, which is known only once the stream has ended
+/// (Lightning's float('inf')): Trainer::num_training_batches() during such a fit, until the ranks
+/// agree where the epoch ends.
+inline constexpr int64_t kUnknownLength = std::numeric_limits<int64_t>::max();
+
+/// One pass over an IterableDataset's samples, in order. One thread reads it at a time.
+class SampleStream {
+ public:
+  virtual ~SampleStream() = default;
+  /// The next sample (a Batch of its tensors without the batch dimension; the loader stacks
+  /// batch_size of them), or nullopt at the stream's end.
+  virtual std::optional<Batch> next() = 0;
+  /// Passes over `count` samples, fewer at the end: reads and drops them. Override it where the
+  /// source can move on without reading (a seek): each rank skips the other ranks' samples.
+  virtual void skip(int64_t count);
+  /// Where the stream is, for an exact resume (a file offset, a record number, ...); null when it
+  /// cannot say. A stream without a state resumes by reading the samples before the position again
+  /// and dropping them, which is exact when it gives the same samples every time it is opened for
+  /// an epoch.
+  virtual nlohmann::json state() const { return nullptr; }
+  /// Goes to a position that state() returned, in a stream just opened for the same epoch.
+  virtual void load_state(const nlohmann::json& state);
+};
+
+/// A source of samples of unknown length, read in order (Lightning's IterableDataset): a file or a
+/// generator read as it goes. The loader shards it across ranks — rank r of W takes samples r,
+/// r + W, r + 2W, ... — and batches it; the epoch ends where the first rank's share runs out, on
+/// every rank at the same batch.
+class IterableDataset {
+ public:
+  virtual ~IterableDataset() = default;
+  /// The samples of `epoch`, from the first. Shuffle here, if at all, seeded with the epoch: every
+  /// rank opens the stream and must see the same order.
+  virtual std::unique_ptr<SampleStream> open(int64_t epoch) const = 0;
+};
 
 }  // namespace arc

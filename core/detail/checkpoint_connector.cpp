@@ -7,6 +7,7 @@
 #include <arc/core/detail/run_state.h>
 #include <arc/core/load_from_checkpoint.h>
 #include <arc/core/optimizer_state.h>
+#include <arc/data/data_loader.h>
 #include <arc/strategies/strategy.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -120,6 +121,9 @@ void CheckpointConnector::save(TrainModule& module, const std::string& path, boo
   for (const auto& config : trainer_.optimizer_configs())
     schedulers.push_back(config.lr_scheduler ? config.lr_scheduler->scheduler->state_dict() : nlohmann::json(nullptr));
   meta["schedulers"] = schedulers;
+  // A training stream's position (a dataset's is the batch index).
+  if (const auto* loader = trainer_.train_dataloader(); loader != nullptr && !loader->state_dict().is_null())
+    meta["train_data"] = loader->state_dict();
   meta["train_metrics"] = state_.logging.train_metrics.state_dict();
   meta["precision"] = trainer_.precision().state_dict();
   module.on_save_checkpoint(meta);
@@ -168,6 +172,7 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
   progress.epoch_batches = meta.at("epoch_batches").get<int64_t>();
   progress.total_batches = meta.at("total_batches").get<int64_t>();
   progress.validation_runs = meta.at("validation_runs").get<int64_t>();
+  state_.resumed_train_data = meta.value("train_data", nlohmann::json(nullptr));
   if (meta.at("mid_accumulation").get<bool>()) {
     const auto parameters = trainable(module);
     for (size_t i = 0; i < parameters.size(); ++i) {

@@ -8,7 +8,6 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/torch.h>
 
-#include <numeric>
 #include <optional>
 
 namespace arc {
@@ -98,15 +97,27 @@ std::optional<Batch> next(Profiler* profiler, DataLoader& loader, const char* ac
 EvaluationLoop::EvaluationLoop(Trainer& trainer, detail::RunState& state, TrainModule& module, Stage stage)
     : trainer_(trainer), state_(state), module_(module), stage_(stage) {}
 
-std::vector<int64_t> limited_batches(const Loaders& loaders, const BatchAmount& limit) {
+int64_t limited_batches(int64_t available, const BatchAmount& limit, const char* option) {
+  ARC_CHECK(available != kUnknownLength || !limit.is_fraction || limit.value == 1.0, option, "=", limit.value,
+            " is a fraction of the batches, but the data is a stream of unknown length; give a number of batches ",
+            "instead (e.g. ", option, "=100)");
+  return limit.of(available);
+}
+
+std::vector<int64_t> limited_batches(const Loaders& loaders, const BatchAmount& limit, const char* option) {
   std::vector<int64_t> out;
-  for (const auto& loader : loaders) out.push_back(limit.of(loader->num_batches()));
+  for (const auto& loader : loaders) out.push_back(limited_batches(loader->num_batches(), limit, option));
   return out;
 }
 
-// The stage's loaders as the module's steps see them: which one runs, and how many there are.
+// The stage's loaders as the module's steps see them: which one runs, and how many there are (a
+// stream's count is unknown).
 void EvaluationLoop::start(const std::vector<int64_t>& batches) {
-  state_.num_val_batches = std::accumulate(batches.begin(), batches.end(), int64_t{0});
+  state_.num_val_batches = 0;
+  for (const int64_t count : batches) {
+    const bool unknown = count == kUnknownLength || state_.num_val_batches == kUnknownLength;
+    state_.num_val_batches = unknown ? kUnknownLength : state_.num_val_batches + count;
+  }
   state_.num_dataloaders = static_cast<int64_t>(batches.size());
   state_.dataloader_idx = 0;
 }
@@ -175,7 +186,7 @@ std::vector<torch::Tensor> EvaluationLoop::predict(Loaders& loaders, const std::
   each_batch(
       loaders, batches, "[EvaluationLoop].predict_next",
       [&](DataLoader& loader, Batch& batch, int64_t batch_idx, int64_t index) {
-        state_.batch_indices = loader.indices_of(batch_idx);
+        state_.batch_indices = loader.last_indices();
         {
           const auto autocast = t.precision().forward_context();
           ProfileScope scope(t.profiler(), detail::module_action(t.profiler(), module_, "predict_step"));

@@ -23,8 +23,11 @@ struct RunState;
 /// A stage's loaders, in dataloader_idx order.
 using Loaders = std::vector<std::unique_ptr<DataLoader>>;
 
-/// `limit` of each loader's batches.
-std::vector<int64_t> limited_batches(const Loaders& loaders, const BatchAmount& limit);
+/// How many of `available` batches `limit` (the option named `option`) selects. Of a stream's
+/// unknown length only all (kUnknownLength) or a count can be selected; a fraction is an error.
+int64_t limited_batches(int64_t available, const BatchAmount& limit, const char* option);
+/// `limit` (the option named `option`) of each loader's batches.
+std::vector<int64_t> limited_batches(const Loaders& loaders, const BatchAmount& limit, const char* option);
 
 /// Runs validation_step, test_step or predict_step over a stage's loaders with their hooks: the
 /// stage's start and epoch hooks once, the steps loader after loader.

@@ -7,6 +7,7 @@
 #include <arc/core/detail/run_state.h>
 #include <arc/core/detail/signal_connector.h>
 #include <arc/data/data_loader.h>
+#include <arc/data/dataset.h>
 #include <arc/strategies/strategy.h>
 
 #include <torch/torch.h>
@@ -24,8 +25,10 @@ FitLoop::FitLoop(Trainer& trainer, detail::RunState& state, TrainModule& module,
   load_train();
   load_val();
   const int64_t n = state_.num_training_batches;
-  const int64_t per_epoch = (n + o.accumulate_grad_batches() - 1) / o.accumulate_grad_batches();
-  if (max_epochs_ == -1)
+  const bool unknown = n == kUnknownLength;
+  const int64_t per_epoch = unknown ? n : (n + o.accumulate_grad_batches() - 1) / o.accumulate_grad_batches();
+  // A stream's epochs have no known length: only max_steps bounds the fit ahead (-1: unknown).
+  if (max_epochs_ == -1 || unknown)
     state_.estimated_stepping_batches = o.max_steps();
   else if (o.max_steps() == -1)
     state_.estimated_stepping_batches = per_epoch * max_epochs_;
@@ -35,7 +38,11 @@ FitLoop::FitLoop(Trainer& trainer, detail::RunState& state, TrainModule& module,
   if (interval.is_time) {
     val_every_ = 0;  // by the clock: validation_wanted()
   } else if (interval.is_fraction) {
-    val_every_ = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(n) * interval.value));
+    ARC_CHECK(!unknown || interval.value == 1.0, "val_check_interval=", interval.value,
+              " is a fraction of an epoch, but the training data is a stream of unknown length; give a number of ",
+              "batches (e.g. val_check_interval=1000) or a duration, or 1.0 to validate at each epoch's end");
+    val_every_ =
+        unknown ? kUnknownLength : std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(n) * interval.value));
   } else {
     val_every_ = static_cast<int64_t>(interval.value);
     ARC_CHECK(
@@ -51,12 +58,14 @@ FitLoop::~FitLoop() { state_.train_loader = nullptr; }
 void FitLoop::load_train() {
   train_ = data_.train();
   state_.train_loader = train_.get();
-  state_.num_training_batches = trainer_.options().limit_train_batches().of(train_->num_batches());
+  train_limit_ =
+      limited_batches(train_->num_batches(), trainer_.options().limit_train_batches(), "limit_train_batches");
+  state_.num_training_batches = train_limit_;
 }
 
 void FitLoop::load_val() {
   val_ = data_.val();
-  val_batches_ = limited_batches(val_, trainer_.options().limit_val_batches());
+  val_batches_ = limited_batches(val_, trainer_.options().limit_val_batches(), "limit_val_batches");
   val_loaded_epoch_ = state_.progress.current_epoch;
 }
 
@@ -164,10 +173,13 @@ void FitLoop::run_epoch() {
   const int64_t reload = t.options().reload_dataloaders_every_n_epochs();
   if (reload > 0 && progress.current_epoch > 0 && progress.current_epoch % reload == 0) load_train();
   train_->set_epoch(progress.current_epoch);
-  // A resumed run continues its epoch with the next batch of the same order.
-  const int64_t first = std::min(first_batch_, state_.num_training_batches);
+  state_.num_training_batches = train_limit_;
+  // A resumed run continues its epoch with the next batch of the same order, or of its stream.
+  const int64_t first = std::min(first_batch_, train_limit_);
   first_batch_ = 0;
-  train_->start(first);
+  train_->start(first, state_.resumed_train_data);
+  state_.resumed_train_data = nullptr;
+  if (train_limit_ == kUnknownLength) vote(true);
   progress.epoch_batches = first;
   call_hook(t, module_, "on_train_epoch_start", &Callback::on_train_epoch_start, &TrainModule::on_train_epoch_start);
   for (int64_t batch_idx = first; batch_idx < state_.num_training_batches; ++batch_idx) {
@@ -181,7 +193,7 @@ void FitLoop::run_epoch() {
     Batch batch = t.transfer_batch(std::move(*fetched), 0);
     run_batch(batch, batch_idx);
     if (validation_due(batch_idx)) validate();
-    agreed_ = signals_->check(validation_wanted());
+    vote(false);
   }
   // Epoch metrics are ready for on_train_epoch_end; values logged there are added after it.
   state_.logging.send(state_.logging.train_metrics.end_epoch(state_.logging.gather()), state_.progress);
@@ -191,6 +203,18 @@ void FitLoop::run_epoch() {
   if (module_.automatic_optimization()) step_schedulers(Interval::epoch);
   ++progress.current_epoch;
   agreed_ = signals_->settle(validation_wanted());
+}
+
+// The ranks' vote at a batch boundary (settle: waiting for it). Each rank that reads a stream says
+// where its share ends once that is within kLookahead batches; the epoch ends at the earliest such
+// end on every rank. The vote cast after batch j takes effect after batch j + 1 and decides batch
+// j + 2 and whether it is the last: it must know batches j + 1 to j + 3.
+void FitLoop::vote(bool settle) {
+  constexpr int64_t kLookahead = 3;
+  int64_t end = kUnknownLength;
+  if (train_limit_ == kUnknownLength) end = train_->known_end(kLookahead).value_or(kUnknownLength);
+  agreed_ = settle ? signals_->settle(validation_wanted(), end) : signals_->check(validation_wanted(), end);
+  state_.num_training_batches = std::min(state_.num_training_batches, agreed_.batches_end);
 }
 
 void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {

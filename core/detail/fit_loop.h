@@ -56,6 +56,8 @@ class FitLoop {
   /// The module's optimizer_step, then the step-interval schedulers if it stepped.
   void optimizer_step(int64_t batch_idx);
   void step_schedulers(Interval interval);
+  /// The ranks' vote at a batch boundary, with where this rank's stream ends when it knows.
+  void vote(bool settle);
   bool validation_due(int64_t batch_idx) const;
   /// Whether this rank's time-based val_check_interval ran out since the last validation.
   bool validation_wanted() const;
@@ -68,6 +70,8 @@ class FitLoop {
   TrainModule& module_;
   FitData data_;
   std::unique_ptr<DataLoader> train_;
+  /// limit_train_batches of the training loader's batches (kUnknownLength: all of a stream's).
+  int64_t train_limit_ = 0;
   Loaders val_;
   /// The epoch whose start loaded the validation loaders.
   int64_t val_loaded_epoch_ = 0;

@@ -7,6 +7,8 @@
 #include <arc/core/trainer.h>
 #include <arc/strategies/cluster/cluster_environment.h>
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -31,6 +33,8 @@ struct RunState {
   int64_t num_training_batches = 0;
   /// The training loader while fit runs.
   DataLoader* train_loader = nullptr;
+  /// The training stream's position in the checkpoint a fit resumes from (DataLoader::state_dict).
+  nlohmann::json resumed_train_data;
   int64_t num_val_batches = 0;
   /// The evaluation stage's loaders, and which one runs.
   int64_t num_dataloaders = 1;

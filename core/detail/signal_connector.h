@@ -9,6 +9,7 @@
 // SIGINT it ends fit with arc::Interrupted.
 #pragma once
 
+#include <arc/data/dataset.h>
 #include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/collectives.h>
 
@@ -32,6 +33,9 @@ class SignalConnector {
     /// The number of the validation run that some rank asked for (a time-based val_check_interval
     /// ran out): due while it is past the runs done. 0: none asked.
     int64_t validation = 0;
+    /// The earliest end of the epoch's training batches that a rank knows (its stream ends there);
+    /// kUnknownLength: none knows one yet.
+    int64_t batches_end = kUnknownLength;
   };
 
   /// Catches `environment`'s requeue signal too, where it has one.
@@ -42,11 +46,12 @@ class SignalConnector {
 
   /// Called after every training batch: this rank's flags join a vote that overlaps the next batch,
   /// and what the ranks agreed in the previous vote takes effect. A signal saves and throws.
-  /// `wants_validation`: this rank's time-based val_check_interval ran out.
-  Decision check(bool wants_validation = false);
+  /// `wants_validation`: this rank's time-based val_check_interval ran out. `batches_end`: where
+  /// this rank's training batches end, if it knows.
+  Decision check(bool wants_validation = false, int64_t batches_end = kUnknownLength);
   /// Called where the batches of every rank end together (before the first epoch, after each):
   /// waits for the vote in flight and votes once more with this rank's latest flags.
-  Decision settle(bool wants_validation = false);
+  Decision settle(bool wants_validation = false, int64_t batches_end = kUnknownLength);
 
  private:
   struct Ballot {
@@ -55,9 +60,9 @@ class SignalConnector {
     bool interrupt = false;
     Decision decision;
   };
-  static constexpr int64_t kFields = 6;
+  static constexpr int64_t kFields = 7;
 
-  Ballot local(bool wants_validation) const;
+  Ballot local(bool wants_validation, int64_t batches_end) const;
   void fill(const Ballot& ballot);
   Ballot read() const;
   Decision act(const Ballot& agreed);

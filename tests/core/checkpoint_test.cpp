@@ -3,6 +3,7 @@
 
 #include "support/command.h"
 #include "support/errors.h"
+#include "support/row_stream.h"
 
 #include <gtest/gtest.h>
 
@@ -26,6 +27,7 @@ namespace {
 using testing::quiet;
 using testing::tiny_data;
 using testing::TinyModule;
+using testing::weights_of;
 
 namespace fs = std::filesystem;
 
@@ -34,12 +36,6 @@ std::string scratch_dir(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();
-}
-
-torch::Tensor flat(torch::nn::Module& module) {
-  std::vector<torch::Tensor> parts;
-  for (const auto& p : module.parameters()) parts.push_back(p.detach().flatten().clone());
-  return torch::cat(parts);
 }
 
 // SGD with momentum and a per-step scheduler: every piece of state matters for exact resume.
@@ -91,7 +87,7 @@ TEST(Checkpoint, ResumingAfterAnyStepEndsBitIdentical) {
   Stateful reference;
   Trainer uninterrupted(resume_options());
   uninterrupted.fit(reference, shuffled(), tiny_data(4, 2));
-  const auto expected = flat(reference);
+  const auto expected = weights_of(reference);
   const auto reference_metrics = uninterrupted.callback_metrics();
   const auto dir = scratch_dir("resume");
   for (int64_t k = 1; k <= 21; ++k) {
@@ -101,11 +97,49 @@ TEST(Checkpoint, ResumingAfterAnyStepEndsBitIdentical) {
     Stateful resumed;
     Trainer trainer(resume_options());
     trainer.fit(resumed, shuffled(), tiny_data(4, 2), path);
-    EXPECT_TRUE(torch::equal(flat(resumed), expected)) << "resumed after batch " << k;
+    EXPECT_TRUE(torch::equal(weights_of(resumed), expected)) << "resumed after batch " << k;
     EXPECT_EQ(resumed.counts["training_step"], 21 - k) << "the resumed run must not redo batches";
     EXPECT_EQ(trainer.current_epoch(), 3);
     EXPECT_EQ(trainer.callback_metrics().at("epoch_loss"), reference_metrics.at("epoch_loss")) << "after batch " << k;
     EXPECT_EQ(trainer.callback_metrics().at("worst_loss_epoch"), reference_metrics.at("worst_loss_epoch"));
+  }
+  fs::remove_all(dir);
+}
+
+// A stream resumes at the sample after the last batch trained, from its own state (a seek) or by
+// reading it again: after any step (mid-epoch, mid-accumulation, at an epoch's end, in epochs whose
+// order differs) the run ends bit-identical, and the resumed run trains the batches left only.
+TEST(Checkpoint, AStreamResumesBitIdenticalAfterAnyStep) {
+  const auto options = [] {
+    return quiet().max_epochs(3).accumulate_grad_batches(2).seed(3).val_check_interval(BatchAmount::count(3));
+  };
+  const auto dir = scratch_dir("stream");
+  for (const bool reports : {true, false}) {
+    SCOPED_TRACE(reports ? "stream state" : "re-read");
+    const auto stream = [reports] {
+      return testing::tiny_stream(14, 2, {.reports_state = reports, .seeks = false, .rotate_by_epoch = true});
+    };
+    Stateful reference;
+    Trainer(options()).fit(reference, stream(), tiny_data(4, 2));
+    const auto expected = weights_of(reference);
+    for (int64_t k = 1; k <= 21; ++k) {
+      const std::string path = dir + "/k" + std::to_string(k) + ".ckpt";
+      Stateful interrupted;
+      Trainer(options(), {std::make_shared<StopAfter>(k, path)}).fit(interrupted, stream(), tiny_data(4, 2));
+      Stateful resumed;
+      Trainer trainer(options());
+      const auto data = stream();
+      trainer.fit(resumed, data, tiny_data(4, 2), path);
+      EXPECT_TRUE(torch::equal(weights_of(resumed), expected)) << "resumed after batch " << k;
+      EXPECT_EQ(resumed.counts["training_step"], 21 - k) << "the resumed run must not redo batches";
+      EXPECT_EQ(trainer.current_epoch(), 3);
+      // Resuming by state reads the rows after the position only (the rows of the epochs left).
+      const auto& rows = dynamic_cast<const testing::RowStreamDataset&>(*data.stream);
+      const int64_t left_in_epoch = (7 - k % 7) * 2, later_epochs = (2 - k / 7) * 14;
+      if (reports && k % 7 != 0) {
+        EXPECT_EQ(rows.rows_read, left_in_epoch + later_epochs) << "after batch " << k;
+      }
+    }
   }
   fs::remove_all(dir);
 }
@@ -118,7 +152,7 @@ TEST(Checkpoint, WeightAveragingSavesTheAverageAndResumesBitIdentical) {
   Stateful reference;
   auto reference_ema = std::make_shared<EMAWeightAveraging>(0.7);
   Trainer(resume_options(), {reference_ema}).fit(reference, shuffled(), tiny_data(4, 2));
-  const auto expected = flat(reference);
+  const auto expected = weights_of(reference);
   EXPECT_EQ(reference_ema->updates(), 12);  // 3 epochs of 4 steps
   const auto dir = scratch_dir("averaging");
   for (const int64_t k : {3, 8, 14}) {
@@ -132,17 +166,17 @@ TEST(Checkpoint, WeightAveragingSavesTheAverageAndResumesBitIdentical) {
     // The file's module weights are the average at the save, which fit ended with.
     Stateful loaded;
     load_checkpoint_weights(loaded, path);
-    EXPECT_TRUE(torch::equal(flat(loaded), flat(interrupted))) << "saved after batch " << k;
+    EXPECT_TRUE(torch::equal(weights_of(loaded), weights_of(interrupted))) << "saved after batch " << k;
     Stateful resumed;
     auto resumed_ema = std::make_shared<EMAWeightAveraging>(0.7);
     Trainer(resume_options(), {resumed_ema}).fit(resumed, shuffled(), tiny_data(4, 2), path);
-    EXPECT_TRUE(torch::equal(flat(resumed), expected)) << "resumed after batch " << k;
+    EXPECT_TRUE(torch::equal(weights_of(resumed), expected)) << "resumed after batch " << k;
     EXPECT_EQ(resumed_ema->updates(), 12);
   }
   // The average differs from the weights training reached: the test can tell them apart.
   Stateful plain;
   Trainer(resume_options()).fit(plain, shuffled(), tiny_data(4, 2));
-  EXPECT_FALSE(torch::allclose(flat(plain), expected));
+  EXPECT_FALSE(torch::allclose(weights_of(plain), expected));
   fs::remove_all(dir);
 }
 
@@ -152,7 +186,7 @@ TEST(Checkpoint, StochasticWeightAveragingResumesBitIdentical) {
   const auto swa = [] { return std::make_shared<StochasticWeightAveraging>(std::vector<double>{0.03}, 2, 2); };
   Stateful reference;
   Trainer(resume_options(), {swa()}).fit(reference, shuffled(), tiny_data(4, 2));
-  const auto expected = flat(reference);
+  const auto expected = weights_of(reference);
   const auto dir = scratch_dir("swa");
   for (const int64_t k : {3, 9, 16}) {
     const std::string path = dir + "/k" + std::to_string(k) + ".ckpt";
@@ -162,7 +196,7 @@ TEST(Checkpoint, StochasticWeightAveragingResumesBitIdentical) {
     Stateful resumed;
     auto resumed_swa = swa();
     Trainer(resume_options(), {resumed_swa}).fit(resumed, shuffled(), tiny_data(4, 2), path);
-    EXPECT_TRUE(torch::equal(flat(resumed), expected)) << "resumed after batch " << k;
+    EXPECT_TRUE(torch::equal(weights_of(resumed), expected)) << "resumed after batch " << k;
     EXPECT_EQ(resumed_swa->updates(), 2);
   }
   fs::remove_all(dir);
@@ -191,7 +225,7 @@ TEST(Checkpoint, ALibTorchSchedulerResumesBitIdentical) {
     Trainer(resume_options(), {std::make_shared<StopAfter>(k, path)}).fit(interrupted, shuffled(), tiny_data(4, 2));
     StatefulWithLibTorchScheduler resumed;
     Trainer(resume_options()).fit(resumed, shuffled(), tiny_data(4, 2), path);
-    EXPECT_TRUE(torch::equal(flat(resumed), flat(reference))) << "resumed after batch " << k;
+    EXPECT_TRUE(torch::equal(weights_of(resumed), weights_of(reference))) << "resumed after batch " << k;
     EXPECT_EQ(resumed.lr(), reference.lr()) << "resumed after batch " << k;
   }
   fs::remove_all(dir);
@@ -255,7 +289,7 @@ TEST(Checkpoint, SigtermSavesHpcCheckpointsThatTheNextFitsResumeFromExactly) {
   std::ofstream(dir + "/hpc_ckpt_3.ckpt") << std::string(4096, 'x');
   Stateful resumed;
   Trainer(options).fit(resumed, shuffled(), tiny_data(4, 2));
-  EXPECT_TRUE(torch::equal(flat(resumed), flat(reference)));
+  EXPECT_TRUE(torch::equal(weights_of(resumed), weights_of(reference)));
   EXPECT_EQ(batches_run + resumed.counts["training_step"], 21) << "no batch is lost or run twice";
   // The handler is gone after fit: SIGTERM's default action is back.
   struct sigaction current {};
@@ -313,7 +347,7 @@ TEST(Checkpoint, SavedRightAfterValidationResumesExactly) {
   Trainer(resume_options(), {saver}).fit(interrupted, shuffled(), tiny_data(4, 2));
   Stateful resumed;
   Trainer(resume_options()).fit(resumed, shuffled(), tiny_data(4, 2), saver->path);
-  EXPECT_TRUE(torch::equal(flat(resumed), flat(reference)));
+  EXPECT_TRUE(torch::equal(weights_of(resumed), weights_of(reference)));
   // Validation first runs after batch 3 of 7 (val_check_interval 0.5), so 18 of 21 batches remain.
   EXPECT_EQ(resumed.counts["training_step"], 18);
   fs::remove_all(dir);
@@ -399,10 +433,10 @@ TEST_F(BadCheckpoints, CorruptDataChangesNothing) {
     file.put(byte);
     file.close();
     Stateful module;
-    const auto before = flat(module).clone();
+    const auto before = weights_of(module).clone();
     const auto message = error_of([&] { Trainer(quiet()).validate(module, tiny_data(4, 2), path); });
     EXPECT_NE(message.find("corrupt"), std::string::npos) << at << ": " << message;
-    EXPECT_TRUE(torch::equal(flat(module), before));
+    EXPECT_TRUE(torch::equal(weights_of(module), before));
   }
 }
 
@@ -415,7 +449,7 @@ TEST_F(BadCheckpoints, WeightsOnlyCannotResumeButCanEvaluate) {
   EXPECT_NE(resume_error(path).find("holds weights only"), std::string::npos);
   Stateful fresh;
   Trainer(quiet()).validate(fresh, tiny_data(4, 2), path);
-  EXPECT_TRUE(torch::equal(flat(fresh), flat(module)));
+  EXPECT_TRUE(torch::equal(weights_of(fresh), weights_of(module)));
 }
 
 TEST(ModelCheckpoint, KeepsTheBestKByTheMonitoredMetric) {

@@ -17,6 +17,7 @@ namespace fs = std::filesystem;
 using testing::error_of;
 using testing::quiet;
 using testing::tiny_data;
+using testing::weights_of;
 
 // A module whose shape its hyper-parameters decide, as a Lightning module's __init__ arguments do.
 class Sized : public TrainModule {
@@ -42,12 +43,6 @@ class Sized : public TrainModule {
  private:
   double lr_;
 };
-
-torch::Tensor weights_of(torch::nn::Module& module) {
-  std::vector<torch::Tensor> parts;
-  for (const auto& p : module.parameters()) parts.push_back(p.detach().flatten().clone());
-  return torch::cat(parts);
-}
 
 fs::path scratch(const std::string& name) {
   const auto root = fs::temp_directory_path() / ("arc_load_" + name + "_" + std::to_string(getpid()));

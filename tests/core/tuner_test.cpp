@@ -13,11 +13,7 @@
 namespace arc {
 namespace {
 
-torch::Tensor weights_of(torch::nn::Module& module) {
-  std::vector<torch::Tensor> parts;
-  for (const auto& p : module.parameters()) parts.push_back(p.detach().flatten().clone());
-  return torch::cat(parts);
-}
+using testing::weights_of;
 
 // Regression on one batch of 256 samples, so that the loss is a function of the weights alone:
 // small rates barely move it, large ones make SGD diverge.

@@ -9,6 +9,7 @@
 //             [--loggers DIR] [--prepare-log FILE] [--checkpoint-every 5 --fsize-limit 1024]
 //             [--skip-rank 1 --skip-batch 3] [--batchnorm 1 [--sync-batchnorm 1]]
 //             [--spare 1 [--static-graph 1] [--find-unused 1]] [--val-every-seconds 0.2] [--user-shard 1]
+//             [--stream 97]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -23,12 +24,14 @@
 // validate only when the vote says so); every rank prints "VALIDATED <rank> <step>".
 // --user-shard: use_distributed_sampler(false), and the training data's sampler gives each rank its
 // share itself (samples rank, rank + world, ...), as a user who shards the data does.
+// --stream N: the training data is a stream (an IterableDataset) of the first N samples.
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
 // --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
 // Every rank prints "STOPPED <rank> <global step>" after fit.
 // Rank 0 prints "TIMING start <step> <unix ms> <attempt>" at its first step and the failing rank
 // "TIMING kill <step> <unix ms>" before it kills itself, for the launcher tests and benchmarks.
 #include "support/command.h"
+#include "support/row_stream.h"
 
 #include <arc/arc.h>
 
@@ -52,7 +55,7 @@ struct Args {
   std::string strategy = "ddp_spawn";
   int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, fail_rank = -1, fail_step = -1, fail_attempt = -1;
   int64_t elastic_every = 0, step_ms = 0, stop_rank = -1, stop_step = -1, early_stop_rank = -1, late_rank = -1;
-  int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0, skip_rank = -1, skip_batch = -1;
+  int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0, skip_rank = -1, skip_batch = -1, stream = 0;
   double timeout = 30, max_time = 0, val_every_seconds = 0;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
   bool find_unused = false, user_shard = false;
@@ -104,6 +107,7 @@ Args parse(int argc, char** argv) {
     if (key == "--find-unused") a.find_unused = value == "1";
     if (key == "--val-every-seconds") a.val_every_seconds = std::stod(value);
     if (key == "--user-shard") a.user_shard = value == "1";
+    if (key == "--stream") a.stream = std::stoll(value);
   }
   return a;
 }
@@ -281,6 +285,10 @@ int main(int argc, char** argv) {
     }
     if (args.max_time > 0) options.max_time(args.max_time);
     arc::DataSource train{data, arc::DataLoaderOptions(args.batch)};
+    if (args.stream > 0) {
+      const std::vector<torch::Tensor> rows{x.slice(0, 0, args.stream), y.slice(0, 0, args.stream)};
+      train = {std::make_shared<arc::testing::RowStreamDataset>(rows), arc::DataLoaderOptions(args.batch)};
+    }
     if (args.user_shard) {
       options.use_distributed_sampler(false);
       const char* rank = std::getenv("RANK");

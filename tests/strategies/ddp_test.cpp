@@ -120,6 +120,20 @@ TEST(DDP, UserShardedDataTrainsAsTheDistributedSamplerDoes) {
   EXPECT_EQ(report(ddp)["global_step"], 20);
 }
 
+// A stream of 97 samples gives rank 0 49 (4 batches of up to 16) and rank 1 48 (3): the epoch ends
+// after 3 batches on both, the third ending an accumulation window, as one process on the first 96
+// in batches of 32; without the ranks agreeing, rank 0 would wait in a fourth all-reduce.
+TEST(DDP, AStreamEndsTheEpochOnEveryRankWhereTheShortestShareEnds) {
+  for (const std::string accumulate : {"1", "2"}) {
+    SCOPED_TRACE("accumulate " + accumulate);
+    const std::string common = " --steps 12 --accumulate " + accumulate;
+    CommandRun ddp;
+    EXPECT_LT(weights_apart("--batch 32 --stream 96" + common, "--batch 16 --stream 97" + common, ddp), 1e-6);
+    EXPECT_NE(ddp.output.find("STOPPED 0 12"), std::string::npos) << ddp.output;
+    EXPECT_NE(ddp.output.find("STOPPED 1 12"), std::string::npos) << ddp.output;
+  }
+}
+
 // A layer the loss never uses: an error that names it, unless find_unused_parameters or
 // static_graph allows it; both train to the same weights as one process.
 TEST(DDP, StaticGraphTrainsAsFindUnusedParametersDoes) {

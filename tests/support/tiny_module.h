@@ -12,11 +12,16 @@
 
 namespace arc::testing {
 
-/// `n` samples of 4 features with a linear target; deterministic.
-inline DataSource tiny_data(int64_t n, int64_t batch_size) {
+/// `n` samples of 4 features and a linear target; deterministic.
+inline std::vector<torch::Tensor> tiny_tensors(int64_t n) {
   auto x = torch::arange(n * 4, torch::kFloat).reshape({n, 4}).div(static_cast<double>(n * 4));
   auto y = x.sum(1, true) * 2 - 1;
-  return {std::make_shared<TensorDataset>(std::vector<torch::Tensor>{x, y}), DataLoaderOptions(batch_size)};
+  return {x, y};
+}
+
+/// tiny_tensors(n) as a dataset.
+inline DataSource tiny_data(int64_t n, int64_t batch_size) {
+  return {std::make_shared<TensorDataset>(tiny_tensors(n)), DataLoaderOptions(batch_size)};
 }
 
 /// Counts calls by name; the sequence of hook names is kept too.
@@ -74,6 +79,13 @@ class TinyModule : public TrainModule {
  private:
   double lr_;
 };
+
+/// Every parameter of `module`, flattened into one tensor (a copy).
+inline torch::Tensor weights_of(torch::nn::Module& module) {
+  std::vector<torch::Tensor> parts;
+  for (const auto& p : module.parameters()) parts.push_back(p.detach().flatten().clone());
+  return torch::cat(parts);
+}
 
 /// Options for fast, quiet tests: no progress bar, summary, checkpoints or default logger, one thread.
 inline TrainerOptions quiet() {
