@@ -92,6 +92,20 @@ std::optional<Batch> next(Profiler* profiler, DataLoader& loader, const char* ac
   return loader.next();
 }
 
+// How a batch's on_step values with sync_dist are synced. Over a stream each rank runs its own share
+// to its end, so the ranks' batch counts may differ and no per-batch collective can pair up: such a
+// value is an error on every rank at its first batch (the epoch values sync after the loop, where
+// every rank arrives).
+GatherFn step_gather(GatherFn gather, const DataLoader& loader) {
+  if (!gather || loader.num_batches() != kUnknownLength) return gather;
+  return [](const std::vector<double>&) -> std::vector<std::vector<double>> {
+    ARC_FAIL("a value logged with on_step=true and sync_dist=true in an evaluation step over a stream: each ",
+             "rank evaluates its own share of the stream, and the shares' batch counts may differ, so the ranks ",
+             "cannot sync every batch; log it with on_step=false (the epoch value is synced over all samples) ",
+             "or sync_dist=false");
+  };
+}
+
 }  // namespace
 
 EvaluationLoop::EvaluationLoop(Trainer& trainer, detail::RunState& state, TrainModule& module, Stage stage)
@@ -154,20 +168,22 @@ Metrics EvaluationLoop::run(Loaders& loaders, const std::vector<int64_t>& batche
     const auto& hooks = stage_ == Stage::test ? kTestHooks : kValidationHooks;
     call(t, module_, hooks.start);
     call(t, module_, hooks.epoch_start);
-    each_batch(loaders, batches, hooks.next_action, [&](DataLoader&, Batch& batch, int64_t batch_idx, int64_t index) {
-      const auto autocast = t.precision().forward_context();
-      call(t, module_, hooks.batch_start, batch, batch_idx);
-      {
-        ProfileScope scope(t.profiler(), detail::module_action(t.profiler(), module_, hooks.step_name));
-        (module_.*hooks.step)(batch, batch_idx, index);
-      }
-      call(t, module_, hooks.batch_end, batch, batch_idx);
-      // Values logged with on_step reach the loggers after every batch, at the batch's index as the
-      // step, as Lightning logs them (not in the sanity check).
-      if (!state_.sanity_checking)
-        state_.logging.send(state_.logging.eval_metrics.step_logger_metrics(state_.logging.gather()), state_.progress,
-                            batch_idx);
-    });
+    each_batch(loaders, batches, hooks.next_action,
+               [&](DataLoader& loader, Batch& batch, int64_t batch_idx, int64_t index) {
+                 const auto autocast = t.precision().forward_context();
+                 call(t, module_, hooks.batch_start, batch, batch_idx);
+                 {
+                   ProfileScope scope(t.profiler(), detail::module_action(t.profiler(), module_, hooks.step_name));
+                   (module_.*hooks.step)(batch, batch_idx, index);
+                 }
+                 call(t, module_, hooks.batch_end, batch, batch_idx);
+                 // Values logged with on_step reach the loggers after every batch, at the batch's index as the
+                 // step, as Lightning logs them (not in the sanity check).
+                 if (!state_.sanity_checking)
+                   state_.logging.send(
+                       state_.logging.eval_metrics.step_logger_metrics(step_gather(state_.logging.gather(), loader)),
+                       state_.progress, batch_idx);
+               });
     call(t, module_, hooks.epoch_end);
     epoch_metrics = state_.logging.eval_metrics.end_epoch(state_.logging.gather());
     if (!state_.sanity_checking) state_.logging.send(epoch_metrics, state_.progress);

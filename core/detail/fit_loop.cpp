@@ -179,7 +179,7 @@ void FitLoop::run_epoch() {
   first_batch_ = 0;
   train_->start(first, state_.resumed_train_data);
   state_.resumed_train_data = nullptr;
-  if (train_limit_ == kUnknownLength) vote(true);
+  if (train_->num_batches() == kUnknownLength) vote(true);
   progress.epoch_batches = first;
   call_hook(t, module_, "on_train_epoch_start", &Callback::on_train_epoch_start, &TrainModule::on_train_epoch_start);
   for (int64_t batch_idx = first; batch_idx < state_.num_training_batches; ++batch_idx) {
@@ -207,12 +207,12 @@ void FitLoop::run_epoch() {
 
 // The ranks' vote at a batch boundary (settle: waiting for it). Each rank that reads a stream says
 // where its share ends once that is within kLookahead batches; the epoch ends at the earliest such
-// end on every rank. The vote cast after batch j takes effect after batch j + 1 and decides batch
+// end (or limit_train_batches' count, if sooner) on every rank. The vote cast after batch j takes effect after batch j + 1 and decides batch
 // j + 2 and whether it is the last: it must know batches j + 1 to j + 3.
 void FitLoop::vote(bool settle) {
   constexpr int64_t kLookahead = 3;
   int64_t end = kUnknownLength;
-  if (train_limit_ == kUnknownLength) end = train_->known_end(kLookahead).value_or(kUnknownLength);
+  if (train_->num_batches() == kUnknownLength) end = train_->known_end(kLookahead).value_or(kUnknownLength);
   agreed_ = settle ? signals_->settle(validation_wanted(), end) : signals_->check(validation_wanted(), end);
   state_.num_training_batches = std::min(state_.num_training_batches, agreed_.batches_end);
 }

@@ -89,6 +89,13 @@ TEST(Streams, FractionsOfAnUnknownLengthAreErrorsAndCountsWork) {
   Trainer trainer(quiet().max_epochs(2).limit_train_batches(BatchAmount::count(2)));
   trainer.fit(limited, tiny_stream(10, 2));
   EXPECT_EQ(limited.counts["training_step"], 4);
+  // A count beyond the stream's end: the epoch still ends where the stream does (3 batches), the
+  // last one ending an accumulation window.
+  TinyModule beyond;
+  Trainer long_limit(quiet().max_epochs(2).accumulate_grad_batches(2).limit_train_batches(BatchAmount::count(5)));
+  long_limit.fit(beyond, tiny_stream(10, 4));
+  EXPECT_EQ(beyond.counts["training_step"], 6);
+  EXPECT_EQ(long_limit.global_step(), 4);
 
   // estimated_stepping_batches: max_steps, or an error that names it.
   struct Scheduled : TinyModule {

@@ -9,7 +9,7 @@
 //             [--loggers DIR] [--prepare-log FILE] [--checkpoint-every 5 --fsize-limit 1024]
 //             [--skip-rank 1 --skip-batch 3] [--batchnorm 1 [--sync-batchnorm 1]]
 //             [--spare 1 [--static-graph 1] [--find-unused 1]] [--val-every-seconds 0.2] [--user-shard 1]
-//             [--stream 97]
+//             [--stream 97] [--val-stream 97 [--val-step-sync 1]]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -25,6 +25,8 @@
 // --user-shard: use_distributed_sampler(false), and the training data's sampler gives each rank its
 // share itself (samples rank, rank + world, ...), as a user who shards the data does.
 // --stream N: the training data is a stream (an IterableDataset) of the first N samples.
+// --val-stream N: validation on a stream of the first N samples, logging `val_loss` (sync_dist, per
+// epoch; --val-step-sync: per step too).
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
 // --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
 // Every rank prints "STOPPED <rank> <global step>" after fit.
@@ -56,9 +58,10 @@ struct Args {
   int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, fail_rank = -1, fail_step = -1, fail_attempt = -1;
   int64_t elastic_every = 0, step_ms = 0, stop_rank = -1, stop_step = -1, early_stop_rank = -1, late_rank = -1;
   int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0, skip_rank = -1, skip_batch = -1, stream = 0;
+  int64_t val_stream = 0;
   double timeout = 30, max_time = 0, val_every_seconds = 0;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
-  bool find_unused = false, user_shard = false;
+  bool find_unused = false, user_shard = false, val_step_sync = false;
   std::string out, fail, loop = "trainer", root = ".", precision = "32-true", loggers, prepare_log;
   // The CPU unless asked: "auto" would take a GPU wherever one is, and the tests count CPU ranks.
   std::string accelerator = "cpu", device_list, process_group_backend = "auto";
@@ -108,6 +111,8 @@ Args parse(int argc, char** argv) {
     if (key == "--val-every-seconds") a.val_every_seconds = std::stod(value);
     if (key == "--user-shard") a.user_shard = value == "1";
     if (key == "--stream") a.stream = std::stoll(value);
+    if (key == "--val-stream") a.val_stream = std::stoll(value);
+    if (key == "--val-step-sync") a.val_step_sync = value == "1";
   }
   return a;
 }
@@ -144,8 +149,11 @@ class Probe : public arc::TrainModule {
     if (args_.val_every_seconds > 0)
       std::cout << "VALIDATED " << trainer().global_rank() << " " << global_step() << std::endl;
   }
-  void validation_step(arc::Batch&, int64_t) override {
+  void validation_step(arc::Batch& batch, int64_t) override {
     log("val_flag", trainer().global_rank() == args_.early_stop_rank ? 0.0 : 1.0, {.on_epoch = true});
+    if (args_.val_stream > 0)
+      log("val_loss", torch::nn::functional::cross_entropy(fc2(torch::relu(fc1(batch[0]))), batch[1]),
+          {.on_step = args_.val_step_sync, .on_epoch = true, .sync_dist = true});
   }
   std::vector<arc::OptimizerConfig> configure_optimizers() override {
     return {std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1).momentum(0.9))};
@@ -285,9 +293,15 @@ int main(int argc, char** argv) {
     }
     if (args.max_time > 0) options.max_time(args.max_time);
     arc::DataSource train{data, arc::DataLoaderOptions(args.batch)};
-    if (args.stream > 0) {
-      const std::vector<torch::Tensor> rows{x.slice(0, 0, args.stream), y.slice(0, 0, args.stream)};
-      train = {std::make_shared<arc::testing::RowStreamDataset>(rows), arc::DataLoaderOptions(args.batch)};
+    // The first n samples as a stream.
+    const auto stream = [&](int64_t n) -> arc::DataSource {
+      const std::vector<torch::Tensor> rows{x.slice(0, 0, n), y.slice(0, 0, n)};
+      return {std::make_shared<arc::testing::RowStreamDataset>(rows), arc::DataLoaderOptions(args.batch)};
+    };
+    if (args.stream > 0) train = stream(args.stream);
+    if (args.val_stream > 0) {
+      val = stream(args.val_stream);
+      options.num_sanity_val_steps(0);
     }
     if (args.user_shard) {
       options.use_distributed_sampler(false);

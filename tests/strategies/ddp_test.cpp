@@ -134,6 +134,23 @@ TEST(DDP, AStreamEndsTheEpochOnEveryRankWhereTheShortestShareEnds) {
   }
 }
 
+// Validation over a stream of 97 samples: each rank evaluates its whole share (49 and 48), and the
+// synced val_loss is the mean over all 97, as one process gives. A per-step synced value cannot
+// pair up over shares of different lengths: an error on every rank that says what to log instead.
+TEST(DDP, ValidationOverAStreamCountsEverySampleOfEveryRank) {
+  CommandRun ddp;
+  EXPECT_LT(weights_apart("--batch 32 --steps 16 --val-stream 97", "--batch 16 --steps 16 --val-stream 97", ddp), 1e-6);
+  const auto single = probe("--strategy single_device --devices 1 --batch 32 --steps 16 --val-stream 97");
+  ASSERT_EQ(single.status, 0) << single.output;
+  EXPECT_NEAR(report(ddp)["val_loss"].get<double>(), report(single)["val_loss"].get<double>(), 1e-5);
+  const auto per_step =
+      probe("--strategy ddp_spawn --devices 2 --batch 16 --steps 16 --val-stream 97 --val-step-sync 1");
+  EXPECT_NE(per_step.status, 0);
+  EXPECT_NE(per_step.output.find("on_step=true and sync_dist=true in an evaluation step over a stream"),
+            std::string::npos)
+      << per_step.output;
+}
+
 // A layer the loss never uses: an error that names it, unless find_unused_parameters or
 // static_graph allows it; both train to the same weights as one process.
 TEST(DDP, StaticGraphTrainsAsFindUnusedParametersDoes) {
