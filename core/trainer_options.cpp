@@ -13,6 +13,7 @@ namespace arc {
 namespace {
 
 const std::vector<std::string> kClipAlgorithms = {"norm", "value"};
+const std::vector<std::string> kEvenBatches = {"error", "pad", "drop"};
 const std::vector<std::string> kProcessGroupBackends = {"auto", "nccl", "gloo"};
 
 // Lightning accepts seconds, "DD:HH:MM:SS" and {"days": .., "hours": .., ...}.
@@ -200,6 +201,10 @@ const std::vector<OptionField>& option_fields() {
                  }),
       ARC_OPTION(use_distributed_sampler, "each rank reads its share of the data (false: the source as given)",
                  no_check),
+      ARC_OPTION(even_batches,
+                 "ranks with different training batch counts: \"error\", \"pad\" (repeat up to the most) or "
+                 "\"drop\" (stop at the fewest)",
+                 [](const TrainerOptions& o) { check_choice("even_batches", o.even_batches(), kEvenBatches); }),
       ARC_OPTION(check_val_every_n_epoch, "validate every N epochs (null: every val_check_interval batches of the fit)",
                  [](const TrainerOptions& o) {
                    const auto every = o.check_val_every_n_epoch();

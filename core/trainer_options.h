@@ -66,6 +66,12 @@ class TrainerOptions {
   /// Each rank reads its own share of every dataset (a DistributedSampler's); false gives every
   /// rank the whole source as it is, for data the user shards (by Trainer::global_rank()).
   ARC_ARG(bool, use_distributed_sampler) = true;
+  /// When the ranks' training data has different batch counts per epoch (user-sharded data, or
+  /// each rank given its own dataset): "error" fails at the epoch's start naming the counts; "pad"
+  /// lets the ranks with fewer batches repeat their epoch's first batches up to the most (Fabric's
+  /// even_batches=True); "drop" ends the epoch on every rank at the fewest. A stream always ends at
+  /// the shortest share.
+  ARC_ARG(std::string, even_batches) = "error";
   ARC_ARG(int64_t, log_every_n_steps) = 50;
   ARC_ARG(int64_t, accumulate_grad_batches) = 1;
   ARC_ARG(std::optional<double>, gradient_clip_val);

@@ -174,12 +174,18 @@ void FitLoop::run_epoch() {
   if (reload > 0 && progress.current_epoch > 0 && progress.current_epoch % reload == 0) load_train();
   train_->set_epoch(progress.current_epoch);
   state_.num_training_batches = train_limit_;
-  // A resumed run continues its epoch with the next batch of the same order, or of its stream.
-  const int64_t first = std::min(first_batch_, train_limit_);
+  // A resumed run continues its epoch with the next batch of the same order, or of its stream (past
+  // this rank's own batches when even_batches pads).
+  const int64_t own = train_->num_batches();
+  const bool padding = t.world_size() > 1 && t.options().even_batches() == "pad";
+  const int64_t first = padding ? first_batch_ : std::min(first_batch_, train_limit_);
   first_batch_ = 0;
-  train_->start(first, state_.resumed_train_data);
+  train_->start(own > 0 && first > own ? first % own : first, state_.resumed_train_data);
   state_.resumed_train_data = nullptr;
-  if (train_->num_batches() == kUnknownLength) vote(true);
+  if (own == kUnknownLength || t.world_size() > 1) {
+    vote(true);
+    if (own != kUnknownLength) even_out();
+  }
   progress.epoch_batches = first;
   call_hook(t, module_, "on_train_epoch_start", &Callback::on_train_epoch_start, &TrainModule::on_train_epoch_start);
   for (int64_t batch_idx = first; batch_idx < state_.num_training_batches; ++batch_idx) {
@@ -188,6 +194,11 @@ void FitLoop::run_epoch() {
     {
       ProfileScope scope(t.profiler(), "[FitLoop].train_dataloader_next");
       fetched = train_->next();
+      // even_batches "pad": this rank's batches ran out before the others'; it repeats its epoch's.
+      if (!fetched && own != kUnknownLength && own > 0) {
+        train_->start();
+        fetched = train_->next();
+      }
     }
     if (!fetched) break;
     Batch batch = t.transfer_batch(std::move(*fetched), 0);
@@ -207,14 +218,36 @@ void FitLoop::run_epoch() {
 
 // The ranks' vote at a batch boundary (settle: waiting for it). Each rank that reads a stream says
 // where its share ends once that is within kLookahead batches; the epoch ends at the earliest such
-// end (or limit_train_batches' count, if sooner) on every rank. The vote cast after batch j takes effect after batch j + 1 and decides batch
-// j + 2 and whether it is the last: it must know batches j + 1 to j + 3.
+// end (or limit_train_batches' count, if sooner) on every rank. The vote cast after batch j takes effect after batch j
+// + 1 and decides batch j + 2 and whether it is the last: it must know batches j + 1 to j + 3. Where an epoch starts
+// (settle), ranks that read datasets also compare their batch counts (see even_out).
 void FitLoop::vote(bool settle) {
   constexpr int64_t kLookahead = 3;
-  int64_t end = kUnknownLength;
-  if (train_->num_batches() == kUnknownLength) end = train_->known_end(kLookahead).value_or(kUnknownLength);
-  agreed_ = settle ? signals_->settle(validation_wanted(), end) : signals_->check(validation_wanted(), end);
+  int64_t end = kUnknownLength, most = 0;
+  if (train_->num_batches() == kUnknownLength)
+    end = train_->known_end(kLookahead).value_or(kUnknownLength);
+  else if (settle)
+    end = most = state_.num_training_batches;
+  agreed_ = settle ? signals_->settle(validation_wanted(), end, most) : signals_->check(validation_wanted(), end, most);
+  own_batches_ = state_.num_training_batches;
   state_.num_training_batches = std::min(state_.num_training_batches, agreed_.batches_end);
+}
+
+// Ranks whose datasets give different batch counts (user-sharded data, a dataset per rank) would
+// leave the longer ones waiting in an all-reduce at the end: even_batches says what to do instead,
+// the same on every rank (the vote gave each the fewest and the most).
+void FitLoop::even_out() {
+  const int64_t fewest = agreed_.batches_end, most = agreed_.batches_most;
+  if (most <= fewest) return;
+  const auto& mode = trainer_.options().even_batches();
+  ARC_CHECK(mode != "error", "the ranks' training data give different batch counts in epoch ",
+            state_.progress.current_epoch, ": from ", fewest, " to ", most, " (rank ", trainer_.global_rank(), ": ",
+            own_batches_, "); shard the data evenly, or set even_batches to \"pad\" (the ranks with fewer repeat ",
+            "their first batches up to ", most, ") or \"drop\" (every rank stops after ", fewest, ")");
+  ARC_CHECK(mode != "pad" || fewest > 0, "even_batches is \"pad\", but a rank has no training batch in epoch ",
+            state_.progress.current_epoch, " to repeat (the most: ", most, "); give every rank data, or set ",
+            "even_batches to \"drop\"");
+  if (mode == "pad") state_.num_training_batches = most;
 }
 
 void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {

@@ -58,6 +58,8 @@ class FitLoop {
   void step_schedulers(Interval interval);
   /// The ranks' vote at a batch boundary, with where this rank's stream ends when it knows.
   void vote(bool settle);
+  /// Applies even_batches when the ranks' batch counts differ (after an epoch's first vote).
+  void even_out();
   bool validation_due(int64_t batch_idx) const;
   /// Whether this rank's time-based val_check_interval ran out since the last validation.
   bool validation_wanted() const;
@@ -72,6 +74,8 @@ class FitLoop {
   std::unique_ptr<DataLoader> train_;
   /// limit_train_batches of the training loader's batches (kUnknownLength: all of a stream's).
   int64_t train_limit_ = 0;
+  /// This rank's batch count of the epoch before the ranks agreed.
+  int64_t own_batches_ = 0;
   Loaders val_;
   /// The epoch whose start loaded the validation loaders.
   int64_t val_loaded_epoch_ = 0;

@@ -90,7 +90,7 @@ SignalConnector::~SignalConnector() {
   }
 }
 
-SignalConnector::Ballot SignalConnector::local(bool wants_validation, int64_t batches_end) const {
+SignalConnector::Ballot SignalConnector::local(bool wants_validation, int64_t batches_end, int64_t batches_most) const {
   Ballot ballot;
   ballot.terminate = terminate_received != 0;
   ballot.requeue = requeue_received != 0;
@@ -100,6 +100,7 @@ SignalConnector::Ballot SignalConnector::local(bool wants_validation, int64_t ba
   ballot.decision.time_up = max_time && trainer_.elapsed_seconds() >= *max_time;
   ballot.decision.validation = wants_validation ? trainer_.progress().validation_runs + 1 : 0;
   ballot.decision.batches_end = batches_end;
+  ballot.decision.batches_most = batches_most;
   return ballot;
 }
 
@@ -112,16 +113,17 @@ void SignalConnector::fill(const Ballot& ballot) {
   out[4] = ballot.decision.time_up;
   out[5] = ballot.decision.validation;
   out[6] = -ballot.decision.batches_end;  // the maximum of the negatives: the earliest end
+  out[7] = ballot.decision.batches_most;
 }
 
 SignalConnector::Ballot SignalConnector::read() const {
   const int64_t* in = ballot_.data_ptr<int64_t>();
-  return {in[0] > 0, in[1] > 0, in[2] > 0, {in[3] > 0, in[4] > 0, in[5], -in[6]}};
+  return {in[0] > 0, in[1] > 0, in[2] > 0, {in[3] > 0, in[4] > 0, in[5], -in[6], in[7]}};
 }
 
-SignalConnector::Decision SignalConnector::check(bool wants_validation, int64_t batches_end) {
+SignalConnector::Decision SignalConnector::check(bool wants_validation, int64_t batches_end, int64_t batches_most) {
   auto* group = group_of(trainer_);
-  if (group == nullptr) return act(local(wants_validation, batches_end));
+  if (group == nullptr) return act(local(wants_validation, batches_end, batches_most));
   // The ballot is reused: the previous vote has completed before it is read and refilled.
   Ballot agreed;
   if (vote_.started()) {
@@ -129,19 +131,19 @@ SignalConnector::Decision SignalConnector::check(bool wants_validation, int64_t 
     vote_ = PendingWork();
     agreed = read();
   }
-  fill(local(wants_validation, batches_end));
+  fill(local(wants_validation, batches_end, batches_most));
   vote_ = group->all_reduce(ballot_, Reduce::max);
   return act(agreed);
 }
 
-SignalConnector::Decision SignalConnector::settle(bool wants_validation, int64_t batches_end) {
+SignalConnector::Decision SignalConnector::settle(bool wants_validation, int64_t batches_end, int64_t batches_most) {
   auto* group = group_of(trainer_);
-  if (group == nullptr) return act(local(wants_validation, batches_end));
+  if (group == nullptr) return act(local(wants_validation, batches_end, batches_most));
   vote_.wait();
   vote_ = PendingWork();
   // Every flag only ever turns on (the validation asked for only grows, the end only comes
   // nearer), so this vote includes everything the one in flight carried.
-  fill(local(wants_validation, batches_end));
+  fill(local(wants_validation, batches_end, batches_most));
   group->all_reduce(ballot_, Reduce::max).wait();
   return act(read());
 }

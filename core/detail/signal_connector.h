@@ -36,6 +36,8 @@ class SignalConnector {
     /// The earliest end of the epoch's training batches that a rank knows (its stream ends there);
     /// kUnknownLength: none knows one yet.
     int64_t batches_end = kUnknownLength;
+    /// The largest batch count of the epoch that a rank reported (0: none).
+    int64_t batches_most = 0;
   };
 
   /// Catches `environment`'s requeue signal too, where it has one.
@@ -47,11 +49,12 @@ class SignalConnector {
   /// Called after every training batch: this rank's flags join a vote that overlaps the next batch,
   /// and what the ranks agreed in the previous vote takes effect. A signal saves and throws.
   /// `wants_validation`: this rank's time-based val_check_interval ran out. `batches_end`: where
-  /// this rank's training batches end, if it knows.
-  Decision check(bool wants_validation = false, int64_t batches_end = kUnknownLength);
-  /// Called where the batches of every rank end together (before the first epoch, after each):
-  /// waits for the vote in flight and votes once more with this rank's latest flags.
-  Decision settle(bool wants_validation = false, int64_t batches_end = kUnknownLength);
+  /// this rank's training batches end, if it knows; `batches_most`: the same, for the largest.
+  Decision check(bool wants_validation = false, int64_t batches_end = kUnknownLength, int64_t batches_most = 0);
+  /// Called where the batches of every rank end together (before the first epoch, after each, and
+  /// where an epoch starts with counts to compare): waits for the vote in flight and votes once more
+  /// with this rank's latest flags.
+  Decision settle(bool wants_validation = false, int64_t batches_end = kUnknownLength, int64_t batches_most = 0);
 
  private:
   struct Ballot {
@@ -60,9 +63,9 @@ class SignalConnector {
     bool interrupt = false;
     Decision decision;
   };
-  static constexpr int64_t kFields = 7;
+  static constexpr int64_t kFields = 8;
 
-  Ballot local(bool wants_validation, int64_t batches_end) const;
+  Ballot local(bool wants_validation, int64_t batches_end, int64_t batches_most) const;
   void fill(const Ballot& ballot);
   Ballot read() const;
   Decision act(const Ballot& agreed);

@@ -145,6 +145,9 @@ TEST(TrainerOptions, UnknownChoicesListTheKnownOnes) {
   EXPECT_NE(accelerator.find("unknown accelerator 'gpus'; did you mean 'gpu'?"), std::string::npos) << accelerator;
   const auto clip = error_of({{"gradient_clip_algorithm", "nrm"}});
   EXPECT_NE(clip.find("did you mean 'norm'"), std::string::npos) << clip;
+  const auto even = error_of({{"even_batches", "padd"}});
+  EXPECT_NE(even.find("unknown even_batches 'padd'; did you mean 'pad'?"), std::string::npos) << even;
+  EXPECT_EQ(TrainerOptions::from_json({{"even_batches", "drop"}}).even_batches(), "drop");
   const auto precision = error_of({{"precision", "8-true"}});
   EXPECT_NE(precision.find("known: 32-true"), std::string::npos) << precision;
   const auto requeue = error_of({{"requeue_signal", "USR1"}});

@@ -9,7 +9,7 @@
 //             [--loggers DIR] [--prepare-log FILE] [--checkpoint-every 5 --fsize-limit 1024]
 //             [--skip-rank 1 --skip-batch 3] [--batchnorm 1 [--sync-batchnorm 1]]
 //             [--spare 1 [--static-graph 1] [--find-unused 1]] [--val-every-seconds 0.2] [--user-shard 1]
-//             [--stream 97] [--val-stream 97 [--val-step-sync 1]]
+//             [--stream 97] [--val-stream 97 [--val-step-sync 1]] [--uneven-drop 32 [--even-batches pad]]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -24,6 +24,8 @@
 // validate only when the vote says so); every rank prints "VALIDATED <rank> <step>".
 // --user-shard: use_distributed_sampler(false), and the training data's sampler gives each rank its
 // share itself (samples rank, rank + world, ...), as a user who shards the data does.
+// --uneven-drop N (with --user-shard): rank 1's share loses its last N samples; --even-batches: the
+// option for the ranks' different batch counts.
 // --stream N: the training data is a stream (an IterableDataset) of the first N samples.
 // --val-stream N: validation on a stream of the first N samples, logging `val_loss` (sync_dist, per
 // epoch; --val-step-sync: per step too).
@@ -58,11 +60,12 @@ struct Args {
   int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, fail_rank = -1, fail_step = -1, fail_attempt = -1;
   int64_t elastic_every = 0, step_ms = 0, stop_rank = -1, stop_step = -1, early_stop_rank = -1, late_rank = -1;
   int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0, skip_rank = -1, skip_batch = -1, stream = 0;
-  int64_t val_stream = 0;
+  int64_t val_stream = 0, uneven_drop = 0;
   double timeout = 30, max_time = 0, val_every_seconds = 0;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
   bool find_unused = false, user_shard = false, val_step_sync = false;
   std::string out, fail, loop = "trainer", root = ".", precision = "32-true", loggers, prepare_log;
+  std::string even_batches = "error";
   // The CPU unless asked: "auto" would take a GPU wherever one is, and the tests count CPU ranks.
   std::string accelerator = "cpu", device_list, process_group_backend = "auto";
 };
@@ -112,6 +115,8 @@ Args parse(int argc, char** argv) {
     if (key == "--user-shard") a.user_shard = value == "1";
     if (key == "--stream") a.stream = std::stoll(value);
     if (key == "--val-stream") a.val_stream = std::stoll(value);
+    if (key == "--uneven-drop") a.uneven_drop = std::stoll(value);
+    if (key == "--even-batches") a.even_batches = value;
     if (key == "--val-step-sync") a.val_step_sync = value == "1";
   }
   return a;
@@ -307,11 +312,14 @@ int main(int argc, char** argv) {
       options.use_distributed_sampler(false);
       const char* rank = std::getenv("RANK");
       const int64_t own = rank == nullptr ? 0 : std::stoll(rank), world = args.devices;
-      train.sampler = std::make_shared<arc::FunctionSampler>([own, world](int64_t size, int64_t) {
+      const int64_t drop = own == 1 ? args.uneven_drop : 0;
+      train.sampler = std::make_shared<arc::FunctionSampler>([own, world, drop](int64_t size, int64_t) {
         std::vector<int64_t> order;
         for (int64_t i = own; i < size; i += world) order.push_back(i);
+        order.resize(order.size() - static_cast<size_t>(drop));
         return order;
       });
+      options.even_batches(args.even_batches);
     }
     if (args.checkpoint_every > 0)
       callbacks.push_back(std::make_shared<arc::ModelCheckpoint>(arc::ModelCheckpointOptions()

@@ -151,6 +151,30 @@ TEST(DDP, ValidationOverAStreamCountsEverySampleOfEveryRank) {
       << per_step.output;
 }
 
+// User-sharded data where rank 1 has 14 batches of 16 and rank 0 16: by default an error on both
+// ranks that names the counts and the fix (before, the ranks' collectives fell out of step after
+// rank 1's last batch); "drop" stops every rank after 14, as one process on the first 448 samples in batches of
+// 32; "pad" lets rank 1 repeat its first 2 batches, and both ranks take 16 steps an epoch.
+TEST(DDP, UnevenUserShardsFollowEvenBatches) {
+  const std::string uneven = "--strategy ddp_spawn --devices 2 --batch 16 --user-shard 1 --uneven-drop 32";
+  const auto refused = probe(uneven + " --steps 20");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.output.find("the ranks' training data give different batch counts in epoch 0: from 14 to 16"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("set even_batches to \"pad\""), std::string::npos) << refused.output;
+  CommandRun dropped;
+  EXPECT_LT(weights_apart("--batch 32 --steps 28 --stream 448",
+                          "--batch 16 --steps 28 --user-shard 1 --uneven-drop 32 --even-batches drop", dropped),
+            1e-6);
+  EXPECT_EQ(report(dropped)["global_step"], 28);
+  const auto padded = probe(uneven + " --steps 32 --even-batches pad");
+  ASSERT_EQ(padded.status, 0) << padded.output;
+  EXPECT_NE(padded.output.find("STOPPED 0 32"), std::string::npos) << padded.output;
+  EXPECT_NE(padded.output.find("STOPPED 1 32"), std::string::npos) << padded.output;
+  EXPECT_EQ(report(padded)["global_step"], 32);
+}
+
 // A layer the loss never uses: an error that names it, unless find_unused_parameters or
 // static_graph allows it; both train to the same weights as one process.
 TEST(DDP, StaticGraphTrainsAsFindUnusedParametersDoes) {
