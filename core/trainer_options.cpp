@@ -291,9 +291,14 @@ const std::vector<OptionField>& option_fields() {
                  [](const TrainerOptions& o) {
                    check_name("cluster_environment", o.cluster_environment(), cluster::cluster_registry());
                  }),
-      ARC_OPTION(timeout, "seconds any distributed wait may take",
+      ARC_OPTION(timeout, "seconds the rendezvous, barriers, saves and launchers may wait",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.timeout() > 0, "timeout must be > 0 seconds, got ", o.timeout());
+                 }),
+      ARC_OPTION(collective_timeout, "seconds a collective of a step may wait for the other ranks (at most timeout)",
+                 [](const TrainerOptions& o) {
+                   ARC_CHECK(o.collective_timeout() > 0, "collective_timeout must be > 0 seconds, got ",
+                             o.collective_timeout());
                  }),
       ARC_OPTION(find_unused_parameters, "DDP: allow parameters without gradient in a step", no_check),
       ARC_OPTION(static_graph, "DDP: every step uses the same parameters (learned in the first)", no_check),

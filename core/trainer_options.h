@@ -120,8 +120,11 @@ class TrainerOptions {
   ARC_ARG(bool, tune_malloc) = true;
   /// "auto" (detect: torchelastic > slurm > lsf > mpi > kubeflow > local) or one of those names.
   ARC_ARG(std::string, cluster_environment) = "auto";
-  /// Seconds any distributed wait (rendezvous, collective, child exit) may take.
+  /// Seconds the rendezvous, barriers (checkpoint saves among them) and launchers' waits may take.
   ARC_ARG(double, timeout) = 1800.0;
+  /// Seconds one collective of a step (gradient all-reduce, metric sync, vote) may wait for the other
+  /// ranks, so that a stuck rank is reported in minutes; never more than `timeout`.
+  ARC_ARG(double, collective_timeout) = 300.0;
   /// DDP: tolerate parameters without gradient in a step.
   ARC_ARG(bool, find_unused_parameters) = false;
   /// DDP: every step uses the same parameters (PyTorch DDP's static_graph): parameters that the

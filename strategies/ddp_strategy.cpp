@@ -67,6 +67,7 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
   rendezvous.rank = rank_;
   rendezvous.world_size = world_size_;
   rendezvous.timeout = plan.ddp.timeout;
+  rendezvous.collective_timeout = plan.ddp.collective_timeout;
   rendezvous.node = host_name() + "#" + std::to_string(environment_->node_rank());
   rendezvous.shared_memory = plan.ddp.shared_memory && device_.is_cpu();
   rendezvous.nccl = nccl;

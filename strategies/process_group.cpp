@@ -14,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <algorithm>
 #include <thread>
 
 namespace arc {
@@ -71,12 +72,20 @@ void check_in(c10d::Store& store, const RendezvousOptions& o) {
   }
 }
 
-// Collectives over one c10d process group; Gloo's and NCCL's take the same calls.
+// Collectives over one c10d process group; Gloo's and NCCL's take the same calls. Their waits end
+// at collective_timeout (the group's option); a barrier waits in the store, up to timeout, so that
+// a rank that writes a checkpoint may take longer than a step's collective may.
 template <typename Group>
 class C10dCollectives : public Collectives {
  public:
-  C10dCollectives(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<Group> group, std::string backend)
-      : store_(std::move(store)), group_(std::move(group)), backend_(std::move(backend)) {}
+  C10dCollectives(c10::intrusive_ptr<c10d::Store> store, std::string prefix, c10::intrusive_ptr<Group> group,
+                  std::string backend, const RendezvousOptions& o)
+      : store_(std::move(store)),
+        prefix_(std::move(prefix)),
+        group_(std::move(group)),
+        backend_(std::move(backend)),
+        timeout_(o.timeout),
+        collective_timeout_(o.collective_timeout.value_or(o.timeout)) {}
 
   int64_t rank() const override { return group_->getRank(); }
   int64_t world_size() const override { return group_->getSize(); }
@@ -87,54 +96,84 @@ class C10dCollectives : public Collectives {
     c10d::AllreduceOptions options;
     options.reduceOp = to_c10d(op);
     auto work = group_->allreduce(tensors, options);
-    return PendingWork([work, tensors] { work->wait(); });
+    return PendingWork([this, work, tensors] { wait(*work, "all_reduce"); });
   }
 
   void broadcast(torch::Tensor tensor, int64_t src) override {
     std::vector<torch::Tensor> tensors{std::move(tensor)};
     c10d::BroadcastOptions options;
     options.rootRank = src;
-    group_->broadcast(tensors, options)->wait();
+    wait(*group_->broadcast(tensors, options), "broadcast");
   }
 
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override {
     std::vector<torch::Tensor> inputs{tensor.contiguous()};
     std::vector<std::vector<torch::Tensor>> outputs(1);
     for (int64_t r = 0; r < world_size(); ++r) outputs[0].push_back(torch::empty_like(inputs[0]));
-    group_->allgather(outputs, inputs)->wait();
+    wait(*group_->allgather(outputs, inputs), "all_gather");
     return outputs[0];
   }
 
-  void barrier() override { group_->barrier()->wait(); }
+  // Every rank adds itself to this barrier's count and waits until all have.
+  void barrier() override {
+    const std::string key = prefix_ + "/barrier/" + std::to_string(++barriers_);
+    store_->add(key, 1);
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    auto pause = std::chrono::microseconds(50);
+    for (int64_t arrived = 0; (arrived = store_->add(key, 0)) < world_size();) {
+      ARC_CHECK(std::chrono::steady_clock::now() < deadline, "barrier ", barriers_, ": ", arrived, " of ", world_size(),
+                " ranks arrived within the ", seconds(timeout_), " s timeout; the others may be ",
+                "stuck or have failed (see their logs); raise timeout if they are only slow");
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(20'000));
+    }
+  }
 
  private:
+  // Waits for `work`; a failure (Gloo's timeout among them) says which collective and what bounds it.
+  template <typename Work>
+  void wait(Work& work, const char* what) const {
+    try {
+      work.wait();
+    } catch (const std::exception& error) {
+      ARC_FAIL(backend_, " ", what, " on rank ", rank(), " failed: ", error.what(), ". A collective waits up to ",
+               "collective_timeout (", seconds(collective_timeout_), " s) for the other ranks: one may be stuck, ",
+               "failed, or calling collectives in another order; raise collective_timeout if its steps are only ",
+               "that slow");
+    }
+  }
+
   c10::intrusive_ptr<c10d::Store> store_;
+  std::string prefix_;
   c10::intrusive_ptr<Group> group_;
   std::string backend_;
+  std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds collective_timeout_;
+  int64_t barriers_ = 0;
 };
 
 std::unique_ptr<Collectives> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
                                        const RendezvousOptions& o) {
   check_in(*c10::make_intrusive<c10d::PrefixStore>(prefix, store), o);
-  auto options = ProcessGroupGloo::Options::create(o.timeout);
+  auto options = ProcessGroupGloo::Options::create(o.collective_timeout.value_or(o.timeout));
   const bool loopback = o.address.rfind("127.", 0) == 0 || o.address == "localhost";
   options->devices.push_back(loopback ? ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
                                       : ProcessGroupGloo::createDefaultDevice());
   options->threads = 2;
   auto group = c10::make_intrusive<ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(prefix + "/gloo", store),
                                                      static_cast<int>(o.rank), static_cast<int>(o.world_size), options);
-  return std::make_unique<C10dCollectives<ProcessGroupGloo>>(store, std::move(group), "gloo");
+  return std::make_unique<C10dCollectives<ProcessGroupGloo>>(store, prefix, std::move(group), "gloo", o);
 }
 
 #ifdef ARC_WITH_NCCL
 std::unique_ptr<Collectives> make_nccl(const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
                                        const RendezvousOptions& o) {
   auto options = c10d::ProcessGroupNCCL::Options::create();
-  options->timeout = o.timeout;
+  options->timeout = o.collective_timeout.value_or(o.timeout);
   auto group =
       c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>(prefix + "/nccl", store),
                                                   static_cast<int>(o.rank), static_cast<int>(o.world_size), options);
-  return std::make_unique<C10dCollectives<c10d::ProcessGroupNCCL>>(store, std::move(group), "nccl");
+  return std::make_unique<C10dCollectives<c10d::ProcessGroupNCCL>>(store, prefix, std::move(group), "nccl", o);
 }
 
 // CUDA tensors go through NCCL; CPU tensors (strings, signal votes) and barriers through Gloo.
@@ -199,7 +238,8 @@ std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
   shm.rank = options.rank;
   shm.world_size = options.world_size;
   shm.node = options.node;
-  shm.timeout = options.timeout;
+  shm.timeout = options.collective_timeout.value_or(options.timeout);
+  shm.barrier_timeout = options.timeout;
   shm.helper_thread = options.shm_helper_thread;
   const auto make_leaders = [&](const std::string& name, int64_t rank, int64_t size) {
     auto leaders = options;

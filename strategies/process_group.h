@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace c10d {
@@ -25,7 +26,10 @@ struct RendezvousOptions {
   int64_t port = 0;
   int64_t rank = 0;
   int64_t world_size = 1;
+  /// How long the rendezvous and barriers (set-up, saves) may wait.
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  /// How long a collective (all-reduce, broadcast, all-gather) may wait; unset: `timeout`.
+  std::optional<std::chrono::milliseconds> collective_timeout;
   /// Ranks with the same node key share a host (host name and node rank).
   std::string node = "localhost";
   /// All-reduce through shared memory among the ranks of a node (Gloo across nodes).

@@ -25,8 +25,10 @@ class Profiler;
 
 /// DDP's knobs (TrainerOptions keeps them as flat JSON keys: timeout, bucket_cap_mb, ...).
 struct DDPOptions {
-  /// How long any distributed wait (rendezvous, collective, a child's exit) may take.
+  /// How long the rendezvous, barriers and a child's exit may take.
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  /// How long one collective of a step may wait for the other ranks.
+  std::chrono::milliseconds collective_timeout{std::chrono::minutes(5)};
   /// Gradient bucket sizes: the first (small, so that communication starts early), the rest.
   int64_t first_bucket_bytes = int64_t{1} << 20;
   int64_t bucket_bytes = int64_t{25} << 20;

@@ -4,6 +4,8 @@
 #include <arc/accelerators/accelerator_backend.h>
 #include <arc/strategies/strategy.h>
 
+#include <algorithm>
+
 namespace arc::detail {
 namespace {
 
@@ -14,6 +16,8 @@ std::chrono::milliseconds timeout_of(const TrainerOptions& options) {
 DDPOptions ddp_options(const TrainerOptions& options) {
   DDPOptions ddp;
   ddp.timeout = timeout_of(options);
+  ddp.collective_timeout =
+      std::min(ddp.timeout, std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout() * 1000)));
   ddp.first_bucket_bytes = static_cast<int64_t>(options.first_bucket_mb() * (1 << 20));
   ddp.bucket_bytes = static_cast<int64_t>(options.bucket_cap_mb() * (1 << 20));
   ddp.find_unused_parameters = options.find_unused_parameters();

@@ -100,6 +100,7 @@ class ShmCollectives : public Collectives {
         leaders_(std::move(leaders)),
         nodes_(nodes),
         timeout_(options.timeout),
+        barrier_timeout_(options.barrier_timeout),
         worker_(options.helper_thread) {}
 
   int64_t rank() const override { return global_->rank(); }
@@ -129,7 +130,7 @@ class ShmCollectives : public Collectives {
 
   void barrier() override {
     if (nodes_ > 1) return global_->barrier();
-    worker_.submit([this] { step(); }).get();
+    worker_.submit([this] { step(barrier_timeout_, "timeout"); }).get();
   }
 
  private:
@@ -139,10 +140,12 @@ class ShmCollectives : public Collectives {
   // frees the set for the use after next.
   int64_t next_set() { return static_cast<int64_t>(sets_taken_++ % 2); }
 
-  void step() {
+  // A step of a collective waits up to collective_timeout; a barrier (set-up, saves) up to timeout.
+  void step(std::chrono::milliseconds timeout, const char* option) {
     ++step_;
-    segment_->arrive_and_wait(step_, timeout_, worker_.stopping());
+    segment_->arrive_and_wait(step_, timeout, worker_.stopping(), option);
   }
+  void step() { step(timeout_, "collective_timeout"); }
 
   // Calls fn(begin, count) over pieces of `tensor` of at most `piece_bytes` (and one slot).
   template <typename Fn>
@@ -242,6 +245,7 @@ class ShmCollectives : public Collectives {
   std::unique_ptr<Collectives> leaders_;
   int64_t nodes_;
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds barrier_timeout_;
   uint32_t step_ = 0;
   uint32_t sets_taken_ = 0;
   // Last: joined before the segment it uses goes away.
@@ -272,7 +276,7 @@ std::unique_ptr<Collectives> make_shm_collectives(c10d::Store& store, const ShmG
     ShmSegment::remove_stale();
     segment = ShmSegment::create(local_world, options.slot_bytes, options.rank);
     store.set(name_key, bytes_of(segment->name()));
-    segment->unlink_when_attached(options.timeout);
+    segment->unlink_when_attached(options.barrier_timeout);
   } else if (local_world > 1) {
     segment =
         ShmSegment::open(text_of(store.get(name_key)), local_world, options.slot_bytes, local_index, options.rank);

@@ -21,7 +21,10 @@ struct ShmGroupOptions {
   int64_t world_size = 1;
   /// Ranks with the same node key share a segment (host name and node rank).
   std::string node;
+  /// How long a collective waits for the other ranks (collective_timeout).
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  /// How long set-up and barriers wait (timeout).
+  std::chrono::milliseconds barrier_timeout{std::chrono::minutes(30)};
   /// Bytes per rank and step; larger tensors go in several steps.
   int64_t slot_bytes = 4 << 20;
   /// Collectives run on a helper thread, so that all-reduces overlap backward; off, they run on

@@ -203,19 +203,20 @@ void ShmSegment::unlink_when_attached(std::chrono::milliseconds timeout) {
   linked_ = false;
 }
 
-void ShmSegment::arrive_and_wait(uint32_t step, std::chrono::milliseconds timeout, const std::atomic<bool>& stop) {
+void ShmSegment::arrive_and_wait(uint32_t step, std::chrono::milliseconds timeout, const std::atomic<bool>& stop,
+                                 const char* option) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto& me = peer(local_index_);
   me.arrived.store(step);
   if (me.waiters.load() > 0) futex_wake_all(me.arrived);
   for (int64_t r = 0; r < local_world_; ++r)
-    if (r != local_index_) wait_for(r, step, deadline, timeout, stop);
+    if (r != local_index_) wait_for(r, step, deadline, timeout, stop, option);
 }
 
 // Spins briefly (peers usually arrive within microseconds), then sleeps on the peer's counter in
 // short slices, checking between them that the peer still lives and the deadline holds.
 void ShmSegment::wait_for(int64_t local, uint32_t step, std::chrono::steady_clock::time_point deadline,
-                          std::chrono::milliseconds timeout, const std::atomic<bool>& stop) {
+                          std::chrono::milliseconds timeout, const std::atomic<bool>& stop, const char* option) {
   auto& other = peer(local);
   const auto spin_until = std::chrono::steady_clock::now() + kSpin;
   while (!reached(other.arrived.load(std::memory_order_acquire), step)) {
@@ -234,8 +235,8 @@ void ShmSegment::wait_for(int64_t local, uint32_t step, std::chrono::steady_cloc
               ") exited during a shared-memory collective; see its log for the cause");
     ARC_CHECK(std::chrono::steady_clock::now() < deadline, "rank ", other.global_rank.load(),
               " did not reach shared-memory collective step ", step, " within the ",
-              std::chrono::duration<double>(timeout).count(), " s timeout; it may be stuck or calling collectives ",
-              "in another order; raise the timeout option if it is only slow");
+              std::chrono::duration<double>(timeout).count(), " s timeout (", option, "); it may be stuck or ",
+              "calling collectives in another order; raise ", option, " if it is only slow");
   }
 }
 

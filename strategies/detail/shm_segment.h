@@ -37,17 +37,19 @@ class ShmSegment {
   /// crash from here on can leave it behind.
   void unlink_when_attached(std::chrono::milliseconds timeout);
   /// Marks this rank as arrived at step `step` and waits until every local rank has. Throws
-  /// when a peer exits, when `timeout` passes (naming who is missing), or when `stop` is set.
-  void arrive_and_wait(uint32_t step, std::chrono::milliseconds timeout, const std::atomic<bool>& stop);
+  /// when a peer exits, when `timeout` passes (naming who is missing and `option`, the setting
+  /// that gave the timeout), or when `stop` is set.
+  void arrive_and_wait(uint32_t step, std::chrono::milliseconds timeout, const std::atomic<bool>& stop,
+                       const char* option = "timeout");
 
  private:
   struct Header;
   struct Peer;
   ShmSegment(std::string name, int fd, int64_t local_world, int64_t slot_bytes, int64_t local_index, bool owner);
   Peer& peer(int64_t local) const;
-  // Waits for one peer until `deadline`; `timeout` is what the error reports.
+  // Waits for one peer until `deadline`; `timeout` and `option` are what the error reports.
   void wait_for(int64_t local, uint32_t step, std::chrono::steady_clock::time_point deadline,
-                std::chrono::milliseconds timeout, const std::atomic<bool>& stop);
+                std::chrono::milliseconds timeout, const std::atomic<bool>& stop, const char* option);
   static size_t header_bytes(int64_t local_world);
   static size_t total_bytes(int64_t local_world, int64_t slot_bytes);
 

@@ -10,6 +10,7 @@
 //             [--skip-rank 1 --skip-batch 3] [--batchnorm 1 [--sync-batchnorm 1]]
 //             [--spare 1 [--static-graph 1] [--find-unused 1]] [--val-every-seconds 0.2] [--user-shard 1]
 //             [--stream 97] [--val-stream 97 [--val-step-sync 1]] [--uneven-drop 32 [--even-batches pad]]
+//             [--collective-timeout 1] [--stall-rank 1 --stall-step 3 --stall-ms 20000]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -26,6 +27,7 @@
 // share itself (samples rank, rank + world, ...), as a user who shards the data does.
 // --uneven-drop N (with --user-shard): rank 1's share loses its last N samples; --even-batches: the
 // option for the ranks' different batch counts.
+// --stall-rank/--stall-step/--stall-ms: that rank sleeps in that step's training_step.
 // --stream N: the training data is a stream (an IterableDataset) of the first N samples.
 // --val-stream N: validation on a stream of the first N samples, logging `val_loss` (sync_dist, per
 // epoch; --val-step-sync: per step too).
@@ -60,8 +62,8 @@ struct Args {
   int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, fail_rank = -1, fail_step = -1, fail_attempt = -1;
   int64_t elastic_every = 0, step_ms = 0, stop_rank = -1, stop_step = -1, early_stop_rank = -1, late_rank = -1;
   int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0, skip_rank = -1, skip_batch = -1, stream = 0;
-  int64_t val_stream = 0, uneven_drop = 0;
-  double timeout = 30, max_time = 0, val_every_seconds = 0;
+  int64_t val_stream = 0, uneven_drop = 0, stall_rank = -1, stall_step = -1, stall_ms = 0;
+  double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
   bool find_unused = false, user_shard = false, val_step_sync = false;
   std::string out, fail, loop = "trainer", root = ".", precision = "32-true", loggers, prepare_log;
@@ -116,6 +118,10 @@ Args parse(int argc, char** argv) {
     if (key == "--stream") a.stream = std::stoll(value);
     if (key == "--val-stream") a.val_stream = std::stoll(value);
     if (key == "--uneven-drop") a.uneven_drop = std::stoll(value);
+    if (key == "--collective-timeout") a.collective_timeout = std::stod(value);
+    if (key == "--stall-rank") a.stall_rank = std::stoll(value);
+    if (key == "--stall-step") a.stall_step = std::stoll(value);
+    if (key == "--stall-ms") a.stall_ms = std::stoll(value);
     if (key == "--even-batches") a.even_batches = value;
     if (key == "--val-step-sync") a.val_step_sync = value == "1";
   }
@@ -136,6 +142,8 @@ class Probe : public arc::TrainModule {
       std::cout << "TIMING start " << global_step() << " " << unix_ms() << " " << attempt() << std::endl;
     started_ = true;
     if (args_.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(args_.step_ms));
+    if (trainer().global_rank() == args_.stall_rank && global_step() == args_.stall_step)
+      std::this_thread::sleep_for(std::chrono::milliseconds(args_.stall_ms));
     maybe_fail();
     if (trainer().global_rank() == args_.stop_rank && global_step() == args_.stop_step)
       trainer().request_stop("probe: rank " + std::to_string(args_.stop_rank) + " alone asks to stop");
@@ -268,6 +276,7 @@ int main(int argc, char** argv) {
   options.devices(listed.empty() ? arc::Devices::of_count(args.devices) : arc::Devices::of_indices(listed));
   options.process_group_backend(args.process_group_backend);
   options.accumulate_grad_batches(args.accumulate).timeout(args.timeout).num_threads(1);
+  options.collective_timeout(args.collective_timeout);
   options.shared_memory(args.shared_memory)
       .sync_batchnorm(args.sync_batchnorm)
       .static_graph(args.static_graph)

@@ -175,6 +175,24 @@ TEST(DDP, UnevenUserShardsFollowEvenBatches) {
   EXPECT_EQ(report(padded)["global_step"], 32);
 }
 
+// A rank stuck for 20 s in one step: with collective_timeout 1 s (timeout 60 s) the run fails within
+// seconds, the error naming collective_timeout, through shared memory and through Gloo.
+TEST(DDP, AStuckRankFailsTheRunAfterCollectiveTimeoutNotTimeout) {
+  for (const std::string shared_memory : {"1", "0"}) {
+    SCOPED_TRACE("shared memory " + shared_memory);
+    const auto start = std::chrono::steady_clock::now();
+    const auto stuck = probe(
+        "--strategy ddp_spawn --devices 2 --steps 10 --timeout 60 --collective-timeout 1 "
+        "--stall-rank 1 --stall-step 3 --stall-ms 20000 --shared-memory " +
+        shared_memory);
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    EXPECT_NE(stuck.status, 0);
+    EXPECT_NE(stuck.output.find("collective_timeout"), std::string::npos) << stuck.output;
+    // Ended by the 1 s collective_timeout, long before the stall (20 s) or the timeout (60 s) ran out.
+    EXPECT_LT(took.count(), 15.0) << stuck.output;
+  }
+}
+
 // A layer the loss never uses: an error that names it, unless find_unused_parameters or
 // static_graph allows it; both train to the same weights as one process.
 TEST(DDP, StaticGraphTrainsAsFindUnusedParametersDoes) {

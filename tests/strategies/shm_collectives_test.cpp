@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <optional>
 #include <thread>
 
 namespace arc {
@@ -28,6 +29,7 @@ struct Group {
   std::vector<std::string> nodes;
   std::chrono::milliseconds timeout = 20s;
   bool helper_thread = true;
+  std::optional<std::chrono::milliseconds> collective_timeout = std::nullopt;
 };
 
 // Runs fn(rank, collectives) on `world` threads joined into one group; rethrows a rank's error.
@@ -44,6 +46,7 @@ void on_ranks(int64_t world, const Group& group, Fn fn) {
         options.rank = r;
         options.world_size = world;
         options.timeout = group.timeout;
+        options.collective_timeout = group.collective_timeout;
         options.shared_memory = group.shared_memory;
         options.shm_helper_thread = group.helper_thread;
         options.node = group.nodes.empty() ? "one" : group.nodes[static_cast<size_t>(r)];
@@ -291,6 +294,40 @@ TEST(ShmCollectives, MissingRankTimesOutNamingIt) {
     } else {
       EXPECT_GE(in_call.count(), 1.9);
     }
+  }
+}
+
+// collective_timeout bounds a collective's wait, timeout a barrier's (set-up, checkpoint saves): a
+// rank 2.5 s late passes a barrier; a rank 6 s late in an all-reduce fails it after about 1 s,
+// naming the option; through shared memory and through Gloo.
+TEST(ShmCollectives, CollectivesWaitUpToCollectiveTimeoutAndBarriersUpToTimeout) {
+  for (const bool shared_memory : {true, false}) {
+    SCOPED_TRACE(shared_memory ? "shared memory" : "gloo");
+    const Group group{shared_memory, {}, 20s, true, 1s};
+    on_ranks(2, group, [&](int64_t rank, Collectives& collectives) {
+      if (rank == 1) std::this_thread::sleep_for(2500ms);
+      collectives.barrier();
+    });
+    std::chrono::duration<double> waited{};
+    const auto message = testing::error_of([&] {
+      on_ranks(2, group, [&](int64_t rank, Collectives& collectives) {
+        auto tensor = torch::ones({10});
+        if (rank == 1) {
+          std::this_thread::sleep_for(6s);
+          return;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          collectives.all_reduce(tensor, Reduce::sum).wait();
+        } catch (...) {
+          waited = std::chrono::steady_clock::now() - start;
+          throw;
+        }
+      });
+    });
+    EXPECT_NE(message.find("collective_timeout"), std::string::npos) << message;
+    // Well before the late rank would have come (6 s), let alone the group's timeout (20 s).
+    EXPECT_LT(waited.count(), 5.0) << message;
   }
 }
 
