@@ -114,7 +114,8 @@ class C10dCollectives : public Collectives {
     return outputs[0];
   }
 
-  // Every rank adds itself to this barrier's count and waits until all have.
+  // Every rank adds itself to this barrier's count and waits until all have (up to timeout); then
+  // the group's own barrier lines the ranks up to the microsecond, as the polling cannot.
   void barrier() override {
     const std::string key = prefix_ + "/barrier/" + std::to_string(++barriers_);
     store_->add(key, 1);
@@ -127,6 +128,7 @@ class C10dCollectives : public Collectives {
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(20'000));
     }
+    wait(*group_->barrier(), "barrier");
   }
 
  private:
