@@ -25,6 +25,22 @@ class PendingWork {
   std::function<void()> wait_;
 };
 
+/// Names the collectives that this thread starts while it lives ("gradient bucket" 0, "signal
+/// vote"), for the report of a collective that times out. `what` must outlive it (a literal).
+class CollectiveName {
+ public:
+  explicit CollectiveName(const char* what, int64_t index = -1);
+  ~CollectiveName();
+  CollectiveName(const CollectiveName&) = delete;
+  CollectiveName& operator=(const CollectiveName&) = delete;
+  /// The innermost name on this thread, e.g. "gradient bucket 0" ("" without one).
+  static std::string current();
+
+ private:
+  const char* previous_what_;
+  int64_t previous_index_;
+};
+
 /// Collectives over a fixed group of ranks. Every rank must call them in the same order.
 class Collectives {
  public:

@@ -90,6 +90,7 @@ void DDPStrategy::setup_module(torch::nn::Module& module) {
     std::vector<torch::Tensor> flat;
     for (const auto& t : state) flat.push_back(t.detach().reshape({-1}).to(torch::kDouble));
     auto packed = torch::cat(flat);
+    const CollectiveName name("parameter broadcast");
     collectives_->broadcast(packed, 0);
     int64_t offset = 0;
     for (auto& t : state) {

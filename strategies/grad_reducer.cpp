@@ -139,6 +139,7 @@ void GradReducer::mark_ready(size_t parameter) {
 // Buckets start strictly in order on every rank, so that the collectives match across ranks.
 void GradReducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_]->pending == 0) {
+    const CollectiveName name("gradient bucket", static_cast<int64_t>(next_bucket_));
     auto& bucket = *buckets_[next_bucket_++];
     ProfileScope scope(profiler_, "[GradReducer].all_reduce");
     bucket.work = collectives_.all_reduce(bucket.buffer, Reduce::sum);

@@ -4,8 +4,10 @@
 
 #include <arc/base/error.h>
 #include <arc/base/torch_compat.h>
+#include <arc/strategies/detail/collective_trace.h>
 #include <arc/strategies/detail/shm_collectives.h>
 
+#include <c10/core/InferenceMode.h>
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -92,23 +94,28 @@ class C10dCollectives : public Collectives {
   std::string backend() const override { return backend_; }
 
   PendingWork all_reduce(torch::Tensor tensor, Reduce op) override {
-    std::vector<torch::Tensor> tensors{std::move(tensor)};
+    std::vector<torch::Tensor> tensors{writable(tensor)};
     c10d::AllreduceOptions options;
     options.reduceOp = to_c10d(op);
     auto work = group_->allreduce(tensors, options);
-    return PendingWork([this, work, tensors] { wait(*work, "all_reduce"); });
+    return PendingWork([this, work, tensors, tensor]() mutable {
+      wait(*work, "all_reduce");
+      copy_back(tensors[0], tensor);
+    });
   }
 
   void broadcast(torch::Tensor tensor, int64_t src) override {
-    std::vector<torch::Tensor> tensors{std::move(tensor)};
+    std::vector<torch::Tensor> tensors{writable(tensor)};
     c10d::BroadcastOptions options;
     options.rootRank = src;
     wait(*group_->broadcast(tensors, options), "broadcast");
+    copy_back(tensors[0], tensor);
   }
 
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override {
     std::vector<torch::Tensor> inputs{tensor.contiguous()};
     std::vector<std::vector<torch::Tensor>> outputs(1);
+    const c10::InferenceMode normal_tensors(false);
     for (int64_t r = 0; r < world_size(); ++r) outputs[0].push_back(torch::empty_like(inputs[0]));
     wait(*group_->allgather(outputs, inputs), "all_gather");
     return outputs[0];
@@ -132,6 +139,20 @@ class C10dCollectives : public Collectives {
   }
 
  private:
+  // The group's threads run outside inference mode, where an inference tensor (made in an
+  // evaluation step under inference_mode) may not be written: such a tensor goes through a normal
+  // copy, written back on the calling thread (copy_back).
+  static torch::Tensor writable(const torch::Tensor& tensor) {
+    if (!tensor.is_inference()) return tensor;
+    const c10::InferenceMode normal_tensors(false);
+    return tensor.clone();
+  }
+  static void copy_back(const torch::Tensor& from, torch::Tensor& to) {
+    if (from.is_same(to)) return;
+    const c10::InferenceMode inference;
+    to.copy_(from);
+  }
+
   // Waits for `work`; a failure (Gloo's timeout among them) says which collective and what bounds it.
   template <typename Work>
   void wait(Work& work, const char* what) const {
@@ -224,13 +245,10 @@ int64_t StoreServer::port() const { return store_->getPort(); }
 
 c10::intrusive_ptr<c10d::TCPStore> StoreServer::store() const { return store_; }
 
-std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
-                                              c10::intrusive_ptr<c10d::TCPStore> hosted) {
-  auto store = std::move(hosted);
-  if (!store)
-    store = options.rank == 0 && !options.store_hosted_elsewhere
-                ? StoreServer(options.address, options.port, options.timeout).store()
-                : connect(options);
+namespace {
+
+std::unique_ptr<Collectives> make_untraced(const RendezvousOptions& options,
+                                           const c10::intrusive_ptr<c10d::TCPStore>& store) {
   auto gloo = make_gloo(store, options.prefix, options);
 #ifdef ARC_WITH_NCCL
   if (options.nccl) return std::make_unique<ByDevice>(std::move(gloo), make_nccl(store, options.prefix, options));
@@ -251,6 +269,21 @@ std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
   };
   c10d::PrefixStore prefixed(options.prefix + "/shm", store);
   return make_shm_collectives(prefixed, shm, std::move(gloo), make_leaders);
+}
+
+}  // namespace
+
+std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
+                                              c10::intrusive_ptr<c10d::TCPStore> hosted) {
+  auto store = std::move(hosted);
+  if (!store)
+    store = options.rank == 0 && !options.store_hosted_elsewhere
+                ? StoreServer(options.address, options.port, options.timeout).store()
+                : connect(options);
+  auto group = make_untraced(options, store);
+  if (options.world_size == 1) return group;
+  return std::make_unique<TracedCollectives>(std::move(group), store, options.prefix,
+                                             options.collective_timeout.value_or(options.timeout));
 }
 
 std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options) {

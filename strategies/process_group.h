@@ -60,7 +60,8 @@ class StoreServer {
 
 /// Joins the group: rank 0 uses `hosted` (or hosts a store itself, unless it is hosted elsewhere),
 /// other ranks connect; every rank checks in and waits for all others, and a timeout names the
-/// missing ranks. Gloo, with shared memory within each node unless options.shared_memory is off,
+/// missing ranks. Its collectives are numbered and named (TracedCollectives): one that fails says
+/// where every rank was. Gloo, with shared memory within each node unless options.shared_memory is off,
 /// or NCCL for CUDA tensors when options.nccl is on and LibTorch has it.
 std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
                                               c10::intrusive_ptr<c10d::TCPStore> hosted);

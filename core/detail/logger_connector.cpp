@@ -35,6 +35,7 @@ GatherFn LoggerConnector::gather() const {
   if (group == nullptr || group->world_size() == 1) return nullptr;
   return [group](const std::vector<double>& values) {
     const auto local = torch::tensor(values, torch::kDouble);
+    const CollectiveName name("metric sync");
     std::vector<std::vector<double>> out;
     for (const auto& rank : group->all_gather(local)) {
       const double* data = rank.data_ptr<double>();

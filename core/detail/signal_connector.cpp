@@ -132,6 +132,7 @@ SignalConnector::Decision SignalConnector::check(bool wants_validation, int64_t 
     agreed = read();
   }
   fill(local(wants_validation, batches_end, batches_most));
+  const CollectiveName name("signal vote");
   vote_ = group->all_reduce(ballot_, Reduce::max);
   return act(agreed);
 }
@@ -144,6 +145,7 @@ SignalConnector::Decision SignalConnector::settle(bool wants_validation, int64_t
   // Every flag only ever turns on (the validation asked for only grows, the end only comes
   // nearer), so this vote includes everything the one in flight carried.
   fill(local(wants_validation, batches_end, batches_most));
+  const CollectiveName name("signal vote");
   group->all_reduce(ballot_, Reduce::max).wait();
   return act(read());
 }
@@ -162,6 +164,7 @@ void SignalConnector::save_and_stop(const Ballot& received) {
   console().warn("{} received: saving '{}' at global step {}", name, path, step);
   trainer_.save_checkpoint(path);
   // No rank leaves (and no launcher reacts to its exit) before the file is complete.
+  const CollectiveName barrier_name("checkpoint save");
   trainer_.strategy().barrier();
   if (received.terminate)
     ARC_FAIL("fit stopped by SIGTERM at global step ", step, "; saved '", path,

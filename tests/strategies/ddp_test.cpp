@@ -138,11 +138,17 @@ TEST(DDP, AStreamEndsTheEpochOnEveryRankWhereTheShortestShareEnds) {
 // synced val_loss is the mean over all 97, as one process gives. A per-step synced value cannot
 // pair up over shares of different lengths: an error on every rank that says what to log instead.
 TEST(DDP, ValidationOverAStreamCountsEverySampleOfEveryRank) {
-  CommandRun ddp;
-  EXPECT_LT(weights_apart("--batch 32 --steps 16 --val-stream 97", "--batch 16 --steps 16 --val-stream 97", ddp), 1e-6);
   const auto single = probe("--strategy single_device --devices 1 --batch 32 --steps 16 --val-stream 97");
   ASSERT_EQ(single.status, 0) << single.output;
-  EXPECT_NEAR(report(ddp)["val_loss"].get<double>(), report(single)["val_loss"].get<double>(), 1e-5);
+  // Also through Gloo, whose threads cannot write the inference tensors of the metric sync.
+  for (const std::string shared_memory : {"1", "0"}) {
+    SCOPED_TRACE("shared memory " + shared_memory);
+    CommandRun ddp;
+    EXPECT_LT(weights_apart("--batch 32 --steps 16 --val-stream 97",
+                            "--batch 16 --steps 16 --val-stream 97 --shared-memory " + shared_memory, ddp),
+              1e-6);
+    EXPECT_NEAR(report(ddp)["val_loss"].get<double>(), report(single)["val_loss"].get<double>(), 1e-5);
+  }
   const auto per_step =
       probe("--strategy ddp_spawn --devices 2 --batch 16 --steps 16 --val-stream 97 --val-step-sync 1");
   EXPECT_NE(per_step.status, 0);
@@ -176,7 +182,8 @@ TEST(DDP, UnevenUserShardsFollowEvenBatches) {
 }
 
 // A rank stuck for 20 s in one step: with collective_timeout 1 s (timeout 60 s) the run fails within
-// seconds, the error naming collective_timeout, through shared memory and through Gloo.
+// seconds, the error naming collective_timeout and where each rank was, through shared memory and
+// through Gloo.
 TEST(DDP, AStuckRankFailsTheRunAfterCollectiveTimeoutNotTimeout) {
   for (const std::string shared_memory : {"1", "0"}) {
     SCOPED_TRACE("shared memory " + shared_memory);
@@ -188,6 +195,11 @@ TEST(DDP, AStuckRankFailsTheRunAfterCollectiveTimeoutNotTimeout) {
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     EXPECT_NE(stuck.status, 0);
     EXPECT_NE(stuck.output.find("collective_timeout"), std::string::npos) << stuck.output;
+    // Where each rank was: rank 0 in step 3's gradient all-reduce, rank 1 in its own work.
+    EXPECT_NE(stuck.output.find("rank 0: waits in all_reduce #"), std::string::npos) << stuck.output;
+    EXPECT_NE(stuck.output.find("(gradient bucket 0, "), std::string::npos) << stuck.output;
+    EXPECT_NE(stuck.output.find("rank 1: in no collective for "), std::string::npos) << stuck.output;
+    EXPECT_NE(stuck.output.find("last completed all_reduce #"), std::string::npos) << stuck.output;
     // Ended by the 1 s collective_timeout, long before the stall (20 s) or the timeout (60 s) ran out.
     EXPECT_LT(took.count(), 15.0) << stuck.output;
   }

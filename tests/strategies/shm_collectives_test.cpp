@@ -5,6 +5,7 @@
 
 #include <support/errors.h>
 
+#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -328,6 +329,26 @@ TEST(ShmCollectives, CollectivesWaitUpToCollectiveTimeoutAndBarriersUpToTimeout)
     EXPECT_NE(message.find("collective_timeout"), std::string::npos) << message;
     // Well before the late rank would have come (6 s), let alone the group's timeout (20 s).
     EXPECT_LT(waited.count(), 5.0) << message;
+  }
+}
+
+// Tensors made in an evaluation step under inference_mode go through every backend (Gloo's threads
+// run outside inference mode, where such a tensor may not be written).
+TEST(ShmCollectives, InferenceTensorsGoThroughSharedMemoryAndGloo) {
+  for (const bool shared_memory : {true, false}) {
+    SCOPED_TRACE(shared_memory ? "shared memory" : "gloo");
+    on_ranks(2, Group{shared_memory, {}}, [&](int64_t rank, Collectives& group) {
+      const c10::InferenceMode inference;
+      auto value = torch::full({3}, static_cast<float>(rank + 1));
+      group.all_reduce(value, Reduce::sum).wait();
+      EXPECT_TRUE(torch::equal(value, torch::full({3}, 3.0f)));
+      auto from_one = torch::full({2}, static_cast<float>(rank));
+      group.broadcast(from_one, 1);
+      EXPECT_TRUE(torch::equal(from_one, torch::ones({2})));
+      const auto gathered = group.all_gather(torch::full({1}, static_cast<double>(rank)));
+      ASSERT_EQ(gathered.size(), 2u);
+      EXPECT_EQ(gathered[1].item<double>(), 1.0);
+    });
   }
 }
 
