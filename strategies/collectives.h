@@ -57,6 +57,9 @@ class Collectives {
   /// Every rank's `tensor`, in rank order.
   virtual std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) = 0;
   virtual void barrier() = 0;
+  /// Seconds this process has spent blocked in the group's collectives so far (0: not counted), so
+  /// that a step's own work can be told from its waiting for the other ranks.
+  virtual double blocked_seconds() const { return 0.0; }
 };
 
 }  // namespace arc

@@ -135,12 +135,15 @@ void FitLoop::run() {
   if (resume_from_.empty()) sanity_check();
   call_hook(t, module_, "on_train_start", &Callback::on_train_start, &TrainModule::on_train_start);
   signals_ = std::make_unique<SignalConnector>(t, *state_.cluster_environment);
+  if (auto* group = t.strategy().collectives(); group != nullptr && group->world_size() > 1)
+    stragglers_ = std::make_unique<StragglerMonitor>(*group);
   last_validation_ = std::chrono::steady_clock::now();
   agreed_ = signals_->settle();
   if (state_.num_training_batches == 0)
     console().warn("no training batch selected (limit_train_batches or an empty dataset); fit skips training");
   while (state_.num_training_batches > 0 && !epochs_done() && !steps_done() && !stop_requested()) run_epoch();
   signals_.reset();
+  stragglers_.reset();
   call_hook(t, module_, "on_train_end", &Callback::on_train_end, &TrainModule::on_train_end);
   call_hook(t, module_, "on_fit_end", &Callback::on_fit_end, &TrainModule::on_fit_end);
   state_.training = false;
@@ -190,6 +193,7 @@ void FitLoop::run_epoch() {
   call_hook(t, module_, "on_train_epoch_start", &Callback::on_train_epoch_start, &TrainModule::on_train_epoch_start);
   for (int64_t batch_idx = first; batch_idx < state_.num_training_batches; ++batch_idx) {
     if (steps_done() || stop_requested()) break;
+    const auto fetch_start = std::chrono::steady_clock::now();
     std::optional<Batch> fetched;
     {
       ProfileScope scope(t.profiler(), "[FitLoop].train_dataloader_next");
@@ -202,7 +206,11 @@ void FitLoop::run_epoch() {
     }
     if (!fetched) break;
     Batch batch = t.transfer_batch(std::move(*fetched), 0);
-    run_batch(batch, batch_idx);
+    if (stragglers_) {
+      timed_batch(batch, batch_idx, fetch_start);
+    } else {
+      run_batch(batch, batch_idx);
+    }
     if (validation_due(batch_idx)) validate();
     vote(false);
   }
@@ -248,6 +256,20 @@ void FitLoop::even_out() {
             state_.progress.current_epoch, " to repeat (the most: ", most, "); give every rank data, or set ",
             "even_batches to \"drop\"");
   if (mode == "pad") state_.num_training_batches = most;
+}
+
+// run_batch under DDP, its times noted for the straggler statistics, which go to the loggers at
+// every log_every_n_steps-th batch.
+void FitLoop::timed_batch(Batch& batch, int64_t batch_idx, std::chrono::steady_clock::time_point fetch_start) {
+  auto& group = *trainer_.strategy().collectives();
+  const auto step_start = std::chrono::steady_clock::now();
+  const double blocked = group.blocked_seconds();
+  run_batch(batch, batch_idx);
+  const auto step_end = std::chrono::steady_clock::now();
+  stragglers_->add(std::chrono::duration<double>(step_start - fetch_start).count(),
+                   std::chrono::duration<double>(step_end - step_start).count(), group.blocked_seconds() - blocked);
+  if (state_.progress.total_batches % trainer_.options().log_every_n_steps() == 0)
+    state_.logging.send(stragglers_->report(), state_.progress);
 }
 
 void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {

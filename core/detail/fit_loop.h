@@ -4,6 +4,7 @@
 
 #include <arc/core/detail/evaluation_loop.h>
 #include <arc/core/detail/signal_connector.h>
+#include <arc/core/detail/straggler_monitor.h>
 #include <arc/core/train_module.h>
 #include <arc/data/batch.h>
 
@@ -48,6 +49,7 @@ class FitLoop {
   void load_val();
   bool has_validation() const;
   void run_batch(Batch& batch, int64_t batch_idx);
+  void timed_batch(Batch& batch, int64_t batch_idx, std::chrono::steady_clock::time_point fetch_start);
   /// The module's training_step under the precision's forward context.
   torch::Tensor training_step(Batch& batch, int64_t batch_idx);
   /// training_step, backward and, at an accumulation window's end, the step; an undefined loss
@@ -85,6 +87,8 @@ class FitLoop {
   std::string resume_from_;
   int64_t first_batch_ = 0;
   std::unique_ptr<SignalConnector> signals_;
+  /// Under DDP: the ranks' step times, compared every log_every_n_steps steps.
+  std::unique_ptr<StragglerMonitor> stragglers_;
   /// What the ranks agreed at the last batch boundary (a stop request, max_time).
   SignalConnector::Decision agreed_;
   std::chrono::steady_clock::time_point last_validation_;

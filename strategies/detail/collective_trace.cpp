@@ -79,9 +79,27 @@ int64_t TracedCollectives::begin(const char* kind, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t seq = ++next_seq_;
   in_flight_.emplace(seq, Op{kind, std::move(name), bytes, unix_ms(), true});
-  ++waiting_;
+  count_waiting(true);
   ++version_;
   return seq;
+}
+
+void TracedCollectives::count_waiting(bool more) {
+  const auto now = std::chrono::steady_clock::now();
+  if (more) {
+    if (waiting_++ == 0) blocked_since_ = now;
+    return;
+  }
+  if (--waiting_ > 0) return;
+  blocked_ += now - blocked_since_;
+  idle_since_ms_ = unix_ms();
+}
+
+double TracedCollectives::blocked_seconds() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto blocked = blocked_;
+  if (waiting_ > 0) blocked += std::chrono::steady_clock::now() - blocked_since_;
+  return std::chrono::duration<double>(blocked).count();
 }
 
 void TracedCollectives::set_waiting(int64_t seq, bool waiting) {
@@ -89,8 +107,7 @@ void TracedCollectives::set_waiting(int64_t seq, bool waiting) {
   const auto found = in_flight_.find(seq);
   if (found == in_flight_.end() || found->second.waiting == waiting) return;
   found->second.waiting = waiting;
-  waiting_ += waiting ? 1 : -1;
-  if (waiting_ == 0) idle_since_ms_ = unix_ms();
+  count_waiting(waiting);
   ++version_;
 }
 
@@ -102,7 +119,7 @@ void TracedCollectives::end(int64_t seq) {
     last_seq_ = seq;
     last_what_ = op_text(found->second.kind, seq, found->second.name, found->second.bytes);
   }
-  if (found->second.waiting && --waiting_ == 0) idle_since_ms_ = unix_ms();
+  if (found->second.waiting) count_waiting(false);
   in_flight_.erase(found);
   ++version_;
 }

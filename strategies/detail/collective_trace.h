@@ -40,6 +40,7 @@ class TracedCollectives : public Collectives {
   void broadcast(torch::Tensor tensor, int64_t src) override;
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override;
   void barrier() override;
+  double blocked_seconds() const override;
 
  private:
   struct Op {
@@ -54,6 +55,8 @@ class TracedCollectives : public Collectives {
 
   /// A new collective, being waited in.
   int64_t begin(const char* kind, int64_t bytes);
+  /// Counts `waiting_` up or down, and the time blocked with it (under the lock).
+  void count_waiting(bool more);
   /// Collective `seq` is (waiting) or is no longer (!waiting) being waited in.
   void set_waiting(int64_t seq, bool waiting);
   void end(int64_t seq);
@@ -79,6 +82,9 @@ class TracedCollectives : public Collectives {
   int64_t next_seq_ = 0;
   std::map<int64_t, Op> in_flight_;
   int64_t waiting_ = 0;
+  /// Time blocked in collectives: the finished stretches, and when the current one began.
+  std::chrono::steady_clock::duration blocked_{};
+  std::chrono::steady_clock::time_point blocked_since_;
   int64_t last_seq_ = 0;
   std::string last_what_;
   int64_t idle_since_ms_ = 0;

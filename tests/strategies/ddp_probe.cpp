@@ -11,6 +11,7 @@
 //             [--spare 1 [--static-graph 1] [--find-unused 1]] [--val-every-seconds 0.2] [--user-shard 1]
 //             [--stream 97] [--val-stream 97 [--val-step-sync 1]] [--uneven-drop 32 [--even-batches pad]]
 //             [--collective-timeout 1] [--stall-rank 1 --stall-step 3 --stall-ms 20000]
+//             [--slow-rank 1 --slow-ms 20] [--log-every 5]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -28,6 +29,7 @@
 // --uneven-drop N (with --user-shard): rank 1's share loses its last N samples; --even-batches: the
 // option for the ranks' different batch counts.
 // --stall-rank/--stall-step/--stall-ms: that rank sleeps in that step's training_step.
+// --slow-rank/--slow-ms: that rank sleeps in every training_step. --log-every: log_every_n_steps.
 // --stream N: the training data is a stream (an IterableDataset) of the first N samples.
 // --val-stream N: validation on a stream of the first N samples, logging `val_loss` (sync_dist, per
 // epoch; --val-step-sync: per step too).
@@ -63,6 +65,7 @@ struct Args {
   int64_t elastic_every = 0, step_ms = 0, stop_rank = -1, stop_step = -1, early_stop_rank = -1, late_rank = -1;
   int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0, skip_rank = -1, skip_batch = -1, stream = 0;
   int64_t val_stream = 0, uneven_drop = 0, stall_rank = -1, stall_step = -1, stall_ms = 0;
+  int64_t slow_rank = -1, slow_ms = 0, log_every = 0;
   double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
   bool find_unused = false, user_shard = false, val_step_sync = false;
@@ -122,6 +125,9 @@ Args parse(int argc, char** argv) {
     if (key == "--stall-rank") a.stall_rank = std::stoll(value);
     if (key == "--stall-step") a.stall_step = std::stoll(value);
     if (key == "--stall-ms") a.stall_ms = std::stoll(value);
+    if (key == "--slow-rank") a.slow_rank = std::stoll(value);
+    if (key == "--slow-ms") a.slow_ms = std::stoll(value);
+    if (key == "--log-every") a.log_every = std::stoll(value);
     if (key == "--even-batches") a.even_batches = value;
     if (key == "--val-step-sync") a.val_step_sync = value == "1";
   }
@@ -144,6 +150,8 @@ class Probe : public arc::TrainModule {
     if (args_.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(args_.step_ms));
     if (trainer().global_rank() == args_.stall_rank && global_step() == args_.stall_step)
       std::this_thread::sleep_for(std::chrono::milliseconds(args_.stall_ms));
+    if (trainer().global_rank() == args_.slow_rank)
+      std::this_thread::sleep_for(std::chrono::milliseconds(args_.slow_ms));
     maybe_fail();
     if (trainer().global_rank() == args_.stop_rank && global_step() == args_.stop_step)
       trainer().request_stop("probe: rank " + std::to_string(args_.stop_rank) + " alone asks to stop");
@@ -277,6 +285,7 @@ int main(int argc, char** argv) {
   options.process_group_backend(args.process_group_backend);
   options.accumulate_grad_batches(args.accumulate).timeout(args.timeout).num_threads(1);
   options.collective_timeout(args.collective_timeout);
+  if (args.log_every > 0) options.log_every_n_steps(args.log_every);
   options.shared_memory(args.shared_memory)
       .sync_batchnorm(args.sync_batchnorm)
       .static_graph(args.static_graph)

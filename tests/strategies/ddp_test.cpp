@@ -323,6 +323,52 @@ TEST(DDP, LoggersBuiltInMainWriteOneVersionFromRankZero) {
   std::filesystem::remove_all(dir);
 }
 
+// Rank 1 sleeps 20 ms in every step: every 5 steps the ranks compare their own step times (waits
+// for each other left out) and the loggers get perf/slowest_rank 1 and the ratio; after three
+// intervals rank 1 warns once, naming itself, its host and that it computes (not loads data). With
+// even ranks, nobody warns.
+TEST(DDP, AStragglerIsNamedByItsOwnStepTime) {
+  const auto dir = scratch_path("stragglers");
+  std::filesystem::remove_all(dir);
+  const auto slow = probe(
+      "--strategy ddp_spawn --devices 2 --steps 30 --log-every 5 --slow-rank 1 --slow-ms 20 "
+      "--loggers " +
+      dir);
+  ASSERT_EQ(slow.status, 0) << slow.output;
+  const std::string warning = "rank 1 on " + arc::host_name() + " has been at least 20% slower than the median rank";
+  EXPECT_NE(slow.output.find(warning), std::string::npos) << slow.output;
+  EXPECT_EQ(slow.output.find(warning, slow.output.find(warning) + 1), std::string::npos) << "warned twice";
+  EXPECT_NE(slow.output.find("it computes more slowly"), std::string::npos) << slow.output;
+  // The last value logged for perf/slowest_rank (other rows leave its cell empty).
+  const auto cells = [](const std::string& line) {
+    std::vector<std::string> out;
+    std::stringstream parts(line);
+    for (std::string cell; std::getline(parts, cell, ',');) out.push_back(cell);
+    return out;
+  };
+  std::ifstream csv(dir + "/lightning_logs/version_0/metrics.csv");
+  std::string header, row, slowest;
+  std::getline(csv, header);
+  const auto columns = cells(header);
+  const auto column =
+      static_cast<size_t>(std::find(columns.begin(), columns.end(), "perf/slowest_rank") - columns.begin());
+  ASSERT_LT(column, columns.size()) << header;
+  int64_t rows = 0;
+  while (std::getline(csv, row)) {
+    const auto values = cells(row);
+    if (column < values.size() && !values[column].empty()) {
+      slowest = values[column];
+      ++rows;
+    }
+  }
+  EXPECT_EQ(rows, 6);  // 30 steps, every 5
+  EXPECT_EQ(slowest, "1") << header;
+  std::filesystem::remove_all(dir);
+  const auto even = probe("--strategy ddp_spawn --devices 2 --steps 30 --log-every 5 --step-ms 5");
+  ASSERT_EQ(even.status, 0) << even.output;
+  EXPECT_EQ(even.output.find("slower than the median rank"), std::string::npos) << even.output;
+}
+
 // SIGINT to one rank (here: it raises it itself) stops every rank at the same batch boundary, and
 // every process ends with 130: under ddp_spawn, and under ddp with processes started by hand.
 TEST(DDP, SigintToOneRankStopsEveryRankWith130) {
