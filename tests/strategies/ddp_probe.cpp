@@ -11,7 +11,7 @@
 //             [--spare 1 [--static-graph 1] [--find-unused 1]] [--val-every-seconds 0.2] [--user-shard 1]
 //             [--stream 97] [--val-stream 97 [--val-step-sync 1]] [--uneven-drop 32 [--even-batches pad]]
 //             [--collective-timeout 1] [--stall-rank 1 --stall-step 3 --stall-ms 20000]
-//             [--slow-rank 1 --slow-ms 20] [--log-every 5]
+//             [--slow-rank 1 --slow-ms 20] [--log-every 5] [--num-nodes 2] [--out-every-rank 1]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -30,6 +30,7 @@
 // option for the ranks' different batch counts.
 // --stall-rank/--stall-step/--stall-ms: that rank sleeps in that step's training_step.
 // --slow-rank/--slow-ms: that rank sleeps in every training_step. --log-every: log_every_n_steps.
+// --num-nodes: TrainerOptions::num_nodes. --out-every-rank: every rank writes its weights to OUT.<rank>.
 // --stream N: the training data is a stream (an IterableDataset) of the first N samples.
 // --val-stream N: validation on a stream of the first N samples, logging `val_loss` (sync_dist, per
 // epoch; --val-step-sync: per step too).
@@ -65,10 +66,10 @@ struct Args {
   int64_t elastic_every = 0, step_ms = 0, stop_rank = -1, stop_step = -1, early_stop_rank = -1, late_rank = -1;
   int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0, skip_rank = -1, skip_batch = -1, stream = 0;
   int64_t val_stream = 0, uneven_drop = 0, stall_rank = -1, stall_step = -1, stall_ms = 0;
-  int64_t slow_rank = -1, slow_ms = 0, log_every = 0;
+  int64_t slow_rank = -1, slow_ms = 0, log_every = 0, num_nodes = 1;
   double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
-  bool find_unused = false, user_shard = false, val_step_sync = false;
+  bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false;
   std::string out, fail, loop = "trainer", root = ".", precision = "32-true", loggers, prepare_log;
   std::string even_batches = "error";
   // The CPU unless asked: "auto" would take a GPU wherever one is, and the tests count CPU ranks.
@@ -128,6 +129,8 @@ Args parse(int argc, char** argv) {
     if (key == "--slow-rank") a.slow_rank = std::stoll(value);
     if (key == "--slow-ms") a.slow_ms = std::stoll(value);
     if (key == "--log-every") a.log_every = std::stoll(value);
+    if (key == "--num-nodes") a.num_nodes = std::stoll(value);
+    if (key == "--out-every-rank") a.out_every_rank = value == "1";
     if (key == "--even-batches") a.even_batches = value;
     if (key == "--val-step-sync") a.val_step_sync = value == "1";
   }
@@ -286,6 +289,7 @@ int main(int argc, char** argv) {
   options.accumulate_grad_batches(args.accumulate).timeout(args.timeout).num_threads(1);
   options.collective_timeout(args.collective_timeout);
   if (args.log_every > 0) options.log_every_n_steps(args.log_every);
+  options.num_nodes(args.num_nodes);
   options.shared_memory(args.shared_memory)
       .sync_batchnorm(args.sync_batchnorm)
       .static_graph(args.static_graph)
@@ -363,6 +367,7 @@ int main(int argc, char** argv) {
       trainer.fit(module, noting);
     }
     std::cout << "STOPPED " << trainer.global_rank() << " " << trainer.global_step() << std::endl;
+    if (args.out_every_rank) write_parameters(module, args.out + "." + std::to_string(trainer.global_rank()));
     if (trainer.is_global_zero()) {
       nlohmann::json report = trainer.callback_metrics();
       report["global_step"] = trainer.global_step();

@@ -113,6 +113,38 @@ TEST(Launchers, TorchrunStaticRunsDdpAsDdpSpawnDoes) {
   std::filesystem::remove_all(dir);
 }
 
+// Two nodes of two ranks on one machine: two torchrun agents, --nnodes 2 --node_rank 0|1 over
+// loopback. Node identity is host name + node rank, so Arclight reduces through shared memory within
+// each "node" and Gloo across them; every rank ends with the same weights, and a second run gives
+// the same bits.
+TEST(Launchers, TwoTorchrunNodesOfTwoRanksTrainToTheSameBitsOnEveryRank) {
+  if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
+  const std::string dir = scratch("two_nodes");
+  std::vector<std::string> weights;
+  for (const int attempt : {0, 1}) {
+    const std::string port = std::to_string(arc::testing::free_port());
+    const std::string out = dir + "/w" + std::to_string(attempt) + ".bin";
+    std::string command;
+    for (const int node : {1, 0}) {
+      command += "timeout 120 torchrun -r 9:1 -t 9:1 --nnodes 2 --node_rank " + std::to_string(node) +
+                 " --nproc_per_node 2 --master_addr 127.0.0.1 --master_port " + port + " --no_python " + kProbe +
+                 " --strategy ddp --steps 30 --num-nodes 2 --out-every-rank 1 --root " + dir + " --out " + out;
+      command += node == 1 ? " > " + dir + "/node1.log 2>&1 & node1=$!; " : " 2>&1; status=$?; wait $node1 || exit 1; ";
+    }
+    const auto run = run_command(command + "exit $status");
+    ASSERT_EQ(run.status, 0) << run.output << read_file(dir + "/node1.log");
+    EXPECT_NE(run.output.find("rank 0 of 4 on cpu (torchelastic environment, shared memory within each node, "
+                              "gloo across 2 nodes"),
+              std::string::npos)
+        << run.output;
+    for (int rank = 0; rank < 4; ++rank) weights.push_back(read_file(out + "." + std::to_string(rank)));
+  }
+  ASSERT_FALSE(weights.front().empty());
+  for (size_t i = 1; i < weights.size(); ++i)
+    EXPECT_EQ(weights[i], weights.front()) << "rank " << i % 4 << " of run " << i / 4;
+  std::filesystem::remove_all(dir);
+}
+
 // Ctrl-C in the terminal of a launcher: every rank stops gracefully, at one batch boundary. torchrun
 // passes the terminal's SIGINT on to ranks that got it from the terminal already (one Ctrl-C, not
 // two: they say they were interrupted); mpirun sends SIGTERM, whose save the next fit resumes from.
