@@ -113,35 +113,70 @@ TEST(Launchers, TorchrunStaticRunsDdpAsDdpSpawnDoes) {
   std::filesystem::remove_all(dir);
 }
 
-// Two nodes of two ranks on one machine: two torchrun agents, --nnodes 2 --node_rank 0|1 over
-// loopback. Node identity is host name + node rank, so Arclight reduces through shared memory within
-// each "node" and Gloo across them; every rank ends with the same weights, and a second run gives
-// the same bits.
+// Two torchrun agents, --nnodes 2 --node_rank 1|0 over loopback, each starting two ranks of the
+// probe with `probe_args` (and --num-nodes 2): node 0's output is the command's, node 1's goes to
+// dir/node1.log; the command fails if either agent does.
+std::string two_nodes(const std::string& dir, const std::string& agent_flags, const std::string& probe_args) {
+  const std::string port = std::to_string(arc::testing::free_port());
+  std::string command;
+  for (const int node : {1, 0}) {
+    command += "timeout 120 torchrun -r 9:1 -t 9:1 --nnodes 2 --node_rank " + std::to_string(node) +
+               " --nproc_per_node 2 " + agent_flags + " --master_addr 127.0.0.1 --master_port " + port +
+               " --no_python " + kProbe + " --num-nodes 2 --root " + dir + " " + probe_args;
+    command += node == 1 ? " > " + dir + "/node1.log 2>&1 & node1=$!; " : " 2>&1; status=$?; wait $node1 || exit 1; ";
+  }
+  return command + "exit $status";
+}
+
+// Every rank's weights as --out-every-rank wrote them next to `out`.
+std::vector<std::string> weights_of_ranks(const std::string& out) {
+  std::vector<std::string> weights;
+  for (int rank = 0; rank < 4; ++rank) weights.push_back(read_file(out + "." + std::to_string(rank)));
+  return weights;
+}
+
+// Two nodes of two ranks on one machine. Node identity is host name + node rank, so Arclight reduces
+// through shared memory within each "node" and Gloo across them; every rank ends with the same
+// weights, and a second run gives the same bits.
 TEST(Launchers, TwoTorchrunNodesOfTwoRanksTrainToTheSameBitsOnEveryRank) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
   const std::string dir = scratch("two_nodes");
   std::vector<std::string> weights;
-  for (const int attempt : {0, 1}) {
-    const std::string port = std::to_string(arc::testing::free_port());
-    const std::string out = dir + "/w" + std::to_string(attempt) + ".bin";
-    std::string command;
-    for (const int node : {1, 0}) {
-      command += "timeout 120 torchrun -r 9:1 -t 9:1 --nnodes 2 --node_rank " + std::to_string(node) +
-                 " --nproc_per_node 2 --master_addr 127.0.0.1 --master_port " + port + " --no_python " + kProbe +
-                 " --strategy ddp --steps 30 --num-nodes 2 --out-every-rank 1 --root " + dir + " --out " + out;
-      command += node == 1 ? " > " + dir + "/node1.log 2>&1 & node1=$!; " : " 2>&1; status=$?; wait $node1 || exit 1; ";
-    }
-    const auto run = run_command(command + "exit $status");
+  for (const std::string attempt : {"0", "1"}) {
+    const std::string out = dir + "/w" + attempt + ".bin";
+    const auto run = run_command(two_nodes(dir, "", "--strategy ddp --steps 30 --out-every-rank 1 --out " + out));
     ASSERT_EQ(run.status, 0) << run.output << read_file(dir + "/node1.log");
     EXPECT_NE(run.output.find("rank 0 of 4 on cpu (torchelastic environment, shared memory within each node, "
                               "gloo across 2 nodes"),
               std::string::npos)
         << run.output;
-    for (int rank = 0; rank < 4; ++rank) weights.push_back(read_file(out + "." + std::to_string(rank)));
+    for (auto& rank : weights_of_ranks(out)) weights.push_back(std::move(rank));
   }
   ASSERT_FALSE(weights.front().empty());
   for (size_t i = 1; i < weights.size(); ++i)
     EXPECT_EQ(weights[i], weights.front()) << "rank " << i % 4 << " of run " << i / 4;
+  std::filesystem::remove_all(dir);
+}
+
+// Elastic across nodes: a worker of node 1 (rank 2) is killed at step 13; both agents restart their
+// workers, the group resumes from the step-10 checkpoint, and every rank ends with the bits of an
+// uninterrupted two-node run.
+TEST(Launchers, ElasticAcrossTwoNodesSurvivesAKilledWorkerOfNodeOneBitIdentical) {
+  if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
+  const std::string dir = scratch("two_nodes_elastic");
+  const std::string agents = "--max_restarts 2 --monitor_interval 0.1";
+  const std::string common = "--strategy elastic --steps 40 --elastic-every 5 --out-every-rank 1 --out ";
+  std::filesystem::create_directories(dir + "/plain");
+  const auto plain = run_command(two_nodes(dir + "/plain", agents, common + dir + "/plain.bin"));
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  const auto killed = run_command(two_nodes(
+      dir, agents, common + dir + "/killed.bin --fail sigkill --fail-attempt 0 --fail-rank 2 --fail-step 13"));
+  ASSERT_EQ(killed.status, 0) << killed.output << read_file(dir + "/node1.log");
+  EXPECT_NE(killed.output.find("elastic: start 2 of this job"), std::string::npos) << killed.output;
+  EXPECT_NE(read_file(dir + "/node1.log").find("TIMING kill 13"), std::string::npos) << read_file(dir + "/node1.log");
+  const auto expected = read_file(dir + "/plain.bin.0");
+  ASSERT_FALSE(expected.empty());
+  for (const auto& rank : weights_of_ranks(dir + "/killed.bin")) EXPECT_EQ(rank, expected);
   std::filesystem::remove_all(dir);
 }
 
