@@ -11,7 +11,7 @@
 //             [--spare 1 [--static-graph 1] [--find-unused 1]] [--val-every-seconds 0.2] [--user-shard 1]
 //             [--stream 97] [--val-stream 97 [--val-step-sync 1]] [--uneven-drop 32 [--even-batches pad]]
 //             [--collective-timeout 1] [--stall-rank 1 --stall-step 3 --stall-ms 20000]
-//             [--slow-rank 1 --slow-ms 20] [--log-every 5] [--num-nodes 2] [--out-every-rank 1]
+//             [--slow-rank 1 --slow-ms 20] [--log-every 5] [--num-nodes 2] [--out-every-rank 1] [--fail-node 1]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -31,6 +31,7 @@
 // --stall-rank/--stall-step/--stall-ms: that rank sleeps in that step's training_step.
 // --slow-rank/--slow-ms: that rank sleeps in every training_step. --log-every: log_every_n_steps.
 // --num-nodes: TrainerOptions::num_nodes. --out-every-rank: every rank writes its weights to OUT.<rank>.
+// --fail-node: every rank of that node (rank / local world size) fails as --fail-rank would.
 // --stream N: the training data is a stream (an IterableDataset) of the first N samples.
 // --val-stream N: validation on a stream of the first N samples, logging `val_loss` (sync_dist, per
 // epoch; --val-step-sync: per step too).
@@ -66,7 +67,7 @@ struct Args {
   int64_t elastic_every = 0, step_ms = 0, stop_rank = -1, stop_step = -1, early_stop_rank = -1, late_rank = -1;
   int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0, skip_rank = -1, skip_batch = -1, stream = 0;
   int64_t val_stream = 0, uneven_drop = 0, stall_rank = -1, stall_step = -1, stall_ms = 0;
-  int64_t slow_rank = -1, slow_ms = 0, log_every = 0, num_nodes = 1;
+  int64_t slow_rank = -1, slow_ms = 0, log_every = 0, num_nodes = 1, fail_node = -1;
   double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
   bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false;
@@ -130,6 +131,7 @@ Args parse(int argc, char** argv) {
     if (key == "--slow-ms") a.slow_ms = std::stoll(value);
     if (key == "--log-every") a.log_every = std::stoll(value);
     if (key == "--num-nodes") a.num_nodes = std::stoll(value);
+    if (key == "--fail-node") a.fail_node = std::stoll(value);
     if (key == "--out-every-rank") a.out_every_rank = value == "1";
     if (key == "--even-batches") a.even_batches = value;
     if (key == "--val-step-sync") a.val_step_sync = value == "1";
@@ -187,7 +189,9 @@ class Probe : public arc::TrainModule {
 
  private:
   void maybe_fail() {
-    if (trainer().global_rank() != args_.fail_rank || global_step() != args_.fail_step) return;
+    const int64_t node = trainer().global_rank() / trainer().strategy().local_world_size();
+    const bool on_failing_node = args_.fail_node >= 0 && node == args_.fail_node;
+    if ((trainer().global_rank() != args_.fail_rank && !on_failing_node) || global_step() != args_.fail_step) return;
     if (args_.fail_attempt != -1 && attempt() != args_.fail_attempt) return;
     std::cout << "TIMING kill " << global_step() << " " << unix_ms() << std::endl;
     if (args_.fail == "exception") throw std::runtime_error("probe failure on purpose");

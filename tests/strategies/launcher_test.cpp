@@ -158,10 +158,10 @@ TEST(Launchers, TwoTorchrunNodesOfTwoRanksTrainToTheSameBitsOnEveryRank) {
   std::filesystem::remove_all(dir);
 }
 
-// Elastic across nodes: a worker of node 1 (rank 2) is killed at step 13; both agents restart their
-// workers, the group resumes from the step-10 checkpoint, and every rank ends with the bits of an
-// uninterrupted two-node run.
-TEST(Launchers, ElasticAcrossTwoNodesSurvivesAKilledWorkerOfNodeOneBitIdentical) {
+// Elastic across nodes: every worker of node 1 (ranks 2 and 3), or one of them (rank 2), is killed
+// at step 13; both agents restart their workers, the group resumes from the step-10 checkpoint, and
+// every rank ends with the bits of an uninterrupted two-node run.
+TEST(Launchers, ElasticAcrossTwoNodesSurvivesKilledWorkersOfNodeOneBitIdentical) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
   const std::string dir = scratch("two_nodes_elastic");
   const std::string agents = "--max_restarts 2 --monitor_interval 0.1";
@@ -169,14 +169,21 @@ TEST(Launchers, ElasticAcrossTwoNodesSurvivesAKilledWorkerOfNodeOneBitIdentical)
   std::filesystem::create_directories(dir + "/plain");
   const auto plain = run_command(two_nodes(dir + "/plain", agents, common + dir + "/plain.bin"));
   ASSERT_EQ(plain.status, 0) << plain.output;
-  const auto killed = run_command(two_nodes(
-      dir, agents, common + dir + "/killed.bin --fail sigkill --fail-attempt 0 --fail-rank 2 --fail-step 13"));
-  ASSERT_EQ(killed.status, 0) << killed.output << read_file(dir + "/node1.log");
-  EXPECT_NE(killed.output.find("elastic: start 2 of this job"), std::string::npos) << killed.output;
-  EXPECT_NE(read_file(dir + "/node1.log").find("TIMING kill 13"), std::string::npos) << read_file(dir + "/node1.log");
   const auto expected = read_file(dir + "/plain.bin.0");
   ASSERT_FALSE(expected.empty());
-  for (const auto& rank : weights_of_ranks(dir + "/killed.bin")) EXPECT_EQ(rank, expected);
+  for (const std::string victims : {"--fail-node 1", "--fail-rank 2"}) {
+    SCOPED_TRACE(victims);
+    // A folder of its own: an elastic run resumes from the checkpoints it finds in its root.
+    const std::string root = dir + "/" + (victims == "--fail-node 1" ? "node" : "rank");
+    std::filesystem::create_directories(root);
+    const auto killed = run_command(two_nodes(
+        root, agents, common + root + "/killed.bin --fail sigkill --fail-attempt 0 --fail-step 13 " + victims));
+    const auto node1 = read_file(root + "/node1.log");
+    ASSERT_EQ(killed.status, 0) << killed.output << node1;
+    EXPECT_NE(killed.output.find("elastic: start 2 of this job"), std::string::npos) << killed.output;
+    EXPECT_EQ(timings(node1, "kill").size(), victims == "--fail-node 1" ? 2u : 1u) << node1;
+    for (const auto& rank : weights_of_ranks(root + "/killed.bin")) EXPECT_EQ(rank, expected);
+  }
   std::filesystem::remove_all(dir);
 }
 
