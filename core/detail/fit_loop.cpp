@@ -237,7 +237,6 @@ void FitLoop::vote(bool settle) {
   else if (settle)
     end = most = state_.num_training_batches;
   agreed_ = settle ? signals_->settle(validation_wanted(), end, most) : signals_->check(validation_wanted(), end, most);
-  own_batches_ = state_.num_training_batches;
   state_.num_training_batches = std::min(state_.num_training_batches, agreed_.batches_end);
 }
 
@@ -250,7 +249,7 @@ void FitLoop::even_out() {
   const auto& mode = trainer_.options().even_batches();
   ARC_CHECK(mode != "error", "the ranks' training data give different batch counts in epoch ",
             state_.progress.current_epoch, ": from ", fewest, " to ", most, " (rank ", trainer_.global_rank(), ": ",
-            own_batches_, "); shard the data evenly, or set even_batches to \"pad\" (the ranks with fewer repeat ",
+            train_limit_, "); shard the data evenly, or set even_batches to \"pad\" (the ranks with fewer repeat ",
             "their first batches up to ", most, ") or \"drop\" (every rank stops after ", fewest, ")");
   ARC_CHECK(mode != "pad" || fewest > 0, "even_batches is \"pad\", but a rank has no training batch in epoch ",
             state_.progress.current_epoch, " to repeat (the most: ", most, "); give every rank data, or set ",

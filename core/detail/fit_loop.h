@@ -76,8 +76,6 @@ class FitLoop {
   std::unique_ptr<DataLoader> train_;
   /// limit_train_batches of the training loader's batches (kUnknownLength: all of a stream's).
   int64_t train_limit_ = 0;
-  /// This rank's batch count of the epoch before the ranks agreed.
-  int64_t own_batches_ = 0;
   Loaders val_;
   /// The epoch whose start loaded the validation loaders.
   int64_t val_loaded_epoch_ = 0;
