@@ -23,6 +23,7 @@
 #include <arc/callbacks/throughput_monitor.h>
 #include <arc/callbacks/timer.h>
 #include <arc/callbacks/weight_averaging.h>
+#include <arc/core/async_checkpoint_writer.h>
 #include <arc/core/checkpoint.h>
 #include <arc/core/load_from_checkpoint.h>
 #include <arc/core/lr_scheduler.h>

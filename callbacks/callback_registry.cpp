@@ -33,6 +33,7 @@ std::shared_ptr<Callback> model_checkpoint(const Config& config) {
   ARC_READ(train_time_interval);
   ARC_READ(save_weights_only);
   ARC_READ(auto_insert_metric_name);
+  ARC_READ(async_checkpointing);
   return std::make_shared<ModelCheckpoint>(options);
 }
 

@@ -143,7 +143,7 @@ void ModelCheckpoint::save(Trainer& trainer) {
     keep = !monitored || better(score, kept_.at(worst));
   }
   if (keep) {
-    trainer.save_checkpoint(path, options_.save_weights_only());
+    trainer.save_checkpoint(path, options_.save_weights_only(), options_.async_checkpointing());
     kept_[path] = score;
     if (!worst.empty() && worst != path) {
       kept_.erase(worst);
@@ -154,7 +154,7 @@ void ModelCheckpoint::save(Trainer& trainer) {
   }
   if (options_.save_last()) {
     last_path_ = dirpath_ + "/last.ckpt";
-    trainer.save_checkpoint(last_path_, options_.save_weights_only());
+    trainer.save_checkpoint(last_path_, options_.save_weights_only(), options_.async_checkpointing());
   }
 }
 

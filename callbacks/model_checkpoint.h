@@ -33,6 +33,8 @@ class ModelCheckpointOptions {
   /// Save when this many seconds passed since the last save (0: off).
   ARC_ARG(double, train_time_interval) = 0;
   ARC_ARG(bool, save_weights_only) = false;
+  /// Written by a background thread after a copy of the state (unset: the Trainer's async_checkpointing).
+  ARC_ARG(std::optional<bool>, async_checkpointing);
   /// "{epoch}" becomes "epoch=3".
   ARC_ARG(bool, auto_insert_metric_name) = true;
 };

@@ -13,7 +13,7 @@ OnExceptionCheckpoint::OnExceptionCheckpoint(std::string dirpath, std::string fi
 void OnExceptionCheckpoint::on_exception(Trainer& trainer, TrainModule&, const std::exception& error) {
   if (trainer.stage() != Stage::fit || trainer.optimizer_configs().empty()) return;
   try {
-    trainer.save_checkpoint(path());
+    trainer.save_checkpoint(path(), false, false);
     saved_ = path();
     // An interrupted fit names the file in its own last line.
     if (trainer.is_global_zero() && dynamic_cast<const Interrupted*>(&error) == nullptr)

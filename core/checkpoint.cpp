@@ -138,11 +138,18 @@ uint64_t read_u64(const uint8_t* at) {
 }  // namespace
 
 void CheckpointWriter::add(const std::string& name, const torch::Tensor& tensor) {
-  tensors_.emplace_back(name, tensor.detach().to(torch::kCPU).contiguous());
+  tensors_.emplace_back(name, tensor.detach());
 }
 
+// LibTorch's archive writer must not see a failing sink (it would throw from its destructor and end
+// the process), so archives go to memory, and only our writes can fail.
 void CheckpointWriter::add(const std::string& name, torch::serialize::OutputArchive archive) {
-  archives_.emplace_back(name, std::move(archive));
+  std::string bytes;
+  archive.save_to([&bytes](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  archives_.emplace_back(name, std::move(bytes));
 }
 
 void CheckpointWriter::add_json(const std::string& name, nlohmann::json value) { values_[name] = std::move(value); }
@@ -160,7 +167,7 @@ void CheckpointWriter::replace(const std::string& name, const torch::Tensor& ten
     ARC_CHECK(value.sizes() == tensor.sizes(), "checkpoint entry '", name, "' has shape ", value.sizes(),
               "; its replacement has ", tensor.sizes(), ". A callback's on_save_checkpoint must put in tensors of ",
               "the shapes it replaces");
-    value = tensor.detach().to(torch::kCPU).contiguous();
+    value = tensor.detach();
     return;
   }
   ARC_FAIL("checkpoint entry '", name, "' was not added, so nothing can replace it; replace \"model/<name>\" ",
@@ -171,7 +178,36 @@ void CheckpointWriter::add_module(const torch::nn::Module& module) {
   for (const auto& [name, tensor] : named_state(module)) add("model/" + name, tensor);
 }
 
-void CheckpointWriter::write(const std::string& path) {
+void CheckpointWriter::copy_tensors_to(torch::Tensor& buffer) {
+  const auto aligned = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
+  int64_t total = 0;
+  for (const auto& entry : tensors_) total += aligned(static_cast<int64_t>(entry.second.nbytes()));
+  if (!buffer.defined() || buffer.numel() < total) buffer = torch::empty({total}, torch::kByte);
+  auto* at = buffer.data_ptr<uint8_t>();
+  torch::NoGradGuard no_grad;
+  for (auto& [name, tensor] : tensors_) {
+    auto copy = torch::from_blob(at, tensor.sizes(), torch::TensorOptions().dtype(tensor.scalar_type()));
+    copy.copy_(tensor);
+    tensor = copy;
+    at += aligned(static_cast<int64_t>(tensor.nbytes()));
+  }
+}
+
+bool CheckpointWriter::same_data(const CheckpointWriter& other) const {
+  if (tensors_.size() != other.tensors_.size() || archives_ != other.archives_ || values_ != other.values_)
+    return false;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const auto& [name, mine] = tensors_[i];
+    const auto& [other_name, theirs] = other.tensors_[i];
+    if (name != other_name || mine.scalar_type() != theirs.scalar_type() || mine.sizes() != theirs.sizes())
+      return false;
+    const auto a = mine.to(torch::kCPU).contiguous(), b = theirs.to(torch::kCPU).contiguous();
+    if (std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) != 0) return false;
+  }
+  return true;
+}
+
+void CheckpointWriter::write(const std::string& path) const {
   const std::filesystem::path target(path);
   const std::string folder = target.has_parent_path() ? target.parent_path().string() : ".";
   std::error_code error;
@@ -179,23 +215,13 @@ void CheckpointWriter::write(const std::string& path) {
   ARC_CHECK(!error, "cannot create the folder of checkpoint '", path, "': ", error.message(),
             "; make its parent writable, or save elsewhere (ModelCheckpoint's dirpath, default_root_dir)");
   remove_stale_temporaries(folder);
-  // LibTorch's archive writer must not see a failing sink (it would throw from its destructor and
-  // end the process), so archives are serialized to memory first, and only our writes can fail.
-  std::vector<std::string> archive_bytes;
-  for (auto& [name, archive] : archives_) {
-    std::string bytes;
-    archive.save_to([&bytes](const void* data, size_t size) {
-      bytes.append(static_cast<const char*>(data), size);
-      return size;
-    });
-    archive_bytes.push_back(std::move(bytes));
-  }
   OutputFile file(path);
   const uint64_t version = kCheckpointFormatVersion;
   file.write(kMagic, 8);
   file.write(&version, 8);
   nlohmann::json entries = nlohmann::json::object();
-  for (const auto& [name, tensor] : tensors_) {
+  for (const auto& [name, stored] : tensors_) {
+    const auto tensor = stored.to(torch::kCPU).contiguous();
     file.pad_to(64);
     const auto offset = file.offset();
     const auto checksum = file.write_blob(tensor.data_ptr(), tensor.nbytes());
@@ -206,14 +232,13 @@ void CheckpointWriter::write(const std::string& path) {
                      {"dtype", c10::toString(tensor.scalar_type())},
                      {"shape", tensor.sizes().vec()}};
   }
-  for (size_t i = 0; i < archives_.size(); ++i) {
+  for (const auto& [name, bytes] : archives_) {
     file.pad_to(64);
     const auto offset = file.offset();
-    const auto& bytes = archive_bytes[i];
-    entries[archives_[i].first] = {{"kind", "archive"},
-                                   {"offset", offset},
-                                   {"bytes", bytes.size()},
-                                   {"checksum", file.write_blob(bytes.data(), bytes.size())}};
+    entries[name] = {{"kind", "archive"},
+                     {"offset", offset},
+                     {"bytes", bytes.size()},
+                     {"checksum", file.write_blob(bytes.data(), bytes.size())}};
   }
   for (const auto& [name, value] : values_.items()) entries[name] = {{"kind", "json"}, {"value", value}};
   const std::string index = nlohmann::json{{"meta", meta_}, {"entries", entries}}.dump();
@@ -382,6 +407,13 @@ const CheckpointReader::Entry& CheckpointReader::entry(const std::string& name, 
   ARC_CHECK(found != entries_.end() && found->second.kind == kind, "checkpoint '", path_, "' holds no ", kind, " '",
             name, "'; it was written by another program or configuration");
   return found->second;
+}
+
+std::vector<std::string> CheckpointReader::tensor_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, e] : entries_)
+    if (e.kind == "tensor") names.push_back(name);
+  return names;
 }
 
 torch::Tensor CheckpointReader::tensor(const std::string& name) const {

@@ -51,9 +51,9 @@ std::vector<std::pair<std::string, torch::Tensor>> named_state(const torch::nn::
 class CheckpointWriter {
  public:
   explicit CheckpointWriter(nlohmann::json meta) : meta_(std::move(meta)) {}
-  /// A tensor, stored raw (copied to the CPU first when it lives elsewhere).
+  /// A tensor, stored raw (read when the file is written, through the CPU when it lives elsewhere).
   void add(const std::string& name, const torch::Tensor& tensor);
-  /// What only LibTorch knows how to serialize (optimizer states), as one blob.
+  /// What only LibTorch knows how to serialize (optimizer states), as one blob (serialized now).
   void add(const std::string& name, torch::serialize::OutputArchive archive);
   /// A small JSON value kept in the index (an optimizer's layout).
   void add_json(const std::string& name, nlohmann::json value);
@@ -64,12 +64,20 @@ class CheckpointWriter {
   /// Writes through `path.tmp-<pid>`: write, fsync, rename, fsync the folder. A failed write is an
   /// arc::Error naming the file, the cause and the fix, and leaves no temporary file and the
   /// previous `path` intact. Temporary files of dead writers in that folder are removed first.
-  void write(const std::string& path);
+  void write(const std::string& path) const;
+
+  const nlohmann::json& meta() const { return meta_; }
+  void set_meta(nlohmann::json meta) { meta_ = std::move(meta); }
+  /// Copies every tensor into `buffer` (bytes, made larger when too small, else reused) and holds
+  /// those copies instead, so that the originals may change while write() runs on another thread.
+  void copy_tensors_to(torch::Tensor& buffer);
+  /// Whether `other` holds the same entries, bit for bit (the metadata aside).
+  bool same_data(const CheckpointWriter& other) const;
 
  private:
   nlohmann::json meta_;
   std::vector<std::pair<std::string, torch::Tensor>> tensors_;
-  std::vector<std::pair<std::string, torch::serialize::OutputArchive>> archives_;
+  std::vector<std::pair<std::string, std::string>> archives_;
   nlohmann::json values_ = nlohmann::json::object();
 };
 
@@ -89,6 +97,8 @@ class CheckpointReader {
   const std::string& path() const { return path_; }
   const nlohmann::json& meta() const { return meta_; }
   bool contains(const std::string& name) const { return entries_.count(name) > 0; }
+  /// The names of the tensors it holds, sorted.
+  std::vector<std::string> tensor_names() const;
   /// Copies tensor `name` into `into`, which must have its shape (converted to into's type and device).
   void read_into(const std::string& name, torch::Tensor& into) const;
   /// Tensor `name` as a new CPU tensor.

@@ -282,11 +282,15 @@ void Trainer::set_accumulate_grad_batches(int64_t batches) {
   state_->accumulate_grad_batches = batches;
 }
 
-void Trainer::save_checkpoint(const std::string& path, bool weights_only) {
+void Trainer::save_checkpoint(const std::string& path, bool weights_only, std::optional<bool> in_background) {
   TrainModule* module = module_ != nullptr ? module_ : last_module_;
   ARC_CHECK(module != nullptr,
             "save_checkpoint needs a module: call it during or after fit, validate, test or predict");
-  CheckpointConnector(*this, *state_).save(*module, path, weights_only);
+  ARC_CHECK(!in_background.value_or(false) || state_->background_saves, "save_checkpoint('", path,
+            "') in the background needs a running fit, whose batch boundaries report a failed write; save ",
+            "synchronously here (in_background unset or false)");
+  const bool background = state_->background_saves && in_background.value_or(options_.async_checkpointing());
+  CheckpointConnector(*this, *state_).save(*module, path, weights_only, background);
 }
 
 Metrics Trainer::validate(TrainModule& module, DataModule& data, const std::string& ckpt_path) {

@@ -74,7 +74,11 @@ class Trainer {
   void set_accumulate_grad_batches(int64_t batches);
   int64_t accumulate_grad_batches() const;
   /// Writes a checkpoint of the running (or last) module; rank 0 writes, other ranks return.
-  void save_checkpoint(const std::string& path, bool weights_only = false);
+  /// `in_background` (unset: the async_checkpointing option) during fit: rank 0 copies the state
+  /// and returns, a background thread writes the file; fit ends only once it is written. Outside fit,
+  /// saves are synchronous.
+  void save_checkpoint(const std::string& path, bool weights_only = false,
+                       std::optional<bool> in_background = std::nullopt);
 
   const TrainerOptions& options() const { return options_; }
   const Progress& progress() const;

@@ -5,6 +5,7 @@
 #include <arc/base/error.h>
 #include <arc/base/host.h>
 #include <arc/core/precision.h>
+#include <arc/profilers/profiler.h>
 #include <arc/strategies/strategy.h>
 
 #include <cmath>
@@ -276,6 +277,7 @@ const std::vector<OptionField>& option_fields() {
                  "CSV and TensorBoard logs in lightning_logs/version_N, or a {class_path, init_args} list; false: none",
                  no_check),
       ARC_OPTION(enable_checkpointing, "a ModelCheckpoint (with last.ckpt) unless the callbacks have one", no_check),
+      ARC_OPTION(async_checkpointing, "checkpoints of fit are copied, then written by a background thread", no_check),
       ARC_OPTION(enable_progress_bar, "the progress bar", no_check),
       ARC_OPTION(enable_model_summary, "the model summary at fit start", no_check),
       ARC_OPTION(profiler, "\"simple\" or \"advanced\": time each action, report in <log_dir>/<stage>-profile.txt",

@@ -107,6 +107,10 @@ class TrainerOptions {
   /// checkpoints/); false writes none.
   ARC_ARG(bool, logger) = true;
   ARC_ARG(bool, enable_checkpointing) = true;
+  /// Checkpoints saved during fit are written by a background thread: the save copies the state
+  /// into a reusable host buffer and training goes on; a failed write fails fit at the next batch.
+  /// SIGTERM, requeue and exception saves stay synchronous.
+  ARC_ARG(bool, async_checkpointing) = false;
   ARC_ARG(bool, enable_progress_bar) = true;
   ARC_ARG(bool, enable_model_summary) = true;
   /// Lightning's profiler: "simple" times every hook, step, backward, optimizer step, data fetch and

@@ -93,7 +93,7 @@ std::string hpc_path(const std::string& folder, int64_t index) {
 
 }  // namespace
 
-void CheckpointConnector::save(TrainModule& module, const std::string& path, bool weights_only) {
+void CheckpointConnector::save(TrainModule& module, const std::string& path, bool weights_only, bool in_background) {
   if (!trainer_.is_global_zero()) return;
   const auto& progress = trainer_.progress();
   const bool mid_accumulation = progress.epoch_batches % trainer_.accumulate_grad_batches() != 0 &&
@@ -141,6 +141,11 @@ void CheckpointConnector::save(TrainModule& module, const std::string& path, boo
     }
     writer.add("rng_cpu", cpu_rng_state());
   }
+  if (in_background) {
+    state_.checkpoint_writes.save(std::move(writer), path);
+    return;
+  }
+  state_.checkpoint_writes.wait();
   writer.write(path);
 }
 

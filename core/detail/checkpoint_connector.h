@@ -20,8 +20,10 @@ class CheckpointConnector {
  public:
   CheckpointConnector(Trainer& trainer, detail::RunState& state) : trainer_(trainer), state_(state) {}
 
-  /// Writes the checkpoint (rank 0 only; no collective inside, so any rank subset may call it).
-  void save(TrainModule& module, const std::string& path, bool weights_only);
+  /// Writes the checkpoint (rank 0 only; no collective inside, so any rank subset may call it), or,
+  /// `in_background`, copies its state and leaves the file to the RunState's AsyncCheckpointWriter.
+  /// A synchronous save first waits for the background write in flight.
+  void save(TrainModule& module, const std::string& path, bool weights_only, bool in_background = false);
   /// Restores everything for resuming fit, the loggers' versions included.
   void restore_training(TrainModule& module, const std::string& path);
   /// Restores only the module's weights (validate, test, predict).

@@ -53,7 +53,16 @@ FitLoop::FitLoop(Trainer& trainer, detail::RunState& state, TrainModule& module,
   }
 }
 
-FitLoop::~FitLoop() { state_.train_loader = nullptr; }
+// Also where a failed fit ends: a file being written is finished (or its failure said) before the
+// exception goes on.
+FitLoop::~FitLoop() {
+  state_.train_loader = nullptr;
+  state_.background_saves = false;
+  state_.checkpoint_writes.wait();
+  if (const auto failure = state_.checkpoint_writes.take_failure())
+    console().warn("a checkpoint written in the background failed: {}", *failure);
+  state_.checkpoint_writes.release();
+}
 
 void FitLoop::load_train() {
   train_ = data_.train();
@@ -129,12 +138,13 @@ void FitLoop::run() {
                    state_.progress.current_epoch, first_batch_, state_.progress.global_step);
   }
   state_.training = true;
+  state_.background_saves = true;
   module_.train();
   state_.logging.log_hyperparams(module_.hparams());
   call_hook(t, module_, "on_fit_start", &Callback::on_fit_start, &TrainModule::on_fit_start);
   if (resume_from_.empty()) sanity_check();
   call_hook(t, module_, "on_train_start", &Callback::on_train_start, &TrainModule::on_train_start);
-  signals_ = std::make_unique<SignalConnector>(t, *state_.cluster_environment);
+  signals_ = std::make_unique<SignalConnector>(t, *state_.cluster_environment, state_.checkpoint_writes);
   if (auto* group = t.strategy().collectives(); group != nullptr && group->world_size() > 1)
     stragglers_ = std::make_unique<StragglerMonitor>(*group);
   last_validation_ = std::chrono::steady_clock::now();
@@ -146,8 +156,22 @@ void FitLoop::run() {
   stragglers_.reset();
   call_hook(t, module_, "on_train_end", &Callback::on_train_end, &TrainModule::on_train_end);
   call_hook(t, module_, "on_fit_end", &Callback::on_fit_end, &TrainModule::on_fit_end);
+  finish_background_saves();
   state_.training = false;
   if (!state_.stop_reason.empty()) console().info("fit stopped: {}", state_.stop_reason);
+}
+
+void FitLoop::finish_background_saves() {
+  state_.background_saves = false;
+  state_.checkpoint_writes.wait();
+  std::string failure = state_.checkpoint_writes.take_failure().value_or("");
+  if (trainer_.world_size() > 1) {
+    const CollectiveName name("checkpoint failure");
+    failure = trainer_.strategy().broadcast(failure);
+  }
+  ARC_CHECK(failure.empty(), "fit failed at its end: the last checkpoint written in the background ",
+            "(async_checkpointing) failed on rank 0: ", failure);
+  state_.checkpoint_writes.release();
 }
 
 void FitLoop::sanity_check() {

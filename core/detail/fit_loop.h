@@ -68,6 +68,9 @@ class FitLoop {
   void validate();
   void sanity_check();
   void log_step();
+  /// Waits for the checkpoints still being written in the background; a failed one fails fit on
+  /// every rank.
+  void finish_background_saves();
 
   Trainer& trainer_;
   detail::RunState& state_;

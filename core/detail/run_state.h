@@ -3,6 +3,7 @@
 // other writers; and call_hook, the one way hooks are called: every callback, then the module.
 #pragma once
 
+#include <arc/core/async_checkpoint_writer.h>
 #include <arc/core/detail/logger_connector.h>
 #include <arc/core/trainer.h>
 #include <arc/strategies/cluster/cluster_environment.h>
@@ -48,6 +49,10 @@ struct RunState {
   std::chrono::steady_clock::time_point stage_start;
   std::vector<OptimizerConfig> optimizers;
   LoggerConnector logging;
+  /// Checkpoints written in the background (async_checkpointing), and whether saves may go there:
+  /// while a fit runs, whose batch boundaries report a failed write.
+  AsyncCheckpointWriter checkpoint_writes;
+  bool background_saves = false;
   /// The launcher this job runs under (resolve_run), which the signal connector asks about requeue.
   std::shared_ptr<cluster::ClusterEnvironment> cluster_environment;
 };

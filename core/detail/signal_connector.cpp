@@ -2,6 +2,8 @@
 #include <arc/core/detail/signal_connector.h>
 
 #include <arc/base/console.h>
+#include <arc/base/error.h>
+#include <arc/core/async_checkpoint_writer.h>
 #include <arc/core/detail/checkpoint_connector.h>
 #include <arc/core/trainer.h>
 #include <arc/strategies/cluster/cluster_environment.h>
@@ -64,8 +66,12 @@ Collectives* group_of(Trainer& trainer) {
 
 }  // namespace
 
-SignalConnector::SignalConnector(Trainer& trainer, const cluster::ClusterEnvironment& environment)
-    : trainer_(trainer), environment_(environment), ballot_(torch::zeros({kFields}, torch::kLong)) {
+SignalConnector::SignalConnector(Trainer& trainer, const cluster::ClusterEnvironment& environment,
+                                 AsyncCheckpointWriter& checkpoint_writes)
+    : trainer_(trainer),
+      environment_(environment),
+      checkpoint_writes_(checkpoint_writes),
+      ballot_(torch::zeros({kFields}, torch::kLong)) {
   terminate_received = 0;
   requeue_received = 0;
   interrupt_from_terminal = 0;
@@ -95,6 +101,7 @@ SignalConnector::Ballot SignalConnector::local(bool wants_validation, int64_t ba
   ballot.terminate = terminate_received != 0;
   ballot.requeue = requeue_received != 0;
   ballot.interrupt = interrupt_from_terminal != 0 || interrupt_sent != 0;
+  ballot.checkpoint_failed = checkpoint_writes_.failed();
   ballot.decision.stop = trainer_.should_stop();
   const auto& max_time = trainer_.options().max_time();
   ballot.decision.time_up = max_time && trainer_.elapsed_seconds() >= *max_time;
@@ -114,11 +121,12 @@ void SignalConnector::fill(const Ballot& ballot) {
   out[5] = ballot.decision.validation;
   out[6] = -ballot.decision.batches_end;  // the maximum of the negatives: the earliest end
   out[7] = ballot.decision.batches_most;
+  out[8] = ballot.checkpoint_failed;
 }
 
 SignalConnector::Ballot SignalConnector::read() const {
   const int64_t* in = ballot_.data_ptr<int64_t>();
-  return {in[0] > 0, in[1] > 0, in[2] > 0, {in[3] > 0, in[4] > 0, in[5], -in[6], in[7]}};
+  return {in[0] > 0, in[1] > 0, in[2] > 0, in[8] > 0, {in[3] > 0, in[4] > 0, in[5], -in[6], in[7]}};
 }
 
 SignalConnector::Decision SignalConnector::check(bool wants_validation, int64_t batches_end, int64_t batches_most) {
@@ -151,10 +159,22 @@ SignalConnector::Decision SignalConnector::settle(bool wants_validation, int64_t
 }
 
 SignalConnector::Decision SignalConnector::act(const Ballot& agreed) {
+  if (agreed.checkpoint_failed) fail_with_checkpoint_write();
   if (agreed.terminate || agreed.requeue) save_and_stop(agreed);
   if (agreed.interrupt)
     throw Interrupted(detail::str("fit interrupted by SIGINT (Ctrl-C) at global step ", trainer_.global_step()));
   return agreed.decision;
+}
+
+// Rank 0 writes checkpoints, so its error is the one every rank reports.
+void SignalConnector::fail_with_checkpoint_write() {
+  std::string failure = checkpoint_writes_.take_failure().value_or("");
+  if (group_of(trainer_) != nullptr) {
+    const CollectiveName name("checkpoint failure");
+    failure = trainer_.strategy().broadcast(failure);
+  }
+  ARC_FAIL("fit stopped at global step ", trainer_.global_step(), ": a checkpoint written in the background ",
+           "(async_checkpointing) failed on rank 0: ", failure);
 }
 
 void SignalConnector::save_and_stop(const Ballot& received) {
@@ -162,7 +182,7 @@ void SignalConnector::save_and_stop(const Ballot& received) {
   const std::string path = CheckpointConnector::hpc_save_path(trainer_.options().default_root_dir());
   const int64_t step = trainer_.global_step();
   console().warn("{} received: saving '{}' at global step {}", name, path, step);
-  trainer_.save_checkpoint(path);
+  trainer_.save_checkpoint(path, false, false);
   // No rank leaves (and no launcher reacts to its exit) before the file is complete.
   const CollectiveName barrier_name("checkpoint save");
   trainer_.strategy().barrier();

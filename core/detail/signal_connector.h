@@ -3,6 +3,8 @@
 // EarlyStopping and Timer use, and max_time), and the validations a time-based val_check_interval
 // asks for, so that every rank acts at the same batch: a rank that left the loop (or validated)
 // alone would leave the others waiting in the gradient all-reduce.
+// A checkpoint write that failed in the background (on rank 0) rides in the vote too, so that every
+// rank fails with its error at the same batch.
 // On a signal it saves an HPC checkpoint (hpc_ckpt_<n>.ckpt, which the next fit in that folder
 // resumes from), requeues the job when its launcher can (SLURM's auto_requeue), and ends fit with an
 // error that says so; on
@@ -19,6 +21,7 @@
 
 namespace arc {
 
+class AsyncCheckpointWriter;
 class Trainer;
 
 /// Installed for the length of one fit; the previous handlers come back on destruction.
@@ -40,8 +43,10 @@ class SignalConnector {
     int64_t batches_most = 0;
   };
 
-  /// Catches `environment`'s requeue signal too, where it has one.
-  SignalConnector(Trainer& trainer, const cluster::ClusterEnvironment& environment);
+  /// Catches `environment`'s requeue signal too, where it has one; reports the failures of
+  /// `checkpoint_writes`.
+  SignalConnector(Trainer& trainer, const cluster::ClusterEnvironment& environment,
+                  AsyncCheckpointWriter& checkpoint_writes);
   ~SignalConnector();
   SignalConnector(const SignalConnector&) = delete;
   SignalConnector& operator=(const SignalConnector&) = delete;
@@ -61,18 +66,21 @@ class SignalConnector {
     bool terminate = false;
     bool requeue = false;
     bool interrupt = false;
+    bool checkpoint_failed = false;
     Decision decision;
   };
-  static constexpr int64_t kFields = 8;
+  static constexpr int64_t kFields = 9;
 
   Ballot local(bool wants_validation, int64_t batches_end, int64_t batches_most) const;
   void fill(const Ballot& ballot);
   Ballot read() const;
   Decision act(const Ballot& agreed);
   [[noreturn]] void save_and_stop(const Ballot& received);
+  [[noreturn]] void fail_with_checkpoint_write();
 
   Trainer& trainer_;
   const cluster::ClusterEnvironment& environment_;
+  AsyncCheckpointWriter& checkpoint_writes_;
   /// The requeue signal's name and number; 0: none caught.
   std::string requeue_name_;
   int requeue_signal_ = 0;

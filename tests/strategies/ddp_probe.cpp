@@ -6,7 +6,7 @@
 //             [--accelerator gpu] [--device-list 0,0] [--process-group-backend gloo]
 //             [--root DIR] [--elastic-every 5] [--fail-attempt 0] [--step-ms 20]
 //             [--stop-rank 1 --stop-step 5] [--early-stop-rank 1] [--max-time 2 --late-rank 1 --late-ms 1000]
-//             [--loggers DIR] [--prepare-log FILE] [--checkpoint-every 5 --fsize-limit 1024]
+//             [--loggers DIR] [--prepare-log FILE] [--checkpoint-every 5 --fsize-limit 1024 --async-checkpoint 1]
 //             [--skip-rank 1 --skip-batch 3] [--batchnorm 1 [--sync-batchnorm 1]]
 //             [--spare 1 [--static-graph 1] [--find-unused 1]] [--val-every-seconds 0.2] [--user-shard 1]
 //             [--stream 97] [--val-stream 97 [--val-step-sync 1]] [--uneven-drop 32 [--even-batches pad]]
@@ -20,6 +20,7 @@
 // --prepare-log: the data comes from a DataModule whose prepare_data appends a line to FILE.
 // --checkpoint-every: a ModelCheckpoint in ROOT/checkpoints every that many steps. --fsize-limit: rank 0
 // may write files of that many bytes at most (RLIMIT_FSIZE, SIGXFSZ ignored), so that its saves fail.
+// --async-checkpoint: TrainerOptions::async_checkpointing.
 // --skip-rank/--skip-batch: that rank's training_step returns no loss for that batch of the first epoch.
 // --batchnorm: an arc::SyncBatchNorm after fc1; --sync-batchnorm: TrainerOptions::sync_batchnorm.
 // --val-every-seconds: rank 0's time-based val_check_interval (the others' is an hour, so that they
@@ -70,7 +71,7 @@ struct Args {
   int64_t slow_rank = -1, slow_ms = 0, log_every = 0, num_nodes = 1, fail_node = -1;
   double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
-  bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false;
+  bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false, async_checkpoint = false;
   std::string out, fail, loop = "trainer", root = ".", precision = "32-true", loggers, prepare_log;
   std::string even_batches = "error";
   // The CPU unless asked: "auto" would take a GPU wherever one is, and the tests count CPU ranks.
@@ -111,6 +112,7 @@ Args parse(int argc, char** argv) {
     if (key == "--prepare-log") a.prepare_log = value;
     if (key == "--checkpoint-every") a.checkpoint_every = std::stoll(value);
     if (key == "--fsize-limit") a.fsize_limit = std::stoll(value);
+    if (key == "--async-checkpoint") a.async_checkpoint = value == "1";
     if (key == "--skip-rank") a.skip_rank = std::stoll(value);
     if (key == "--skip-batch") a.skip_batch = std::stoll(value);
     if (key == "--batchnorm") a.batchnorm = value == "1";
@@ -300,7 +302,7 @@ int main(int argc, char** argv) {
       .find_unused_parameters(args.find_unused)
       .default_root_dir(args.root)
       .precision(args.precision);
-  options.elastic_checkpoint_every_n_steps(args.elastic_every);
+  options.elastic_checkpoint_every_n_steps(args.elastic_every).async_checkpointing(args.async_checkpoint);
   options.enable_progress_bar(false).enable_model_summary(false).enable_checkpointing(false).deterministic(true);
   try {
     if (args.loop == "custom") {

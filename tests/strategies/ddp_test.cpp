@@ -1,6 +1,7 @@
 // DDP end to end with real processes: ddp_spawn runs of the probe program, and the same
 // program joined by hand under strategy ddp.
 #include <arc/base/host.h>
+#include <arc/core/checkpoint.h>
 #include <arc/strategies/process_group.h>
 
 #include "support/command.h"
@@ -415,6 +416,61 @@ TEST(DDP, FailedSaveOnRankZeroEndsEveryRankWithTheCause) {
     EXPECT_EQ(entry.path().string().find(".tmp-"), std::string::npos) << entry.path();
   }
   EXPECT_EQ(count_tagged(tag), 0) << "a rank outlived the run";
+  std::filesystem::remove_all(root);
+}
+
+// The same failure in a background write (async_checkpointing): each rank, started by hand, stops
+// at the same batch soon after, with rank 0's error; no temporary file stays.
+TEST(DDP, FailedBackgroundSaveOnRankZeroEndsEveryRankWithItsCause) {
+  const auto root = scratch_path("failed_background_save");
+  std::filesystem::remove_all(root);
+  const double timeout = 60;
+  const std::string args = "--strategy ddp --devices 2 --steps 200 --checkpoint-every 5 --fsize-limit 1024 " +
+                           std::string("--async-checkpoint 1 --root ") + root + " --timeout " + std::to_string(timeout);
+  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port());
+  CommandRun rank1;
+  std::thread second([&] { rank1 = probe(args, "RANK=1 LOCAL_RANK=1 " + env); });
+  const auto rank0 = probe(args, "RANK=0 LOCAL_RANK=0 " + env);
+  second.join();
+  std::string stopped_at;
+  for (const CommandRun* run : std::vector<const CommandRun*>{&rank0, &rank1}) {
+    EXPECT_EQ(run->status, 1) << run->output;
+    EXPECT_LT(run->seconds, timeout / 2) << run->output;
+    const auto at = run->output.find("fit stopped at global step ");
+    ASSERT_NE(at, std::string::npos) << run->output;
+    const auto step = run->output.substr(at, run->output.find(':', at) - at);
+    EXPECT_TRUE(stopped_at.empty() || step == stopped_at) << step << " vs " << stopped_at;
+    stopped_at = step;
+    EXPECT_NE(run->output.find("(async_checkpointing) failed on rank 0: cannot write checkpoint '" + root +
+                               "/checkpoints/epoch=0-step=5.ckpt' (File too large"),
+              std::string::npos)
+        << run->output;
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(root + "/checkpoints"))
+    EXPECT_EQ(entry.path().string().find(".tmp-"), std::string::npos) << entry.path();
+  std::filesystem::remove_all(root);
+}
+
+// Saves in the background leave DDP training as it is: the same weights as with synchronous saves,
+// and files with the same tensors.
+TEST(DDP, BackgroundSavesTrainToTheSameWeightsAndFiles) {
+  const auto root = scratch_path("background_saves");
+  std::filesystem::remove_all(root);
+  std::map<std::string, std::vector<float>> weights;
+  for (const std::string async : {"0", "1"}) {
+    const auto out = root + "/weights_" + async;
+    const auto run = probe("--strategy ddp_spawn --devices 2 --steps 30 --checkpoint-every 5 --async-checkpoint " +
+                           async + " --root " + root + "/" + async + " --out " + out);
+    ASSERT_EQ(run.status, 0) << run.output;
+    weights[async] = read_floats(out);
+  }
+  ASSERT_FALSE(weights["0"].empty());
+  EXPECT_EQ(weights["0"], weights["1"]);
+  const std::string last = "/checkpoints/epoch=1-step=30.ckpt";
+  const arc::CheckpointReader synchronous(root + "/0" + last), background(root + "/1" + last);
+  ASSERT_EQ(synchronous.tensor_names(), background.tensor_names());
+  for (const auto& name : synchronous.tensor_names())
+    EXPECT_TRUE(torch::equal(synchronous.tensor(name), background.tensor(name))) << name;
   std::filesystem::remove_all(root);
 }
 
