@@ -43,6 +43,7 @@ void AsyncCheckpointWriter::save(CheckpointWriter checkpoint, const std::string&
   lock.lock();
   data_.emplace(std::move(checkpoint));
   files_.emplace_back(path, data_->meta());
+  current_path_ = path;  // until the worker takes the file: it may not have run yet when the next save asks
   busy_ = true;
   if (!worker_.joinable()) worker_ = std::thread([this] { run(); });
   lock.unlock();

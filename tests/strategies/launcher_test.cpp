@@ -16,6 +16,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <string>
@@ -113,19 +114,21 @@ TEST(Launchers, TorchrunStaticRunsDdpAsDdpSpawnDoes) {
   std::filesystem::remove_all(dir);
 }
 
-// Two torchrun agents, --nnodes 2 --node_rank 1|0 over loopback, each starting two ranks of the
-// probe with `probe_args` (and --num-nodes 2): node 0's output is the command's, node 1's goes to
+// The torchrun agent of node `node` of two over loopback at `port`, starting two ranks of the probe
+// with `probe_args` (and --num-nodes 2).
+std::string agent(int node, const std::string& port, const std::string& dir, const std::string& agent_flags,
+                  const std::string& probe_args) {
+  return "timeout 120 torchrun -r 9:1 -t 9:1 --nnodes 2 --node_rank " + std::to_string(node) + " --nproc_per_node 2 " +
+         agent_flags + " --master_addr 127.0.0.1 --master_port " + port + " --no_python " + kProbe +
+         " --num-nodes 2 --root " + dir + " " + probe_args;
+}
+
+// Two torchrun agents, --nnodes 2 --node_rank 1|0: node 0's output is the command's, node 1's goes to
 // dir/node1.log; the command fails if either agent does.
 std::string two_nodes(const std::string& dir, const std::string& agent_flags, const std::string& probe_args) {
   const std::string port = std::to_string(arc::testing::free_port());
-  std::string command;
-  for (const int node : {1, 0}) {
-    command += "timeout 120 torchrun -r 9:1 -t 9:1 --nnodes 2 --node_rank " + std::to_string(node) +
-               " --nproc_per_node 2 " + agent_flags + " --master_addr 127.0.0.1 --master_port " + port +
-               " --no_python " + kProbe + " --num-nodes 2 --root " + dir + " " + probe_args;
-    command += node == 1 ? " > " + dir + "/node1.log 2>&1 & node1=$!; " : " 2>&1; status=$?; wait $node1 || exit 1; ";
-  }
-  return command + "exit $status";
+  return agent(1, port, dir, agent_flags, probe_args) + " > " + dir + "/node1.log 2>&1 & node1=$!; " +
+         agent(0, port, dir, agent_flags, probe_args) + " 2>&1; status=$?; wait $node1 || exit 1; exit $status";
 }
 
 // Every rank's weights as --out-every-rank wrote them next to `out`.
@@ -135,26 +138,57 @@ std::vector<std::string> weights_of_ranks(const std::string& out) {
   return weights;
 }
 
+// Runs `launch(out)` twice (`out`: where the ranks write their weights), each time in the cluster
+// environment `environment` reducing through shared memory within each node and Gloo across 2;
+// every rank of both runs must end with the same bits, which it returns.
+std::string same_bits_on_every_rank_twice(const std::string& dir, const std::string& environment,
+                                          const std::function<CommandRun(const std::string&)>& launch) {
+  std::vector<std::string> weights;
+  for (const std::string attempt : {"0", "1"}) {
+    const std::string out = dir + "/w" + attempt + ".bin";
+    const auto run = launch(out);
+    EXPECT_EQ(run.status, 0) << run.output << read_file(dir + "/node1.log");
+    EXPECT_NE(run.output.find("rank 0 of 4 on cpu (" + environment +
+                              " environment, shared memory within each node, gloo across 2 nodes"),
+              std::string::npos)
+        << run.output;
+    for (auto& rank : weights_of_ranks(out)) weights.push_back(std::move(rank));
+  }
+  EXPECT_FALSE(weights.front().empty());
+  for (size_t i = 1; i < weights.size(); ++i)
+    EXPECT_EQ(weights[i], weights.front()) << "rank " << i % 4 << " of run " << i / 4;
+  return weights.front();
+}
+
 // Two nodes of two ranks on one machine. Node identity is host name + node rank, so Arclight reduces
 // through shared memory within each "node" and Gloo across them; every rank ends with the same
 // weights, and a second run gives the same bits.
 TEST(Launchers, TwoTorchrunNodesOfTwoRanksTrainToTheSameBitsOnEveryRank) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
   const std::string dir = scratch("two_nodes");
-  std::vector<std::string> weights;
-  for (const std::string attempt : {"0", "1"}) {
-    const std::string out = dir + "/w" + attempt + ".bin";
-    const auto run = run_command(two_nodes(dir, "", "--strategy ddp --steps 30 --out-every-rank 1 --out " + out));
-    ASSERT_EQ(run.status, 0) << run.output << read_file(dir + "/node1.log");
-    EXPECT_NE(run.output.find("rank 0 of 4 on cpu (torchelastic environment, shared memory within each node, "
-                              "gloo across 2 nodes"),
-              std::string::npos)
-        << run.output;
-    for (auto& rank : weights_of_ranks(out)) weights.push_back(std::move(rank));
+  same_bits_on_every_rank_twice(dir, "torchelastic", [&](const std::string& out) {
+    return run_command(two_nodes(dir, "", "--strategy ddp --steps 30 --out-every-rank 1 --out " + out));
+  });
+  std::filesystem::remove_all(dir);
+}
+
+// The same two nodes as two slurmd daemons on this host (Slurm's multiple-slurmd, which Debian's
+// Slurm runs): `srun -N 2 --ntasks-per-node 2` starts the ranks, MASTER_ADDR names the loopback
+// address (the node names n1 and n2 resolve nowhere). Every rank of two runs ends with the same bits,
+// those of the two torchrun nodes.
+TEST(Launchers, TwoSlurmNodesOfTwoRanksTrainToTheBitsOfTwoTorchrunNodes) {
+  if (!SlurmCluster::available()) GTEST_SKIP() << "SLURM is not installed (Debian package slurm-wlm)";
+  const std::string dir = scratch("two_slurm_nodes");
+  SlurmCluster cluster(2);
+  const auto weights = same_bits_on_every_rank_twice(dir, "slurm", [&](const std::string& out) {
+    return run_command(cluster.env() + "MASTER_ADDR=127.0.0.1 timeout 120 srun -N 2 --ntasks-per-node 2 " + kProbe +
+                       " --strategy ddp --num-nodes 2 --steps 30 --root " + dir + " --out-every-rank 1 --out " + out);
+  });
+  if (installed("torchrun")) {
+    const auto torchrun = run_command(two_nodes(dir, "", "--strategy ddp --steps 30 --out " + dir + "/t.bin"));
+    ASSERT_EQ(torchrun.status, 0) << torchrun.output << read_file(dir + "/node1.log");
+    EXPECT_EQ(read_file(dir + "/t.bin"), weights);
   }
-  ASSERT_FALSE(weights.front().empty());
-  for (size_t i = 1; i < weights.size(); ++i)
-    EXPECT_EQ(weights[i], weights.front()) << "rank " << i % 4 << " of run " << i / 4;
   std::filesystem::remove_all(dir);
 }
 

@@ -1,6 +1,7 @@
-// A one-node SLURM cluster on 127.0.0.1 for the launcher tests and benchmarks: slurmctld and
-// slurmd started by PID with a private slurm.conf (no munge, no cgroups, state in a temp dir),
-// and stopped, with every job cancelled, when the object goes.
+// A SLURM cluster on 127.0.0.1 for the launcher tests and benchmarks: slurmctld and one slurmd per
+// node started by PID with a private slurm.conf (no munge, no cgroups, state in a temp dir), and
+// stopped, with every job cancelled, when the object goes. One node is "localhost"; several are
+// n1, n2, ... (Slurm's multiple-slurmd: each daemon has its port, spool and log), all on this host.
 #pragma once
 
 #include "support/command.h"
@@ -33,16 +34,17 @@ class SlurmCluster {
     return run_command("command -v slurmctld && command -v slurmd && command -v srun").status == 0;
   }
 
-  SlurmCluster() {
+  explicit SlurmCluster(int nodes = 1) : nodes_(nodes) {
     dir_ = "/tmp/arc_slurm_" + std::to_string(getpid());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_ + "/state");
-    std::filesystem::create_directories(dir_ + "/spool");
+    for (const auto& node : node_names()) std::filesystem::create_directories(dir_ + "/spool/" + node);
     write_config();
     controller_ = start({"slurmctld", "-D", "-f", conf()}, dir_ + "/slurmctld.out");
-    node_daemon_ = start({"slurmd", "-D", "-N", "localhost", "-f", conf()}, dir_ + "/slurmd.out");
+    for (const auto& node : node_names())
+      node_daemons_.push_back(start({"slurmd", "-D", "-N", node, "-f", conf()}, dir_ + "/slurmd-" + node + ".out"));
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (run_command(env() + " sinfo -h -o %T").output.find("idle") == std::string::npos) {
+    while (idle_nodes() < nodes_) {
       if (std::chrono::steady_clock::now() > deadline) {
         const std::string log = run_command("tail -n 20 " + dir_ + "/*.log " + dir_ + "/*.out").output;
         stop();
@@ -84,6 +86,20 @@ class SlurmCluster {
  private:
   std::string conf() const { return dir_ + "/slurm.conf"; }
 
+  std::vector<std::string> node_names() const {
+    if (nodes_ == 1) return {"localhost"};
+    std::vector<std::string> names;
+    for (int i = 1; i <= nodes_; ++i) names.push_back("n" + std::to_string(i));
+    return names;
+  }
+
+  int idle_nodes() const {
+    const auto states = run_command(env() + " sinfo -h -N -o %T").output;
+    int idle = 0;
+    for (auto at = states.find("idle"); at != std::string::npos; at = states.find("idle", at + 4)) ++idle;
+    return idle;
+  }
+
   // Arclight derives a job's MASTER_PORT from its id (15000 + id % 10000, as Lightning does), so
   // clusters running at once must not number their jobs alike: each takes the next block of ten
   // ids from a counter that a file lock guards.
@@ -108,21 +124,26 @@ class SlurmCluster {
     const std::string name = user != nullptr ? user->pw_name : "root";
     std::ofstream out(conf());
     out << "ClusterName=arctest\nSlurmctldHost=localhost(127.0.0.1)\n"
-        << "SlurmctldPort=" << free_port() << "\nSlurmdPort=" << free_port() << "\n"
+        << "SlurmctldPort=" << free_port() << "\n"
         << "AuthType=auth/none\nCredType=cred/none\nProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
         << "SwitchType=switch/none\nMpiDefault=none\nSlurmUser=" << name << "\nSlurmdUser=" << name << "\n"
-        << "StateSaveLocation=" << dir_ << "/state\nSlurmdSpoolDir=" << dir_ << "/spool\n"
-        << "SlurmctldPidFile=" << dir_ << "/slurmctld.pid\nSlurmdPidFile=" << dir_ << "/slurmd.pid\n"
+        << "StateSaveLocation=" << dir_ << "/state\nSlurmdSpoolDir=" << dir_ << "/spool/%n\n"
+        << "SlurmctldPidFile=" << dir_ << "/slurmctld.pid\nSlurmdPidFile=" << dir_ << "/slurmd-%n.pid\n"
         << "SlurmctldLogFile=" << dir_ << "/slurmctld.log\nSlurmdLogFile=" << dir_
-        << "/slurmd.log\n"
+        << "/slurmd-%n.log\n"
         // A requeued job waits for its credential to expire before it may start again (120 s by default).
         << "AuthInfo=cred_expire=5\nFirstJobId=" << first_job_id() << "\n"
         << "SchedulerType=sched/builtin\nSchedulerParameters=sched_interval=1\nSelectType=select/"
            "cons_tres\nSelectTypeParameters=CR_CPU\n"
         << "ReturnToService=2\nSlurmdParameters=config_overrides\nJobCompType=jobcomp/none\n"
-        << "AccountingStorageType=accounting_storage/none\nKillWait=5\n"
-        << "NodeName=localhost NodeAddr=127.0.0.1 CPUs=4 State=UNKNOWN\n"
-        << "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP\n";
+        << "AccountingStorageType=accounting_storage/none\nKillWait=5\n";
+    std::string names;
+    for (const auto& node : node_names()) {
+      out << "NodeName=" << node << " NodeHostname=localhost NodeAddr=127.0.0.1 Port=" << free_port()
+          << " CPUs=" << (nodes_ == 1 ? 4 : 2) << " State=UNKNOWN\n";
+      names += (names.empty() ? "" : ",") + node;
+    }
+    out << "PartitionName=debug Nodes=" << names << " Default=YES MaxTime=INFINITE State=UP\n";
   }
 
   pid_t start(const std::vector<std::string>& argv, const std::string& log) const {
@@ -147,8 +168,10 @@ class SlurmCluster {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (!run_command(env() + " timeout 5 squeue -h").output.empty() && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    for (const pid_t pid : {node_daemon_, controller_}) end(pid);
-    controller_ = node_daemon_ = 0;
+    for (const pid_t pid : node_daemons_) end(pid);
+    end(controller_);
+    controller_ = 0;
+    node_daemons_.clear();
     std::filesystem::remove_all(dir_);
   }
 
@@ -164,7 +187,8 @@ class SlurmCluster {
 
   std::string dir_;
   pid_t controller_ = 0;
-  pid_t node_daemon_ = 0;
+  int nodes_ = 1;
+  std::vector<pid_t> node_daemons_;
 };
 
 }  // namespace arc::testing
