@@ -24,6 +24,30 @@
 namespace arc {
 namespace {
 
+// What a collective is, packed into 64 bits that the ranks compare at each step: its kind (4 bits),
+// reduction or source rank (8), element type (8) and size in bytes (44).
+enum class Kind : uint64_t { barrier = 1, all_reduce, broadcast, all_gather };
+
+uint64_t doing(Kind kind, uint64_t detail, const torch::Tensor& tensor) {
+  return static_cast<uint64_t>(kind) | detail << 4 | static_cast<uint64_t>(tensor.scalar_type()) << 12 |
+         static_cast<uint64_t>(tensor.nbytes()) << 20;
+}
+
+// "all_reduce (sum) of 784 bytes of Float".
+std::string describe(uint64_t doing) {
+  static const char* kinds[] = {"?", "barrier", "all_reduce", "broadcast", "all_gather"};
+  static const char* reductions[] = {"mean", "sum", "max", "min"};
+  const auto kind = static_cast<Kind>(doing & 15);
+  const uint64_t detail = (doing >> 4) & 255;
+  const char* name = kinds[std::min<uint64_t>(doing & 15, 4)];
+  if (kind == Kind::barrier || doing == 0) return name;
+  const std::string what = kind == Kind::all_reduce  ? fmt::format(" ({})", reductions[std::min<uint64_t>(detail, 3)])
+                           : kind == Kind::broadcast ? fmt::format(" (from local rank {})", detail)
+                                                     : "";
+  return fmt::format("{}{} of {} bytes of {}", name, what, doing >> 20,
+                     c10::toString(static_cast<torch::ScalarType>((doing >> 12) & 255)));
+}
+
 std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
 std::string text_of(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
 
@@ -130,7 +154,12 @@ class ShmCollectives : public Collectives {
 
   void barrier() override {
     if (nodes_ > 1) return global_->barrier();
-    worker_.submit([this] { step(barrier_timeout_, "timeout"); }).get();
+    worker_
+        .submit([this] {
+          doing_ = static_cast<uint64_t>(Kind::barrier);
+          step(barrier_timeout_, "timeout");
+        })
+        .get();
   }
 
  private:
@@ -141,9 +170,19 @@ class ShmCollectives : public Collectives {
   int64_t next_set() { return static_cast<int64_t>(sets_taken_++ % 2); }
 
   // A step of a collective waits up to collective_timeout; a barrier (set-up, saves) up to timeout.
+  // Then every rank must be doing what this one does: collectives called in different orders
+  // would pair up step by step and read each other's data.
   void step(std::chrono::milliseconds timeout, const char* option) {
     ++step_;
-    segment_->arrive_and_wait(step_, timeout, worker_.stopping(), option);
+    segment_->arrive_and_wait(step_, timeout, worker_.stopping(), option, doing_);
+    for (int64_t local = 0; local < local_world(); ++local) {
+      const uint64_t theirs = segment_->doing_of(local, step_);
+      ARC_CHECK(theirs == doing_, "the ranks called collectives in different orders: rank ", rank(), " is in ",
+                describe(doing_), ", rank ", segment_->global_rank_of(local), " in ", describe(theirs),
+                " (shared-memory step ", step_, "); every rank must call the same collectives in the same order ",
+                "(a collective that some ranks skip, such as a value logged with sync_dist on one rank only or a ",
+                "broadcast inside `if (rank == 0)`, pairs up with the next one of the others)");
+    }
   }
   void step() { step(timeout_, "collective_timeout"); }
 
@@ -160,6 +199,7 @@ class ShmCollectives : public Collectives {
   }
 
   void all_reduce_now(torch::Tensor& tensor, Reduce op) {
+    doing_ = doing(Kind::all_reduce, static_cast<uint64_t>(op), tensor);
     auto work = tensor.is_contiguous() ? tensor : tensor.contiguous();
     if (local_world() > 1) reduce_node(work, op);
     if (leaders_) leaders_->all_reduce(work, op).wait();
@@ -208,6 +248,7 @@ class ShmCollectives : public Collectives {
   }
 
   void broadcast_node(torch::Tensor& tensor, int64_t src) {
+    doing_ = doing(Kind::broadcast, static_cast<uint64_t>(src), tensor);
     auto work = tensor.is_contiguous() ? tensor : tensor.contiguous();
     auto* data = static_cast<std::byte*>(work.data_ptr());
     const auto element = static_cast<int64_t>(work.element_size());
@@ -223,6 +264,7 @@ class ShmCollectives : public Collectives {
   }
 
   std::vector<torch::Tensor> all_gather_node(const torch::Tensor& tensor) {
+    doing_ = doing(Kind::all_gather, 0, tensor);
     const auto work = tensor.contiguous();
     std::vector<torch::Tensor> gathered;
     for (int64_t s = 0; s < local_world(); ++s) gathered.push_back(torch::empty_like(work));
@@ -248,6 +290,8 @@ class ShmCollectives : public Collectives {
   std::chrono::milliseconds barrier_timeout_;
   uint32_t step_ = 0;
   uint32_t sets_taken_ = 0;
+  // What the collective under way is (see doing()), which each step compares among the ranks.
+  uint64_t doing_ = 0;
   // Last: joined before the segment it uses goes away.
   Worker worker_;
 };

@@ -77,9 +77,12 @@ struct alignas(64) ShmSegment::Peer {
   std::atomic<uint32_t> waiters{0};
   std::atomic<int32_t> pid{0};
   std::atomic<int32_t> global_rank{-1};
+  // What the rank does at even and odd steps; written before `arrived`, read after it.
+  std::atomic<uint64_t> doing[2] = {};
 };
 
-static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared-memory barriers need lock-free atomics");
+static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
+              "shared-memory barriers need lock-free atomics");
 
 size_t ShmSegment::header_bytes(int64_t local_world) {
   const size_t bytes = sizeof(Header) + sizeof(Peer) * static_cast<size_t>(local_world);
@@ -204,14 +207,21 @@ void ShmSegment::unlink_when_attached(std::chrono::milliseconds timeout) {
 }
 
 void ShmSegment::arrive_and_wait(uint32_t step, std::chrono::milliseconds timeout, const std::atomic<bool>& stop,
-                                 const char* option) {
+                                 const char* option, uint64_t doing) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto& me = peer(local_index_);
+  me.doing[step & 1].store(doing, std::memory_order_relaxed);
   me.arrived.store(step);
   if (me.waiters.load() > 0) futex_wake_all(me.arrived);
   for (int64_t r = 0; r < local_world_; ++r)
     if (r != local_index_) wait_for(r, step, deadline, timeout, stop, option);
 }
+
+uint64_t ShmSegment::doing_of(int64_t local, uint32_t step) const {
+  return peer(local).doing[step & 1].load(std::memory_order_relaxed);
+}
+
+int64_t ShmSegment::global_rank_of(int64_t local) const { return peer(local).global_rank.load(); }
 
 // Spins briefly (peers usually arrive within microseconds), then sleeps on the peer's counter in
 // short slices, checking between them that the peer still lives and the deadline holds.

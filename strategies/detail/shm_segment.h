@@ -36,11 +36,17 @@ class ShmSegment {
   /// Waits until every local rank has opened the segment, then removes its name, so that no
   /// crash from here on can leave it behind.
   void unlink_when_attached(std::chrono::milliseconds timeout);
-  /// Marks this rank as arrived at step `step` and waits until every local rank has. Throws
-  /// when a peer exits, when `timeout` passes (naming who is missing and `option`, the setting
-  /// that gave the timeout), or when `stop` is set.
+  /// Marks this rank as arrived at step `step`, doing `doing` (what the step is part of, for
+  /// doing_of), and waits until every local rank has. Throws when a peer exits, when `timeout`
+  /// passes (naming who is missing and `option`, the setting that gave the timeout), or when `stop`
+  /// is set.
   void arrive_and_wait(uint32_t step, std::chrono::milliseconds timeout, const std::atomic<bool>& stop,
-                       const char* option = "timeout");
+                       const char* option = "timeout", uint64_t doing = 0);
+  /// What rank `local` said it was doing when it arrived at `step`, which every rank has passed (a
+  /// rank runs at most one step ahead, so the value stays until this rank's next step).
+  uint64_t doing_of(int64_t local, uint32_t step) const;
+  /// The global rank of local rank `local`.
+  int64_t global_rank_of(int64_t local) const;
 
  private:
   struct Header;

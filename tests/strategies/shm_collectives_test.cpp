@@ -298,6 +298,32 @@ TEST(ShmCollectives, MissingRankTimesOutNamingIt) {
   }
 }
 
+// Collectives called in different orders on two ranks (a vote on one, a gradient bucket on the
+// other) would pair up step by step and read each other's data; each step compares what the ranks
+// do, so every rank fails, naming both.
+TEST(ShmCollectives, CollectivesInDifferentOrdersAreAnErrorNamingBoth) {
+  for (const bool helper_thread : {true, false}) {
+    std::vector<std::string> messages(2);
+    on_ranks(2, Group{true, {}, 20s, helper_thread}, [&](int64_t rank, Collectives& group) {
+      auto ballot = torch::zeros({9}, torch::kLong);
+      auto bucket = torch::ones({196});
+      messages[static_cast<size_t>(rank)] = testing::error_of([&] {
+        group.all_reduce(rank == 0 ? ballot : bucket, rank == 0 ? Reduce::max : Reduce::sum).wait();
+        group.all_reduce(rank == 0 ? bucket : ballot, rank == 0 ? Reduce::sum : Reduce::max).wait();
+      });
+    });
+    for (int64_t rank = 0; rank < 2; ++rank) {
+      const auto& message = messages[static_cast<size_t>(rank)];
+      EXPECT_NE(message.find("the ranks called collectives in different orders: rank " + std::to_string(rank) +
+                             " is in all_reduce"),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find("all_reduce (max) of 72 bytes of Long"), std::string::npos) << message;
+      EXPECT_NE(message.find("all_reduce (sum) of 784 bytes of Float"), std::string::npos) << message;
+    }
+  }
+}
+
 // collective_timeout bounds a collective's wait, timeout a barrier's (set-up, checkpoint saves): a
 // rank 2.5 s late passes a barrier; a rank 6 s late in an all-reduce fails it after about 1 s,
 // naming the option; through shared memory and through Gloo.
