@@ -280,9 +280,16 @@ std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
     store = options.rank == 0 && !options.store_hosted_elsewhere
                 ? StoreServer(options.address, options.port, options.timeout).store()
                 : connect(options);
-  auto group = make_untraced(options, store);
+  auto group_options = options;
+  // A launcher's store outlives the workers it restarts: each start of a rank gets the keys of its
+  // generation, the number of times this rank has joined the store. Agents that restart their workers
+  // together agree on it, and so does an agent that replaces a dead one (its restart count is 0 again).
+  if (options.store_hosted_elsewhere)
+    group_options.prefix +=
+        "/start_" + std::to_string(store->add(options.prefix + "/starts_of_rank_" + std::to_string(options.rank), 1));
+  auto group = make_untraced(group_options, store);
   if (options.world_size == 1) return group;
-  return std::make_unique<TracedCollectives>(std::move(group), store, options.prefix,
+  return std::make_unique<TracedCollectives>(std::move(group), store, group_options.prefix,
                                              options.collective_timeout.value_or(options.timeout));
 }
 

@@ -40,8 +40,8 @@ struct RendezvousOptions {
   bool nccl = false;
   /// The store at address:port is already open (torchrun's agent hosts it): rank 0 joins it too.
   bool store_hosted_elsewhere = false;
-  /// Key prefix for this group in the store; a launcher's store outlives restarts, so each attempt
-  /// gets its own.
+  /// Key prefix for this group in the store (in a store hosted elsewhere, followed by the generation:
+  /// how many times this rank has joined it).
   std::string prefix = "arc";
 };
 

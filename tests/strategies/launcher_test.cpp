@@ -194,8 +194,9 @@ TEST(Launchers, TwoSlurmNodesOfTwoRanksTrainToTheBitsOfTwoTorchrunNodes) {
 
 // Elastic across nodes: every worker of node 1 (ranks 2 and 3), or one of them (rank 2), is killed
 // at step 13; both agents restart their workers, the group resumes from the step-10 checkpoint, and
-// every rank ends with the bits of an uninterrupted two-node run.
-TEST(Launchers, ElasticAcrossTwoNodesSurvivesKilledWorkersOfNodeOneBitIdentical) {
+// every rank ends with the bits of an uninterrupted two-node run. So does a run whose node 1 dies
+// whole, agent included, and gets a new agent.
+TEST(Launchers, ElasticAcrossTwoNodesSurvivesKilledWorkersOrAgentOfNodeOneBitIdentical) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
   const std::string dir = scratch("two_nodes_elastic");
   const std::string agents = "--max_restarts 2 --monitor_interval 0.1";
@@ -218,6 +219,31 @@ TEST(Launchers, ElasticAcrossTwoNodesSurvivesKilledWorkersOfNodeOneBitIdentical)
     EXPECT_EQ(timings(node1, "kill").size(), victims == "--fail-node 1" ? 2u : 1u) << node1;
     for (const auto& rank : weights_of_ranks(root + "/killed.bin")) EXPECT_EQ(rank, expected);
   }
+  // Node 1 dies whole: its agent and workers (the agent's process group) are SIGKILLed once the first
+  // checkpoint is written, and a new agent starts there, as a scheduler would. Node 0's workers fail
+  // and its agent restarts them; the new agent's workers (restart count 0) meet them in the
+  // generation of the store that every rank's second start shares, and the group resumes.
+  const std::string root = dir + "/agent";
+  std::filesystem::create_directories(root);
+  const std::string port = std::to_string(arc::testing::free_port());
+  const std::string args = common + root + "/killed.bin --step-ms 30";
+  // Shell: wait (at most 120 s) until `condition` holds.
+  const auto waiting = [](const std::string& condition) {
+    return "for i in $(seq 1200); do " + condition + " && break; sleep 0.1; done; ";
+  };
+  const auto killed =
+      run_command("setsid " + agent(1, port, root, agents, args) + " > " + root + "/node1.log 2>&1 & node1=$!; " +
+                  agent(0, port, root, agents, args) + " > " + root + "/node0.log 2>&1 & node0=$!; " +
+                  waiting("[ -f " + root + "/elastic_last.ckpt ]") + "kill -9 -$node1; wait $node1; " +
+                  agent(1, port, root, agents, args) + " > " + root +
+                  "/node1b.log 2>&1 & node1=$!; wait $node0; status=$?; wait $node1 || exit 1; exit $status");
+  const auto node0 = read_file(root + "/node0.log"), new_node1 = read_file(root + "/node1b.log");
+  ASSERT_EQ(killed.status, 0) << node0 << new_node1;
+  EXPECT_NE(node0.find("resumed from '" + root + "/elastic_last.ckpt'"), std::string::npos) << node0;
+  // The new agent's workers join at their first start, not after failing on the first generation's
+  // keys (torchrun reports a failed worker as "failed (exitcode: 1) local_rank: ...").
+  EXPECT_EQ(new_node1.find("failed (exitcode"), std::string::npos) << new_node1;
+  for (const auto& rank : weights_of_ranks(root + "/killed.bin")) EXPECT_EQ(rank, expected);
   std::filesystem::remove_all(dir);
 }
 
