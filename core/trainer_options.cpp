@@ -304,6 +304,7 @@ const std::vector<OptionField>& option_fields() {
                  }),
       ARC_OPTION(find_unused_parameters, "DDP: allow parameters without gradient in a step", no_check),
       ARC_OPTION(static_graph, "DDP: every step uses the same parameters (learned in the first)", no_check),
+      ARC_OPTION(gradient_as_bucket_view, "DDP: gradients live in the all-reduce buckets (no copy back)", no_check),
       ARC_OPTION(sync_batchnorm, "DDP: arc::SyncBatchNorm layers use the statistics of every rank's batch", no_check),
       ARC_OPTION(first_bucket_mb, "DDP: size of the first gradient bucket in MiB",
                  [](const TrainerOptions& o) {

@@ -135,6 +135,11 @@ class TrainerOptions {
   /// first step leaves without gradient are allowed, and later steps all-reduce their buckets while
   /// backward runs instead of at its end (find_unused_parameters waits for the end every step).
   ARC_ARG(bool, static_graph) = false;
+  /// DDP: after a step's all-reduce each gradient is its slot in the gradient bucket (PyTorch DDP's
+  /// gradient_as_bucket_view, on by default here): the average is not copied back, and a backward
+  /// into kept gradients (zero_grad without set_to_none) accumulates in the bucket itself. Gradients
+  /// of different parameters then share one allocation; turn it off to give each its own.
+  ARC_ARG(bool, gradient_as_bucket_view) = true;
   /// DDP: the model's arc::SyncBatchNorm layers normalize training batches with the statistics of
   /// every rank's samples together (Lightning's sync_batchnorm; a torch::nn::BatchNorm is an error).
   ARC_ARG(bool, sync_batchnorm) = false;

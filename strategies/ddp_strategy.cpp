@@ -61,6 +61,7 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
   reducer_options_.bucket_bytes = plan.ddp.bucket_bytes;
   reducer_options_.find_unused_parameters = plan.ddp.find_unused_parameters;
   reducer_options_.static_graph = plan.ddp.static_graph;
+  reducer_options_.gradient_as_bucket_view = plan.ddp.gradient_as_bucket_view;
   RendezvousOptions rendezvous;
   rendezvous.address = environment_->main_address();
   rendezvous.port = environment_->main_port();

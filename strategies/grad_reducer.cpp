@@ -72,6 +72,19 @@ torch::Tensor GradReducer::slot(size_t parameter) const {
   return buckets_[bucket_of_[parameter]]->buffer.narrow(0, offset_of_[parameter], parameters_[parameter].numel());
 }
 
+bool GradReducer::grad_in_slot(size_t parameter) const {
+  const auto& grad = parameters_[parameter].grad();
+  return grad.defined() && grad.is_contiguous() && grad.data_ptr() == slot(parameter).data_ptr();
+}
+
+// A tensor of the parameter's shape on the slot's memory, not a view (the optimizer's zero_grad may
+// detach it in place, which autograd refuses for views).
+torch::Tensor GradReducer::slot_alias(size_t parameter) const {
+  const auto& buffer = buckets_[bucket_of_[parameter]]->buffer;
+  return torch::empty({0}, buffer.options())
+      .set_(buffer.storage(), offset_of_[parameter], parameters_[parameter].sizes());
+}
+
 void GradReducer::reset(Profiler* profiler) {
   profiler_ = profiler;
   finalize_queued_ = false;
@@ -104,10 +117,10 @@ void GradReducer::reduce_without_backward(Profiler* profiler) {
   skip_vote_.fill_(1);
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const auto& grad = parameters_[i].grad();
-    if (grad.defined()) {
-      slot(i).copy_(grad.reshape({-1}));
-    } else {
+    if (!grad.defined()) {
       slot(i).zero_();
+    } else if (!grad_in_slot(i)) {
+      slot(i).copy_(grad.reshape({-1}));
     }
     ready_[i] = true;
     buckets_[bucket_of_[i]]->pending = 0;
@@ -130,8 +143,7 @@ void GradReducer::mark_ready(size_t parameter) {
   }
   ready_[parameter] = true;
   auto& bucket = *buckets_[bucket_of_[parameter]];
-  const auto& p = parameters_[parameter];
-  slot(parameter).copy_(p.grad().reshape({-1}));
+  if (!grad_in_slot(parameter)) slot(parameter).copy_(parameters_[parameter].grad().reshape({-1}));
   --bucket.pending;
   if (bucket.pending == 0) launch_ready_buckets();
 }
@@ -180,12 +192,13 @@ void GradReducer::finalize() {
     }
     bucket->buffer.div_(world);
     for (const size_t i : layout_[b]) {
-      auto& p = parameters_[i];
-      const auto averaged = slot(i).view(p.sizes());
-      if (p.grad().defined()) {
-        p.mutable_grad().copy_(averaged);
+      if (grad_in_slot(i)) continue;
+      if (options_.gradient_as_bucket_view) {
+        parameters_[i].mutable_grad() = slot_alias(i);
+      } else if (parameters_[i].grad().defined()) {
+        parameters_[i].mutable_grad().copy_(slot(i).view(parameters_[i].sizes()));
       } else {
-        p.mutable_grad() = averaged.clone();
+        parameters_[i].mutable_grad() = slot(i).view(parameters_[i].sizes()).clone();
       }
     }
   }

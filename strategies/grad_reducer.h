@@ -1,7 +1,8 @@
 // GradReducer: DDP's gradient averaging. Parameters are grouped into buckets in reverse
 // registration order (a small first bucket, then bucket_cap); autograd post-accumulation hooks
 // mark parameters ready, a full bucket starts its all-reduce while backward goes on, and the
-// end-of-backward callback waits and writes the averaged gradients back. The first bucket carries
+// end-of-backward callback waits and makes each gradient its averaged slot of the bucket (or copies
+// the average back, with gradient_as_bucket_view off). The first bucket carries
 // one more element, the ranks' vote to skip the step (TrainModule::training_step's undefined loss).
 #pragma once
 
@@ -30,6 +31,10 @@ struct ReducerOptions {
   /// learns which get no gradient, later ones reduce those as zeros from the start, so that their
   /// buckets all-reduce while backward runs instead of at its end; a change is an error.
   bool static_graph = false;
+  /// Gradients become their bucket slots after the first reduction (PyTorch DDP's
+  /// gradient_as_bucket_view): backward accumulates into the buckets, and neither the copy into
+  /// them nor the copy of the average back is needed.
+  bool gradient_as_bucket_view = true;
 };
 
 /// Averages the gradients of `parameters` over the ranks of `collectives`.
@@ -63,6 +68,9 @@ class GradReducer {
   void reset(Profiler* profiler);
   /// Where parameter `parameter`'s gradient sits in its bucket.
   torch::Tensor slot(size_t parameter) const;
+  /// Whether the parameter's gradient is its slot (gradient_as_bucket_view after a first step).
+  bool grad_in_slot(size_t parameter) const;
+  torch::Tensor slot_alias(size_t parameter) const;
   void mark_ready(size_t parameter);
   void launch_ready_buckets();
   void finalize();

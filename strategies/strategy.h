@@ -35,6 +35,8 @@ struct DDPOptions {
   bool find_unused_parameters = false;
   /// Every step uses the same parameters (ReducerOptions::static_graph).
   bool static_graph = false;
+  /// Gradients live in their buckets (ReducerOptions::gradient_as_bucket_view).
+  bool gradient_as_bucket_view = true;
   /// All-reduce through shared memory among the processes of one machine.
   bool shared_memory = true;
   /// "auto", "nccl" or "gloo" (TrainerOptions::process_group_backend).

@@ -22,6 +22,7 @@ DDPOptions ddp_options(const TrainerOptions& options) {
   ddp.bucket_bytes = static_cast<int64_t>(options.bucket_cap_mb() * (1 << 20));
   ddp.find_unused_parameters = options.find_unused_parameters();
   ddp.static_graph = options.static_graph();
+  ddp.gradient_as_bucket_view = options.gradient_as_bucket_view();
   ddp.shared_memory = options.shared_memory();
   ddp.process_group_backend = options.process_group_backend();
   return ddp;

@@ -38,6 +38,49 @@ TEST(GradReducer, GradientsSurviveTheRoundTrip) {
   EXPECT_TRUE(torch::equal(b.grad(), torch::full({2}, 3.0f)));
 }
 
+// gradient_as_bucket_view (the default): after a reduction each gradient is its bucket slot, so a
+// backward into kept gradients adds into the bucket, and LibTorch's zero_grad (which detaches in
+// place) works on it; set_to_none gradients come back into the bucket. Off: each has its own memory.
+TEST(GradReducer, GradientsLiveInTheirBucketUnlessTurnedOff) {
+  auto group = solo();
+  auto w = torch::ones({3}, torch::requires_grad());
+  auto b = torch::ones({2}, torch::requires_grad());
+  GradReducer reducer({w, b}, {"w", "b"}, *group, ReducerOptions{});
+  const auto step = [&] {
+    reducer.prepare_for_backward();
+    ((w * 2).sum() + (b * 3).sum()).backward();
+  };
+  const auto same_memory = [&] { return w.grad().storage().data() == b.grad().storage().data(); };
+  step();
+  ASSERT_TRUE(same_memory());
+  const void* memory = w.grad().data_ptr();
+  step();  // the gradients were kept: the second adds to the first, in the bucket
+  EXPECT_TRUE(torch::equal(w.grad(), torch::full({3}, 4.0f)));
+  EXPECT_TRUE(torch::equal(b.grad(), torch::full({2}, 6.0f)));
+  EXPECT_EQ(w.grad().data_ptr(), memory);
+  torch::optim::SGD sgd(std::vector<torch::Tensor>{w, b}, torch::optim::SGDOptions(0.1));
+  sgd.zero_grad();  // LibTorch 1.x: detach_ and zero_ in place; 2.x: set to none
+  EXPECT_TRUE(!w.grad().defined() || torch::equal(w.grad(), torch::zeros({3})));
+  w.mutable_grad() = torch::Tensor();
+  b.mutable_grad() = torch::Tensor();
+  step();
+  EXPECT_TRUE(torch::equal(w.grad(), torch::full({3}, 2.0f)));
+  EXPECT_TRUE(torch::equal(b.grad(), torch::full({2}, 3.0f)));
+  EXPECT_TRUE(same_memory());
+
+  auto x = torch::ones({3}, torch::requires_grad());
+  auto y = torch::ones({2}, torch::requires_grad());
+  ReducerOptions copying;
+  copying.gradient_as_bucket_view = false;
+  GradReducer separate({x, y}, {"x", "y"}, *group, copying);
+  for (int i = 0; i < 2; ++i) {
+    separate.prepare_for_backward();
+    ((x * 2).sum() + (y * 3).sum()).backward();
+  }
+  EXPECT_TRUE(torch::equal(x.grad(), torch::full({3}, 4.0f)));
+  EXPECT_NE(x.grad().storage().data(), y.grad().storage().data());
+}
+
 TEST(GradReducer, UnusedParametersAreAnErrorUnlessAllowed) {
   auto group = solo();
   auto used = torch::ones({2}, torch::requires_grad());
