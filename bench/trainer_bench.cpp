@@ -8,6 +8,8 @@
 #include <arc/apps/examples/hand_loop.h>
 #include <arc/apps/examples/workload.h>
 #include <arc/arc.h>
+#include <arc/core/detail/straggler_monitor.h>
+#include <arc/strategies/process_group.h>
 
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -165,6 +167,18 @@ int main(int argc, char** argv) try {
   const double action_seconds = seconds([&] {
     for (int i = 0; i < kActions; ++i) arc::ProfileScope scope(&alone, action);
   });
+  // DDP's straggler statistics: what each step adds, and each logging step's report with its
+  // all-gather (here over a one-rank Gloo group; over two ranks' shared memory, see arc_bench_allreduce).
+  const auto solo = arc::make_collectives(arc::RendezvousOptions{});
+  arc::StragglerMonitor monitor(*solo);
+  constexpr int kMonitorReports = 4000, kLogEvery = 50;
+  double adding = 0, reporting = 0;
+  for (int r = 0; r < kMonitorReports; ++r) {
+    adding += seconds([&] {
+      for (int i = 0; i < kLogEvery; ++i) monitor.add(1e-4, 1e-3, 2e-4);
+    });
+    reporting += seconds([&] { monitor.report(); });
+  }
   const auto per_step_us = [](const std::vector<double>& runs) { return median(runs) / kTinySteps * 1e6; };
   const double hand_us = per_step_us(hand);
   std::cout << std::left << std::setw(44) << "case" << std::right << std::setw(12) << "value"
@@ -181,6 +195,8 @@ int main(int argc, char** argv) try {
   row("tiny: simple profiler's cost", per_step_us(profiled) - per_step_us(defaults), "us/step", 0);
   row("tiny: actions the profiler times", static_cast<double>(counting->actions) / kTinySteps, "per step", 0);
   row("simple profiler: one action (start + stop)", action_seconds / kActions * 1e9, "ns", 0);
+  row("DDP straggler stats: per step", adding / (kMonitorReports * kLogEvery) * 1e9, "ns", 0);
+  row("DDP straggler stats: report (1-rank gather)", reporting / kMonitorReports * 1e6, "us", 0);
 
   std::vector<double> mlp_h, mlp_t, mlp_d;
   for (int r = 0; r < std::max(1, repeats / 2); ++r) {
