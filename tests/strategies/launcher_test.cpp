@@ -118,9 +118,9 @@ TEST(Launchers, TorchrunStaticRunsDdpAsDdpSpawnDoes) {
 // with `probe_args` (and --num-nodes 2).
 std::string agent(int node, const std::string& port, const std::string& dir, const std::string& agent_flags,
                   const std::string& probe_args) {
-  return "timeout 120 torchrun -r 9:1 -t 9:1 --nnodes 2 --node_rank " + std::to_string(node) + " --nproc_per_node 2 " +
-         agent_flags + " --master_addr 127.0.0.1 --master_port " + port + " --no_python " + kProbe +
-         " --num-nodes 2 --root " + dir + " " + probe_args;
+  return "timeout 120 torchrun -r 9:1 -t 9:1 " + arc::testing::torchrun_log_dir() + " --nnodes 2 --node_rank " +
+         std::to_string(node) + " --nproc_per_node 2 " + agent_flags + " --master_addr 127.0.0.1 --master_port " +
+         port + " --no_python " + kProbe + " --num-nodes 2 --root " + dir + " " + probe_args;
 }
 
 // Two torchrun agents, --nnodes 2 --node_rank 1|0: node 0's output is the command's, node 1's goes to

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "support/command.h"
+#include "support/scratch.h"
 
 #include <arc/apps/cli.h>
 
@@ -34,9 +35,9 @@ inline std::string shipped_config() { return std::string(ARC_SOURCE_DIR) + "/app
 
 inline nlohmann::json result_of(const std::string& output) { return cli::read_report(output, "RESULT"); }
 
-/// Writes `content` to a file named `name` in the temporary folder; its path.
+/// Writes `content` to a file named `name` in the process's scratch folder; its path.
 inline std::string write_config(const std::string& name, const std::string& content) {
-  const auto path = std::filesystem::temp_directory_path() / (std::to_string(getpid()) + "_" + name);
+  const auto path = process_scratch() / name;
   std::ofstream(path) << content;
   return path.string();
 }
