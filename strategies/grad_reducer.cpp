@@ -8,6 +8,8 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/torch.h>
 
+#include <cstddef>
+
 namespace arc {
 
 struct GradReducer::Bucket {
@@ -72,9 +74,13 @@ torch::Tensor GradReducer::slot(size_t parameter) const {
   return buckets_[bucket_of_[parameter]]->buffer.narrow(0, offset_of_[parameter], parameters_[parameter].numel());
 }
 
+// By address, without making a tensor of the slot: it runs for every parameter of every step.
 bool GradReducer::grad_in_slot(size_t parameter) const {
   const auto& grad = parameters_[parameter].grad();
-  return grad.defined() && grad.is_contiguous() && grad.data_ptr() == slot(parameter).data_ptr();
+  if (!grad.defined() || !grad.is_contiguous()) return false;
+  const auto& buffer = buckets_[bucket_of_[parameter]]->buffer;
+  return grad.data_ptr() ==
+         static_cast<const std::byte*>(buffer.data_ptr()) + offset_of_[parameter] * buffer.element_size();
 }
 
 // A tensor of the parameter's shape on the slot's memory, not a view (the optimizer's zero_grad may

@@ -227,15 +227,12 @@ TEST(Launchers, ElasticAcrossTwoNodesSurvivesKilledWorkersOrAgentOfNodeOneBitIde
   std::filesystem::create_directories(root);
   const std::string port = std::to_string(arc::testing::free_port());
   const std::string args = common + root + "/killed.bin --step-ms 30";
-  // Shell: wait (at most 120 s) until `condition` holds.
-  const auto waiting = [](const std::string& condition) {
-    return "for i in $(seq 1200); do " + condition + " && break; sleep 0.1; done; ";
-  };
+  // The shell waits at most 120 s for the checkpoint.
   const auto killed =
       run_command("setsid " + agent(1, port, root, agents, args) + " > " + root + "/node1.log 2>&1 & node1=$!; " +
                   agent(0, port, root, agents, args) + " > " + root + "/node0.log 2>&1 & node0=$!; " +
-                  waiting("[ -f " + root + "/elastic_last.ckpt ]") + "kill -9 -$node1; wait $node1; " +
-                  agent(1, port, root, agents, args) + " > " + root +
+                  "for i in $(seq 1200); do [ -f " + root + "/elastic_last.ckpt ] && break; sleep 0.1; done; " +
+                  "kill -9 -$node1; wait $node1; " + agent(1, port, root, agents, args) + " > " + root +
                   "/node1b.log 2>&1 & node1=$!; wait $node0; status=$?; wait $node1 || exit 1; exit $status");
   const auto node0 = read_file(root + "/node0.log"), new_node1 = read_file(root + "/node1b.log");
   ASSERT_EQ(killed.status, 0) << node0 << new_node1;
