@@ -49,9 +49,14 @@ class Collectives {
   virtual int64_t world_size() const = 0;
   /// "gloo", "nccl", ...
   virtual std::string backend() const = 0;
-  /// Starts an in-place reduction of `tensor` over ranks (sum, max or min; mean is not a
-  /// primitive: sum, then divide).
+  /// Starts an in-place reduction of `tensor` over ranks: sum, max, min, or mean (the sum divided
+  /// by world_size() in the tensor's type; floating types only, see check_reduction).
   virtual PendingWork all_reduce(torch::Tensor tensor, Reduce op) = 0;
+  /// A zeroed tensor of `numel` elements for repeated in-place all_reduce calls (DDP's gradient
+  /// buckets), placed where this group reduces it fastest: the shared-memory group puts it in
+  /// memory that every rank of the node maps, and reduces it there without copying. Every rank
+  /// calls it, in the same order and with the same arguments. Default: an ordinary tensor.
+  virtual torch::Tensor reduce_buffer(int64_t numel, const torch::TensorOptions& options);
   /// Overwrites `tensor` with rank `src`'s.
   virtual void broadcast(torch::Tensor tensor, int64_t src) = 0;
   /// Every rank's `tensor`, in rank order.
@@ -61,5 +66,8 @@ class Collectives {
   /// that a step's own work can be told from its waiting for the other ranks.
   virtual double blocked_seconds() const { return 0.0; }
 };
+
+/// Throws unless `tensor` can hold the result of `op`: a mean needs a floating type.
+void check_reduction(const torch::Tensor& tensor, Reduce op);
 
 }  // namespace arc

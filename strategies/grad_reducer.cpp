@@ -52,7 +52,7 @@ GradReducer::GradReducer(std::vector<torch::Tensor> parameters, std::vector<std:
       numel += parameters_[i].numel();
     }
     const auto& first = parameters_[layout_[b].front()];
-    bucket->buffer = torch::zeros({numel + (b == 0 ? 1 : 0)}, first.options().requires_grad(false));
+    bucket->buffer = collectives_.reduce_buffer(numel + (b == 0 ? 1 : 0), first.options().requires_grad(false));
     buckets_.push_back(std::move(bucket));
   }
   if (!buckets_.empty()) skip_vote_ = buckets_.front()->buffer.narrow(0, buckets_.front()->buffer.numel() - 1, 1);
@@ -160,7 +160,7 @@ void GradReducer::launch_ready_buckets() {
     const CollectiveName name("gradient bucket", static_cast<int64_t>(next_bucket_));
     auto& bucket = *buckets_[next_bucket_++];
     ProfileScope scope(profiler_, "[GradReducer].all_reduce");
-    bucket.work = collectives_.all_reduce(bucket.buffer, Reduce::sum);
+    bucket.work = collectives_.all_reduce(bucket.buffer, Reduce::mean);
   }
 }
 
@@ -189,14 +189,12 @@ void GradReducer::finalize() {
     launch_ready_buckets();
   }
   graph_learned_ = graph_learned_ || learning;
-  const double world = static_cast<double>(collectives_.world_size());
   for (size_t b = 0; b < buckets_.size(); ++b) {
     auto& bucket = buckets_[b];
     {
       ProfileScope scope(profiler_, "[GradReducer].wait");
       bucket->work.wait();
     }
-    bucket->buffer.div_(world);
     for (const size_t i : layout_[b]) {
       if (grad_in_slot(i)) continue;
       if (options_.gradient_as_bucket_view) {

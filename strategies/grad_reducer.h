@@ -84,7 +84,8 @@ class GradReducer {
   std::vector<size_t> bucket_of_;
   std::vector<int64_t> offset_of_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
-  /// One element after the first bucket's gradients: each rank adds 1 there to skip the step.
+  /// One element after the first bucket's gradients: a rank sets it to 1 to skip the step, so that
+  /// the average is above 0 when some rank did.
   torch::Tensor skip_vote_;
   std::vector<bool> ready_;
   /// static_graph: whether the first backward ran, and the parameters it gave no gradient.

@@ -94,12 +94,14 @@ class C10dCollectives : public Collectives {
   std::string backend() const override { return backend_; }
 
   PendingWork all_reduce(torch::Tensor tensor, Reduce op) override {
+    check_reduction(tensor, op);
     std::vector<torch::Tensor> tensors{writable(tensor)};
     c10d::AllreduceOptions options;
     options.reduceOp = to_c10d(op);
     auto work = group_->allreduce(tensors, options);
-    return PendingWork([this, work, tensors, tensor]() mutable {
+    return PendingWork([this, work, tensors, tensor, op]() mutable {
       wait(*work, "all_reduce");
+      if (op == Reduce::mean) tensors[0].div_(static_cast<double>(world_size()));
       copy_back(tensors[0], tensor);
     });
   }
@@ -208,6 +210,9 @@ class ByDevice : public Collectives {
   int64_t world_size() const override { return cpu_->world_size(); }
   std::string backend() const override { return cuda_->backend() + " (" + cpu_->backend() + " for CPU tensors)"; }
   PendingWork all_reduce(torch::Tensor tensor, Reduce op) override { return of(tensor).all_reduce(tensor, op); }
+  torch::Tensor reduce_buffer(int64_t numel, const torch::TensorOptions& options) override {
+    return (options.device().is_cuda() ? *cuda_ : *cpu_).reduce_buffer(numel, options);
+  }
   void broadcast(torch::Tensor tensor, int64_t src) override { of(tensor).broadcast(tensor, src); }
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override { return of(tensor).all_gather(tensor); }
   void barrier() override { cpu_->barrier(); }
@@ -223,6 +228,16 @@ class ByDevice : public Collectives {
 
 void PendingWork::wait() {
   if (wait_) wait_();
+}
+
+torch::Tensor Collectives::reduce_buffer(int64_t numel, const torch::TensorOptions& options) {
+  return torch::zeros({numel}, options);
+}
+
+void check_reduction(const torch::Tensor& tensor, Reduce op) {
+  ARC_CHECK(op != Reduce::mean || tensor.is_floating_point(), "all_reduce: the mean of a ", tensor.scalar_type(),
+            " tensor cannot be held in ", tensor.scalar_type(), "; convert it to a floating type first, or reduce ",
+            "with sum and divide");
 }
 
 StoreServer::StoreServer(const std::string& address, int64_t port, std::chrono::milliseconds timeout) {

@@ -45,7 +45,6 @@ torch::Tensor Strategy::all_reduce(const torch::Tensor& tensor, Reduce op) {
   auto* group = collectives();
   if (group == nullptr) return out;
   group->all_reduce(out, op).wait();
-  if (op == Reduce::mean) out.div_(static_cast<double>(group->world_size()));
   return out;
 }
 

@@ -134,6 +134,7 @@ auto TracedCollectives::traced(int64_t seq, Fn&& fn) -> decltype(fn()) {
 }
 
 PendingWork TracedCollectives::all_reduce(torch::Tensor tensor, Reduce op) {
+  check_reduction(tensor, op);
   const int64_t seq = begin("all_reduce", tensor.numel() * static_cast<int64_t>(tensor.element_size()));
   auto work = traced(seq, [&] { return inner_->all_reduce(tensor, op); });
   set_waiting(seq, false);

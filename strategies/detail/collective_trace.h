@@ -37,6 +37,9 @@ class TracedCollectives : public Collectives {
   int64_t world_size() const override { return inner_->world_size(); }
   std::string backend() const override { return inner_->backend(); }
   PendingWork all_reduce(torch::Tensor tensor, Reduce op) override;
+  torch::Tensor reduce_buffer(int64_t numel, const torch::TensorOptions& options) override {
+    return inner_->reduce_buffer(numel, options);
+  }
   void broadcast(torch::Tensor tensor, int64_t src) override;
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override;
   void barrier() override;

@@ -6,6 +6,7 @@
 
 #include <arc/base/console.h>
 #include <arc/base/error.h>
+#include <arc/strategies/detail/ordered_worker.h>
 #include <arc/strategies/detail/shm_reduce.h>
 #include <arc/strategies/detail/shm_segment.h>
 
@@ -13,35 +14,35 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <future>
 #include <map>
-#include <mutex>
-#include <thread>
 
 namespace arc {
 namespace {
 
 // What a collective is, packed into 64 bits that the ranks compare at each step: its kind (4 bits),
 // reduction or source rank (8), element type (8) and size in bytes (44).
-enum class Kind : uint64_t { barrier = 1, all_reduce, broadcast, all_gather };
+enum class Kind : uint64_t { barrier = 1, all_reduce, broadcast, all_gather, all_reduce_in_place, share_buffer };
 
+uint64_t doing(Kind kind, uint64_t detail, torch::ScalarType type, int64_t bytes) {
+  return static_cast<uint64_t>(kind) | detail << 4 | static_cast<uint64_t>(type) << 12 |
+         static_cast<uint64_t>(bytes) << 20;
+}
 uint64_t doing(Kind kind, uint64_t detail, const torch::Tensor& tensor) {
-  return static_cast<uint64_t>(kind) | detail << 4 | static_cast<uint64_t>(tensor.scalar_type()) << 12 |
-         static_cast<uint64_t>(tensor.nbytes()) << 20;
+  return doing(kind, detail, tensor.scalar_type(), static_cast<int64_t>(tensor.nbytes()));
 }
 
 // "all_reduce (sum) of 784 bytes of Float".
 std::string describe(uint64_t doing) {
-  static const char* kinds[] = {"?", "barrier", "all_reduce", "broadcast", "all_gather"};
+  static const char* kinds[] = {
+      "?", "barrier", "all_reduce", "broadcast", "all_gather", "all_reduce of a shared buffer", "reduce_buffer"};
   static const char* reductions[] = {"mean", "sum", "max", "min"};
   const auto kind = static_cast<Kind>(doing & 15);
   const uint64_t detail = (doing >> 4) & 255;
-  const char* name = kinds[std::min<uint64_t>(doing & 15, 4)];
+  const char* name = kinds[std::min<uint64_t>(doing & 15, 6)];
   if (kind == Kind::barrier || doing == 0) return name;
-  const std::string what = kind == Kind::all_reduce  ? fmt::format(" ({})", reductions[std::min<uint64_t>(detail, 3)])
+  const bool reduces = kind == Kind::all_reduce || kind == Kind::all_reduce_in_place;
+  const std::string what = reduces                   ? fmt::format(" ({})", reductions[std::min<uint64_t>(detail, 3)])
                            : kind == Kind::broadcast ? fmt::format(" (from local rank {})", detail)
                                                      : "";
   return fmt::format("{}{} of {} bytes of {}", name, what, doing >> 20,
@@ -50,70 +51,6 @@ std::string describe(uint64_t doing) {
 
 std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
 std::string text_of(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
-
-/// Runs jobs one at a time, in submission order, on its own thread or (`threaded` false) at
-/// once on the caller's; after a job fails, every later one fails with the same error (the group
-/// is out of step).
-class Worker {
- public:
-  explicit Worker(bool threaded) {
-    if (threaded) thread_ = std::thread([this] { run(); });
-  }
-  ~Worker() {
-    if (!thread_.joinable()) return;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    ready_.notify_all();
-    thread_.join();
-  }
-  std::shared_future<void> submit(std::function<void()> job) {
-    std::packaged_task<void()> task([this, job = std::move(job)] {
-      if (failed_) std::rethrow_exception(failed_);
-      try {
-        job();
-      } catch (...) {
-        failed_ = std::current_exception();
-        throw;
-      }
-    });
-    auto done = task.get_future().share();
-    if (!thread_.joinable()) {
-      task();
-      return done;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      jobs_.push_back(std::move(task));
-    }
-    ready_.notify_one();
-    return done;
-  }
-  const std::atomic<bool>& stopping() const { return stopping_; }
-
- private:
-  void run() {
-    while (true) {
-      std::packaged_task<void()> task;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        ready_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
-        if (stopping_) return;
-        task = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      task();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable ready_;
-  std::deque<std::packaged_task<void()>> jobs_;
-  std::atomic<bool> stopping_{false};
-  std::exception_ptr failed_;
-  std::thread thread_;
-};
 
 class ShmCollectives : public Collectives {
  public:
@@ -136,8 +73,21 @@ class ShmCollectives : public Collectives {
 
   PendingWork all_reduce(torch::Tensor tensor, Reduce op) override {
     if (!tensor.device().is_cpu() || !shm_reducible(tensor.scalar_type())) return global_->all_reduce(tensor, op);
-    auto done = worker_.submit([this, tensor, op]() mutable { all_reduce_now(tensor, op); });
+    check_reduction(tensor, op);
+    auto done = worker_.submit([this, tensor, op]() mutable {
+      if (const auto* shared = shared_buffer_of(tensor)) return reduce_in_place(*shared, tensor, op);
+      all_reduce_now(tensor, op);
+    });
     return PendingWork([done] { done.get(); });
+  }
+
+  torch::Tensor reduce_buffer(int64_t numel, const torch::TensorOptions& options) override {
+    const auto type = c10::typeMetaToScalarType(options.dtype());
+    if (nodes_ > 1 || !options.device().is_cpu() || !shm_reducible(type) || numel == 0)
+      return Collectives::reduce_buffer(numel, options);
+    torch::Tensor buffer;
+    worker_.submit([&] { buffer = share_buffer(numel, options); }).get();
+    return buffer;
   }
 
   void broadcast(torch::Tensor tensor, int64_t src) override {
@@ -198,13 +148,97 @@ class ShmCollectives : public Collectives {
     in_pieces(tensor, segment_->slot_bytes(), fn);
   }
 
+  // Within one node a mean is divided in the reduction; across nodes the node sums are summed,
+  // then divided.
   void all_reduce_now(torch::Tensor& tensor, Reduce op) {
     doing_ = doing(Kind::all_reduce, static_cast<uint64_t>(op), tensor);
     auto work = tensor.is_contiguous() ? tensor : tensor.contiguous();
-    if (local_world() > 1) reduce_node(work, op);
-    if (leaders_) leaders_->all_reduce(work, op).wait();
+    const Reduce node_op = nodes_ > 1 && op == Reduce::mean ? Reduce::sum : op;
+    if (local_world() > 1) reduce_node(work, node_op);
+    if (leaders_) leaders_->all_reduce(work, node_op).wait();
     if (nodes_ > 1 && local_world() > 1) broadcast_node(work, 0);
+    const c10::InferenceMode writable(work.is_inference());
+    if (node_op != op) work.div_(static_cast<double>(world_size()));
     if (!work.is_same(tensor)) tensor.copy_(work);
+  }
+
+  // Local rank 0 makes a file of one page-aligned region per rank and tells the others its name
+  // through its slot; once all have mapped it, it is unlinked. Without room in /dev/shm the
+  // buffer is an ordinary tensor, which all_reduce copies through the slots.
+  torch::Tensor share_buffer(int64_t numel, const torch::TensorOptions& options) {
+    const int64_t region = (numel * static_cast<int64_t>(options.dtype().itemsize()) + 4095) / 4096 * 4096;
+    doing_ = doing(Kind::share_buffer, 0, c10::typeMetaToScalarType(options.dtype()), region);
+    const int64_t set = next_set();
+    auto* name = reinterpret_cast<char*>(segment_->slot(set, 0));
+    std::shared_ptr<ShmFile> file;
+    if (segment_->local_index() == 0) {
+      try {
+        file = ShmFile::create(static_cast<size_t>(region * local_world()));
+      } catch (const Error& error) {
+        console().warn("gradient buckets stay in private memory, which the all-reduce copies through: {}",
+                       error.what());
+      }
+      std::snprintf(name, 256, "%s", file ? file->name().c_str() : "");
+    }
+    step();
+    if (segment_->local_index() != 0 && name[0] != '\0')
+      file = ShmFile::open(name, static_cast<size_t>(region * local_world()));
+    step();
+    if (!file) return Collectives::reduce_buffer(numel, options);
+    file->unlink();
+    shared_.push_back({file, region, numel});
+    return torch::from_blob(
+        file->data() + segment_->local_index() * region, {numel}, [file](void*) {}, options);
+  }
+
+  struct SharedBuffer {
+    std::weak_ptr<ShmFile> file;
+    int64_t region;
+    int64_t numel;
+  };
+
+  // The shared buffer that `tensor` is, whole (null: any other tensor).
+  const SharedBuffer* shared_buffer_of(const torch::Tensor& tensor) {
+    shared_.erase(std::remove_if(shared_.begin(), shared_.end(), [](const auto& b) { return b.file.expired(); }),
+                  shared_.end());
+    for (const auto& buffer : shared_) {
+      const auto file = buffer.file.lock();
+      if (file && tensor.data_ptr() == file->data() + segment_->local_index() * buffer.region &&
+          tensor.numel() == buffer.numel && tensor.is_contiguous())
+        return &buffer;
+    }
+    return nullptr;
+  }
+
+  // Every rank reduces its share straight from the others' buffers and writes the result into all
+  // of them: two barriers, and no copy through the slots.
+  void reduce_in_place(const SharedBuffer& shared, torch::Tensor& tensor, Reduce op) {
+    doing_ = doing(Kind::all_reduce_in_place, static_cast<uint64_t>(op), tensor);
+    const auto file = shared.file.lock();
+    const auto element = static_cast<int64_t>(tensor.element_size());
+    const int64_t me = segment_->local_index();
+    const auto region = [&](int64_t s, int64_t at) { return file->data() + s * shared.region + at * element; };
+    std::vector<const void*> sources(static_cast<size_t>(local_world()));
+    step();
+    const auto [first, end] = share_of(me, tensor.numel(), element);
+    for (int64_t begin = first; begin < end; begin += kPieceBytes / element) {
+      const int64_t count = std::min(kPieceBytes / element, end - begin);
+      for (int64_t s = 0; s < local_world(); ++s) sources[static_cast<size_t>(s)] = region(s, begin);
+      combine(tensor.scalar_type(), op, region(me, begin), sources, count);
+      for (int64_t s = 0; s < local_world(); ++s)
+        if (s != me) std::memcpy(region(s, begin), region(me, begin), static_cast<size_t>(count * element));
+    }
+    step();
+  }
+
+  // Rank `s`'s share of `count` elements, its bounds on 64-byte lines so that no two ranks write
+  // one cache line.
+  std::pair<int64_t, int64_t> share_of(int64_t s, int64_t count, int64_t element) const {
+    const int64_t line = std::max<int64_t>(1, 64 / element);
+    const auto bound = [&](int64_t r) {
+      return r == local_world() ? count : (count * r / local_world()) / line * line;
+    };
+    return {bound(s), bound(s + 1)};
   }
 
   // Pieces of kPieceBytes, so that a piece's slots stay in cache between the copy in and the
@@ -231,18 +265,14 @@ class ShmCollectives : public Collectives {
         combine(tensor.scalar_type(), op, piece, sources, count);
         return;
       }
-      // Share boundaries on 64-byte lines, so that no two ranks write one cache line.
-      const int64_t line = std::max<int64_t>(1, 64 / element);
-      const auto share_begin = [&](int64_t s) { return s == ranks ? count : (count * s / ranks) / line * line; };
-      const int64_t first = share_begin(me);
+      const auto [first, end] = share_of(me, count, element);
       for (int64_t s = 0; s < ranks; ++s) sources[static_cast<size_t>(s)] = segment_->slot(set, s) + first * element;
-      combine(tensor.scalar_type(), op, segment_->slot(set, me) + first * element, sources,
-              share_begin(me + 1) - first);
+      combine(tensor.scalar_type(), op, segment_->slot(set, me) + first * element, sources, end - first);
       step();
       for (int64_t s = 0; s < ranks; ++s) {
-        const int64_t from = share_begin(s);
+        const auto [from, to] = share_of(s, count, element);
         std::memcpy(piece + from * element, segment_->slot(set, s) + from * element,
-                    static_cast<size_t>((share_begin(s + 1) - from) * element));
+                    static_cast<size_t>((to - from) * element));
       }
     });
   }
@@ -292,8 +322,10 @@ class ShmCollectives : public Collectives {
   uint32_t sets_taken_ = 0;
   // What the collective under way is (see doing()), which each step compares among the ranks.
   uint64_t doing_ = 0;
+  // The buffers handed out by reduce_buffer that still exist (their tensors own the files).
+  std::vector<SharedBuffer> shared_;
   // Last: joined before the segment it uses goes away.
-  Worker worker_;
+  OrderedWorker worker_;
 };
 
 }  // namespace

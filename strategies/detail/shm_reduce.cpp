@@ -32,11 +32,29 @@ struct Min {
   }
 };
 
+// What becomes of a combined element before it is stored: nothing, or (for a mean) division by
+// the number of ranks, rounded as torch's div_ rounds: in the element type, through float for the
+// 16-bit ones.
+struct Keep {
+  template <typename T>
+  T operator()(T value) const {
+    return value;
+  }
+};
+struct DivideBy {
+  double divisor;
+  template <typename T>
+  T operator()(T value) const {
+    using Math = std::conditional_t<std::is_same_v<T, c10::Half> || std::is_same_v<T, c10::BFloat16>, float, T>;
+    return static_cast<T>(static_cast<Math>(value) / static_cast<Math>(divisor));
+  }
+};
+
 // Block by block through an accumulator on the stack, which keeps the block in L1 and lets `out`
 // be one of the sources: a block is written only after every source of it was read. 16-bit floats
 // accumulate in float and round once; the other types in their own.
-template <typename T, typename Op>
-void combine_blocks(T* out, const std::vector<const void*>& sources, int64_t count, Op op) {
+template <typename T, typename Op, typename Finish>
+void combine_blocks(T* out, const std::vector<const void*>& sources, int64_t count, Op op, Finish finish) {
   using Acc = std::conditional_t<std::is_same_v<T, c10::Half> || std::is_same_v<T, c10::BFloat16>, float, T>;
   constexpr int64_t kBlock = 1024;
   Acc acc[kBlock];
@@ -49,7 +67,7 @@ void combine_blocks(T* out, const std::vector<const void*>& sources, int64_t cou
       for (int64_t i = 0; i < n; ++i) acc[i] = op(acc[i], static_cast<Acc>(next[i]));
     }
     T* __restrict target = out + begin;
-    for (int64_t i = 0; i < n; ++i) target[i] = static_cast<T>(acc[i]);
+    for (int64_t i = 0; i < n; ++i) target[i] = finish(static_cast<T>(acc[i]));
   }
 }
 
@@ -62,18 +80,18 @@ void combine_blocks(T* out, const std::vector<const void*>& sources, int64_t cou
 #else
 #define ARC_AVX2_CLONE
 #endif
-template <typename T, typename Op>
-ARC_AVX2_CLONE void combine_two(T* out, const T* a, const T* b, int64_t count, Op op) {
-  for (int64_t i = 0; i < count; ++i) out[i] = op(a[i], b[i]);
+template <typename T, typename Op, typename Finish>
+ARC_AVX2_CLONE void combine_two(T* out, const T* a, const T* b, int64_t count, Op op, Finish finish) {
+  for (int64_t i = 0; i < count; ++i) out[i] = finish(op(a[i], b[i]));
 }
 
-template <typename T, typename Op>
-void combine_with(T* out, const std::vector<const void*>& sources, int64_t count, Op op) {
+template <typename T, typename Op, typename Finish = Keep>
+void combine_with(T* out, const std::vector<const void*>& sources, int64_t count, Op op, Finish finish = {}) {
   if constexpr (!std::is_same_v<T, c10::Half> && !std::is_same_v<T, c10::BFloat16>) {
     if (sources.size() == 2)
-      return combine_two(out, static_cast<const T*>(sources[0]), static_cast<const T*>(sources[1]), count, op);
+      return combine_two(out, static_cast<const T*>(sources[0]), static_cast<const T*>(sources[1]), count, op, finish);
   }
-  combine_blocks(out, sources, count, op);
+  combine_blocks(out, sources, count, op, finish);
 }
 
 template <typename T>
@@ -84,8 +102,13 @@ void combine_op(Reduce op, void* out, const std::vector<const void*>& sources, i
     case Reduce::min:
       return combine_with(static_cast<T*>(out), sources, count, Min{});
     case Reduce::sum:
-    case Reduce::mean:
       return combine_with(static_cast<T*>(out), sources, count, Sum{});
+    case Reduce::mean:
+      if constexpr (std::is_integral_v<T>) {
+        ARC_FAIL("the mean of integers cannot be held in their type; reduce with sum");
+      } else {
+        return combine_with(static_cast<T*>(out), sources, count, Sum{}, DivideBy{static_cast<double>(sources.size())});
+      }
   }
 }
 

@@ -15,7 +15,8 @@ enum class Reduce;
 bool shm_reducible(c10::ScalarType type);
 
 /// out[i] = sources[0][i] (op) sources[1][i] (op) ... for i < count; half types accumulate in
-/// float and round once. `out` may be one of the sources (but not overlap one at an offset).
+/// float and round once. A mean is that sum divided by the number of sources, as torch's div_
+/// divides it. `out` may be one of the sources (but not overlap one at an offset).
 void combine(c10::ScalarType type, Reduce op, void* out, const std::vector<const void*>& sources, int64_t count);
 
 }  // namespace arc

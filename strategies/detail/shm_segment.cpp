@@ -93,44 +93,74 @@ size_t ShmSegment::total_bytes(int64_t local_world, int64_t slot_bytes) {
   return header_bytes(local_world) + 2 * static_cast<size_t>(local_world * slot_bytes);
 }
 
-ShmSegment::ShmSegment(std::string name, int fd, int64_t local_world, int64_t slot_bytes, int64_t local_index,
-                       bool owner)
-    : name_(std::move(name)),
-      local_world_(local_world),
-      slot_bytes_(slot_bytes),
-      local_index_(local_index),
-      size_(total_bytes(local_world, slot_bytes)),
-      linked_(owner) {
+ShmFile::ShmFile(std::string name, int fd, size_t size, bool linked)
+    : name_(std::move(name)), size_(size), linked_(linked) {
   void* mapped = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int error = errno;
   close(fd);
   if (mapped == MAP_FAILED) {
-    if (owner) shm_unlink(name_.c_str());
-    ARC_FAIL("cannot map the shared-memory segment /dev/shm", name_, " of ", size_, " bytes (", std::strerror(error),
+    if (linked_) shm_unlink(name_.c_str());
+    ARC_FAIL("cannot map the shared-memory file /dev/shm", name_, " of ", size_, " bytes (", std::strerror(error),
              "); free space in /dev/shm, or set shared_memory=false");
   }
-  base_ = static_cast<std::byte*>(mapped);
+  data_ = static_cast<std::byte*>(mapped);
 }
 
-ShmSegment::~ShmSegment() {
+ShmFile::~ShmFile() {
+  unlink();
+  if (data_ != nullptr) munmap(data_, size_);
+}
+
+void ShmFile::unlink() {
   if (linked_) shm_unlink(name_.c_str());
-  if (base_ != nullptr) munmap(base_, size_);
+  linked_ = false;
 }
 
-std::unique_ptr<ShmSegment> ShmSegment::create(int64_t local_world, int64_t slot_bytes, int64_t global_rank) {
+std::unique_ptr<ShmFile> ShmFile::create(size_t bytes) {
   const std::string name = "/" + std::string(kPrefix) + std::to_string(getpid()) + "-" + random_hex();
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  ARC_CHECK(fd >= 0, "cannot create the shared-memory segment /dev/shm", name, " (", std::strerror(errno),
+  ARC_CHECK(fd >= 0, "cannot create the shared-memory file /dev/shm", name, " (", std::strerror(errno),
             "); check that /dev/shm is mounted and writable, or set shared_memory=false");
-  const auto size = total_bytes(local_world, slot_bytes);
-  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    const int error = errno;
+  // posix_fallocate returns the error instead of setting errno.
+  const int error =
+      ftruncate(fd, static_cast<off_t>(bytes)) != 0 ? errno : posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (error != 0) {
     close(fd);
     shm_unlink(name.c_str());
-    ARC_FAIL("cannot size the shared-memory segment /dev/shm", name, " to ", size, " bytes (", std::strerror(error),
-             "); free space in /dev/shm, or set shared_memory=false");
+    ARC_FAIL("cannot make the shared-memory file /dev/shm", name, " ", bytes, " bytes long (", std::strerror(error),
+             "); free space in /dev/shm (or mount it larger), or set shared_memory=false");
   }
-  std::unique_ptr<ShmSegment> segment(new ShmSegment(name, fd, local_world, slot_bytes, 0, true));
+  return std::unique_ptr<ShmFile>(new ShmFile(name, fd, bytes, true));
+}
+
+std::unique_ptr<ShmFile> ShmFile::open(const std::string& name, size_t bytes) {
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  ARC_CHECK(fd >= 0, "cannot open the shared-memory file /dev/shm", name, " that local rank 0 created (",
+            std::strerror(errno), "); all ranks of a node must run as one user in one /dev/shm, or set ",
+            "shared_memory=false");
+  struct stat info {};
+  fstat(fd, &info);
+  if (info.st_uid != geteuid() || (info.st_mode & 0777) != 0600 || static_cast<size_t>(info.st_size) != bytes) {
+    close(fd);
+    ARC_FAIL("the shared-memory file /dev/shm", name, " has owner ", info.st_uid, ", mode ", std::oct,
+             (info.st_mode & 0777), std::dec, " and ", info.st_size, " bytes, but this job expects owner ", geteuid(),
+             ", mode 600 and ", bytes, " bytes; another program may have taken its name: rerun the job");
+  }
+  return std::unique_ptr<ShmFile>(new ShmFile(name, fd, bytes, false));
+}
+
+ShmSegment::ShmSegment(std::unique_ptr<ShmFile> file, int64_t local_world, int64_t slot_bytes, int64_t local_index)
+    : file_(std::move(file)),
+      local_world_(local_world),
+      slot_bytes_(slot_bytes),
+      local_index_(local_index),
+      base_(file_->data()) {}
+
+ShmSegment::~ShmSegment() = default;
+
+std::unique_ptr<ShmSegment> ShmSegment::create(int64_t local_world, int64_t slot_bytes, int64_t global_rank) {
+  std::unique_ptr<ShmSegment> segment(
+      new ShmSegment(ShmFile::create(total_bytes(local_world, slot_bytes)), local_world, slot_bytes, 0));
   auto* header = new (segment->base_) Header();
   header->local_world = local_world;
   header->slot_bytes = slot_bytes;
@@ -143,20 +173,8 @@ std::unique_ptr<ShmSegment> ShmSegment::create(int64_t local_world, int64_t slot
 
 std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, int64_t local_world, int64_t slot_bytes,
                                              int64_t local_index, int64_t global_rank) {
-  const int fd = shm_open(name.c_str(), O_RDWR, 0);
-  ARC_CHECK(fd >= 0, "cannot open the shared-memory segment /dev/shm", name, " that local rank 0 created (",
-            std::strerror(errno), "); all ranks of a node must run as one user in one /dev/shm, or set ",
-            "shared_memory=false");
-  struct stat info {};
-  fstat(fd, &info);
-  const auto expected = total_bytes(local_world, slot_bytes);
-  if (info.st_uid != geteuid() || (info.st_mode & 0777) != 0600 || static_cast<size_t>(info.st_size) != expected) {
-    close(fd);
-    ARC_FAIL("the shared-memory segment /dev/shm", name, " has owner ", info.st_uid, ", mode ", std::oct,
-             (info.st_mode & 0777), std::dec, " and ", info.st_size, " bytes, but this job expects owner ", geteuid(),
-             ", mode 600 and ", expected, " bytes; another program may have taken its name: rerun the job");
-  }
-  std::unique_ptr<ShmSegment> segment(new ShmSegment(name, fd, local_world, slot_bytes, local_index, false));
+  std::unique_ptr<ShmSegment> segment(
+      new ShmSegment(ShmFile::open(name, total_bytes(local_world, slot_bytes)), local_world, slot_bytes, local_index));
   const auto* header = reinterpret_cast<const Header*>(segment->base_);
   ARC_CHECK(header->magic == kMagic && header->local_world == local_world && header->slot_bytes == slot_bytes,
             "the shared-memory segment /dev/shm", name, " is laid out for ", header->local_world, " ranks of ",
@@ -202,8 +220,7 @@ void ShmSegment::unlink_when_attached(std::chrono::milliseconds timeout) {
               " s; check that every process of this node started");
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  shm_unlink(name_.c_str());
-  linked_ = false;
+  file_->unlink();
 }
 
 void ShmSegment::arrive_and_wait(uint32_t step, std::chrono::milliseconds timeout, const std::atomic<bool>& stop,

@@ -1,6 +1,7 @@
 // ShmSegment: the POSIX shared-memory segment that the ranks of one node share for their
 // collectives, and the step barrier on it (spin, then futex) that notices dead peers and gives
-// up at a deadline instead of hanging.
+// up at a deadline instead of hanging. ShmFile: one mapped file in /dev/shm, the segment's and
+// that of each buffer the ranks share.
 #pragma once
 
 #include <atomic>
@@ -11,6 +12,34 @@
 #include <string>
 
 namespace arc {
+
+/// A POSIX shared-memory file of this user (mode 0600), mapped; named after its creator's pid, so
+/// that ShmSegment::remove_stale finds what a crashed run left behind.
+class ShmFile {
+ public:
+  /// Creates and maps a file of `bytes`, its memory reserved at once (a full /dev/shm fails here
+  /// instead of killing a later write with SIGBUS).
+  static std::unique_ptr<ShmFile> create(size_t bytes);
+  /// Opens and maps the file `name` of `bytes` that another rank created, checking owner, mode and size.
+  static std::unique_ptr<ShmFile> open(const std::string& name, size_t bytes);
+  ~ShmFile();
+  ShmFile(const ShmFile&) = delete;
+  ShmFile& operator=(const ShmFile&) = delete;
+
+  const std::string& name() const { return name_; }
+  std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+  /// Removes the name (the mapping stays); the creator's destructor does it otherwise.
+  void unlink();
+
+ private:
+  ShmFile(std::string name, int fd, size_t size, bool linked);
+
+  std::string name_;
+  size_t size_;
+  std::byte* data_ = nullptr;
+  bool linked_;
+};
 
 /// One segment per node: a header, then two sets of one slot per local rank (collectives
 /// alternate between the sets, so one barrier per step suffices).
@@ -27,7 +56,7 @@ class ShmSegment {
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
 
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return file_->name(); }
   int64_t slot_bytes() const { return slot_bytes_; }
   int64_t local_world() const { return local_world_; }
   int64_t local_index() const { return local_index_; }
@@ -51,7 +80,7 @@ class ShmSegment {
  private:
   struct Header;
   struct Peer;
-  ShmSegment(std::string name, int fd, int64_t local_world, int64_t slot_bytes, int64_t local_index, bool owner);
+  ShmSegment(std::unique_ptr<ShmFile> file, int64_t local_world, int64_t slot_bytes, int64_t local_index);
   Peer& peer(int64_t local) const;
   // Waits for one peer until `deadline`; `timeout` and `option` are what the error reports.
   void wait_for(int64_t local, uint32_t step, std::chrono::steady_clock::time_point deadline,
@@ -59,13 +88,11 @@ class ShmSegment {
   static size_t header_bytes(int64_t local_world);
   static size_t total_bytes(int64_t local_world, int64_t slot_bytes);
 
-  std::string name_;
+  std::unique_ptr<ShmFile> file_;
   int64_t local_world_;
   int64_t slot_bytes_;
   int64_t local_index_;
-  size_t size_ = 0;
-  std::byte* base_ = nullptr;
-  bool linked_;
+  std::byte* base_;
 };
 
 }  // namespace arc

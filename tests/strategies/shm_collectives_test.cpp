@@ -14,9 +14,12 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
+#include <fstream>
 #include <optional>
 #include <thread>
 
@@ -71,8 +74,9 @@ torch::Tensor input(int64_t rank, int64_t numel, torch::ScalarType type) {
 }
 
 // The ranks' inputs reduced in rank order, accumulating 16-bit floats in float: what every rank
-// must compute.
+// must compute. A mean is that sum divided by torch's div_.
 torch::Tensor reference(const std::vector<torch::Tensor>& inputs, Reduce op) {
+  if (op == Reduce::mean) return reference(inputs, Reduce::sum).div_(static_cast<double>(inputs.size()));
   const auto type = inputs[0].scalar_type();
   const bool half = type == torch::kHalf || type == torch::kBFloat16;
   auto acc = inputs[0].to(half ? torch::kFloat : type);
@@ -106,6 +110,21 @@ std::vector<std::string> segments_of_this_process() {
 const std::vector<torch::ScalarType> kTypes = {torch::kFloat,    torch::kDouble, torch::kHalf,
                                                torch::kBFloat16, torch::kInt,    torch::kLong};
 
+// This process's mappings of files in /dev/shm (shared buffers once their names are gone), by size.
+std::vector<int64_t> shm_mappings() {
+  std::vector<int64_t> sizes;
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("/dev/shm/arc-shm-" + std::to_string(getpid()) + "-") == std::string::npos) continue;
+    const auto dash = line.find('-');
+    const auto end = std::stoull(line.substr(dash + 1, line.find(' ') - dash - 1), nullptr, 16);
+    sizes.push_back(static_cast<int64_t>(end - std::stoull(line.substr(0, dash), nullptr, 16)));
+  }
+  return sizes;
+}
+
+// Every case through an ordinary tensor, and through a buffer from reduce_buffer, which is
+// reduced where it lies (its data pointer stays).
 void expect_reduces_like_reference(int64_t world, bool helper_thread = true) {
   // 1 element, an odd size reduced whole by every rank, an odd size reduced share by share (one
   // 256 KiB piece of floats and a remainder above 16 KiB), exactly one 4 MiB slot of floats, and
@@ -117,26 +136,37 @@ void expect_reduces_like_reference(int64_t world, bool helper_thread = true) {
     std::vector<torch::Tensor> inputs;    // one per rank
     std::vector<torch::Tensor> expected;  // one per operation in kOps
   };
-  const std::vector<Reduce> kOps = {Reduce::sum, Reduce::max, Reduce::min};
+  const std::vector<Reduce> kOps = {Reduce::sum, Reduce::max, Reduce::min, Reduce::mean};
   std::vector<Case> cases;
   for (const auto type : kTypes)
     for (const auto numel : sizes) {
       Case c{inputs(world, numel, type), {}};
-      for (const auto op : kOps) c.expected.push_back(reference(c.inputs, op));
+      for (const auto op : kOps)
+        c.expected.push_back(op != Reduce::mean || torch::isFloatingType(type) ? reference(c.inputs, op)
+                                                                               : torch::Tensor());
       cases.push_back(std::move(c));
     }
   Group group_options;
   group_options.helper_thread = helper_thread;
   on_ranks(world, group_options, [&](int64_t rank, Collectives& group) {
     EXPECT_EQ(group.backend(), "shared memory");
-    for (const auto& c : cases)
+    for (const auto& c : cases) {
+      const auto& mine = c.inputs[static_cast<size_t>(rank)];
+      auto shared = group.reduce_buffer(mine.numel(), mine.options());
+      const void* where = shared.data_ptr();
       for (size_t op = 0; op < kOps.size(); ++op) {
-        auto tensor = c.inputs[static_cast<size_t>(rank)].clone();
+        if (!c.expected[op].defined()) continue;
+        auto tensor = mine.clone();
         group.all_reduce(tensor, kOps[op]).wait();
-        ASSERT_TRUE(torch::equal(tensor, c.expected[op]))
-            << "rank " << rank << " " << c10::toString(tensor.scalar_type()) << " x " << tensor.numel() << " op "
-            << static_cast<int>(kOps[op]);
+        shared.copy_(mine);
+        group.all_reduce(shared, kOps[op]).wait();
+        const auto what = "rank " + std::to_string(rank) + " " + c10::toString(mine.scalar_type()) + " x " +
+                          std::to_string(mine.numel()) + " op " + std::to_string(static_cast<int>(kOps[op]));
+        ASSERT_TRUE(torch::equal(tensor, c.expected[op])) << what;
+        ASSERT_TRUE(torch::equal(shared, c.expected[op])) << what << ", shared buffer";
+        ASSERT_EQ(shared.data_ptr(), where) << what;
       }
+    }
   });
 }
 
@@ -155,25 +185,28 @@ TEST(ShmCollectives, SixtyFourMegabytes) {
   });
 }
 
-// Sums of two are exact in either order, so shared memory and Gloo agree bit for bit.
+// Sums of two are exact in either order, so shared memory and Gloo agree bit for bit, and so do
+// their means.
 TEST(ShmCollectives, TwoRanksAreBitIdenticalToGloo) {
   const std::vector<int64_t> sizes = {1, 1001, 300'001};
   for (const auto type : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kInt, torch::kLong}) {
-    std::map<std::pair<int64_t, int64_t>, torch::Tensor> results;
+    std::map<std::tuple<int64_t, int64_t, Reduce>, torch::Tensor> results;
     for (const bool shared_memory : {true, false}) {
       std::mutex mutex;
       on_ranks(2, Group{shared_memory, {}}, [&](int64_t rank, Collectives& group) {
-        for (const auto numel : sizes) {
-          auto tensor = input(rank, numel, type);
-          group.all_reduce(tensor, Reduce::sum).wait();
-          std::lock_guard<std::mutex> lock(mutex);
-          auto& seen = results[{rank, numel}];
-          if (seen.defined()) {
-            EXPECT_TRUE(torch::equal(seen, tensor)) << c10::toString(type) << " x " << numel;
-          } else {
-            seen = tensor;
+        for (const auto numel : sizes)
+          for (const auto op : {Reduce::sum, Reduce::mean}) {
+            if (op == Reduce::mean && !torch::isFloatingType(type)) continue;
+            auto tensor = input(rank, numel, type);
+            group.all_reduce(tensor, op).wait();
+            std::lock_guard<std::mutex> lock(mutex);
+            auto& seen = results[{rank, numel, op}];
+            if (seen.defined()) {
+              EXPECT_TRUE(torch::equal(seen, tensor)) << c10::toString(type) << " x " << numel;
+            } else {
+              seen = tensor;
+            }
           }
-        }
       });
     }
   }
@@ -256,14 +289,99 @@ TEST(ShmCollectives, SeveralNodesReduceHierarchically) {
     const auto world = static_cast<int64_t>(nodes.size());
     on_ranks(world, Group{true, nodes}, [&](int64_t rank, Collectives& group) {
       EXPECT_EQ(group.backend(), "shared memory within each node, gloo across 2 nodes");
-      for (const auto op : {Reduce::sum, Reduce::max}) {
+      for (const auto op : {Reduce::sum, Reduce::max, Reduce::mean}) {
         auto tensor = input(rank, 1'500'000, torch::kDouble);
         group.all_reduce(tensor, op).wait();
         EXPECT_TRUE(torch::allclose(tensor, reference(world, 1'500'000, torch::kDouble, op), 1e-12, 1e-12));
+        auto buffer = group.reduce_buffer(1000, torch::kDouble);
+        buffer.copy_(input(rank, 1000, torch::kDouble));
+        group.all_reduce(buffer, op).wait();
+        EXPECT_TRUE(torch::allclose(buffer, reference(world, 1000, torch::kDouble, op), 1e-12, 1e-12));
       }
       auto value = torch::full({1}, static_cast<double>(rank));
       group.broadcast(value, world - 1);
       EXPECT_EQ(value.item<double>(), static_cast<double>(world - 1));
+    });
+  }
+}
+
+// Each rank maps the buffer's file once, one region per rank; the file's name is gone as soon as
+// every rank has it, and the mapping lives as long as the tensor, even past its group.
+TEST(ShmCollectives, SharedBuffersAreMappedByEveryRankAndLiveAsLongAsTheirTensors) {
+  const auto before = shm_mappings().size();
+  std::vector<torch::Tensor> kept(2);
+  on_ranks(2, {}, [&](int64_t rank, Collectives& group) {
+    auto buffer = group.reduce_buffer(1'000'001, torch::kFloat);
+    EXPECT_TRUE(torch::equal(buffer, torch::zeros({1'000'001})));
+    group.barrier();
+    EXPECT_TRUE(segments_of_this_process().empty());
+    buffer.fill_(static_cast<float>(rank + 1));
+    group.all_reduce(buffer, Reduce::mean).wait();
+    kept[static_cast<size_t>(rank)] = buffer;
+  });
+  const auto mapped = shm_mappings();
+  ASSERT_EQ(mapped.size(), before + 2);
+  EXPECT_EQ(mapped.back(), 2 * ((4'000'004 + 4095) / 4096 * 4096)) << "two page-aligned regions";
+  for (auto& buffer : kept) {
+    EXPECT_TRUE(torch::equal(buffer, torch::full({1'000'001}, 1.5f)));
+    buffer.add_(1);
+  }
+  kept.clear();
+  EXPECT_EQ(shm_mappings().size(), before);
+}
+
+// A rank that reduces a shared buffer and one that reduces an ordinary tensor of the same size
+// would read memory the other never writes; both fail, naming what each does.
+TEST(ShmCollectives, ASharedBufferOnOneRankAndAnOrdinaryTensorOnTheOtherIsAnError) {
+  std::vector<std::string> messages(2);
+  on_ranks(2, {}, [&](int64_t rank, Collectives& group) {
+    auto buffer = group.reduce_buffer(100, torch::kFloat);
+    auto ordinary = torch::zeros({100});
+    messages[static_cast<size_t>(rank)] =
+        testing::error_of([&] { group.all_reduce(rank == 0 ? buffer : ordinary, Reduce::sum).wait(); });
+  });
+  for (const auto& message : messages) {
+    EXPECT_NE(message.find("all_reduce of a shared buffer (sum) of 400 bytes of Float"), std::string::npos) << message;
+    EXPECT_NE(message.find("all_reduce (sum) of 400 bytes of Float"), std::string::npos) << message;
+  }
+}
+
+// Without room in /dev/shm (here: a file size limit below the buffer's file) the buffer is an
+// ordinary tensor, and reduces the same through the slots.
+TEST(ShmCollectives, WithoutRoomForASharedBufferItIsAnOrdinaryTensor) {
+  rlimit old_limit{};
+  getrlimit(RLIMIT_FSIZE, &old_limit);
+  const auto old_handler = signal(SIGXFSZ, SIG_IGN);
+  rlimit limit = old_limit;
+  limit.rlim_cur = 20 << 20;  // above the segment (16 MiB of slots), below the buffer's 64 MiB
+  setrlimit(RLIMIT_FSIZE, &limit);
+  const auto message = testing::error_of([] { ShmFile::create(64 << 20); });
+  const auto before = shm_mappings().size();
+  on_ranks(2, {}, [&](int64_t rank, Collectives& group) {
+    auto buffer = group.reduce_buffer(8 << 20, torch::kFloat);
+    const auto mapped = shm_mappings();
+    EXPECT_EQ(std::count(mapped.begin(), mapped.end(), 64 << 20), 0) << "no buffer file mapped";
+    buffer.copy_(input(rank, 8 << 20, torch::kFloat));
+    group.all_reduce(buffer, Reduce::sum).wait();
+    EXPECT_TRUE(torch::equal(buffer, reference(2, 8 << 20, torch::kFloat, Reduce::sum)));
+  });
+  setrlimit(RLIMIT_FSIZE, &old_limit);
+  signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(shm_mappings().size(), before);
+  EXPECT_NE(message.find("cannot make the shared-memory file /dev/shm/arc-shm-"), std::string::npos) << message;
+  EXPECT_NE(message.find("File too large"), std::string::npos) << message;
+  EXPECT_NE(message.find("free space in /dev/shm"), std::string::npos) << message;
+}
+
+// A mean of integers has no integer result: every rank fails before it waits for the others.
+TEST(ShmCollectives, TheMeanOfIntegersIsAnErrorOnEveryBackend) {
+  for (const bool shared_memory : {true, false}) {
+    on_ranks(2, Group{shared_memory, {}}, [&](int64_t, Collectives& group) {
+      auto counts = torch::ones({4}, torch::kLong);
+      const auto message = testing::error_of([&] { group.all_reduce(counts, Reduce::mean).wait(); });
+      EXPECT_NE(message.find("the mean of a Long tensor cannot be held in Long"), std::string::npos) << message;
+      group.all_reduce(counts, Reduce::sum).wait();
+      EXPECT_TRUE(torch::equal(counts, torch::full({4}, 2, torch::kLong)));
     });
   }
 }
