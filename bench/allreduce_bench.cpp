@@ -1,9 +1,11 @@
-// All-reduce latency and bandwidth between two local processes: shared memory against Gloo, in
-// the same invocation. The program starts its second rank itself (the same binary, with the same
-// arguments, so that both ranks run the same number of all-reduces).
-//   arc_bench_allreduce [iterations=200] [backends=shm,gloo: either or both]
+// All-reduce latency and bandwidth between two local processes: shared memory (an ordinary tensor,
+// copied through the slots, and a buffer from reduce_buffer, reduced where it lies, as DDP's
+// buckets are) against Gloo, in the same invocation. The program starts its second rank itself
+// (the same binary, with the same arguments, so that both ranks run the same number of all-reduces).
+//   arc_bench_allreduce [iterations=200] [backends=shm,buffer,gloo: any of them]
 #include "bench_util.h"
 
+#include <arc/base/host.h>
 #include <arc/strategies/process_group.h>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -23,6 +25,9 @@ namespace {
 
 const std::vector<int64_t> kBytes = {4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
 
+// As DDP chooses: a helper thread only where a core is free for it (one thread per rank here).
+bool helper_thread() { return 2 < usable_cores(); }
+
 std::unique_ptr<Collectives> join(int64_t rank, int64_t port, bool shared_memory,
                                   c10::intrusive_ptr<c10d::TCPStore> hosted) {
   RendezvousOptions options;
@@ -31,14 +36,18 @@ std::unique_ptr<Collectives> join(int64_t rank, int64_t port, bool shared_memory
   options.port = port;
   options.timeout = std::chrono::seconds(60);
   options.shared_memory = shared_memory;
+  options.shm_helper_thread = helper_thread();
   return make_collectives(options, std::move(hosted));
 }
 
-// Median microseconds of one all-reduce of `bytes` of float32, for every size.
-std::vector<double> measure(Collectives& group, int iterations) {
+const std::vector<std::string> kBackends = {"shm", "buffer", "gloo"};
+
+// Median microseconds of one all-reduce of `bytes` of float32, for every size; of a buffer from
+// reduce_buffer where `shared_buffer`.
+std::vector<double> measure(Collectives& group, int iterations, bool shared_buffer) {
   std::vector<double> micros;
   for (const int64_t bytes : kBytes) {
-    auto tensor = torch::ones({bytes / 4});
+    auto tensor = shared_buffer ? group.reduce_buffer(bytes / 4, torch::kFloat).fill_(1) : torch::ones({bytes / 4});
     const int runs = bytes >= (16 << 20) ? std::max(iterations / 10, 5) : iterations;
     std::vector<double> times;
     for (int i = 0; i < runs + 5; ++i) {
@@ -51,10 +60,10 @@ std::vector<double> measure(Collectives& group, int iterations) {
   return micros;
 }
 
-pid_t spawn_rank1(char** argv, int64_t shm_port, int64_t gloo_port) {
+pid_t spawn_rank1(char** argv, const std::string& ports) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  env.push_back("ARC_BENCH_PORTS=" + std::to_string(shm_port) + "," + std::to_string(gloo_port));
+  env.push_back("ARC_BENCH_PORTS=" + ports);
   std::vector<char*> envp;
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -76,36 +85,44 @@ int main(int argc, char** argv) try {
     std::cerr << "arc_bench_allreduce: iterations must be a whole number of at least 1, got '" << count << "'\n";
     return 2;
   }
-  // Which backends to time, in the table's order: shared memory, Gloo.
-  std::vector<bool> shared_memory;
-  std::stringstream backends(argc > 2 ? argv[2] : "shm,gloo");
-  for (std::string backend; std::getline(backends, backend, ',');) {
-    if (backend != "shm" && backend != "gloo") {
-      std::cerr << "arc_bench_allreduce: unknown backend '" << backend << "'; name shm, gloo or shm,gloo\n";
+  // Which backends to time, in the table's order.
+  std::vector<std::string> chosen;
+  std::stringstream names(argc > 2 ? argv[2] : "shm,buffer,gloo");
+  for (std::string name; std::getline(names, name, ',');) {
+    if (std::find(kBackends.begin(), kBackends.end(), name) == kBackends.end()) {
+      std::cerr << "arc_bench_allreduce: unknown backend '" << name << "'; name any of shm, buffer, gloo\n";
       return 2;
     }
-    shared_memory.push_back(backend == "shm");
+    chosen.push_back(name);
   }
+  const auto run = [&](const std::string& backend, int64_t rank, int64_t port,
+                       c10::intrusive_ptr<c10d::TCPStore> store) {
+    auto group = join(rank, port, backend != "gloo", std::move(store));
+    return measure(*group, iterations, backend == "buffer");
+  };
   if (const char* ports = std::getenv("ARC_BENCH_PORTS")) {
-    const std::string text = ports;
-    const auto comma = text.find(',');
-    for (const bool shm : shared_memory) {
-      auto group = join(1, std::stoll(shm ? text.substr(0, comma) : text.substr(comma + 1)), shm, {});
-      measure(*group, iterations);
+    std::stringstream list(ports);
+    for (const auto& backend : chosen) {
+      std::string port;
+      std::getline(list, port, ',');
+      run(backend, 1, std::stoll(port), {});
     }
     return 0;
   }
   print_header("all-reduce of float32 between 2 local processes, median of " + std::to_string(iterations) +
-               " (16 MB and up: of " + std::to_string(std::max(iterations / 10, 5)) + ")");
-  arc::StoreServer shm_store("127.0.0.1", 0, std::chrono::seconds(60));
-  arc::StoreServer gloo_store("127.0.0.1", 0, std::chrono::seconds(60));
-  const pid_t child = spawn_rank1(argv, shm_store.port(), gloo_store.port());
-  std::map<bool, std::vector<double>> micros;
+               " (16 MB and up: of " + std::to_string(std::max(iterations / 10, 5)) + "), shared memory on " +
+               (helper_thread() ? "a helper thread" : "the calling thread") + " as DDP would run it here");
+  std::vector<std::unique_ptr<arc::StoreServer>> stores;
+  std::string ports;
+  for (size_t b = 0; b < chosen.size(); ++b) {
+    stores.push_back(std::make_unique<arc::StoreServer>("127.0.0.1", 0, std::chrono::seconds(60)));
+    ports += (b > 0 ? "," : "") + std::to_string(stores.back()->port());
+  }
+  const pid_t child = spawn_rank1(argv, ports);
+  std::map<std::string, std::vector<double>> micros;
   try {
-    for (const bool shm : shared_memory) {
-      auto group = join(0, (shm ? shm_store : gloo_store).port(), shm, (shm ? shm_store : gloo_store).store());
-      micros[shm] = measure(*group, iterations);
-    }
+    for (size_t b = 0; b < chosen.size(); ++b)
+      micros[chosen[b]] = run(chosen[b], 0, stores[b]->port(), stores[b]->store());
   } catch (...) {
     kill(child, SIGKILL);
     waitpid(child, nullptr, 0);
@@ -115,8 +132,9 @@ int main(int argc, char** argv) try {
   waitpid(child, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw std::runtime_error("rank 1 (pid " + std::to_string(child) + ") failed; its error is above");
-  std::cout << std::right << std::setw(10) << "size" << std::setw(12) << "shm us" << std::setw(12) << "gloo us"
-            << std::setw(10) << "speedup" << std::setw(12) << "shm GB/s" << std::setw(12) << "gloo GB/s"
+  std::cout << std::right << std::setw(10) << "size" << std::setw(12) << "shm us" << std::setw(12) << "buffer us"
+            << std::setw(12) << "gloo us" << std::setw(12) << "shm GB/s" << std::setw(12) << "buffer GB/s"
+            << std::setw(12) << "gloo GB/s" << std::setw(14) << "gloo/buffer" << std::setw(12) << "shm/buffer"
             << "\n";
   // A figure, or blank where its backend was not timed (0).
   const auto cell = [](double value) {
@@ -128,11 +146,14 @@ int main(int argc, char** argv) try {
     const double mb = static_cast<double>(kBytes[i]) / (1 << 20);
     std::ostringstream size;
     size << (mb < 1 ? kBytes[i] / 1024 : static_cast<int64_t>(mb)) << (mb < 1 ? " KB" : " MB");
-    const double s = micros.count(true) ? micros[true][i] : 0, g = micros.count(false) ? micros[false][i] : 0;
+    const auto us = [&](const std::string& backend) { return micros.count(backend) ? micros[backend][i] : 0.0; };
+    const double s = us("shm"), f = us("buffer"), g = us("gloo");
     const double bytes = static_cast<double>(kBytes[i]);
-    std::cout << std::setw(10) << size.str() << std::setw(12) << cell(s) << std::setw(12) << cell(g) << std::setw(10)
-              << cell(s > 0 ? g / s : 0) << std::setw(12) << cell(s > 0 ? bytes / s / 1e3 : 0) << std::setw(12)
-              << cell(g > 0 ? bytes / g / 1e3 : 0) << "\n";
+    const auto rate = [&](double micro) { return micro > 0 ? bytes / micro / 1e3 : 0.0; };
+    std::cout << std::setw(10) << size.str() << std::setw(12) << cell(s) << std::setw(12) << cell(f) << std::setw(12)
+              << cell(g) << std::setw(12) << cell(rate(s)) << std::setw(12) << cell(rate(f)) << std::setw(12)
+              << cell(rate(g)) << std::setw(14) << cell(f > 0 ? g / f : 0) << std::setw(12) << cell(f > 0 ? s / f : 0)
+              << "\n";
   }
   return 0;
 } catch (const std::exception& error) {

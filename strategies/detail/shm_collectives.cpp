@@ -175,10 +175,15 @@ class ShmCollectives : public Collectives {
       try {
         file = ShmFile::create(static_cast<size_t>(region * local_world()));
       } catch (const Error& error) {
-        console().warn("gradient buckets stay in private memory, which the all-reduce copies through: {}",
-                       error.what());
+        if (!warned_no_room_)
+          console().warn(
+              "buffers for repeated all-reduces (DDP's gradient buckets) stay in private memory, "
+              "which the all-reduce copies through its slots: {}",
+              error.what());
+        warned_no_room_ = true;
       }
-      std::snprintf(name, 256, "%s", file ? file->name().c_str() : "");
+      std::snprintf(name, static_cast<size_t>(std::min<int64_t>(256, segment_->slot_bytes())), "%s",
+                    file ? file->name().c_str() : "");
     }
     step();
     if (segment_->local_index() != 0 && name[0] != '\0')
@@ -324,6 +329,7 @@ class ShmCollectives : public Collectives {
   uint64_t doing_ = 0;
   // The buffers handed out by reduce_buffer that still exist (their tensors own the files).
   std::vector<SharedBuffer> shared_;
+  bool warned_no_room_ = false;
   // Last: joined before the segment it uses goes away.
   OrderedWorker worker_;
 };
