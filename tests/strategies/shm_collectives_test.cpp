@@ -1,6 +1,7 @@
 // Shared-memory collectives with every rank a thread of this process (each rank maps the segment
 // on its own, as separate processes do), checked against a fixed-order reference and Gloo.
 #include <arc/strategies/detail/shm_segment.h>
+#include <arc/strategies/grad_reducer.h>
 #include <arc/strategies/process_group.h>
 
 #include <support/errors.h>
@@ -110,17 +111,29 @@ std::vector<std::string> segments_of_this_process() {
 const std::vector<torch::ScalarType> kTypes = {torch::kFloat,    torch::kDouble, torch::kHalf,
                                                torch::kBFloat16, torch::kInt,    torch::kLong};
 
-// This process's mappings of files in /dev/shm (shared buffers once their names are gone), by size.
-std::vector<int64_t> shm_mappings() {
-  std::vector<int64_t> sizes;
+// This process's mappings of files in /dev/shm (shared buffers once their names are gone): the
+// address ranges, and their sizes.
+std::vector<std::pair<uintptr_t, uintptr_t>> shm_ranges() {
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
   std::ifstream maps("/proc/self/maps");
   for (std::string line; std::getline(maps, line);) {
     if (line.find("/dev/shm/arc-shm-" + std::to_string(getpid()) + "-") == std::string::npos) continue;
     const auto dash = line.find('-');
-    const auto end = std::stoull(line.substr(dash + 1, line.find(' ') - dash - 1), nullptr, 16);
-    sizes.push_back(static_cast<int64_t>(end - std::stoull(line.substr(0, dash), nullptr, 16)));
+    ranges.emplace_back(std::stoull(line.substr(0, dash), nullptr, 16),
+                        std::stoull(line.substr(dash + 1, line.find(' ') - dash - 1), nullptr, 16));
   }
+  return ranges;
+}
+std::vector<int64_t> shm_mappings() {
+  std::vector<int64_t> sizes;
+  for (const auto& [begin, end] : shm_ranges()) sizes.push_back(static_cast<int64_t>(end - begin));
   return sizes;
+}
+bool in_shm_mapping(const void* address) {
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  for (const auto& [begin, end] : shm_ranges())
+    if (begin <= at && at < end) return true;
+  return false;
 }
 
 // Every case through an ordinary tensor, and through a buffer from reduce_buffer, which is
@@ -328,6 +341,22 @@ TEST(ShmCollectives, SharedBuffersAreMappedByEveryRankAndLiveAsLongAsTheirTensor
   }
   kept.clear();
   EXPECT_EQ(shm_mappings().size(), before);
+}
+
+// DDP's gradient buckets are such buffers: after a reduction each gradient lies in memory that both
+// ranks map, and holds the mean of the ranks' gradients.
+TEST(ShmCollectives, GradientBucketsAreSharedBuffers) {
+  on_ranks(2, {}, [&](int64_t rank, Collectives& group) {
+    auto w = torch::ones({300}, torch::requires_grad());
+    auto b = torch::ones({7}, torch::requires_grad());
+    GradReducer reducer({w, b}, {"w", "b"}, group, ReducerOptions{});
+    reducer.prepare_for_backward();
+    ((w * static_cast<float>(rank + 1)).sum() + (b * static_cast<float>(3 * rank)).sum()).backward();
+    EXPECT_TRUE(torch::equal(w.grad(), torch::full({300}, 1.5f)));
+    EXPECT_TRUE(torch::equal(b.grad(), torch::full({7}, 1.5f)));
+    EXPECT_TRUE(in_shm_mapping(w.grad().data_ptr()));
+    EXPECT_TRUE(in_shm_mapping(b.grad().data_ptr()));
+  });
 }
 
 // A rank that reduces a shared buffer and one that reduces an ordinary tensor of the same size
