@@ -75,7 +75,7 @@ class ShmCollectives : public Collectives {
     if (!tensor.device().is_cpu() || !shm_reducible(tensor.scalar_type())) return global_->all_reduce(tensor, op);
     check_reduction(tensor, op);
     auto done = worker_.submit([this, tensor, op]() mutable {
-      if (const auto* shared = shared_buffer_of(tensor)) return reduce_in_place(*shared, tensor, op);
+      if (const auto [file, region] = shared_buffer_of(tensor); file) return reduce_in_place(*file, region, tensor, op);
       all_reduce_now(tensor, op);
     });
     return PendingWork([done] { done.get(); });
@@ -166,14 +166,15 @@ class ShmCollectives : public Collectives {
   // through its slot; once all have mapped it, it is unlinked. Without room in /dev/shm the
   // buffer is an ordinary tensor, which all_reduce copies through the slots.
   torch::Tensor share_buffer(int64_t numel, const torch::TensorOptions& options) {
-    const int64_t region = (numel * static_cast<int64_t>(options.dtype().itemsize()) + 4095) / 4096 * 4096;
+    const auto region = static_cast<int64_t>(page_aligned(static_cast<size_t>(numel) * options.dtype().itemsize()));
+    const auto file_bytes = static_cast<size_t>(region * local_world());
     doing_ = doing(Kind::share_buffer, 0, c10::typeMetaToScalarType(options.dtype()), region);
     const int64_t set = next_set();
     auto* name = reinterpret_cast<char*>(segment_->slot(set, 0));
     std::shared_ptr<ShmFile> file;
     if (segment_->local_index() == 0) {
       try {
-        file = ShmFile::create(static_cast<size_t>(region * local_world()));
+        file = ShmFile::create(file_bytes);
       } catch (const Error& error) {
         if (!warned_no_room_)
           console().warn(
@@ -186,43 +187,42 @@ class ShmCollectives : public Collectives {
                     file ? file->name().c_str() : "");
     }
     step();
-    if (segment_->local_index() != 0 && name[0] != '\0')
-      file = ShmFile::open(name, static_cast<size_t>(region * local_world()));
+    if (segment_->local_index() != 0 && name[0] != '\0') file = ShmFile::open(name, file_bytes);
     step();
     if (!file) return Collectives::reduce_buffer(numel, options);
     file->unlink();
-    shared_.push_back({file, region, numel});
+    // Buffers whose tensors are gone are forgotten first, so that no two entries share an address.
+    shared_.erase(std::remove_if(shared_.begin(), shared_.end(), [](const auto& b) { return b.file.expired(); }),
+                  shared_.end());
+    void* mine = file->data() + segment_->local_index() * region;
+    shared_.push_back({file, mine, region, static_cast<size_t>(numel) * options.dtype().itemsize()});
     return torch::from_blob(
-        file->data() + segment_->local_index() * region, {numel}, [file](void*) {}, options);
+        mine, {numel}, [file](void*) {}, options);
   }
 
   struct SharedBuffer {
     std::weak_ptr<ShmFile> file;
+    const void* mine;  // this rank's region
     int64_t region;
-    int64_t numel;
+    size_t bytes;
   };
 
-  // The shared buffer that `tensor` is, whole (null: any other tensor).
-  const SharedBuffer* shared_buffer_of(const torch::Tensor& tensor) {
-    shared_.erase(std::remove_if(shared_.begin(), shared_.end(), [](const auto& b) { return b.file.expired(); }),
-                  shared_.end());
-    for (const auto& buffer : shared_) {
-      const auto file = buffer.file.lock();
-      if (file && tensor.data_ptr() == file->data() + segment_->local_index() * buffer.region &&
-          tensor.numel() == buffer.numel && tensor.is_contiguous())
-        return &buffer;
-    }
-    return nullptr;
+  // The file of the shared buffer that `tensor` is, whole, and its region size (no file: any other
+  // tensor). Runs for every all-reduce: addresses are compared first.
+  std::pair<std::shared_ptr<ShmFile>, int64_t> shared_buffer_of(const torch::Tensor& tensor) const {
+    for (const auto& buffer : shared_)
+      if (tensor.data_ptr() == buffer.mine && tensor.nbytes() == buffer.bytes && tensor.is_contiguous())
+        return {buffer.file.lock(), buffer.region};
+    return {};
   }
 
   // Every rank reduces its share straight from the others' buffers and writes the result into all
   // of them: two barriers, and no copy through the slots.
-  void reduce_in_place(const SharedBuffer& shared, torch::Tensor& tensor, Reduce op) {
+  void reduce_in_place(const ShmFile& file, int64_t bytes_per_rank, torch::Tensor& tensor, Reduce op) {
     doing_ = doing(Kind::all_reduce_in_place, static_cast<uint64_t>(op), tensor);
-    const auto file = shared.file.lock();
     const auto element = static_cast<int64_t>(tensor.element_size());
     const int64_t me = segment_->local_index();
-    const auto region = [&](int64_t s, int64_t at) { return file->data() + s * shared.region + at * element; };
+    const auto region = [&](int64_t s, int64_t at) { return file.data() + s * bytes_per_rank + at * element; };
     std::vector<const void*> sources(static_cast<size_t>(local_world()));
     step();
     const auto [first, end] = share_of(me, tensor.numel(), element);

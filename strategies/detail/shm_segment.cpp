@@ -85,8 +85,7 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t
               "shared-memory barriers need lock-free atomics");
 
 size_t ShmSegment::header_bytes(int64_t local_world) {
-  const size_t bytes = sizeof(Header) + sizeof(Peer) * static_cast<size_t>(local_world);
-  return (bytes + 4095) / 4096 * 4096;
+  return page_aligned(sizeof(Header) + sizeof(Peer) * static_cast<size_t>(local_world));
 }
 
 size_t ShmSegment::total_bytes(int64_t local_world, int64_t slot_bytes) {

@@ -13,6 +13,9 @@
 
 namespace arc {
 
+/// `bytes` rounded up to whole pages, so that what follows starts on a page (and cache line) of its own.
+inline size_t page_aligned(size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
+
 /// A POSIX shared-memory file of this user (mode 0600), mapped; named after its creator's pid, so
 /// that ShmSegment::remove_stale finds what a crashed run left behind.
 class ShmFile {

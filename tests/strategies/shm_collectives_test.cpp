@@ -167,6 +167,7 @@ void expect_reduces_like_reference(int64_t world, bool helper_thread = true) {
       const auto& mine = c.inputs[static_cast<size_t>(rank)];
       auto shared = group.reduce_buffer(mine.numel(), mine.options());
       const void* where = shared.data_ptr();
+      ASSERT_TRUE(in_shm_mapping(where)) << "rank " << rank << " " << c10::toString(mine.scalar_type());
       for (size_t op = 0; op < kOps.size(); ++op) {
         if (!c.expected[op].defined()) continue;
         auto tensor = mine.clone();
