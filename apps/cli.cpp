@@ -13,11 +13,16 @@
 #include <arc/core/trainer.h>
 #include <arc/core/tuner.h>
 #include <arc/loggers/logger_registry.h>
+#include <arc/strategies/launchers/rank_processes.h>
 
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -228,6 +233,24 @@ int list_modules() {
   return 0;
 }
 
+// Prints "arc: <kind>: <message>" and returns `code`; a rank that the `arc` tool started hands it
+// to the tool instead (kSpawnErrorPipeVariable), which prints each distinct error of its ranks once.
+int fail(const std::string& kind, const std::string& message, int code) {
+  if (const char* fd_text = std::getenv(kSpawnErrorPipeVariable)) {
+    const int fd = std::atoi(fd_text);
+    const std::string report = kind + "\n" + message;
+    size_t written = 0;
+    while (written < report.size()) {
+      const ssize_t n = write(fd, report.data() + written, report.size() - written);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      written += static_cast<size_t>(n);
+    }
+    if (written == report.size()) return code;
+  }
+  std::cerr << "arc: " << kind << ": " << message << std::endl;
+  return code;
+}
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -317,11 +340,9 @@ int run(int argc, char** argv) {
                                           : evaluate(command->get_name(), loaded.config, ckpt);
     }
   } catch (const Error& error) {
-    std::cerr << "arc: error: " << loaded.locate(error.what()) << std::endl;
-    return 2;
+    return fail("error", loaded.locate(error.what()), 2);
   } catch (const std::exception& error) {
-    std::cerr << "arc: failed: " << error.what() << std::endl;
-    return 1;
+    return fail("failed", error.what(), 1);
   }
   return 0;
 }

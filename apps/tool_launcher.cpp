@@ -7,11 +7,15 @@
 #include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/launchers/rank_processes.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -40,7 +44,139 @@ void catch_interrupts() {
   sigaction(SIGINT, &action, nullptr);
 }
 
+// One pipe per rank that carries the rank's fatal error to the tool (kSpawnErrorPipeVariable).
+class ErrorPipes {
+ public:
+  ErrorPipes() = default;
+  ErrorPipes(const ErrorPipes&) = delete;
+  ErrorPipes& operator=(const ErrorPipes&) = delete;
+  ~ErrorPipes() {
+    for (const auto& pipe : pipes_) close(pipe.fd);
+  }
+
+  /// A pipe for `rank`; returns the end that the rank inherits, which the caller closes once the
+  /// rank started (so that no later rank inherits it too).
+  int open(int64_t rank) {
+    int ends[2];
+    ARC_CHECK(pipe2(ends, O_CLOEXEC) == 0, "cannot make a pipe for the errors of rank ", rank, ": ",
+              std::strerror(errno));
+    fcntl(ends[0], F_SETFL, O_NONBLOCK);
+    fcntl(ends[1], F_SETFD, 0);
+    pipes_.push_back({rank, ends[0], ""});
+    return ends[1];
+  }
+
+  /// Reads what the ranks wrote so far.
+  void drain() {
+    char buffer[4096];
+    for (auto& pipe : pipes_) {
+      while (true) {
+        const ssize_t n = read(pipe.fd, buffer, sizeof(buffer));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        pipe.text.append(buffer, static_cast<size_t>(n));
+      }
+    }
+  }
+
+  bool reported(int64_t rank) const {
+    for (const auto& pipe : pipes_)
+      if (pipe.rank == rank) return !pipe.text.empty();
+    return false;
+  }
+
+  std::vector<RankError> errors() const {
+    std::vector<RankError> out;
+    for (const auto& pipe : pipes_) {
+      if (pipe.text.empty()) continue;
+      const size_t newline = pipe.text.find('\n');
+      if (newline == std::string::npos)
+        out.push_back({pipe.rank, "error", pipe.text});
+      else
+        out.push_back({pipe.rank, pipe.text.substr(0, newline), pipe.text.substr(newline + 1)});
+    }
+    return out;
+  }
+
+ private:
+  struct Pipe {
+    int64_t rank;
+    int fd;
+    std::string text;
+  };
+  std::vector<Pipe> pipes_;
+};
+
+// Waits for the ranks as run_ranks says; returns the tool's exit status.
+int supervise(RankProcesses& ranks, ErrorPipes& errors, const SpawnPlan& plan) {
+  // Once one rank finished, the others have the trainer's timeout to finish too.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  // The first SIGINT stops every rank at the next batch boundary; a second ends them at once (the
+  // ranks that got it from the terminal may have died of it already).
+  const auto ended_at_once = [&ranks] {
+    ranks.kill_all();
+    report_spawn_failure("a second Ctrl-C (SIGINT): every rank was ended at once, without saving");
+    return kInterruptedExitCode;
+  };
+  while (ranks.running() > 0) {
+    if (interrupts >= 2) return ended_at_once();
+    if (interrupt_to_forward.exchange(false)) ranks.signal_all(SIGINT);
+    if (const int signal = forwarded.exchange(0)) ranks.signal_all(signal);
+    const auto failure = ranks.reap_failed();
+    if (failure && interrupts >= 2) return ended_at_once();
+    if (failure) {
+      errors.drain();
+      if (errors.reported(failure.rank)) {
+        // It said why; the others likely end by themselves with the same error (a config error).
+        const auto grace = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+        while (ranks.running() > 0 && std::chrono::steady_clock::now() < grace) {
+          ranks.reap_failed();
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      } else {
+        report_spawn_failure(failure.description + "; stopping the other ranks");
+      }
+      ranks.stop_all();
+      return failure.exit_code;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (!deadline && ranks.running() < plan.world)
+      deadline =
+          now + std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(plan.timeout_s));
+    if (deadline && now > *deadline) {
+      for (const auto& line : ranks.stop_overdue()) report_spawn_failure(line);
+      return 1;
+    }
+    errors.drain();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return ranks.interrupted() ? kInterruptedExitCode : 0;
+}
+
 }  // namespace
+
+std::vector<std::string> rank_error_lines(const std::vector<RankError>& errors, int64_t world) {
+  // Distinct errors in the order of the first rank that reported each, with the ranks that did.
+  std::vector<std::pair<const RankError*, std::vector<int64_t>>> distinct;
+  for (const auto& error : errors) {
+    auto same = std::find_if(distinct.begin(), distinct.end(), [&](const auto& entry) {
+      return entry.first->kind == error.kind && entry.first->message == error.message;
+    });
+    if (same == distinct.end()) same = distinct.emplace(distinct.end(), &error, std::vector<int64_t>());
+    same->second.push_back(error.rank);
+  }
+  std::vector<std::string> lines;
+  for (const auto& [error, ranks] : distinct) {
+    std::string who;
+    if (distinct.size() > 1 || static_cast<int64_t>(ranks.size()) < world) {
+      who = ranks.size() == 1 ? "rank " : "ranks ";
+      for (size_t i = 0; i < ranks.size(); ++i) who += (i > 0 ? ", " : "") + std::to_string(ranks[i]);
+      who += ": ";
+    }
+    lines.push_back("arc: " + error->kind + ": " + who + error->message);
+  }
+  return lines;
+}
 
 SpawnPlan spawn_plan(const std::vector<std::string>& args) {
   if (args.empty() || std::getenv(kSpawnChildVariable) != nullptr) return {};
@@ -93,46 +229,24 @@ int run_ranks(const std::string& engine, const std::vector<std::string>& args, c
   std::vector<std::string> argv = {engine};
   argv.insert(argv.end(), args.begin(), args.end());
   RankProcesses ranks;
+  ErrorPipes errors;
   for (int64_t rank = 0; rank < world; ++rank) {
     const int own_end = rank == 0 ? port_pipe[1] : port_pipe[0];
     const int other_end = rank == 0 ? port_pipe[0] : port_pipe[1];
-    const auto environment = rank_environment(rank, world, 0, {{kSpawnPortPipeVariable, std::to_string(own_end)}});
+    const int error_end = errors.open(rank);
+    const auto environment = rank_environment(
+        rank, world, 0,
+        {{kSpawnPortPipeVariable, std::to_string(own_end)}, {kSpawnErrorPipeVariable, std::to_string(error_end)}});
     ranks.start(rank, engine, argv, environment, {other_end});
+    close(error_end);
   }
   close(port_pipe[0]);
   close(port_pipe[1]);
-  // Once one rank finished, the others have the trainer's timeout to finish too.
-  std::optional<std::chrono::steady_clock::time_point> deadline;
-  // The first SIGINT stops every rank at the next batch boundary; a second ends them at once (the
-  // ranks that got it from the terminal may have died of it already).
-  const auto ended_at_once = [&ranks] {
-    ranks.kill_all();
-    report_spawn_failure("a second Ctrl-C (SIGINT): every rank was ended at once, without saving");
-    return kInterruptedExitCode;
-  };
-  while (ranks.running() > 0) {
-    if (interrupts >= 2) return ended_at_once();
-    if (interrupt_to_forward.exchange(false)) ranks.signal_all(SIGINT);
-    if (const int signal = forwarded.exchange(0)) ranks.signal_all(signal);
-    int exit_code = 1;
-    const std::string failure = ranks.reap_failed(&exit_code);
-    if (!failure.empty() && interrupts >= 2) return ended_at_once();
-    if (!failure.empty()) {
-      report_spawn_failure(failure + "; stopping the other ranks");
-      ranks.stop_all();
-      return exit_code;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (!deadline && ranks.running() < world)
-      deadline =
-          now + std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(plan.timeout_s));
-    if (deadline && now > *deadline) {
-      for (const auto& line : ranks.stop_overdue()) report_spawn_failure(line);
-      return 1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return ranks.interrupted() ? kInterruptedExitCode : 0;
+  const int exit_code = supervise(ranks, errors, plan);
+  errors.drain();
+  for (const auto& line : rank_error_lines(errors.errors(), world)) std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+  return exit_code;
 }
 
 }  // namespace arc::cli

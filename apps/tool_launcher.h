@@ -24,11 +24,25 @@ struct SpawnPlan {
 /// runs itself is only slower to start).
 SpawnPlan spawn_plan(const std::vector<std::string>& args);
 
+/// The fatal error that a rank handed the tool: kind ("error", "failed") and message.
+struct RankError {
+  int64_t rank = 0;
+  std::string kind;
+  std::string message;
+};
+
+/// The lines the tool prints for its ranks' errors: each distinct error once, as one process
+/// prints it ("arc: error: <message>") when all `world` ranks reported it, else naming the ranks
+/// that did ("arc: error: ranks 0, 2: <message>").
+std::vector<std::string> rank_error_lines(const std::vector<RankError>& errors, int64_t world);
+
 /// Starts the plan's ranks of `engine` with `args`, lets rank 0 pass the rendezvous port to the
 /// others, passes SIGTERM, SIGHUP and a sent SIGINT on to them (Ctrl-C reaches them from the
 /// terminal), ends them all at once on a second SIGINT, and ends them all when one fails, naming its
-/// rank and cause. Returns 0 when every rank succeeded, 130 when SIGINT stopped them, else the
-/// failed rank's exit status (a config error is 2, as in one process; 1 when a signal ended it).
+/// rank and cause; a rank that reported its error gives the others half a second to end by
+/// themselves (a config error ends every rank), and the errors are printed by rank_error_lines. Returns 0 when every
+/// rank succeeded, 130 when SIGINT stopped them, else the failed rank's exit status (a config error is 2, as in one
+/// process; 1 when a signal ended it).
 int run_ranks(const std::string& engine, const std::vector<std::string>& args, const SpawnPlan& plan);
 
 }  // namespace arc::cli

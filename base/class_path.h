@@ -48,8 +48,8 @@ auto with_class_path(const nlohmann::json& entry, const std::string& path, const
     return built;
   } catch (const Error& error) {
     // A misspelt key explains a missing or defaulted one best ("save_dri": did you mean "save_dir"?).
-    init_args.finish();
     const std::string message = error.what();
+    init_args.finish_after(message);
     // Config's messages name the key already ('trainer.callbacks[1].init_args.mode'); the registry's
     // names the class, and a constructor's the option, which is the init_args key of that name.
     if (message.find("'" + path) != std::string::npos) throw;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace arc {
@@ -61,6 +62,11 @@ class Config {
   /// Throws for the first key that was never read, naming the allowed keys.
   void finish() const;
 
+  /// For a reader that stopped at `error` before asking for every key it knows: throws for the
+  /// first key never read (a misspelt key explains a missing one best), with a suggestion among
+  /// the keys read so far and `error` itself, without claiming those were all the known keys.
+  void finish_after(const std::string& error) const;
+
  private:
   template <typename T>
   T convert(const std::string& key, const nlohmann::json& value) const {
@@ -104,6 +110,10 @@ class Config {
     if constexpr (std::is_same_v<T, std::vector<double>>) return "a list of numbers";
     return "a JSON value";
   }
+
+  /// The first key never read and the read key closest to it ("" for none); nullopt when every
+  /// key was read.
+  std::optional<std::pair<std::string, std::string>> first_unread() const;
 
   nlohmann::json values_;
   std::string path_;

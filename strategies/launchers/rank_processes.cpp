@@ -75,7 +75,7 @@ void RankProcesses::start(int64_t rank, const std::string& program, const std::v
   ranks_.emplace_back(rank, pid);
 }
 
-std::string RankProcesses::reap_failed(int* exit_code) {
+RankProcesses::Failure RankProcesses::reap_failed() {
   for (auto& [rank, pid] : ranks_) {
     if (pid <= 0) continue;
     int status = 0;
@@ -86,10 +86,10 @@ std::string RankProcesses::reap_failed(int* exit_code) {
       interrupted_ = true;
       continue;
     }
-    if (exit_code != nullptr) *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-    return "rank " + std::to_string(rank) + " " + describe_exit(status);
+    return {rank, WIFEXITED(status) ? WEXITSTATUS(status) : 1,
+            "rank " + std::to_string(rank) + " " + describe_exit(status)};
   }
-  return "";
+  return {};
 }
 
 int64_t RankProcesses::running() const {
@@ -143,9 +143,8 @@ std::vector<std::string> RankProcesses::stop_overdue() {
 std::vector<std::string> RankProcesses::wait_all(std::chrono::steady_clock::time_point deadline) {
   std::vector<std::string> failures;
   while (running() > 0) {
-    const std::string failure = reap_failed();
-    if (!failure.empty()) {
-      failures.push_back(failure);
+    if (const auto failure = reap_failed()) {
+      failures.push_back(failure.description);
     } else if (std::chrono::steady_clock::now() > deadline) {
       for (auto& line : stop_overdue()) failures.push_back(std::move(line));
     } else {

@@ -14,10 +14,12 @@
 namespace arc {
 
 /// What a launcher tells the ranks it starts: that they are its children, its pid (they die with
-/// it), and under the `arc` tool the pipe that carries rank 0's store port.
+/// it), and under the `arc` tool the pipe that carries rank 0's store port and the pipe that takes
+/// the rank's fatal error (a line "error" or "failed", then the message), which the tool prints.
 constexpr const char* kSpawnChildVariable = "ARC_SPAWN_CHILD";
 constexpr const char* kSpawnParentVariable = "ARC_SPAWN_PARENT_PID";
 constexpr const char* kSpawnPortPipeVariable = "ARC_SPAWN_PORT_FD";
+constexpr const char* kSpawnErrorPipeVariable = "ARC_SPAWN_ERROR_FD";
 /// The exit status of a rank whose fit SIGINT (Ctrl-C) stopped, as every rank does together.
 constexpr int kInterruptedExitCode = 130;
 
@@ -43,10 +45,16 @@ class RankProcesses {
   /// Starts `program` with `argv` and `environment` as `rank`; `close_fds` are closed in it.
   void start(int64_t rank, const std::string& program, const std::vector<std::string>& argv,
              const std::vector<std::string>& environment, const std::vector<int>& close_fds = {});
-  /// Reaps ranks that ended; "rank N <cause>" for the first that failed, else "". `exit_code`,
-  /// when given, gets that rank's exit code (1 for a rank that a signal ended). A rank that ended
-  /// with kInterruptedExitCode did not fail: it stopped with the others (interrupted()).
-  std::string reap_failed(int* exit_code = nullptr);
+  /// A rank that failed: which, its exit code (1 for a rank that a signal ended) and "rank N <cause>".
+  struct Failure {
+    int64_t rank = -1;
+    int exit_code = 0;
+    std::string description;
+    explicit operator bool() const { return rank >= 0; }
+  };
+  /// Reaps ranks that ended; the first that failed, else an empty Failure. A rank that ended with
+  /// kInterruptedExitCode did not fail: it stopped with the others (interrupted()).
+  Failure reap_failed();
   /// Whether a rank ended with kInterruptedExitCode.
   bool interrupted() const { return interrupted_; }
   /// How many ranks have not ended (or not been reaped) yet.

@@ -118,9 +118,9 @@ void SpawnLauncher::watch() {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return;
-    const std::string failure = children_.reap_failed();
-    if (failure.empty()) continue;
-    report_spawn_failure(failure + "; stopping the other ranks");
+    const auto failure = children_.reap_failed();
+    if (!failure) continue;
+    report_spawn_failure(failure.description + "; stopping the other ranks");
     children_.stop_all();
     std::fflush(stdout);
     std::_Exit(1);
@@ -133,7 +133,7 @@ void SpawnLauncher::abort(const std::string& reason) {
   // A dead peer is the usual reason for rank 0's collective to fail: give it a moment to be reaped.
   std::string failure;
   for (int i = 0; i < 25 && failure.empty(); ++i) {
-    failure = children_.reap_failed();
+    failure = children_.reap_failed().description;
     if (failure.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   report_spawn_failure((failure.empty() ? "rank 0 failed (" + reason + ")" : failure) + "; stopping the other ranks");

@@ -206,6 +206,15 @@ TEST(Config, BadConfigsNameTheFileAndTheKey) {
   const auto unknown = error_for("unknown.yaml", callbacks + "      init_args: {mode: max, monitr: val_acc}\n");
   expect_in(unknown,
             "unknown.yaml: unknown config key 'trainer.callbacks[1].init_args.monitr'; did you mean 'monitor'?");
+  // A misspelt required key: the misspelling and the missing key, not a list of known keys that
+  // stopped at the missing one.
+  const auto required = error_for("required.yaml",
+                                  "trainer:\n  callbacks:\n    - class_path: EarlyStopping\n"
+                                  "      init_args: {monitr: val_loss, patience: 2}\n");
+  expect_in(required,
+            "required.yaml: unknown config key 'trainer.callbacks[0].init_args.monitr'; did you mean 'monitor'? (and: "
+            "missing config key 'trainer.callbacks[0].init_args.monitor'; add it to the config)");
+  EXPECT_EQ(required.find("known keys"), std::string::npos) << required;
   expect_in(error_for("type.yaml", callbacks + "      init_args: {save_top_k: two}\n"),
             "type.yaml: config key 'trainer.callbacks[1].init_args.save_top_k' must be an integer, got \"two\"");
   const auto impossible = error_for("mode.yaml", callbacks + "      init_args: {mode: maximum}\n");

@@ -152,14 +152,38 @@ TEST_F(ToolLauncherRun, SigtermToTheToolReachesEveryRank) {
   for (const pid_t pid : ranks_) EXPECT_TRUE(gone(pid)) << "rank process " << pid << " was left behind";
 }
 
-// Every rank fails on the same config error, and the tool exits with its status, as one process does.
-TEST(ToolLauncher, ARankConfigErrorEndsTheToolWithTheRankStatus) {
-  const auto run = run_command(std::string(ARC_BINARY) + " train --config " + shipped_config() +
-                               " --set trainer.devices=[0,1] --set trainer.enable_progress_bar=false");
+// Every rank fails on the same config error, and the tool prints it once and exits with its status,
+// as one process does.
+TEST(ToolLauncher, ARankConfigErrorEndsTheToolWithTheRankStatusAndOneMessage) {
+  const std::vector<std::string> args = {"train",
+                                         "--config",
+                                         shipped_config(),
+                                         "--set",
+                                         "trainer.devices=[0,1]",
+                                         "--set",
+                                         "trainer.enable_progress_bar=false"};
+  ASSERT_EQ(spawn_world(args), 2) << "the tool starts the ranks";
+  std::string command = ARC_BINARY;
+  for (const auto& arg : args) command += " " + arg;
+  const auto run = run_command(command);
   EXPECT_EQ(run.status, 2) << run.output;
-  EXPECT_NE(run.output.find("takes devices as a process count, not indices; write devices: 2"), std::string::npos)
-      << run.output;
-  EXPECT_NE(run.output.find("ddp_spawn: rank "), std::string::npos) << "the ranks were the tool's: " << run.output;
+  const std::string error = "takes devices as a process count, not indices; write devices: 2";
+  const size_t first = run.output.find(error);
+  ASSERT_NE(first, std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find(error, first + 1), std::string::npos) << "printed more than once: " << run.output;
+  EXPECT_EQ(run.output.find("arc: error: "), run.output.rfind("arc: error: ")) << run.output;
+}
+
+TEST(ToolLauncher, EachDistinctRankErrorIsOneLineNamingItsRanksUnlessEveryRankHadIt) {
+  using arc::cli::rank_error_lines;
+  using Lines = std::vector<std::string>;
+  EXPECT_EQ(rank_error_lines({{0, "error", "bad key"}, {1, "error", "bad key"}}, 2), Lines{"arc: error: bad key"});
+  EXPECT_EQ(rank_error_lines({{1, "error", "bad key"}}, 2), Lines{"arc: error: rank 1: bad key"});
+  EXPECT_EQ(rank_error_lines({{0, "error", "peer gone"}, {1, "failed", "bad_alloc"}, {2, "error", "peer gone"}}, 3),
+            (Lines{"arc: error: ranks 0, 2: peer gone", "arc: failed: rank 1: bad_alloc"}));
+  EXPECT_EQ(rank_error_lines({{0, "error", "a"}, {1, "failed", "a"}}, 2),
+            (Lines{"arc: error: rank 0: a", "arc: failed: rank 1: a"}));
+  EXPECT_TRUE(rank_error_lines({}, 2).empty());
 }
 
 }  // namespace
