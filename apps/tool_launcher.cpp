@@ -62,7 +62,7 @@ class ErrorPipes {
               std::strerror(errno));
     fcntl(ends[0], F_SETFL, O_NONBLOCK);
     fcntl(ends[1], F_SETFD, 0);
-    pipes_.push_back({rank, ends[0], ""});
+    pipes_.push_back({rank, ends[0], "", 0});
     return ends[1];
   }
 
@@ -74,6 +74,7 @@ class ErrorPipes {
         const ssize_t n = read(pipe.fd, buffer, sizeof(buffer));
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;
+        if (pipe.text.empty()) pipe.arrival = arrivals_++;
         pipe.text.append(buffer, static_cast<size_t>(n));
       }
     }
@@ -85,15 +86,20 @@ class ErrorPipes {
     return false;
   }
 
+  /// The errors reported, the first to arrive first (the cause before the others' consequences).
   std::vector<RankError> errors() const {
+    std::vector<const Pipe*> reported;
+    for (const auto& pipe : pipes_)
+      if (!pipe.text.empty()) reported.push_back(&pipe);
+    std::stable_sort(reported.begin(), reported.end(),
+                     [](const Pipe* a, const Pipe* b) { return a->arrival < b->arrival; });
     std::vector<RankError> out;
-    for (const auto& pipe : pipes_) {
-      if (pipe.text.empty()) continue;
-      const size_t newline = pipe.text.find('\n');
+    for (const Pipe* pipe : reported) {
+      const size_t newline = pipe->text.find('\n');
       if (newline == std::string::npos)
-        out.push_back({pipe.rank, "error", pipe.text});
+        out.push_back({pipe->rank, "error", pipe->text});
       else
-        out.push_back({pipe.rank, pipe.text.substr(0, newline), pipe.text.substr(newline + 1)});
+        out.push_back({pipe->rank, pipe->text.substr(0, newline), pipe->text.substr(newline + 1)});
     }
     return out;
   }
@@ -103,8 +109,10 @@ class ErrorPipes {
     int64_t rank;
     int fd;
     std::string text;
+    int64_t arrival = 0;  // the order in which the first bytes of the ranks' errors were read
   };
   std::vector<Pipe> pipes_;
+  int64_t arrivals_ = 0;
 };
 
 // Waits for the ranks as run_ranks says; returns the tool's exit status.
@@ -131,6 +139,7 @@ int supervise(RankProcesses& ranks, ErrorPipes& errors, const SpawnPlan& plan) {
         const auto grace = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
         while (ranks.running() > 0 && std::chrono::steady_clock::now() < grace) {
           ranks.reap_failed();
+          errors.drain();
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
       } else {

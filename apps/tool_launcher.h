@@ -31,7 +31,8 @@ struct RankError {
   std::string message;
 };
 
-/// The lines the tool prints for its ranks' errors: each distinct error once, as one process
+/// The lines the tool prints for its ranks' errors (in the order they arrived): each distinct error
+/// once, in the order of its first report, as one process
 /// prints it ("arc: error: <message>") when all `world` ranks reported it, else naming the ranks
 /// that did ("arc: error: ranks 0, 2: <message>").
 std::vector<std::string> rank_error_lines(const std::vector<RankError>& errors, int64_t world);
