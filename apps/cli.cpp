@@ -70,7 +70,8 @@ nlohmann::json take_objects(nlohmann::json trainer, Experiment& out) {
     out.callbacks = callbacks_from_json(*callbacks, "trainer.callbacks");
     trainer.erase(callbacks);
   }
-  if (const auto logger = trainer.find("logger"); logger != trainer.end() && logger->is_structured()) {
+  if (const auto logger = trainer.find("logger");
+      logger != trainer.end() && (logger->is_structured() || logger->is_string())) {
     out.loggers = loggers_from_json(*logger, "trainer.logger");
     trainer.erase(logger);
   }
@@ -216,7 +217,8 @@ std::string trainer_keys_help() {
     head.resize(std::max<size_t>(head.size() + 1, 52), ' ');
     out << head << option.help << "\n";
   }
-  out << "  trainer.callbacks                                 a list of {class_path, init_args}: "
+  out << "  trainer.callbacks                                 a list of {class_path, init_args} (or one; a class_path "
+         "alone may be a string, and may be Lightning's import path): "
       << join(callback_registry().names()) << "\n";
   out << "  trainer.logger takes such entries too: " << join(logger_registry().names()) << "\n";
   return out.str();

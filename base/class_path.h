@@ -33,17 +33,26 @@ inline std::string key_named_in(const std::string& message, const nlohmann::json
   return key;
 }
 
-/// What `build(class_path, init_args)` makes of `entry` ({"class_path", "init_args"}), every init_args
-/// key read; errors name `path` (the entry's place in the config).
+/// The name a registry knows `class_path` by: the part after the last dot, so that LightningCLI's
+/// import paths ("lightning.pytorch.callbacks.EarlyStopping", "torch.optim.AdamW") name the same
+/// classes as their short names do.
+inline std::string registered_name(const std::string& class_path) {
+  const size_t dot = class_path.rfind('.');
+  return dot == std::string::npos ? class_path : class_path.substr(dot + 1);
+}
+
+/// What `build(class name, init_args)` makes of `entry` ({"class_path", "init_args"}, or the
+/// class_path alone as a string, as LightningCLI takes it), every init_args key read; errors name
+/// `path` (the entry's place in the config).
 template <typename Build>
 auto with_class_path(const nlohmann::json& entry, const std::string& path, const Build& build) {
-  Config fields(entry, path);
+  Config fields(entry.is_string() ? nlohmann::json{{"class_path", entry}} : entry, path);
   const auto class_path = fields.require<std::string>("class_path");
   const auto* init_json = fields.find("init_args");
   fields.finish();
   Config init_args(init_json != nullptr ? *init_json : nlohmann::json::object(), path + ".init_args");
   try {
-    auto built = build(class_path, init_args);
+    auto built = build(registered_name(class_path), init_args);
     init_args.finish();
     return built;
   } catch (const Error& error) {
@@ -66,12 +75,14 @@ std::shared_ptr<T> from_class_path(const Registry<T, const Config&>& registry, c
       entry, path, [&](const std::string& name, const Config& init_args) { return registry.create(name, init_args); });
 }
 
-/// Every entry of `list`, which must be an array of such entries; `path` names the list in errors.
+/// Every entry of `list`: an array of such entries, or one entry (an object or a class_path string),
+/// as Lightning's Trainer takes one callback or logger or a list; `path` names the list in errors.
 template <typename T>
 std::vector<std::shared_ptr<T>> from_class_paths(const Registry<T, const Config&>& registry, const nlohmann::json& list,
                                                  const std::string& path) {
-  ARC_CHECK(list.is_array(), "config key '", path, "' must be a list of {class_path, init_args} entries, got ",
-            list.dump());
+  if (list.is_object() || list.is_string()) return {from_class_path(registry, list, path)};
+  ARC_CHECK(list.is_array(), "config key '", path,
+            "' must be a list of {class_path, init_args} entries (or one entry), got ", list.dump());
   std::vector<std::shared_ptr<T>> out;
   for (size_t i = 0; i < list.size(); ++i)
     out.push_back(from_class_path(registry, list[i], path + "[" + std::to_string(i) + "]"));

@@ -34,7 +34,7 @@ void Config::finish() const {
 
 void Config::finish_after(const std::string& error) const {
   const auto unread = first_unread();
-  if (!unread) return;
+  if (!unread || read_.empty()) return;
   const auto& [key, suggestion] = *unread;
   throw Error("unknown config key '" + qualified(key) + "'" +
               (suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?") + " (and: " + error + ")");

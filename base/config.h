@@ -65,6 +65,7 @@ class Config {
   /// For a reader that stopped at `error` before asking for every key it knows: throws for the
   /// first key never read (a misspelt key explains a missing one best), with a suggestion among
   /// the keys read so far and `error` itself, without claiming those were all the known keys.
+  /// Nothing when the reader stopped before reading any key (the error is not about keys).
   void finish_after(const std::string& error) const;
 
  private:

@@ -17,8 +17,9 @@ namespace arc {
 /// Callbacks by class name, each built from its init_args.
 Registry<Callback, const Config&>& callback_registry();
 
-/// The callbacks of `list` (an array of class_path/init_args objects); `path` names the list in
-/// errors ("trainer.callbacks"), which then name the entry and key: "trainer.callbacks[1].init_args.mode".
+/// The callbacks of `list` (an array of class_path/init_args objects or class_path strings, or one
+/// of them); `path` names the list in errors ("trainer.callbacks"), which then name the entry and key:
+/// "trainer.callbacks[1].init_args.mode".
 std::vector<std::shared_ptr<Callback>> callbacks_from_json(const nlohmann::json& list, const std::string& path);
 
 namespace detail {

@@ -38,7 +38,6 @@ bool detail::add_logger(const std::string& name, Registry<Logger, const Config&>
 }
 
 std::vector<std::shared_ptr<Logger>> loggers_from_json(const nlohmann::json& value, const std::string& path) {
-  if (value.is_object()) return {detail::from_class_path(logger_registry(), value, path)};
   return detail::from_class_paths(logger_registry(), value, path);
 }
 

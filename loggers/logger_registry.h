@@ -16,7 +16,8 @@ namespace arc {
 /// Loggers by class name ("CSVLogger", "TensorBoardLogger", "JsonLinesLogger"), built from init_args.
 Registry<Logger, const Config&>& logger_registry();
 
-/// The loggers of `value`: one class_path/init_args entry or a list of them; `path` names it in errors.
+/// The loggers of `value`: one class_path/init_args entry (or class_path string) or a list of them;
+/// `path` names it in errors.
 std::vector<std::shared_ptr<Logger>> loggers_from_json(const nlohmann::json& value, const std::string& path);
 
 namespace detail {

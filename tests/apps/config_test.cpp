@@ -137,6 +137,42 @@ TEST(Config, YamlCallbacksAndLoggerRunUnderDdpSpawnAndMatchTheJsonConfig) {
   fs::remove_all(json_dir);
 }
 
+// LightningCLI's other spellings name the same classes: a class_path by its import path, one entry
+// instead of a list, and a class_path alone as a string.
+TEST(Config, LightningImportPathsLoneEntriesAndBareClassPathsNameTheSameClasses) {
+  const auto dir = scratch("spellings");
+  const auto run = [&](const std::string& name, const std::string& trainer, const std::string& optimizer) {
+    const std::string common =
+        "trainer:\n  limit_train_batches: 20\n  limit_val_batches: 2\n  num_threads: 1\n"
+        "  enable_progress_bar: false\n  log_every_n_steps: 1\n";
+    return arc_in(dir, "fit --config " + write_config(name, common + trainer + "optimizer: " + optimizer + "\n"));
+  };
+  const auto short_names =
+      run("short.yaml",
+          "  callbacks:\n    - {class_path: LearningRateMonitor, init_args: {logging_interval: step}}\n"
+          "  logger:\n    - {class_path: CSVLogger, init_args: {save_dir: " +
+              dir + "/short}}\n",
+          "{class_path: AdamW, init_args: {lr: 1e-2}}");
+  const auto import_paths = run("import.yaml",
+                                "  callbacks: {class_path: lightning.pytorch.callbacks.LearningRateMonitor, "
+                                "init_args: {logging_interval: step}}\n"
+                                "  logger: {class_path: lightning.pytorch.loggers.CSVLogger, init_args: {save_dir: " +
+                                    dir + "/import}}\n",
+                                "{class_path: torch.optim.AdamW, init_args: {lr: 1e-2}}");
+  ASSERT_EQ(short_names.status, 0) << short_names.output;
+  ASSERT_EQ(import_paths.status, 0) << import_paths.output;
+  EXPECT_EQ(result_of(import_paths.output)["final_param_sha256"], result_of(short_names.output)["final_param_sha256"]);
+  const auto lr = column(dir + "/import/lightning_logs/version_0/metrics.csv", "lr-AdamW");
+  EXPECT_EQ(lr.size(), 20u);
+  EXPECT_EQ(lr, column(dir + "/short/lightning_logs/version_0/metrics.csv", "lr-AdamW"));
+  // Bare class paths: AdamW's default rate, the monitor's default interval (once per epoch).
+  const auto bare =
+      run("bare.yaml", "  callbacks: [lightning.pytorch.callbacks.LearningRateMonitor]\n", "torch.optim.AdamW");
+  ASSERT_EQ(bare.status, 0) << bare.output;
+  EXPECT_EQ(column(dir + "/lightning_logs/version_0/metrics.csv", "lr-AdamW"), std::vector<double>{1e-3});
+  fs::remove_all(dir);
+}
+
 // LightningCLI's optimizer and lr_scheduler sections: Adam at 1e-3, halved every epoch by StepLR, as
 // LearningRateMonitor's lr-Adam column shows.
 TEST(Config, OptimizerAndSchedulerFromTheConfigSetTheLearningRate) {
@@ -233,6 +269,14 @@ TEST(Config, BadConfigsNameTheFileAndTheKey) {
   expect_in(error_for("class.yaml", "trainer:\n  callbacks:\n    - class_path: EarlyStoping\n"),
             "class.yaml: trainer.callbacks[0] (EarlyStoping): unknown callback 'EarlyStoping'; did you mean "
             "'EarlyStopping'?");
+  const auto unknown_class =
+      error_for("class_args.yaml",
+                "trainer:\n  callbacks:\n    - class_path: lightning.pytorch.callbacks.EarlyStoping\n"
+                "      init_args: {monitor: val_loss}\n");
+  expect_in(unknown_class,
+            "class_args.yaml: trainer.callbacks[0] (lightning.pytorch.callbacks.EarlyStoping): unknown callback "
+            "'EarlyStoping'; did you mean 'EarlyStopping'?");
+  EXPECT_EQ(unknown_class.find("unknown config key"), std::string::npos) << unknown_class;
   expect_in(error_for("logger.yaml", "trainer:\n  logger: {class_path: CSVLogger, init_args: {save_dri: logs}}\n"),
             "logger.yaml: unknown config key 'trainer.logger.init_args.save_dri'; did you mean 'save_dir'?");
   expect_in(error_for("syntax.yaml", "trainer: [max_epochs: 1\n"), "syntax.yaml:");
