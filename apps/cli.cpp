@@ -267,7 +267,9 @@ int run(int argc, char** argv) {
   const auto add_config_options = [&](CLI::App* command) {
     command->add_option("--config,-c", config_paths,
                         "config file, JSON or YAML (.yaml, .yml); give several to merge them, later ones winning");
-    command->add_option("--set,-s", overrides, "override one key: section.key=value (JSON or text), after the files");
+    command->add_option("--set,-s", overrides,
+                        "override one key: section.key=value (JSON or text), after the files; LightningCLI's "
+                        "--section.key=value and --section.key value are the same");
   };
   for (const char* name : {"fit", "validate", "test", "predict"}) {
     auto* command = app.add_subcommand(name, std::string(name) + " a registered module as the config says");
@@ -318,8 +320,16 @@ int run(int argc, char** argv) {
   scale_batch_size->add_option_function<int64_t>(
       "--max_trials", [&batch](int64_t v) { batch.max_trials(v); }, "sizes tried at most (25)");
   auto* modules = app.add_subcommand("modules", "list registered modules and data modules");
+  std::vector<std::string> args;
   try {
-    app.parse(argc, argv);
+    args = with_dotted_flags({argv + 1, argv + argc});
+  } catch (const Error& error) {
+    return fail("error", error.what(), 2);
+  }
+  std::vector<char*> rewritten = {argv[0]};
+  for (auto& arg : args) rewritten.push_back(arg.data());
+  try {
+    app.parse(static_cast<int>(rewritten.size()), rewritten.data());
   } catch (const CLI::ParseError& error) {
     return app.exit(error);
   }

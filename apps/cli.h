@@ -24,6 +24,11 @@ struct LoadedConfig {
 /// before, as LightningCLI does, then applies each "dotted.key=value" override.
 LoadedConfig load_config(const std::vector<std::string>& config_paths, const std::vector<std::string>& overrides);
 
+/// `args` (without the program) with LightningCLI's dotted flags ("--trainer.max_epochs=3",
+/// "--trainer.max_epochs 3", "--module.lr 0.1") written as the overrides they mean ("--set",
+/// "trainer.max_epochs=3"); every other argument as it was.
+std::vector<std::string> with_dotted_flags(const std::vector<std::string>& args);
+
 /// Runs the command line; returns the exit status. Errors are printed, not thrown.
 int run(int argc, char** argv);
 

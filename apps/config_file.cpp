@@ -6,6 +6,7 @@
 #include <arc/base/error.h>
 #include <arc/base/yaml.h>
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
@@ -54,6 +55,33 @@ void record(const nlohmann::json& value, const std::string& path, const std::str
 }
 
 }  // namespace
+
+std::vector<std::string> with_dotted_flags(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    const size_t equals = arg.find('=');
+    const size_t dot = arg.find('.');
+    const bool dotted = arg.size() > 2 && arg.compare(0, 2, "--") == 0 &&
+                        std::isalpha(static_cast<unsigned char>(arg[2])) && dot != std::string::npos && dot < equals;
+    if (!dotted) {
+      out.push_back(arg);
+      continue;
+    }
+    const std::string key = arg.substr(2, equals == std::string::npos ? std::string::npos : equals - 2);
+    std::string value;
+    if (equals != std::string::npos) {
+      value = arg.substr(equals + 1);
+    } else {
+      ARC_CHECK(i + 1 < args.size() && args[i + 1].compare(0, 2, "--") != 0, "--", key, " needs a value: write --", key,
+                "=<value> or --", key, " <value>");
+      value = args[++i];
+    }
+    out.push_back("--set");
+    out.push_back(key + "=" + value);
+  }
+  return out;
+}
 
 LoadedConfig load_config(const std::vector<std::string>& config_paths, const std::vector<std::string>& overrides) {
   LoadedConfig out;

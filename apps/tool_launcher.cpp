@@ -187,8 +187,9 @@ std::vector<std::string> rank_error_lines(const std::vector<RankError>& errors, 
   return lines;
 }
 
-SpawnPlan spawn_plan(const std::vector<std::string>& args) {
-  if (args.empty() || std::getenv(kSpawnChildVariable) != nullptr) return {};
+SpawnPlan spawn_plan(const std::vector<std::string>& command_line) {
+  if (command_line.empty() || std::getenv(kSpawnChildVariable) != nullptr) return {};
+  const auto args = with_dotted_flags(command_line);
   const std::string& command = args[0];
   if (command != "fit" && command != "train" && command != "validate" && command != "test" && command != "predict")
     return {};

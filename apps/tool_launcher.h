@@ -22,7 +22,7 @@ struct SpawnPlan {
 /// `devices` a count (2 or more) or a list. No ranks for everything else,
 /// and for a command line or config the engine should judge (it reports errors; a ddp_spawn it
 /// runs itself is only slower to start).
-SpawnPlan spawn_plan(const std::vector<std::string>& args);
+SpawnPlan spawn_plan(const std::vector<std::string>& command_line);
 
 /// The fatal error that a rank handed the tool: kind ("error", "failed") and message.
 struct RankError {

@@ -131,6 +131,30 @@ TEST(Cli, TwoDevicesUnderAutoTrainOnTwoProcesses) {
   EXPECT_EQ(result["steps"], 20);
 }
 
+// LightningCLI's dotted flags are --set overrides: the same run, on two processes under the tool.
+TEST(Cli, LightningCliDottedFlagsAreOverrides) {
+  const auto dotted =
+      arc("fit --trainer.devices=2 --trainer.limit_train_batches 20 --trainer.limit_val_batches=2 "
+          "--data.batch_size 32 --trainer.enable_progress_bar=false --trainer.enable_checkpointing false");
+  const auto set =
+      arc("fit --set trainer.devices=2 --set trainer.limit_train_batches=20 --set trainer.limit_val_batches=2 "
+          "--set data.batch_size=32 --set trainer.enable_progress_bar=false --set trainer.enable_checkpointing=false");
+  ASSERT_EQ(dotted.status, 0) << dotted.output;
+  ASSERT_EQ(set.status, 0) << set.output;
+  EXPECT_EQ(result_of(dotted.output)["world_size"], 2);
+  EXPECT_EQ(result_of(dotted.output)["steps"], 20);
+  EXPECT_EQ(result_of(dotted.output)["final_param_sha256"], result_of(set.output)["final_param_sha256"]);
+  const auto missing = arc("fit --trainer.max_epochs");
+  EXPECT_EQ(missing.status, 2) << missing.output;
+  EXPECT_NE(missing.output.find("arc: error: --trainer.max_epochs needs a value: write --trainer.max_epochs=<value> "
+                                "or --trainer.max_epochs <value>"),
+            std::string::npos)
+      << missing.output;
+  const auto model = arc("fit --model.lr 0.1");
+  EXPECT_EQ(model.status, 2) << model.output;
+  EXPECT_NE(model.output.find("unknown config key 'model'; did you mean 'module'?"), std::string::npos) << model.output;
+}
+
 // profiler=simple under ddp_spawn: each rank reports its own actions, the gradient all-reduce among them.
 TEST(Cli, DdpSpawnProfileOfEachRankTimesTheGradientAllReduce) {
   const auto dir = fs::temp_directory_path() / ("arc_cli_profile_" + std::to_string(getpid()));

@@ -1,6 +1,8 @@
 // The `arc` tool's launcher: which command lines it starts every rank for, and what happens to
 // the ranks when one of them dies or the tool is told to stop.
+#include <arc/apps/cli.h>
 #include <arc/apps/tool_launcher.h>
+#include <arc/base/error.h>
 #include <arc/strategies/launchers/rank_processes.h>
 
 #include "support/arc_tool.h"
@@ -26,6 +28,7 @@ int64_t spawn_world(const std::vector<std::string>& args) { return arc::cli::spa
 
 TEST(ToolLauncher, StartsARankPerDeviceOnlyForDdpSpawnOnOneNode) {
   const auto config = shipped_config();
+  EXPECT_EQ(spawn_world({"fit", "--trainer.devices", "2", "--trainer.strategy=ddp_spawn"}), 2);
   EXPECT_EQ(spawn_world({"train", "--config", config}), 2);
   EXPECT_EQ(spawn_world({"validate", "-c", config, "-s", "trainer.devices=3", "--ckpt", "last"}), 3);
   EXPECT_EQ(arc::cli::spawn_plan({"train", "--config", config}).timeout_s, 1800);
@@ -150,6 +153,15 @@ TEST_F(ToolLauncherRun, SigtermToTheToolReachesEveryRank) {
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/hpc_ckpt_1.ckpt")) << output;
   EXPECT_EQ(output.find("EXIT 0"), std::string::npos) << output;
   for (const pid_t pid : ranks_) EXPECT_TRUE(gone(pid)) << "rank process " << pid << " was left behind";
+}
+
+TEST(ToolLauncher, DottedFlagsBecomeOverrides) {
+  using Args = std::vector<std::string>;
+  EXPECT_EQ(arc::cli::with_dotted_flags({"fit", "--trainer.max_epochs=3", "--module.lr", "0.1", "--module.name=a=b",
+                                         "--config", "run.v2.yaml", "--config=b.yaml", "-s", "data.batch_size=8"}),
+            (Args{"fit", "--set", "trainer.max_epochs=3", "--set", "module.lr=0.1", "--set", "module.name=a=b",
+                  "--config", "run.v2.yaml", "--config=b.yaml", "-s", "data.batch_size=8"}));
+  EXPECT_THROW(arc::cli::with_dotted_flags({"fit", "--trainer.max_epochs", "--config", "a.yaml"}), arc::Error);
 }
 
 // Every rank fails on the same config error, and the tool prints it once and exits with its status,
