@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <sstream>
 
 namespace arc::cli {
@@ -36,6 +37,7 @@ const char* kExamples = R"(Examples:
   arc fit --config run.json                   train what run.json describes
   arc fit --set module.name=cnn_classifier --set trainer.max_epochs=3
   arc fit --set data.batch_size=128 --set trainer.limit_train_batches=0.1
+  arc fit --trainer.max_epochs=3 --data.batch_size 128   LightningCLI's flags: the same as --set
   arc fit --resume last                       continue from the newest last.ckpt, exactly
   arc validate --config run.json --ckpt last  one validation pass with the last checkpoint's weights
   arc lr_find --config run.json --svg lr.svg  the learning-rate range test; prints the suggested rate
@@ -62,6 +64,10 @@ struct Experiment {
   nlohmann::json resolved;
 };
 
+// Whether trainer.callbacks or trainer.logger `value` names objects (entries, lists of them, class_path
+// strings) rather than being the logger's true or false.
+bool names_objects(const nlohmann::json& value) { return value.is_structured() || value.is_string(); }
+
 // LightningCLI's trainer.callbacks and trainer.logger ({class_path, init_args} entries) become
 // objects; what is left of the section is TrainerOptions.
 nlohmann::json take_objects(nlohmann::json trainer, Experiment& out) {
@@ -70,11 +76,40 @@ nlohmann::json take_objects(nlohmann::json trainer, Experiment& out) {
     out.callbacks = callbacks_from_json(*callbacks, "trainer.callbacks");
     trainer.erase(callbacks);
   }
-  if (const auto logger = trainer.find("logger");
-      logger != trainer.end() && (logger->is_structured() || logger->is_string())) {
+  if (const auto logger = trainer.find("logger"); logger != trainer.end() && names_objects(*logger)) {
     out.loggers = loggers_from_json(*logger, "trainer.logger");
     trainer.erase(logger);
   }
+  return trainer;
+}
+
+// The seed of seed_everything: true, the same in every rank of the run (kGlobalSeedVariable).
+uint64_t global_seed() {
+  if (const char* text = std::getenv(kGlobalSeedVariable)) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long seed = std::strtoull(text, &end, 10);
+    ARC_CHECK(*text != '\0' && *end == '\0' && errno == 0 && text[0] != '-', kGlobalSeedVariable, "=", text,
+              " is not a seed (a non-negative integer); unset it, or set seed_everything to an integer");
+    return seed;
+  }
+  const uint64_t seed = std::random_device{}();
+  setenv(kGlobalSeedVariable, std::to_string(seed).c_str(), 1);
+  return seed;
+}
+
+// LightningCLI's top-level seed_everything: an integer is trainer.seed, true a seed chosen for the
+// run (global_seed), false or null none. Returns `trainer` with the seed set.
+nlohmann::json with_seed_everything(nlohmann::json trainer, const nlohmann::json& value) {
+  if (value.is_null() || value == false) return trainer;
+  ARC_CHECK(value == true || (value.is_number_integer() && value.get<int64_t>() >= 0),
+            "config key 'seed_everything' must be true, false or a non-negative integer, got ", value.dump());
+  const uint64_t seed = value == true ? global_seed() : value.get<uint64_t>();
+  if (!trainer.is_object()) return trainer;
+  const auto set = trainer.find("seed");
+  ARC_CHECK(set == trainer.end() || set->is_null() || *set == seed, "seed_everything (", seed, ") and trainer.seed (",
+            set == trainer.end() ? "" : set->dump(), ") disagree; set only one of them");
+  trainer["seed"] = seed;
   return trainer;
 }
 
@@ -93,7 +128,11 @@ Experiment build(const nlohmann::json& config_json) {
   out.data = data_module_registry().create(data_name, data);
   data.finish();
   const auto* trainer_json = root.find("trainer");
-  out.options = TrainerOptions::from_json(take_objects(trainer_json ? *trainer_json : nlohmann::json::object(), out));
+  const auto* seed_everything = root.find("seed_everything");
+  out.options = TrainerOptions::from_json(
+      take_objects(with_seed_everything(trainer_json ? *trainer_json : nlohmann::json::object(),
+                                        seed_everything ? *seed_everything : nlohmann::json()),
+                   out));
   // LightningCLI's optimizer and lr_scheduler sections, for modules that take them (configured_optimizer).
   const auto* optimizer = root.find("optimizer");
   const auto* lr_scheduler = root.find("lr_scheduler");
@@ -104,8 +143,10 @@ Experiment build(const nlohmann::json& config_json) {
   out.resolved["module"]["name"] = module_name;
   out.resolved["data"]["name"] = data_name;
   out.resolved["trainer"] = out.options.to_json();
+  // The seed that seed_everything chose, as LightningCLI saves it, so that config.yaml repeats the run.
+  if (seed_everything != nullptr && out.options.seed()) out.resolved["seed_everything"] = *out.options.seed();
   for (const char* key : {"callbacks", "logger"})
-    if (trainer_json != nullptr && trainer_json->contains(key) && trainer_json->at(key).is_structured())
+    if (trainer_json != nullptr && trainer_json->contains(key) && names_objects(trainer_json->at(key)))
       out.resolved["trainer"][key] = trainer_json->at(key);
   return out;
 }

@@ -20,6 +20,10 @@ constexpr const char* kSpawnChildVariable = "ARC_SPAWN_CHILD";
 constexpr const char* kSpawnParentVariable = "ARC_SPAWN_PARENT_PID";
 constexpr const char* kSpawnPortPipeVariable = "ARC_SPAWN_PORT_FD";
 constexpr const char* kSpawnErrorPipeVariable = "ARC_SPAWN_ERROR_FD";
+/// The seed that a config's `seed_everything: true` takes (as Lightning's PL_GLOBAL_SEED): the first
+/// process to need one chooses it and sets it here, so that the ranks it starts inherit it; the `arc`
+/// tool chooses it for its ranks.
+constexpr const char* kGlobalSeedVariable = "ARC_GLOBAL_SEED";
 /// The exit status of a rank whose fit SIGINT (Ctrl-C) stopped, as every rank does together.
 constexpr int kInterruptedExitCode = 130;
 

@@ -155,6 +155,38 @@ TEST(Cli, LightningCliDottedFlagsAreOverrides) {
   EXPECT_NE(model.output.find("unknown config key 'model'; did you mean 'module'?"), std::string::npos) << model.output;
 }
 
+// LightningCLI's top-level seed_everything: an integer is trainer.seed; true a seed chosen for the
+// run (ARC_GLOBAL_SEED when set), saved as the integer it was, so that the saved config repeats it.
+TEST(Cli, SeedEverythingSeedsTheTrainerAndSavesTheSeedItChose) {
+  const auto print = [](const std::string& prefix, const std::string& seed) {
+    return arc::testing::run_command(prefix + ARC_BINARY + " fit --print_config --set seed_everything=" + seed);
+  };
+  const auto fixed = print("", "42");
+  ASSERT_EQ(fixed.status, 0) << fixed.output;
+  EXPECT_NE(fixed.output.find("seed_everything: 42\n"), std::string::npos) << fixed.output;
+  EXPECT_NE(fixed.output.find("\n  seed: 42\n"), std::string::npos) << fixed.output;
+  const auto inherited = print("ARC_GLOBAL_SEED=5 ", "true");
+  EXPECT_NE(inherited.output.find("seed_everything: 5\n"), std::string::npos) << inherited.output;
+  EXPECT_NE(inherited.output.find("\n  seed: 5\n"), std::string::npos) << inherited.output;
+  const auto chosen = print("env -u ARC_GLOBAL_SEED ", "true");
+  const auto at = chosen.output.find("seed_everything: ");
+  ASSERT_NE(at, std::string::npos) << chosen.output;
+  const std::string seed = chosen.output.substr(at + 17, chosen.output.find('\n', at) - at - 17);
+  EXPECT_FALSE(seed.empty() || seed.find_first_not_of("0123456789") != std::string::npos) << chosen.output;
+  EXPECT_NE(chosen.output.find("\n  seed: " + seed + "\n"), std::string::npos) << chosen.output;
+  EXPECT_EQ(print("", "false").output.find("\n  seed: null\n") != std::string::npos, true);
+  const auto disagree = arc("fit --set seed_everything=3 --set trainer.seed=4");
+  EXPECT_EQ(disagree.status, 2) << disagree.output;
+  EXPECT_NE(disagree.output.find("seed_everything (3) and trainer.seed (4) disagree; set only one of them"),
+            std::string::npos)
+      << disagree.output;
+  const auto negative = arc("fit --set seed_everything=-1");
+  EXPECT_EQ(negative.status, 2) << negative.output;
+  EXPECT_NE(negative.output.find("'seed_everything' must be true, false or a non-negative integer, got -1"),
+            std::string::npos)
+      << negative.output;
+}
+
 // profiler=simple under ddp_spawn: each rank reports its own actions, the gradient all-reduce among them.
 TEST(Cli, DdpSpawnProfileOfEachRankTimesTheGradientAllReduce) {
   const auto dir = fs::temp_directory_path() / ("arc_cli_profile_" + std::to_string(getpid()));

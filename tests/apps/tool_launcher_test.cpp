@@ -82,6 +82,11 @@ class ToolLauncherRun : public ::testing::Test {
   void TearDown() override {
     for (const pid_t pid : ranks_) kill(pid, SIGKILL);
     if (tool_ > 0) kill(tool_, SIGKILL);
+    // A rank that SIGKILL reached may still write into dir_ until it is dead (a zombie or gone).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (const pid_t pid : ranks_)
+      while (!dead(pid) && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::filesystem::remove_all(dir_);
   }
 
@@ -110,6 +115,13 @@ class ToolLauncherRun : public ::testing::Test {
 
   static bool gone(pid_t pid) { return kill(pid, 0) != 0; }
 
+  // Gone, or a zombie: it runs no more.
+  static bool dead(pid_t pid) {
+    const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+    const size_t end = stat.rfind(") ");
+    return end == std::string::npos || stat.at(end + 2) == 'Z';
+  }
+
   std::string dir_;
   pid_t shell_ = -1;
   pid_t tool_ = -1;
@@ -136,6 +148,18 @@ TEST_P(ToolLauncherKill, ARankKilledEndsTheOthersAndTheToolNamingIt) {
 
 INSTANTIATE_TEST_SUITE_P(Rank, ToolLauncherKill, ::testing::Values(0, 1),
                          [](const auto& info) { return "Rank" + std::to_string(info.param); });
+
+// seed_everything: true takes one seed in every rank: the tool chooses it for them.
+TEST_F(ToolLauncherRun, EveryRankInheritsTheSameGlobalSeed) {
+  const auto seed_of = [](pid_t pid) {
+    std::istringstream entries(read_file("/proc/" + std::to_string(pid) + "/environ"));
+    for (std::string entry; std::getline(entries, entry, '\0');)
+      if (entry.rfind(std::string(arc::kGlobalSeedVariable) + "=", 0) == 0) return entry;
+    return std::string();
+  };
+  ASSERT_FALSE(seed_of(ranks_.at(0)).empty());
+  EXPECT_EQ(seed_of(ranks_.at(0)), seed_of(ranks_.at(1)));
+}
 
 TEST_F(ToolLauncherRun, SigtermToTheToolReachesEveryRank) {
   // Until fit installs its handler, SIGTERM ends a rank as it ends any process: wait for the first
