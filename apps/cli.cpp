@@ -321,9 +321,13 @@ int run(int argc, char** argv) {
     if (std::string(name) == "fit") {
       // LightningCLI's name; `train` stays as it was.
       command->alias("train");
-      command->add_option("--resume", ckpt, "continue exactly from a checkpoint: a path, \"last\" or \"best\"");
+      command->add_option("--resume,--ckpt_path", ckpt,
+                          "continue exactly from a checkpoint: a path, \"last\" or \"best\" (--ckpt_path: "
+                          "LightningCLI's name)");
     } else {
-      command->add_option("--ckpt", ckpt, "load the weights of this checkpoint (a path or \"last\") first");
+      command->add_option("--ckpt,--ckpt_path", ckpt,
+                          "load the weights of this checkpoint (a path or \"last\") first (--ckpt_path: LightningCLI's "
+                          "name)");
     }
     command->footer(trainer_keys_help());
     runs.push_back(command);

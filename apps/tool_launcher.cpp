@@ -203,7 +203,7 @@ SpawnPlan spawn_plan(const std::vector<std::string>& command_line) {
       config_paths.push_back(args[++i]);
     } else if ((arg == "--set" || arg == "-s") && has_value) {
       overrides.push_back(args[++i]);
-    } else if ((arg == "--resume" || arg == "--ckpt") && has_value) {
+    } else if ((arg == "--resume" || arg == "--ckpt" || arg == "--ckpt_path") && has_value) {
       ++i;
     } else {
       return {};

@@ -268,6 +268,13 @@ TEST(Cli, ResumeLastContinuesExactlyAndEvaluationLoadsCheckpoints) {
   const auto validated = arc("validate --ckpt last" + common);
   ASSERT_EQ(validated.status, 0) << validated.output;
   EXPECT_TRUE(result_of(validated.output).contains("val_acc"));
+  // LightningCLI's --ckpt_path names the same checkpoints.
+  const auto lightning_named = arc("validate --ckpt_path last" + common);
+  ASSERT_EQ(lightning_named.status, 0) << lightning_named.output;
+  EXPECT_EQ(result_of(lightning_named.output), result_of(validated.output));
+  const auto resumed_again = arc("fit --ckpt_path=last --set trainer.max_epochs=3" + common);
+  ASSERT_EQ(resumed_again.status, 0) << resumed_again.output;
+  EXPECT_EQ(result_of(resumed_again.output)["steps"], 20) << "resumed after the second epoch";
   const auto missing = arc("validate --ckpt " + root.string() + "/none.ckpt" + common);
   EXPECT_EQ(missing.status, 2);
   EXPECT_NE(missing.output.find("does not exist"), std::string::npos) << missing.output;

@@ -29,6 +29,7 @@ int64_t spawn_world(const std::vector<std::string>& args) { return arc::cli::spa
 TEST(ToolLauncher, StartsARankPerDeviceOnlyForDdpSpawnOnOneNode) {
   const auto config = shipped_config();
   EXPECT_EQ(spawn_world({"fit", "--trainer.devices", "2", "--trainer.strategy=ddp_spawn"}), 2);
+  EXPECT_EQ(spawn_world({"fit", "-c", config, "--ckpt_path", "last"}), 2);
   EXPECT_EQ(spawn_world({"train", "--config", config}), 2);
   EXPECT_EQ(spawn_world({"validate", "-c", config, "-s", "trainer.devices=3", "--ckpt", "last"}), 3);
   EXPECT_EQ(arc::cli::spawn_plan({"train", "--config", config}).timeout_s, 1800);
