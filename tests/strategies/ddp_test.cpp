@@ -672,6 +672,13 @@ TEST(DDP, DdpWithoutALauncherSaysToUseDdpSpawn) {
   const auto run = probe("--strategy ddp --devices 2 --steps 2");
   EXPECT_NE(run.status, 0);
   EXPECT_NE(run.output.find("use strategy 'ddp_spawn'"), std::string::npos) << run.output;
+  // Processes started by hand: RANK and WORLD_SIZE without LOCAL_RANK, which Lightning needs too.
+  const auto by_hand = probe("--strategy ddp --devices 2 --steps 2", "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1");
+  EXPECT_NE(by_hand.status, 0);
+  EXPECT_NE(by_hand.output.find("but LOCAL_RANK is not set (RANK or WORLD_SIZE is): processes started by hand need "
+                                "LOCAL_RANK too"),
+            std::string::npos)
+      << by_hand.output;
 }
 
 }  // namespace
