@@ -99,17 +99,21 @@ uint64_t global_seed() {
 }
 
 // LightningCLI's top-level seed_everything: an integer is trainer.seed, true a seed chosen for the
-// run (global_seed), false or null none. Returns `trainer` with the seed set.
+// run (global_seed) unless the trainer has one, false or null none. Returns `trainer` with the seed set.
 nlohmann::json with_seed_everything(nlohmann::json trainer, const nlohmann::json& value) {
   if (value.is_null() || value == false) return trainer;
   ARC_CHECK(value == true || (value.is_number_integer() && value.get<int64_t>() >= 0),
             "config key 'seed_everything' must be true, false or a non-negative integer, got ", value.dump());
-  const uint64_t seed = value == true ? global_seed() : value.get<uint64_t>();
   if (!trainer.is_object()) return trainer;
   const auto set = trainer.find("seed");
-  ARC_CHECK(set == trainer.end() || set->is_null() || *set == seed, "seed_everything (", seed, ") and trainer.seed (",
-            set == trainer.end() ? "" : set->dump(), ") disagree; set only one of them");
-  trainer["seed"] = seed;
+  const bool seeded = set != trainer.end() && !set->is_null();
+  if (value == true) {
+    if (!seeded) trainer["seed"] = global_seed();
+    return trainer;
+  }
+  ARC_CHECK(!seeded || *set == value, "seed_everything (", value.dump(), ") and trainer.seed (",
+            seeded ? set->dump() : "", ") disagree; set only one of them");
+  trainer["seed"] = value;
   return trainer;
 }
 
@@ -294,6 +298,7 @@ int fail(const std::string& kind, const std::string& message, int code) {
   std::cerr << "arc: " << kind << ": " << message << std::endl;
   return code;
 }
+
 }  // namespace
 
 int run(int argc, char** argv) {
