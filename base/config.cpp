@@ -33,11 +33,17 @@ void Config::finish() const {
 }
 
 void Config::finish_after(const std::string& error) const {
-  const auto unread = first_unread();
-  if (!unread || read_.empty()) return;
-  const auto& [key, suggestion] = *unread;
-  throw Error("unknown config key '" + qualified(key) + "'" +
-              (suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?") + " (and: " + error + ")");
+  // The keys asked for but absent: what a misspelt key would have been.
+  std::vector<std::string> missing;
+  for (const auto& key : read_)
+    if (!values_.contains(key)) missing.push_back(key);
+  for (const auto& item : values_.items()) {
+    if (read_.count(item.key()) > 0) continue;
+    const std::string suggestion = closest_match(item.key(), missing);
+    if (!suggestion.empty())
+      throw Error("unknown config key '" + qualified(item.key()) + "'; did you mean '" + suggestion + "'? (and: " +
+                  error + ")");
+  }
 }
 
 void set_dotted(nlohmann::json& root, const std::string& path, const std::string& text) {

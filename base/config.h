@@ -63,9 +63,9 @@ class Config {
   void finish() const;
 
   /// For a reader that stopped at `error` before asking for every key it knows: throws for the
-  /// first key never read (a misspelt key explains a missing one best), with a suggestion among
-  /// the keys read so far and `error` itself, without claiming those were all the known keys.
-  /// Nothing when the reader stopped before reading any key (the error is not about keys).
+  /// first key never read that looks like a misspelling of one it asked for and did not find (a
+  /// misspelt key explains a missing one best), naming both and `error`. Nothing otherwise: a key
+  /// not read yet may be one the reader would have asked for next.
   void finish_after(const std::string& error) const;
 
  private:

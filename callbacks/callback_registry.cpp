@@ -9,6 +9,7 @@
 #include <arc/callbacks/model_checkpoint.h>
 #include <arc/callbacks/model_summary.h>
 #include <arc/callbacks/on_exception_checkpoint.h>
+#include <arc/callbacks/prediction_writer.h>
 #include <arc/callbacks/progress_bar.h>
 #include <arc/callbacks/throughput_monitor.h>
 #include <arc/callbacks/timer.h>
@@ -107,6 +108,10 @@ Registry<Callback, const Config&> shipped_callbacks() {
   r.add("OnExceptionCheckpoint", [](const Config& config) {
     return std::make_shared<OnExceptionCheckpoint>(config.require<std::string>("dirpath"),
                                                    config.get<std::string>("filename", "on_exception"));
+  });
+  r.add("PredictionWriter", [](const Config& config) {
+    return std::make_shared<PredictionWriter>(config.require<std::string>("output_dir"),
+                                              write_interval_named(config.get<std::string>("write_interval", "batch")));
   });
   r.add("ElasticCheckpoint", [](const Config& config) {
     return std::make_shared<ElasticCheckpoint>(config.get<int64_t>("every_n_steps", 50),

@@ -4,6 +4,16 @@
 #include <arc/base/error.h>
 #include <arc/core/trainer.h>
 
+#include <torch/serialize.h>
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
 namespace arc {
 
 BasePredictionWriter::BasePredictionWriter(WriteInterval write_interval) : interval_(write_interval) {}
@@ -39,6 +49,66 @@ void BasePredictionWriter::on_predict_epoch_end(Trainer& trainer, TrainModule& m
   write_on_epoch_end(trainer, module, predictions_, batch_indices_);
   predictions_.clear();
   batch_indices_.clear();
+}
+
+WriteInterval write_interval_named(const std::string& name) {
+  if (name == "batch") return WriteInterval::batch;
+  if (name == "epoch") return WriteInterval::epoch;
+  ARC_CHECK(name == "batch_and_epoch", "PredictionWriter write_interval must be \"batch\", \"epoch\" or ",
+            "\"batch_and_epoch\", got '", name, "'");
+  return WriteInterval::batch_and_epoch;
+}
+
+namespace {
+
+torch::Tensor indices_tensor(const std::vector<int64_t>& indices) { return torch::tensor(indices, torch::kLong); }
+
+// {"predictions": ..., "batch_indices": ...} as torch.save writes it, to `path` under a temporary
+// name first.
+void write_whole(const std::string& path, const c10::IValue& predictions, const c10::IValue& batch_indices) {
+  c10::impl::GenericDict contents(c10::StringType::get(), c10::AnyType::get());
+  contents.insert("predictions", predictions);
+  contents.insert("batch_indices", batch_indices);
+  const std::vector<char> bytes = torch::pickle_save(contents);
+  std::error_code made;
+  const auto folder = std::filesystem::path(path).parent_path();
+  std::filesystem::create_directories(folder, made);
+  ARC_CHECK(!made, "PredictionWriter cannot make its output_dir '", folder.string(), "' (", made.message(),
+            "); choose a folder it can make, or make that one writable");
+  const std::string temporary = path + ".tmp-" + std::to_string(getpid());
+  std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  const bool written = !out.fail() && std::rename(temporary.c_str(), path.c_str()) == 0;
+  const int error = errno;
+  if (written) return;
+  std::remove(temporary.c_str());
+  ARC_FAIL("PredictionWriter cannot write '", path, "' (", std::strerror(error),
+           "); make its output_dir writable and leave room on its disk, or choose another output_dir");
+}
+
+}  // namespace
+
+PredictionWriter::PredictionWriter(std::string output_dir, WriteInterval write_interval)
+    : BasePredictionWriter(write_interval), output_dir_(std::move(output_dir)) {
+  ARC_CHECK(!output_dir_.empty(), "PredictionWriter needs an output_dir");
+}
+
+void PredictionWriter::write_on_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor& prediction,
+                                          const std::vector<int64_t>& batch_indices, const Batch&, int64_t batch_idx,
+                                          int64_t dataloader_idx) {
+  write_whole(output_dir_ + "/rank_" + std::to_string(trainer.global_rank()) + "_dataloader_" +
+                  std::to_string(dataloader_idx) + "_batch_" + std::to_string(batch_idx) + ".pt",
+              prediction.detach().cpu(), indices_tensor(batch_indices));
+}
+
+void PredictionWriter::write_on_epoch_end(Trainer& trainer, TrainModule&, const std::vector<torch::Tensor>& predictions,
+                                          const std::vector<std::vector<int64_t>>& batch_indices) {
+  c10::List<torch::Tensor> prediction_list, index_list;
+  for (const auto& prediction : predictions) prediction_list.push_back(prediction.detach().cpu());
+  for (const auto& indices : batch_indices) index_list.push_back(indices_tensor(indices));
+  write_whole(output_dir_ + "/predictions_rank_" + std::to_string(trainer.global_rank()) + ".pt", prediction_list,
+              index_list);
 }
 
 }  // namespace arc

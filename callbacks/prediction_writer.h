@@ -40,4 +40,29 @@ class BasePredictionWriter : public Callback {
   std::vector<std::vector<int64_t>> batch_indices_;
 };
 
+/// "batch", "epoch" or "batch_and_epoch" (Lightning's write_interval names).
+WriteInterval write_interval_named(const std::string& name);
+
+/// The writer a config can name (`PredictionWriter`, init_args output_dir and write_interval), so
+/// that `arc predict` leaves its predictions in files. Each rank writes its own, which Python's
+/// `torch.load` and LibTorch's `torch::pickle_load` read as a dict of "predictions" and
+/// "batch_indices" (the dataset indices of their samples): after every batch
+/// `<output_dir>/rank_<r>_dataloader_<d>_batch_<i>.pt` (a tensor each), at the end
+/// `<output_dir>/predictions_rank_<r>.pt` (a list of tensors each, one per batch). A file is written
+/// whole under a temporary name and then renamed, so none is ever half-written.
+class PredictionWriter : public BasePredictionWriter {
+ public:
+  explicit PredictionWriter(std::string output_dir, WriteInterval write_interval = WriteInterval::batch);
+  std::string state_key() const override { return "PredictionWriter"; }
+
+  void write_on_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& prediction,
+                          const std::vector<int64_t>& batch_indices, const Batch& batch, int64_t batch_idx,
+                          int64_t dataloader_idx) override;
+  void write_on_epoch_end(Trainer& trainer, TrainModule& module, const std::vector<torch::Tensor>& predictions,
+                          const std::vector<std::vector<int64_t>>& batch_indices) override;
+
+ private:
+  std::string output_dir_;
+};
+
 }  // namespace arc

@@ -287,6 +287,77 @@ TEST(Config, BadConfigsNameTheFileAndTheKey) {
 }
 
 // StochasticWeightAveraging from a config: swa_lrs a number (or a list), the rest Lightning's names.
+// PredictionWriter from a config: `arc predict` leaves each rank's predictions in files that Python's
+// torch.load reads; put back in dataset order by their batch_indices, two ranks' predictions are one
+// rank's, and the end-of-predict file holds what the per-batch files do.
+TEST(Config, PredictionWriterLeavesPredictionsThatPythonReads) {
+  const auto dir = scratch("predictions");
+  const auto predict = [&](const std::string& name, int devices) {
+    const std::string writer = "{class_path: PredictionWriter, init_args: {output_dir: " + dir + "/" + name +
+                               ", write_interval: batch_and_epoch}}";
+    return arc_in(
+        dir, "predict --config " + write_config(name + ".yaml", "trainer:\n  devices: " + std::to_string(devices) +
+                                                                    "\n  num_threads: 1\n  enable_progress_bar: false\n"
+                                                                    "  limit_predict_batches: 3\n  callbacks: [" +
+                                                                    writer + "]\n"));
+  };
+  const auto one = predict("one", 1);
+  ASSERT_EQ(one.status, 0) << one.output;
+  const auto two = predict("two", 2);
+  ASSERT_EQ(two.status, 0) << two.output;
+  // Each folder's predictions by sample index, from the end-of-predict files and from the per-batch ones.
+  const std::string script = dir + "/read.py";
+  std::ofstream(script) << "import glob, json, sys, torch\n"
+                           "def by_index(files, many):\n"
+                           "    out = {}\n"
+                           "    for f in files:\n"
+                           "        d = torch.load(f)\n"
+                           "        pairs = zip(d['predictions'], d['batch_indices']) if many else "
+                           "[(d['predictions'], d['batch_indices'])]\n"
+                           "        for p, i in pairs:\n"
+                           "            out.update(zip(i.tolist(), p.tolist()))\n"
+                           "    return out\n"
+                           "res = {}\n"
+                           "for name in ('one', 'two'):\n"
+                           "    end = by_index(glob.glob(sys.argv[1] + '/' + name + '/predictions_rank_*.pt'), True)\n"
+                           "    batches = by_index(glob.glob(sys.argv[1] + '/' + name + '/rank_*_batch_*.pt'), False)\n"
+                           "    res[name] = {'samples': len(end), 'batches_agree': end == batches}\n"
+                           "    res[name + '_predictions'] = [end[k] for k in sorted(end)]\n"
+                           "print('READ', json.dumps(res))\n";
+  const auto read = arc::testing::run_command("/usr/bin/python3 " + script + " " + dir);
+  ASSERT_EQ(read.status, 0) << read.output;
+  const auto found = arc::cli::read_report(read.output, "READ");
+  EXPECT_EQ(found["one"]["samples"], 3000) << "three batches of 1000";
+  EXPECT_EQ(found["two"]["samples"], 6000) << "three batches of 1000 on each rank";
+  EXPECT_EQ(found["one"]["batches_agree"], true);
+  EXPECT_EQ(found["two"]["batches_agree"], true);
+  const auto& one_rank = found["one_predictions"];
+  const auto& two_ranks = found["two_predictions"];
+  ASSERT_EQ(two_ranks.size(), 6000u);
+  // One rank predicted samples 0..2999; two ranks 0..5999, of which the first 3000 are the same samples.
+  EXPECT_EQ(nlohmann::json(std::vector<nlohmann::json>(two_ranks.begin(), two_ranks.begin() + 3000)), one_rank);
+  const auto bad = arc_in(dir,
+                          "predict --set trainer.limit_predict_batches=1 --set 'trainer.callbacks=[{\"class_path\": "
+                          "\"PredictionWriter\", \"init_args\": {\"output_dir\": \"out\", "
+                          "\"write_interval\": \"sometimes\"}}]'");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_NE(bad.output.find("trainer.callbacks[0].init_args.write_interval (PredictionWriter): PredictionWriter "
+                            "write_interval must be \"batch\", \"epoch\" or \"batch_and_epoch\", got 'sometimes'"),
+            std::string::npos)
+      << bad.output;
+  const auto unwritable =
+      arc_in(dir,
+             "predict --trainer.devices=2 --trainer.limit_predict_batches=1 --set 'trainer.callbacks=[{\"class_path\": "
+             "\"PredictionWriter\", \"init_args\": {\"output_dir\": \"/proc/arc_predictions\"}}]'");
+  EXPECT_EQ(unwritable.status, 2) << unwritable.output;
+  // Both ranks fail alike, and the tool prints it once.
+  const std::string cause = "PredictionWriter cannot make its output_dir '/proc/arc_predictions' (";
+  const size_t first = unwritable.output.find(cause);
+  EXPECT_NE(first, std::string::npos) << unwritable.output;
+  EXPECT_EQ(unwritable.output.find(cause, first + 1), std::string::npos) << unwritable.output;
+  fs::remove_all(dir);
+}
+
 TEST(Config, StochasticWeightAveragingFromAConfig) {
   const std::string common =
       " --set trainer.max_epochs=2 --set trainer.limit_train_batches=20 --set trainer.limit_val_batches=1 "
