@@ -3,10 +3,13 @@
 #include "support/arc_tool.h"
 
 #include <gtest/gtest.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <string>
@@ -336,6 +339,14 @@ TEST(Config, PredictionWriterLeavesPredictionsThatPythonReads) {
   ASSERT_EQ(two_ranks.size(), 6000u);
   // One rank predicted samples 0..2999; two ranks 0..5999, of which the first 3000 are the same samples.
   EXPECT_EQ(nlohmann::json(std::vector<nlohmann::json>(two_ranks.begin(), two_ranks.begin() + 3000)), one_rank);
+  // LibTorch reads them too.
+  std::ifstream file(dir + "/one/predictions_rank_0.pt", std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const auto contents = torch::pickle_load(bytes).toGenericDict();
+  const auto predictions = contents.at("predictions").toTensorList();
+  ASSERT_EQ(predictions.size(), 3u);
+  EXPECT_EQ(predictions.get(0).size(0), 1000);
+  EXPECT_EQ(contents.at("batch_indices").toTensorList().get(2)[0].item<int64_t>(), 2000);
   const auto bad = arc_in(dir,
                           "predict --set trainer.limit_predict_batches=1 --set 'trainer.callbacks=[{\"class_path\": "
                           "\"PredictionWriter\", \"init_args\": {\"output_dir\": \"out\", "
