@@ -62,6 +62,8 @@ struct Experiment {
   std::vector<std::shared_ptr<Logger>> loggers;
   /// The config with the names chosen and every trainer option, as config.yaml saves it.
   nlohmann::json resolved;
+  /// LightningCLI's top-level ckpt_path ("" when none): what --resume or --ckpt give, when they are not.
+  std::string ckpt_path;
 };
 
 // Whether trainer.callbacks or trainer.logger `value` names objects (entries, lists of them, class_path
@@ -72,6 +74,9 @@ bool names_objects(const nlohmann::json& value) { return value.is_structured() |
 // objects; what is left of the section is TrainerOptions.
 nlohmann::json take_objects(nlohmann::json trainer, Experiment& out) {
   if (!trainer.is_object()) return trainer;
+  // null, as LightningCLI prints both by default, gives none: the default logger, no more callbacks.
+  for (const char* key : {"callbacks", "logger"})
+    if (const auto value = trainer.find(key); value != trainer.end() && value->is_null()) trainer.erase(value);
   if (const auto callbacks = trainer.find("callbacks"); callbacks != trainer.end()) {
     out.callbacks = callbacks_from_json(*callbacks, "trainer.callbacks");
     trainer.erase(callbacks);
@@ -140,6 +145,7 @@ Experiment build(const nlohmann::json& config_json) {
   // LightningCLI's optimizer and lr_scheduler sections, for modules that take them (configured_optimizer).
   const auto* optimizer = root.find("optimizer");
   const auto* lr_scheduler = root.find("lr_scheduler");
+  out.ckpt_path = root.get_optional<std::string>("ckpt_path").value_or("");
   if (optimizer != nullptr || lr_scheduler != nullptr)
     out.module->set_optimizer_config(optimizer ? *optimizer : nullptr, lr_scheduler ? *lr_scheduler : nullptr);
   root.finish();
@@ -190,13 +196,14 @@ int train(const nlohmann::json& config, const std::string& resume) {
   Trainer trainer(experiment.options, callbacks, experiment.loggers);
   // Ctrl-C (or any failure) during fit saves where the run stopped, to resume from with --resume.
   trainer.callbacks().push_back(std::make_shared<OnExceptionCheckpoint>(trainer.log_dir() + "/checkpoints"));
-  trainer.fit(*experiment.module, *experiment.data, resume);
+  trainer.fit(*experiment.module, *experiment.data, resume.empty() ? experiment.ckpt_path : resume);
   if (trainer.is_global_zero()) print_result(report->report(trainer, *experiment.module));
   return 0;
 }
 
-int evaluate(const std::string& command, const nlohmann::json& config, const std::string& ckpt) {
+int evaluate(const std::string& command, const nlohmann::json& config, const std::string& given_ckpt) {
   auto experiment = build(config);
+  const std::string& ckpt = given_ckpt.empty() ? experiment.ckpt_path : given_ckpt;
   Trainer trainer(experiment.options, experiment.callbacks, experiment.loggers);
   nlohmann::json result;
   if (command == "validate") {

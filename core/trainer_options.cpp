@@ -42,7 +42,7 @@ std::optional<double> read_duration(const Config& config, const std::string& key
 
 BatchAmount read_amount(const Config& config, const std::string& key, BatchAmount fallback) {
   const auto* value = config.find(key);
-  if (value == nullptr) return fallback;
+  if (value == nullptr || value->is_null()) return fallback;
   ARC_CHECK(value->is_number() && value->get<double>() >= 0, "config key '", config.qualified(key),
             "' must be a fraction in [0.0, 1.0] (a JSON float) or a batch count (a JSON integer), got ", value->dump());
   if (value->is_number_integer()) return BatchAmount::count(value->get<int64_t>());
@@ -71,7 +71,7 @@ BatchAmount read_val_check_interval(const Config& config) {
 
 int64_t read_fast_dev_run(const Config& config) {
   const auto* value = config.find("fast_dev_run");
-  if (value == nullptr) return 0;
+  if (value == nullptr || value->is_null()) return 0;
   if (value->is_boolean()) return value->get<bool>() ? 1 : 0;
   ARC_CHECK(value->is_number_integer(), "config key '", config.qualified("fast_dev_run"),
             "' must be true, false or a batch count, got ", value->dump());
@@ -80,7 +80,7 @@ int64_t read_fast_dev_run(const Config& config) {
 
 std::string read_precision(const Config& config) {
   const auto* value = config.find("precision");
-  if (value == nullptr) return "32-true";
+  if (value == nullptr || value->is_null()) return "32-true";
   if (value->is_number_integer()) return std::to_string(value->get<int64_t>());
   ARC_CHECK(value->is_string(), "config key '", config.qualified("precision"),
             "' must be a string such as \"32-true\", got ", value->dump());
@@ -118,13 +118,21 @@ struct OptionField {
   void (*check)(const TrainerOptions&);
 };
 
+// null leaves an option at its default, as None does in Lightning (LightningCLI prints every unset
+// option so); an optional option's null unsets it, which is its own setting for some
+// (check_val_every_n_epoch).
 template <typename T>
 void read_value(const Config& config, const char* key, T& field) {
+  if (const auto* value = config.find(key); value == nullptr || !value->is_null()) config.read(key, field);
+}
+template <typename T>
+void read_value(const Config& config, const char* key, std::optional<T>& field) {
   config.read(key, field);
 }
 void read_value(const Config& config, const char* key, BatchAmount& field) { field = read_amount(config, key, field); }
 void read_value(const Config& config, const char* key, Devices& field) {
-  if (const auto* value = config.find(key)) field = Devices::from_json(*value, config.qualified(key));
+  if (const auto* value = config.find(key); value != nullptr && !value->is_null())
+    field = Devices::from_json(*value, config.qualified(key));
 }
 
 template <typename T>

@@ -290,6 +290,69 @@ TEST(Config, BadConfigsNameTheFileAndTheKey) {
 }
 
 // StochasticWeightAveraging from a config: swa_lrs a number (or a list), the rest Lightning's names.
+// A trainer section as LightningCLI's --print_config writes it (every unset option null, callbacks and
+// logger null, seed_everything true) runs; null is each option's default. The top-level ckpt_path is
+// what --ckpt gives, and the flag wins over it.
+TEST(Config, LightningCliPrintedConfigRunsWithNullsAsDefaults) {
+  const auto dir = scratch("lightning_printed");
+  std::string trainer = "trainer:\n";
+  for (const char* line : {"accelerator: auto",
+                           "strategy: auto",
+                           "devices: auto",
+                           "num_nodes: 1",
+                           "precision: 32-true",
+                           "logger: null",
+                           "callbacks: null",
+                           "fast_dev_run: false",
+                           "max_epochs: 1",
+                           "min_epochs: null",
+                           "max_steps: -1",
+                           "min_steps: null",
+                           "max_time: null",
+                           "limit_train_batches: 5",
+                           "limit_val_batches: 2",
+                           "limit_test_batches: null",
+                           "limit_predict_batches: null",
+                           "overfit_batches: 0.0",
+                           "val_check_interval: null",
+                           "check_val_every_n_epoch: 1",
+                           "num_sanity_val_steps: null",
+                           "log_every_n_steps: null",
+                           "enable_checkpointing: null",
+                           "enable_progress_bar: false",
+                           "enable_model_summary: null",
+                           "accumulate_grad_batches: 1",
+                           "gradient_clip_val: null",
+                           "gradient_clip_algorithm: null",
+                           "deterministic: null",
+                           "benchmark: null",
+                           "inference_mode: true",
+                           "use_distributed_sampler: true",
+                           "profiler: null",
+                           "detect_anomaly: false",
+                           "sync_batchnorm: false",
+                           "reload_dataloaders_every_n_epochs: 0",
+                           "default_root_dir: null",
+                           "num_threads: 1"})
+    trainer += std::string("  ") + line + "\n";
+  const auto fit =
+      arc_in(dir, "fit --config " + write_config("printed.yaml", "seed_everything: true\nckpt_path: null\n" + trainer));
+  ASSERT_EQ(fit.status, 0) << fit.output;
+  EXPECT_EQ(result_of(fit.output)["steps"], 5);
+  EXPECT_TRUE(fs::exists(dir + "/lightning_logs/version_0/checkpoints/last.ckpt"))
+      << "enable_checkpointing: null is on";
+  const auto last_yaml = write_config("last.yaml", "ckpt_path: last\n" + trainer);
+  const auto from_key = arc_in(dir, "validate --config " + last_yaml);
+  const auto from_flag = arc_in(dir, "validate --ckpt last --config " + write_config("plain.yaml", trainer));
+  ASSERT_EQ(from_key.status, 0) << from_key.output;
+  ASSERT_EQ(from_flag.status, 0) << from_flag.output;
+  EXPECT_EQ(result_of(from_key.output), result_of(from_flag.output));
+  const auto flag_wins = arc_in(dir, "validate --ckpt_path " + dir + "/none.ckpt --config " + last_yaml);
+  EXPECT_EQ(flag_wins.status, 2) << flag_wins.output;
+  EXPECT_NE(flag_wins.output.find("none.ckpt' does not exist"), std::string::npos) << flag_wins.output;
+  fs::remove_all(dir);
+}
+
 // PredictionWriter from a config: `arc predict` leaves each rank's predictions in files that Python's
 // torch.load reads; put back in dataset order by their batch_indices, two ranks' predictions are one
 // rank's, and the end-of-predict file holds what the per-batch files do.

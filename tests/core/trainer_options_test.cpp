@@ -44,6 +44,17 @@ TEST(TrainerOptions, JsonRoundTripKeepsEveryOption) {
   EXPECT_EQ(again.to_json(), options.to_json());
 }
 
+// null is each option's default, as Lightning's None; an optional option keeps null as its own setting.
+TEST(TrainerOptions, NullIsTheDefault) {
+  nlohmann::json nulls = nlohmann::json::object();
+  for (const auto& option : TrainerOptions::help())
+    if (option.key != "check_val_every_n_epoch") nulls[option.key] = nullptr;
+  EXPECT_EQ(TrainerOptions::from_json(nulls).to_json(), TrainerOptions().to_json());
+  EXPECT_EQ(TrainerOptions::from_json({{"check_val_every_n_epoch", nullptr}, {"val_check_interval", 100}})
+                .check_val_every_n_epoch(),
+            std::nullopt);
+}
+
 TEST(TrainerOptions, MaxTimeAcceptsSecondsAndParts) {
   EXPECT_DOUBLE_EQ(*TrainerOptions::from_json({{"max_time", 90}}).max_time(), 90.0);
   EXPECT_DOUBLE_EQ(*TrainerOptions::from_json({{"max_time", {{"minutes", 2}, {"seconds", 5}}}}).max_time(), 125.0);
