@@ -26,7 +26,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <random>
 #include <sstream>
 
 namespace arc::cli {
@@ -86,21 +85,6 @@ nlohmann::json take_objects(nlohmann::json trainer, Experiment& out) {
     trainer.erase(logger);
   }
   return trainer;
-}
-
-// The seed of seed_everything: true, the same in every rank of the run (kGlobalSeedVariable).
-uint64_t global_seed() {
-  if (const char* text = std::getenv(kGlobalSeedVariable)) {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long seed = std::strtoull(text, &end, 10);
-    ARC_CHECK(*text != '\0' && *end == '\0' && errno == 0 && text[0] != '-', kGlobalSeedVariable, "=", text,
-              " is not a seed (a non-negative integer); unset it, or set seed_everything to an integer");
-    return seed;
-  }
-  const uint64_t seed = std::random_device{}();
-  setenv(kGlobalSeedVariable, std::to_string(seed).c_str(), 1);
-  return seed;
 }
 
 // LightningCLI's top-level seed_everything: an integer is trainer.seed, true a seed chosen for the

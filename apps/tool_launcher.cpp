@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
-#include <random>
 #include <thread>
 
 namespace arc::cli {
@@ -240,8 +239,7 @@ int run_ranks(const std::string& engine, const std::vector<std::string>& args, c
   std::vector<std::string> argv = {engine};
   argv.insert(argv.end(), args.begin(), args.end());
   // One seed for every rank, should the config say seed_everything: true.
-  if (std::getenv(kGlobalSeedVariable) == nullptr)
-    setenv(kGlobalSeedVariable, std::to_string(std::random_device{}()).c_str(), 1);
+  global_seed();
   RankProcesses ranks;
   ErrorPipes errors;
   for (int64_t rank = 0; rank < world; ++rank) {

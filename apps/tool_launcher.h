@@ -31,19 +31,18 @@ struct RankError {
   std::string message;
 };
 
-/// The lines the tool prints for its ranks' errors (in the order they arrived): each distinct error
-/// once, in the order of its first report, as one process
-/// prints it ("arc: error: <message>") when all `world` ranks reported it, else naming the ranks
-/// that did ("arc: error: ranks 0, 2: <message>").
+/// The lines the tool prints for its ranks' errors (given in the order they arrived): each distinct
+/// error once, in the order of its first report; as one process prints it ("arc: error: <message>")
+/// when all `world` ranks reported it, else naming the ranks that did ("arc: error: ranks 0, 2: ...").
 std::vector<std::string> rank_error_lines(const std::vector<RankError>& errors, int64_t world);
 
 /// Starts the plan's ranks of `engine` with `args`, lets rank 0 pass the rendezvous port to the
 /// others, passes SIGTERM, SIGHUP and a sent SIGINT on to them (Ctrl-C reaches them from the
-/// terminal), ends them all at once on a second SIGINT, and ends them all when one fails, naming its
-/// rank and cause; a rank that reported its error gives the others half a second to end by
-/// themselves (a config error ends every rank), and the errors are printed by rank_error_lines. Returns 0 when every
-/// rank succeeded, 130 when SIGINT stopped them, else the failed rank's exit status (a config error is 2, as in one
-/// process; 1 when a signal ended it).
+/// terminal), ends them all at once on a second SIGINT, and ends them all when one fails. A rank that
+/// reported its error gives the others half a second to end by themselves (a config error ends every
+/// rank) and the errors are printed by rank_error_lines; one that did not is named with its cause.
+/// Returns 0 when every rank succeeded, 130 when SIGINT stopped them, else the failed rank's exit
+/// status (a config error is 2, as in one process; 1 when a signal ended it).
 int run_ranks(const std::string& engine, const std::vector<std::string>& args, const SpawnPlan& plan);
 
 }  // namespace arc::cli

@@ -16,20 +16,15 @@ const nlohmann::json* Config::find(const std::string& key) const {
 
 std::string Config::qualified(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
-std::optional<std::pair<std::string, std::string>> Config::first_unread() const {
-  for (const auto& item : values_.items())
-    if (read_.count(item.key()) == 0)
-      return std::make_pair(item.key(), closest_match(item.key(), {read_.begin(), read_.end()}));
-  return std::nullopt;
-}
-
 void Config::finish() const {
-  const auto unread = first_unread();
-  if (!unread) return;
-  const auto& [key, suggestion] = *unread;
-  const std::string message = "unknown config key '" + qualified(key) + "'" +
-                              (suggestion.empty() ? "; " : "; did you mean '" + suggestion + "'? ");
-  throw Error(message + "known keys in '" + path_ + "': " + join({read_.begin(), read_.end()}));
+  const std::vector<std::string> allowed(read_.begin(), read_.end());
+  for (const auto& item : values_.items()) {
+    if (read_.count(item.key()) > 0) continue;
+    std::string message = "unknown config key '" + qualified(item.key()) + "'";
+    const std::string suggestion = closest_match(item.key(), allowed);
+    if (!suggestion.empty()) message += "; did you mean '" + suggestion + "'?";
+    throw Error(message + (suggestion.empty() ? "; " : " ") + "known keys in '" + path_ + "': " + join(allowed));
+  }
 }
 
 void Config::finish_after(const std::string& error) const {
@@ -41,8 +36,8 @@ void Config::finish_after(const std::string& error) const {
     if (read_.count(item.key()) > 0) continue;
     const std::string suggestion = closest_match(item.key(), missing);
     if (!suggestion.empty())
-      throw Error("unknown config key '" + qualified(item.key()) + "'; did you mean '" + suggestion + "'? (and: " +
-                  error + ")");
+      throw Error("unknown config key '" + qualified(item.key()) + "'; did you mean '" + suggestion +
+                  "'? (and: " + error + ")");
   }
 }
 

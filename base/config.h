@@ -9,7 +9,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace arc {
@@ -111,10 +110,6 @@ class Config {
     if constexpr (std::is_same_v<T, std::vector<double>>) return "a list of numbers";
     return "a JSON value";
   }
-
-  /// The first key never read and the read key closest to it ("" for none); nullopt when every
-  /// key was read.
-  std::optional<std::pair<std::string, std::string>> first_unread() const;
 
   nlohmann::json values_;
   std::string path_;

@@ -4,15 +4,11 @@
 #include <arc/base/error.h>
 #include <arc/core/trainer.h>
 
+#include <arc/base/output_file.h>
+
 #include <torch/serialize.h>
 
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 
 namespace arc {
 
@@ -63,28 +59,15 @@ namespace {
 
 torch::Tensor indices_tensor(const std::vector<int64_t>& indices) { return torch::tensor(indices, torch::kLong); }
 
-// {"predictions": ..., "batch_indices": ...} as torch.save writes it, to `path` under a temporary
-// name first.
+// {"predictions": ..., "batch_indices": ...} as torch.save writes it, written whole to `path`.
 void write_whole(const std::string& path, const c10::IValue& predictions, const c10::IValue& batch_indices) {
   c10::impl::GenericDict contents(c10::StringType::get(), c10::AnyType::get());
   contents.insert("predictions", predictions);
   contents.insert("batch_indices", batch_indices);
   const std::vector<char> bytes = torch::pickle_save(contents);
-  std::error_code made;
-  const auto folder = std::filesystem::path(path).parent_path();
-  std::filesystem::create_directories(folder, made);
-  ARC_CHECK(!made, "PredictionWriter cannot make its output_dir '", folder.string(), "' (", made.message(),
-            "); choose a folder it can make, or make that one writable");
-  const std::string temporary = path + ".tmp-" + std::to_string(getpid());
-  std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  const bool written = !out.fail() && std::rename(temporary.c_str(), path.c_str()) == 0;
-  const int error = errno;
-  if (written) return;
-  std::remove(temporary.c_str());
-  ARC_FAIL("PredictionWriter cannot write '", path, "' (", std::strerror(error),
-           "); make its output_dir writable and leave room on its disk, or choose another output_dir");
+  OutputFile file(path, "predictions", "PredictionWriter's output_dir");
+  file.write(bytes.data(), bytes.size());
+  file.commit();
 }
 
 }  // namespace
@@ -92,6 +75,14 @@ void write_whole(const std::string& path, const c10::IValue& predictions, const 
 PredictionWriter::PredictionWriter(std::string output_dir, WriteInterval write_interval)
     : BasePredictionWriter(write_interval), output_dir_(std::move(output_dir)) {
   ARC_CHECK(!output_dir_.empty(), "PredictionWriter needs an output_dir");
+}
+
+void PredictionWriter::on_predict_start(Trainer& trainer, TrainModule& module) {
+  BasePredictionWriter::on_predict_start(trainer, module);
+  std::error_code made;
+  std::filesystem::create_directories(output_dir_, made);
+  ARC_CHECK(!made, "PredictionWriter cannot make its output_dir '", output_dir_, "' (", made.message(),
+            "); choose a folder it can make, or make that one writable");
 }
 
 void PredictionWriter::write_on_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor& prediction,

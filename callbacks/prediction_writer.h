@@ -49,11 +49,13 @@ WriteInterval write_interval_named(const std::string& name);
 /// "batch_indices" (the dataset indices of their samples): after every batch
 /// `<output_dir>/rank_<r>_dataloader_<d>_batch_<i>.pt` (a tensor each), at the end
 /// `<output_dir>/predictions_rank_<r>.pt` (a list of tensors each, one per batch). A file is written
-/// whole under a temporary name and then renamed, so none is ever half-written.
+/// whole (OutputFile), so none is ever half-written. output_dir is made when predict starts.
 class PredictionWriter : public BasePredictionWriter {
  public:
   explicit PredictionWriter(std::string output_dir, WriteInterval write_interval = WriteInterval::batch);
   std::string state_key() const override { return "PredictionWriter"; }
+
+  void on_predict_start(Trainer& trainer, TrainModule& module) override;
 
   void write_on_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& prediction,
                           const std::vector<int64_t>& batch_indices, const Batch& batch, int64_t batch_idx,

@@ -4,6 +4,7 @@
 
 #include <arc/base/crc32c.h>
 #include <arc/base/error.h>
+#include <arc/base/output_file.h>
 
 #include <torch/torch.h>
 
@@ -35,89 +36,23 @@ void fsync_path(const std::string& path, int flags) {
   ::close(fd);
 }
 
-// What to do about a failed write, by its cause.
-const char* write_fix(int error) {
-  switch (error) {
-    case ENOSPC:
-    case EDQUOT:
-      return "free space on that file system, or save elsewhere (ModelCheckpoint's dirpath, default_root_dir)";
-    case EFBIG:
-      return "raise the file size limit (ulimit -f) or save smaller checkpoints (save_weights_only)";
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return "make the folder writable, or save elsewhere (ModelCheckpoint's dirpath, default_root_dir)";
-    default:
-      return "check the health of that file system, or save elsewhere";
-  }
+// Zeros up to the next multiple of `alignment`.
+void pad_to(OutputFile& file, size_t alignment) {
+  static const char zeros[64] = {};
+  file.write(zeros, (alignment - file.offset() % alignment) % alignment);
 }
 
-// The temporary file `<target>.tmp-<pid>` being written; removed unless committed. Every failure
-// is an arc::Error naming the checkpoint, the cause and the fix; the previous file at `target` is
-// never touched before the new one is complete.
-class OutputFile {
- public:
-  explicit OutputFile(std::string target)
-      : target_(std::move(target)), path_(target_ + kTemporaryInfix + std::to_string(::getpid())) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail("create");
+// Checksums and writes in cache-sized pieces.
+std::string write_blob(OutputFile& file, const void* data, size_t size) {
+  BlobChecksum checksum;
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  for (size_t at = 0; at < size; at += kPiece) {
+    const size_t n = std::min(kPiece, size - at);
+    checksum.update(bytes + at, n);
+    file.write(bytes + at, n);
   }
-  ~OutputFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-  void write(const void* data, size_t size) {
-    const auto* bytes = static_cast<const uint8_t*>(data);
-    while (size > 0) {
-      errno = 0;
-      const ssize_t n = ::write(fd_, bytes, size);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) fail("write");
-      bytes += n;
-      size -= static_cast<size_t>(n);
-      offset_ += static_cast<size_t>(n);
-    }
-  }
-  void pad_to(size_t alignment) {
-    static const char zeros[64] = {};
-    write(zeros, (alignment - offset_ % alignment) % alignment);
-  }
-  // Checksums and writes in cache-sized pieces.
-  std::string write_blob(const void* data, size_t size) {
-    BlobChecksum checksum;
-    const auto* bytes = static_cast<const uint8_t*>(data);
-    for (size_t at = 0; at < size; at += kPiece) {
-      const size_t n = std::min(kPiece, size - at);
-      checksum.update(bytes + at, n);
-      write(bytes + at, n);
-    }
-    return checksum.hex();
-  }
-  size_t offset() const { return offset_; }
-  // Flushes the data to disk and moves the file into place.
-  void commit() {
-    if (::fsync(fd_) != 0) fail("flush");
-    const int closed = ::close(fd_);
-    fd_ = -1;
-    if (closed != 0) fail("close");
-    if (::rename(path_.c_str(), target_.c_str()) != 0) fail("move into place");
-    committed_ = true;
-  }
-
- private:
-  // A short write without errno (a full disk on some file systems) reads as "no space".
-  [[noreturn]] void fail(const char* what) const {
-    const int error = errno != 0 ? errno : ENOSPC;
-    ARC_FAIL("cannot ", what, " checkpoint '", target_, "' (", std::strerror(error), " writing '", path_, "'); ",
-             write_fix(error), ". The temporary file is removed and the previous '", target_, "', if any, is intact");
-  }
-
-  std::string target_;
-  std::string path_;
-  int fd_ = -1;
-  size_t offset_ = 0;
-  bool committed_ = false;
-};
+  return checksum.hex();
+}
 
 torch::ScalarType scalar_type_named(const std::string& name, const std::string& path) {
   for (const auto type :
@@ -215,16 +150,17 @@ void CheckpointWriter::write(const std::string& path) const {
   ARC_CHECK(!error, "cannot create the folder of checkpoint '", path, "': ", error.message(),
             "; make its parent writable, or save elsewhere (ModelCheckpoint's dirpath, default_root_dir)");
   remove_stale_temporaries(folder);
-  OutputFile file(path);
+  OutputFile file(path, "checkpoint", "ModelCheckpoint's dirpath, default_root_dir",
+                  "save smaller checkpoints (save_weights_only)");
   const uint64_t version = kCheckpointFormatVersion;
   file.write(kMagic, 8);
   file.write(&version, 8);
   nlohmann::json entries = nlohmann::json::object();
   for (const auto& [name, stored] : tensors_) {
     const auto tensor = stored.to(torch::kCPU).contiguous();
-    file.pad_to(64);
+    pad_to(file, 64);
     const auto offset = file.offset();
-    const auto checksum = file.write_blob(tensor.data_ptr(), tensor.nbytes());
+    const auto checksum = write_blob(file, tensor.data_ptr(), tensor.nbytes());
     entries[name] = {{"kind", "tensor"},
                      {"offset", offset},
                      {"bytes", tensor.nbytes()},
@@ -233,12 +169,12 @@ void CheckpointWriter::write(const std::string& path) const {
                      {"shape", tensor.sizes().vec()}};
   }
   for (const auto& [name, bytes] : archives_) {
-    file.pad_to(64);
+    pad_to(file, 64);
     const auto offset = file.offset();
     entries[name] = {{"kind", "archive"},
                      {"offset", offset},
                      {"bytes", bytes.size()},
-                     {"checksum", file.write_blob(bytes.data(), bytes.size())}};
+                     {"checksum", write_blob(file, bytes.data(), bytes.size())}};
   }
   for (const auto& [name, value] : values_.items()) entries[name] = {{"kind", "json"}, {"value", value}};
   const std::string index = nlohmann::json{{"meta", meta_}, {"entries", entries}}.dump();

@@ -7,6 +7,8 @@
 // says what is wrong.
 #pragma once
 
+#include <arc/base/output_file.h>
+
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 #include <nlohmann/json.hpp>
@@ -25,9 +27,6 @@ namespace arc {
 /// The format this build writes, and the oldest it reads.
 constexpr int64_t kCheckpointFormatVersion = 3;
 constexpr int64_t kOldestReadableCheckpointFormat = 2;
-
-/// What a checkpoint being written is called until it is complete: `<path>.tmp-<pid>`.
-constexpr const char* kTemporaryInfix = ".tmp-";
 
 /// Removes the temporary files in `folder` that writers which died (a crash, SIGKILL) left behind.
 void remove_stale_temporaries(const std::string& folder);

@@ -9,7 +9,6 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
-#include <cstdlib>
 
 namespace arc {
 namespace {
@@ -33,8 +32,7 @@ std::shared_ptr<cluster::ClusterEnvironment> DDPStrategy::launch(const LaunchReq
                    ? cluster::detect(request.requeue)
                    : cluster::cluster_registry().create(request.cluster_environment, request.requeue);
   // Processes started by hand belong to the local environment once LOCAL_RANK is set, as in Lightning.
-  const bool by_hand =
-      found->name() == "local" && (std::getenv("RANK") != nullptr || std::getenv("WORLD_SIZE") != nullptr);
+  const bool by_hand = found->name() == "local" && (cluster::env("RANK") || cluster::env("WORLD_SIZE"));
   ARC_CHECK(found->creates_processes_externally(),
             "strategy 'ddp' joins processes started by srun, mpirun or torchrun,",
             by_hand ? " but LOCAL_RANK is not set (RANK or WORLD_SIZE is): processes started by hand need LOCAL_RANK"

@@ -2,6 +2,7 @@
 #include <arc/strategies/launchers/rank_processes.h>
 
 #include <arc/base/error.h>
+#include <arc/strategies/cluster/cluster_environment.h>
 
 #include <signal.h>
 #include <spawn.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <thread>
 
 extern char** environ;
@@ -42,6 +44,18 @@ std::vector<std::string> rank_environment(int64_t rank, int64_t world_size, int6
   }
   for (const auto& [name, value] : own) environment.push_back(name + "=" + value);
   return environment;
+}
+
+uint64_t global_seed() {
+  if (cluster::env(kGlobalSeedVariable)) {
+    const int64_t seed = cluster::env_int(kGlobalSeedVariable);
+    ARC_CHECK(seed >= 0, "environment variable ", kGlobalSeedVariable, "=", seed,
+              " is not a seed; use a non-negative integer, or unset it");
+    return static_cast<uint64_t>(seed);
+  }
+  const uint64_t seed = std::random_device{}();
+  setenv(kGlobalSeedVariable, std::to_string(seed).c_str(), 1);
+  return seed;
 }
 
 void report_spawn_failure(const std::string& message) {

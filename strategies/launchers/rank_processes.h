@@ -24,6 +24,10 @@ constexpr const char* kSpawnErrorPipeVariable = "ARC_SPAWN_ERROR_FD";
 /// process to need one chooses it and sets it here, so that the ranks it starts inherit it; the `arc`
 /// tool chooses it for its ranks.
 constexpr const char* kGlobalSeedVariable = "ARC_GLOBAL_SEED";
+/// The run's seed for `seed_everything: true`: kGlobalSeedVariable when set (an error naming it when
+/// it is not a non-negative integer), else one chosen now and set there.
+uint64_t global_seed();
+
 /// The exit status of a rank whose fit SIGINT (Ctrl-C) stopped, as every rank does together.
 constexpr int kInterruptedExitCode = 130;
 

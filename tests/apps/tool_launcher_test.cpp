@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -209,6 +210,36 @@ TEST(ToolLauncher, ARankConfigErrorEndsTheToolWithTheRankStatusAndOneMessage) {
   ASSERT_NE(first, std::string::npos) << run.output;
   EXPECT_EQ(run.output.find(error, first + 1), std::string::npos) << "printed more than once: " << run.output;
   EXPECT_EQ(run.output.find("arc: error: "), run.output.rfind("arc: error: ")) << run.output;
+}
+
+// The tool's side of the error pipes, run with a stand-in engine beside a copy of the tool (the real
+// engine fails alike on every rank): errors that differ are each printed once, naming the rank, the
+// first to arrive first; a rank that ends without reporting gets the tool's own line.
+TEST(ToolLauncher, DifferentRankErrorsArePrintedOnceEachTheCauseFirst) {
+  const auto dir = std::filesystem::temp_directory_path() / ("arc_tool_stand_in_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(ARC_BINARY, dir / "arc");
+  const auto run_with_engine = [&](const std::string& script) {
+    std::ofstream(dir / "arc-engine") << "#!/bin/sh\n" << script;
+    std::filesystem::permissions(dir / "arc-engine", std::filesystem::perms::owner_all);
+    return run_command((dir / "arc").string() + " train --set trainer.devices=2 --set trainer.strategy=ddp_spawn");
+  };
+  const auto reported = run_with_engine(
+      "if [ \"$RANK\" = 1 ]; then printf 'error\\nboom at step 7' >&$ARC_SPAWN_ERROR_FD; exit 2; fi\n"
+      "sleep 0.2; printf 'error\\nrank 1 left the group' >&$ARC_SPAWN_ERROR_FD; exit 1\n");
+  EXPECT_EQ(reported.status, 2) << reported.output;
+  const size_t cause = reported.output.find("arc: error: rank 1: boom at step 7");
+  const size_t consequence = reported.output.find("arc: error: rank 0: rank 1 left the group");
+  ASSERT_NE(cause, std::string::npos) << reported.output;
+  ASSERT_NE(consequence, std::string::npos) << reported.output;
+  EXPECT_LT(cause, consequence) << reported.output;
+  EXPECT_EQ(reported.output.find("exited with code"), std::string::npos) << reported.output;
+  const auto silent = run_with_engine("if [ \"$RANK\" = 1 ]; then exit 3; fi\nexec sleep 60\n");
+  EXPECT_EQ(silent.status, 3) << silent.output;
+  EXPECT_NE(silent.output.find("ddp_spawn: rank 1 exited with code 3; stopping the other ranks"), std::string::npos)
+      << silent.output;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ToolLauncher, EachDistinctRankErrorIsOneLineNamingItsRanksUnlessEveryRankHadIt) {
