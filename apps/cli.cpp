@@ -18,10 +18,7 @@
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -274,19 +271,7 @@ int list_modules() {
 // Prints "arc: <kind>: <message>" and returns `code`; a rank that the `arc` tool started hands it
 // to the tool instead (kSpawnErrorPipeVariable), which prints each distinct error of its ranks once.
 int fail(const std::string& kind, const std::string& message, int code) {
-  if (const char* fd_text = std::getenv(kSpawnErrorPipeVariable)) {
-    const int fd = std::atoi(fd_text);
-    const std::string report = kind + "\n" + message;
-    size_t written = 0;
-    while (written < report.size()) {
-      const ssize_t n = write(fd, report.data() + written, report.size() - written);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      written += static_cast<size_t>(n);
-    }
-    if (written == report.size()) return code;
-  }
-  std::cerr << "arc: " << kind << ": " << message << std::endl;
+  if (!report_to_launcher(kind, message)) std::cerr << "arc: " << kind << ": " << message << std::endl;
   return code;
 }
 

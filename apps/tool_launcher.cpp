@@ -44,79 +44,8 @@ void catch_interrupts() {
   sigaction(SIGINT, &action, nullptr);
 }
 
-// One pipe per rank that carries the rank's fatal error to the tool (kSpawnErrorPipeVariable).
-class ErrorPipes {
- public:
-  ErrorPipes() = default;
-  ErrorPipes(const ErrorPipes&) = delete;
-  ErrorPipes& operator=(const ErrorPipes&) = delete;
-  ~ErrorPipes() {
-    for (const auto& pipe : pipes_) close(pipe.fd);
-  }
-
-  /// A pipe for `rank`; returns the end that the rank inherits, which the caller closes once the
-  /// rank started (so that no later rank inherits it too).
-  int open(int64_t rank) {
-    int ends[2];
-    ARC_CHECK(pipe2(ends, O_CLOEXEC) == 0, "cannot make a pipe for the errors of rank ", rank, ": ",
-              std::strerror(errno));
-    fcntl(ends[0], F_SETFL, O_NONBLOCK);
-    fcntl(ends[1], F_SETFD, 0);
-    pipes_.push_back({rank, ends[0], "", 0});
-    return ends[1];
-  }
-
-  /// Reads what the ranks wrote so far.
-  void drain() {
-    char buffer[4096];
-    for (auto& pipe : pipes_) {
-      while (true) {
-        const ssize_t n = read(pipe.fd, buffer, sizeof(buffer));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        if (pipe.text.empty()) pipe.arrival = arrivals_++;
-        pipe.text.append(buffer, static_cast<size_t>(n));
-      }
-    }
-  }
-
-  bool reported(int64_t rank) const {
-    for (const auto& pipe : pipes_)
-      if (pipe.rank == rank) return !pipe.text.empty();
-    return false;
-  }
-
-  /// The errors reported, the first to arrive first (the cause before the others' consequences).
-  std::vector<RankError> errors() const {
-    std::vector<const Pipe*> reported;
-    for (const auto& pipe : pipes_)
-      if (!pipe.text.empty()) reported.push_back(&pipe);
-    std::stable_sort(reported.begin(), reported.end(),
-                     [](const Pipe* a, const Pipe* b) { return a->arrival < b->arrival; });
-    std::vector<RankError> out;
-    for (const Pipe* pipe : reported) {
-      const size_t newline = pipe->text.find('\n');
-      if (newline == std::string::npos)
-        out.push_back({pipe->rank, "error", pipe->text});
-      else
-        out.push_back({pipe->rank, pipe->text.substr(0, newline), pipe->text.substr(newline + 1)});
-    }
-    return out;
-  }
-
- private:
-  struct Pipe {
-    int64_t rank;
-    int fd;
-    std::string text;
-    int64_t arrival = 0;  // the order in which the first bytes of the ranks' errors were read
-  };
-  std::vector<Pipe> pipes_;
-  int64_t arrivals_ = 0;
-};
-
 // Waits for the ranks as run_ranks says; returns the tool's exit status.
-int supervise(RankProcesses& ranks, ErrorPipes& errors, const SpawnPlan& plan) {
+int supervise(RankProcesses& ranks, const SpawnPlan& plan) {
   // Once one rank finished, the others have the trainer's timeout to finish too.
   std::optional<std::chrono::steady_clock::time_point> deadline;
   // The first SIGINT stops every rank at the next batch boundary; a second ends them at once (the
@@ -133,13 +62,11 @@ int supervise(RankProcesses& ranks, ErrorPipes& errors, const SpawnPlan& plan) {
     const auto failure = ranks.reap_failed();
     if (failure && interrupts >= 2) return ended_at_once();
     if (failure) {
-      errors.drain();
-      if (errors.reported(failure.rank)) {
+      if (!ranks.report(failure.rank).kind.empty()) {
         // It said why; the others likely end by themselves with the same error (a config error).
         const auto grace = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
         while (ranks.running() > 0 && std::chrono::steady_clock::now() < grace) {
           ranks.reap_failed();
-          errors.drain();
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
       } else {
@@ -156,7 +83,7 @@ int supervise(RankProcesses& ranks, ErrorPipes& errors, const SpawnPlan& plan) {
       for (const auto& line : ranks.stop_overdue()) report_spawn_failure(line);
       return 1;
     }
-    errors.drain();
+    ranks.read_reports();
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return ranks.interrupted() ? kInterruptedExitCode : 0;
@@ -241,22 +168,16 @@ int run_ranks(const std::string& engine, const std::vector<std::string>& args, c
   // One seed for every rank, should the config say seed_everything: true.
   global_seed();
   RankProcesses ranks;
-  ErrorPipes errors;
   for (int64_t rank = 0; rank < world; ++rank) {
     const int own_end = rank == 0 ? port_pipe[1] : port_pipe[0];
     const int other_end = rank == 0 ? port_pipe[0] : port_pipe[1];
-    const int error_end = errors.open(rank);
-    const auto environment = rank_environment(
-        rank, world, 0,
-        {{kSpawnPortPipeVariable, std::to_string(own_end)}, {kSpawnErrorPipeVariable, std::to_string(error_end)}});
+    const auto environment = rank_environment(rank, world, 0, {{kSpawnPortPipeVariable, std::to_string(own_end)}});
     ranks.start(rank, engine, argv, environment, {other_end});
-    close(error_end);
   }
   close(port_pipe[0]);
   close(port_pipe[1]);
-  const int exit_code = supervise(ranks, errors, plan);
-  errors.drain();
-  for (const auto& line : rank_error_lines(errors.errors(), world)) std::fprintf(stderr, "%s\n", line.c_str());
+  const int exit_code = supervise(ranks, plan);
+  for (const auto& line : rank_error_lines(ranks.reports(), world)) std::fprintf(stderr, "%s\n", line.c_str());
   std::fflush(stderr);
   return exit_code;
 }

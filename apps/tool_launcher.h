@@ -4,6 +4,8 @@
 // loading its own; anything else it hands to the engine unchanged (exec).
 #pragma once
 
+#include <arc/strategies/launchers/rank_processes.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,13 +25,6 @@ struct SpawnPlan {
 /// and for a command line or config the engine should judge (it reports errors; a ddp_spawn it
 /// runs itself is only slower to start).
 SpawnPlan spawn_plan(const std::vector<std::string>& command_line);
-
-/// The fatal error that a rank handed the tool: kind ("error", "failed") and message.
-struct RankError {
-  int64_t rank = 0;
-  std::string kind;
-  std::string message;
-};
 
 /// The lines the tool prints for its ranks' errors (given in the order they arrived): each distinct
 /// error once, in the order of its first report; as one process prints it ("arc: error: <message>")

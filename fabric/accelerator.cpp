@@ -20,8 +20,15 @@ Accelerator::Accelerator(TrainerOptions options) : options_(std::move(options)) 
   if (options_.seed()) torch::manual_seed(*options_.seed());
 }
 
-// The other ranks may still be running; ddp_spawn waits for them when the program exits.
-Accelerator::~Accelerator() { strategy_->teardown(); }
+// The other ranks may still be running; ddp_spawn waits for them when the program exits. An
+// exception that leaves the loop is the rank's failure, as in a Trainer: ddp_spawn's rank 0 stops
+// the others at once (they would wait for it in a collective), another rank tells rank 0.
+Accelerator::~Accelerator() {
+  if (std::uncaught_exceptions() > uncaught_)
+    strategy_->on_failure("an exception left its training loop");
+  else
+    strategy_->teardown();
+}
 
 void Accelerator::prepare(torch::nn::Module& model) {
   precision_->convert_module(model);

@@ -11,6 +11,7 @@
 #include <torch/nn/module.h>
 #include <nlohmann/json.hpp>
 
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -83,6 +84,8 @@ class Accelerator {
   std::shared_ptr<AcceleratorBackend> backend_;
   std::shared_ptr<Strategy> strategy_;
   std::unique_ptr<Precision> precision_;
+  /// Exceptions in flight when it was made: more at destruction mean one ends the loop.
+  int uncaught_ = std::uncaught_exceptions();
 };
 
 }  // namespace arc

@@ -2,16 +2,29 @@
 // call, so that Gloo, NCCL or an intra-node shared-memory path can serve behind it.
 #pragma once
 
+#include <arc/base/error.h>
 #include <arc/base/reduce.h>
 
 #include <torch/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 namespace arc {
+
+/// The failure of another rank that a launcher in this process saw, waiting up to the given time
+/// for one to be seen ("" while none was): a wait for the other ranks ends with it as its error.
+using PeerFailure = std::function<std::string(std::chrono::milliseconds)>;
+
+/// Throws the failure that `peer_failure` (when set) names, waiting up to `wait` for one.
+inline void throw_peer_failure(const PeerFailure& peer_failure, std::chrono::milliseconds wait = {}) {
+  if (!peer_failure) return;
+  const auto failure = peer_failure(wait);
+  if (!failure.empty()) throw Error(failure);
+}
 
 /// A collective in flight; wait() blocks until it completes and throws if it failed.
 class PendingWork {

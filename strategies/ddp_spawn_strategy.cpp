@@ -35,21 +35,47 @@ c10::intrusive_ptr<c10d::TCPStore> DDPSpawnStrategy::hosted_store() {
   return launcher_ != nullptr ? launcher_->store() : tool_store_;
 }
 
+PeerFailure DDPSpawnStrategy::peer_failure() {
+  if (launcher_ == nullptr) return {};
+  return [launcher = launcher_](std::chrono::milliseconds wait) { return launcher->take_failure(wait); };
+}
+
+// The rendezvous waits for the other ranks: rank 0 is busy.
+void DDPSpawnStrategy::setup(const StrategyPlan& plan) {
+  patience_ = plan.ddp.collective_timeout;
+  if (launcher_ == nullptr) return DDPStrategy::setup(plan);
+  launcher_->set_busy(true, patience_);
+  try {
+    DDPStrategy::setup(plan);
+  } catch (...) {
+    launcher_->set_busy(false, patience_);
+    throw;
+  }
+  launcher_->set_busy(false, patience_);
+}
+
 void DDPSpawnStrategy::setup_module(torch::nn::Module& module) {
-  if (launcher_ != nullptr) launcher_->set_busy(true);
+  if (launcher_ != nullptr) {
+    launcher_->check();
+    launcher_->set_busy(true, patience_);
+  }
   DDPStrategy::setup_module(module);
 }
 
 void DDPSpawnStrategy::teardown() {
-  if (launcher_ != nullptr) launcher_->set_busy(false);
+  if (launcher_ != nullptr) launcher_->set_busy(false, patience_);
 }
 
 void DDPSpawnStrategy::on_interrupted() {
   if (launcher_ != nullptr) launcher_->wait_interrupted();
 }
 
+// Rank 0 stops the others; another rank hands its error to the launcher that started it.
 void DDPSpawnStrategy::on_failure(const std::string& reason) {
-  if (launcher_ != nullptr) launcher_->abort(reason);
+  if (launcher_ != nullptr)
+    launcher_->abort(reason);
+  else
+    report_to_launcher("error", reason);
 }
 
 }  // namespace arc

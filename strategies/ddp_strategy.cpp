@@ -80,6 +80,7 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
   // A helper thread only overlaps communication with backward when a core is free to run it.
   rendezvous.shm_helper_thread = local_world_size_ * plan.threads_per_process < usable_cores();
   rendezvous.store_hosted_elsewhere = environment_->launcher_hosts_store();
+  rendezvous.peer_failure = peer_failure();
   collectives_ = make_collectives(rendezvous, hosted_store());
   console().info("{}: rank {} of {} on {} ({} environment, {} at {}:{})", name(), rank_, world_size_, device_.str(),
                  environment_->name(), collectives_->backend(), rendezvous.address, rendezvous.port);

@@ -38,6 +38,8 @@ class DDPStrategy : public Strategy {
  protected:
   /// The rendezvous store this process already hosts, if any (ddp_spawn's rank 0).
   virtual c10::intrusive_ptr<c10d::TCPStore> hosted_store();
+  /// What a launcher in this process knows of the other ranks' failures (ddp_spawn's rank 0).
+  virtual PeerFailure peer_failure() { return {}; }
 
  private:
   std::shared_ptr<cluster::ClusterEnvironment> environment_;

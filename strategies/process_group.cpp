@@ -63,6 +63,7 @@ void check_in(c10d::Store& store, const RendezvousOptions& o) {
     for (int64_t r = 0; r < o.world_size; ++r)
       if (!store.check({"arrived/" + std::to_string(r)})) missing.push_back(r);
     if (missing.empty()) return;
+    throw_peer_failure(o.peer_failure);
     if (std::chrono::steady_clock::now() >= deadline) {
       std::string ranks;
       for (const int64_t r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
@@ -87,7 +88,8 @@ class C10dCollectives : public Collectives {
         group_(std::move(group)),
         backend_(std::move(backend)),
         timeout_(o.timeout),
-        collective_timeout_(o.collective_timeout.value_or(o.timeout)) {}
+        collective_timeout_(o.collective_timeout.value_or(o.timeout)),
+        peer_failure_(o.peer_failure) {}
 
   int64_t rank() const override { return group_->getRank(); }
   int64_t world_size() const override { return group_->getSize(); }
@@ -134,6 +136,7 @@ class C10dCollectives : public Collectives {
       ARC_CHECK(std::chrono::steady_clock::now() < deadline, "barrier ", barriers_, ": ", arrived, " of ", world_size(),
                 " ranks arrived within the ", seconds(timeout_), " s timeout; the others may be ",
                 "stuck or have failed (see their logs); raise timeout if they are only slow");
+      throw_peer_failure(peer_failure_);
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(20'000));
     }
@@ -174,6 +177,7 @@ class C10dCollectives : public Collectives {
   std::string backend_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds collective_timeout_;
+  PeerFailure peer_failure_;
   int64_t barriers_ = 0;
 };
 
@@ -305,7 +309,8 @@ std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
   auto group = make_untraced(group_options, store);
   if (options.world_size == 1) return group;
   return std::make_unique<TracedCollectives>(std::move(group), store, group_options.prefix,
-                                             options.collective_timeout.value_or(options.timeout));
+                                             options.collective_timeout.value_or(options.timeout),
+                                             options.peer_failure);
 }
 
 std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options) {

@@ -40,6 +40,9 @@ struct RendezvousOptions {
   bool nccl = false;
   /// The store at address:port is already open (torchrun's agent hosts it): rank 0 joins it too.
   bool store_hosted_elsewhere = false;
+  /// Set by a launcher that watches the other ranks (ddp_spawn's rank 0): the rendezvous and
+  /// barriers end at once when another rank failed, and a failed collective names that failure.
+  PeerFailure peer_failure;
   /// Key prefix for this group in the store (in a store hosted elsewhere, followed by the generation:
   /// how many times this rank has joined it).
   std::string prefix = "arc";

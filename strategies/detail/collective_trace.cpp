@@ -56,11 +56,13 @@ std::string CollectiveName::current() {
 }
 
 TracedCollectives::TracedCollectives(std::unique_ptr<Collectives> inner, c10::intrusive_ptr<c10d::Store> store,
-                                     std::string prefix, std::chrono::milliseconds collective_timeout)
+                                     std::string prefix, std::chrono::milliseconds collective_timeout,
+                                     PeerFailure peer_failure)
     : inner_(std::move(inner)),
       store_(std::move(store)),
       prefix_(std::move(prefix)),
       stale_after_(std::clamp(collective_timeout / 4, std::chrono::milliseconds(100), std::chrono::milliseconds(5000))),
+      peer_failure_(std::move(peer_failure)),
       idle_since_ms_(unix_ms()) {
   watchdog_ = std::thread([this] { watch(); });
 }
@@ -235,6 +237,8 @@ std::string TracedCollectives::report(std::chrono::milliseconds wait_for_others)
 }
 
 void TracedCollectives::fail(int64_t seq, const std::string& cause) {
+  // A rank that died is the usual cause; its launcher may take a moment to see it.
+  throw_peer_failure(peer_failure_, std::chrono::milliseconds(500));
   std::string where;
   try {
     publish();

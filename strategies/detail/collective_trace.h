@@ -26,9 +26,10 @@ namespace arc {
 class TracedCollectives : public Collectives {
  public:
   /// `prefix`: this group's keys in `store`. States are written once unchanged for a quarter of
-  /// `collective_timeout` (between 0.1 and 5 s).
+  /// `collective_timeout` (between 0.1 and 5 s). A failure that `peer_failure` names (when set)
+  /// is the error of a failed collective instead.
   TracedCollectives(std::unique_ptr<Collectives> inner, c10::intrusive_ptr<c10d::Store> store, std::string prefix,
-                    std::chrono::milliseconds collective_timeout);
+                    std::chrono::milliseconds collective_timeout, PeerFailure peer_failure);
   ~TracedCollectives() override;
   TracedCollectives(const TracedCollectives&) = delete;
   TracedCollectives& operator=(const TracedCollectives&) = delete;
@@ -78,6 +79,7 @@ class TracedCollectives : public Collectives {
   c10::intrusive_ptr<c10d::Store> store_;
   std::string prefix_;
   std::chrono::milliseconds stale_after_;
+  PeerFailure peer_failure_;
 
   mutable std::mutex mutex_;
   std::condition_variable stop_cv_;

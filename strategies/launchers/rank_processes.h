@@ -14,8 +14,8 @@
 namespace arc {
 
 /// What a launcher tells the ranks it starts: that they are its children, its pid (they die with
-/// it), and under the `arc` tool the pipe that carries rank 0's store port and the pipe that takes
-/// the rank's fatal error (a line "error" or "failed", then the message), which the tool prints.
+/// it), the pipe that takes the rank's fatal error (report_to_launcher), and under the `arc` tool
+/// the pipe that carries rank 0's store port.
 constexpr const char* kSpawnChildVariable = "ARC_SPAWN_CHILD";
 constexpr const char* kSpawnParentVariable = "ARC_SPAWN_PARENT_PID";
 constexpr const char* kSpawnPortPipeVariable = "ARC_SPAWN_PORT_FD";
@@ -48,9 +48,28 @@ void report_spawn_failure(const std::string& message);
 /// "exited with code 3", "was killed by signal 9 (Killed)".
 std::string describe_exit(int status);
 
+/// Hands this rank's fatal error to the launcher that started it (through kSpawnErrorPipeVariable):
+/// `kind` ("error", "failed") and `message`, as one record; a later record replaces an earlier one
+/// (a program may add what it knows to the error its Trainer reported). False when no launcher
+/// takes it (none started this process, or the pipe is gone).
+bool report_to_launcher(const std::string& kind, const std::string& message);
+
+/// The fatal error a rank reported (report_to_launcher).
+struct RankError {
+  int64_t rank = 0;
+  std::string kind;
+  std::string message;
+};
+
 class RankProcesses {
  public:
-  /// Starts `program` with `argv` and `environment` as `rank`; `close_fds` are closed in it.
+  RankProcesses() = default;
+  ~RankProcesses();
+  RankProcesses(const RankProcesses&) = delete;
+  RankProcesses& operator=(const RankProcesses&) = delete;
+
+  /// Starts `program` with `argv` and `environment` as `rank`, with a pipe for its error report
+  /// (kSpawnErrorPipeVariable); `close_fds` are closed in it.
   void start(int64_t rank, const std::string& program, const std::vector<std::string>& argv,
              const std::vector<std::string>& environment, const std::vector<int>& close_fds = {});
   /// A rank that failed: which, its exit code (1 for a rank that a signal ended) and "rank N <cause>".
@@ -79,10 +98,27 @@ class RankProcesses {
   /// Waits until every rank ended or `deadline`; returns a line per failed or overdue rank (the
   /// overdue are stopped).
   std::vector<std::string> wait_all(std::chrono::steady_clock::time_point deadline);
+  /// Reads what the ranks reported so far; the reports' order is the order in which this reads them
+  /// (report() and reports() read too).
+  void read_reports();
+  /// The error that `rank` reported so far, if any (kind empty: none).
+  RankError report(int64_t rank);
+  /// Every error reported so far, the first to arrive first (the cause before its consequences).
+  std::vector<RankError> reports();
 
  private:
-  std::vector<std::pair<int64_t, pid_t>> ranks_;  // pid -1 once reaped
+  struct Rank {
+    int64_t rank;
+    pid_t pid;           // -1 once reaped
+    int report_fd;       // the read end of its error pipe
+    std::string report;  // what it wrote there so far
+    int64_t arrival;     // the order in which the first bytes of the ranks' reports were read
+  };
+  static RankError parse(const Rank& rank);
+
+  std::vector<Rank> ranks_;
   bool interrupted_ = false;
+  int64_t arrivals_ = 0;
 };
 
 }  // namespace arc

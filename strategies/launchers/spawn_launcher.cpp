@@ -93,6 +93,10 @@ SpawnLauncher& SpawnLauncher::launch(int64_t world_size, std::chrono::millisecon
   ARC_CHECK(launcher->world_size_ == world_size, "ddp_spawn already started ", launcher->world_size_,
             " processes in this program; every Trainer of one program must use the same devices (got ", world_size,
             ")");
+  std::lock_guard<std::mutex> lock(launcher->mutex_);
+  launcher->notice_failure();
+  ARC_CHECK(launcher->failure_.empty(), "ddp_spawn cannot start its ranks again in this program: ", launcher->failure_,
+            "; a program's ddp_spawn ranks run until one fails: run the program again");
   return *launcher;
 }
 
@@ -112,37 +116,83 @@ void SpawnLauncher::spawn(int64_t rank) {
   children_.start(rank, "/proc/self/exe", own_argv(), environment);
 }
 
-// Polls the children; the first failure ends the others and this process.
+// A rank whose stage failed reports its error and may go on running the program (a catch in
+// main): the report is its failure. A rank may also die without one.
+bool SpawnLauncher::notice_failure() {
+  if (!failure_.empty()) return true;
+  const auto died = children_.reap_failed();
+  const auto reports = children_.reports();
+  if (reports.empty() && !died) return false;
+  failure_ =
+      reports.empty() ? died.description : "rank " + std::to_string(reports[0].rank) + " failed: " + reports[0].message;
+  children_.stop_all();
+  failure_ += world_size_ > 2 ? "; the other ranks were stopped" : "";
+  return true;
+}
+
+std::string SpawnLauncher::take_failure(std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!notice_failure() && std::chrono::steady_clock::now() < deadline) {
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    lock.lock();
+  }
+  if (failure_.empty()) return "";
+  failure_taken_ = true;
+  return "ddp_spawn: " + failure_;
+}
+
+void SpawnLauncher::set_busy(bool busy, std::chrono::milliseconds patience) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  busy_ = busy;
+  patience_ = patience;
+}
+
+void SpawnLauncher::check() {
+  const auto failure = take_failure();
+  if (!failure.empty()) throw Error(failure);
+}
+
+// Polls the children. A failure ends the others and is rank 0's to throw when it next waits for
+// them; one that rank 0 does not notice within its patience ends this process, as a peer's timeout
+// would have.
 void SpawnLauncher::watch() {
+  constexpr auto kNotWaiting = std::chrono::steady_clock::time_point::max();
+  auto give_up = kNotWaiting;
   while (!stopping_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return;
-    const auto failure = children_.reap_failed();
-    if (!failure) continue;
-    report_spawn_failure(failure.description + "; stopping the other ranks");
-    children_.stop_all();
+    if (!notice_failure() || failure_taken_ || !busy_) {
+      give_up = kNotWaiting;
+      continue;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (give_up == kNotWaiting) give_up = now + patience_;
+    if (now < give_up) continue;
+    report_spawn_failure(detail::str(failure_, "; rank 0 did not get to a wait for the other ranks within ",
+                                     "collective_timeout (", patience_.count() / 1000.0,
+                                     " s) after it, so it ends too"));
     std::fflush(stdout);
     std::_Exit(1);
   }
 }
 
 void SpawnLauncher::abort(const std::string& reason) {
-  stopping_ = true;
   std::lock_guard<std::mutex> lock(mutex_);
-  // A dead peer is the usual reason for rank 0's collective to fail: give it a moment to be reaped.
-  std::string failure;
-  for (int i = 0; i < 25 && failure.empty(); ++i) {
-    failure = children_.reap_failed().description;
-    if (failure.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  report_spawn_failure((failure.empty() ? "rank 0 failed (" + reason + ")" : failure) + "; stopping the other ranks");
-  children_.stop_all();
+  // A dead peer is the usual reason for rank 0's stage to fail: give it a moment to be reaped.
+  for (int i = 0; i < 25 && !notice_failure(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   busy_ = false;
-  if (!failure.empty()) {
-    std::fflush(stdout);
-    std::_Exit(1);
+  if (failure_.empty()) {
+    report_spawn_failure("rank 0 failed (" + reason + "); stopping the other ranks");
+    children_.stop_all();
+    failure_ = "rank 0 failed (" + reason + ")";
+  } else if (!failure_taken_) {
+    // Rank 0's error does not say it: its own failure came first, or has another cause.
+    report_spawn_failure(failure_);
   }
+  failure_taken_ = true;
 }
 
 void SpawnLauncher::wait_interrupted() {
@@ -158,6 +208,14 @@ void SpawnLauncher::wait_interrupted() {
 SpawnLauncher::~SpawnLauncher() {
   stopping_ = true;
   if (watcher_.joinable()) watcher_.join();
+  notice_failure();
+  if (failure_taken_) return;
+  if (!failure_.empty()) {
+    // It failed while rank 0 did not wait for it (after its last stage): the program fails with it.
+    report_spawn_failure(failure_);
+    std::fflush(stdout);
+    std::_Exit(1);
+  }
   if (busy_) {
     // exit() was called inside fit: the other ranks wait in a collective for this one.
     report_spawn_failure("rank 0 exited during training; stopping the other ranks");

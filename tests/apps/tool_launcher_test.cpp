@@ -214,7 +214,9 @@ TEST(ToolLauncher, ARankConfigErrorEndsTheToolWithTheRankStatusAndOneMessage) {
 
 // The tool's side of the error pipes, run with a stand-in engine beside a copy of the tool (the real
 // engine fails alike on every rank): errors that differ are each printed once, naming the rank, the
-// first to arrive first; a rank that ends without reporting gets the tool's own line.
+// first to arrive first; a rank's later report replaces its earlier one (the engine's error, with
+// the config file's name, replaces its Trainer's); a rank that ends without reporting gets the
+// tool's own line.
 TEST(ToolLauncher, DifferentRankErrorsArePrintedOnceEachTheCauseFirst) {
   const auto dir = std::filesystem::temp_directory_path() / ("arc_tool_stand_in_" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
@@ -226,7 +228,9 @@ TEST(ToolLauncher, DifferentRankErrorsArePrintedOnceEachTheCauseFirst) {
     return run_command((dir / "arc").string() + " train --set trainer.devices=2 --set trainer.strategy=ddp_spawn");
   };
   const auto reported = run_with_engine(
-      "if [ \"$RANK\" = 1 ]; then printf 'error\\nboom at step 7' >&$ARC_SPAWN_ERROR_FD; exit 2; fi\n"
+      "if [ \"$RANK\" = 1 ]; then printf 'failed\\nfirst report\\000error\\nboom at step 7\\000' "
+      ">&$ARC_SPAWN_ERROR_FD; "
+      "exit 2; fi\n"
       "sleep 0.2; printf 'error\\nrank 1 left the group' >&$ARC_SPAWN_ERROR_FD; exit 1\n");
   EXPECT_EQ(reported.status, 2) << reported.output;
   const size_t cause = reported.output.find("arc: error: rank 1: boom at step 7");
@@ -235,6 +239,8 @@ TEST(ToolLauncher, DifferentRankErrorsArePrintedOnceEachTheCauseFirst) {
   ASSERT_NE(consequence, std::string::npos) << reported.output;
   EXPECT_LT(cause, consequence) << reported.output;
   EXPECT_EQ(reported.output.find("exited with code"), std::string::npos) << reported.output;
+  EXPECT_EQ(reported.output.find("first report"), std::string::npos)
+      << "a later report replaces it: " << reported.output;
   const auto silent = run_with_engine("if [ \"$RANK\" = 1 ]; then exit 3; fi\nexec sleep 60\n");
   EXPECT_EQ(silent.status, 3) << silent.output;
   EXPECT_NE(silent.output.find("ddp_spawn: rank 1 exited with code 3; stopping the other ranks"), std::string::npos)

@@ -12,6 +12,7 @@
 //             [--stream 97] [--val-stream 97 [--val-step-sync 1]] [--uneven-drop 32 [--even-batches pad]]
 //             [--collective-timeout 1] [--stall-rank 1 --stall-step 3 --stall-ms 20000]
 //             [--slow-rank 1 --slow-ms 20] [--log-every 5] [--num-nodes 2] [--out-every-rank 1] [--fail-node 1]
+//             [--fit-again 1]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -33,6 +34,8 @@
 // --slow-rank/--slow-ms: that rank sleeps in every training_step. --log-every: log_every_n_steps.
 // --num-nodes: TrainerOptions::num_nodes. --out-every-rank: every rank writes its weights to OUT.<rank>.
 // --fail-node: every rank of that node (rank / local world size) fails as --fail-rank would.
+// --fit-again 1: after fit failed, fit once more with a new Trainer and print that error
+// ("probe: fit again: ...").
 // --stream N: the training data is a stream (an IterableDataset) of the first N samples.
 // --val-stream N: validation on a stream of the first N samples, logging `val_loss` (sync_dist, per
 // epoch; --val-step-sync: per step too).
@@ -62,6 +65,15 @@ namespace {
 
 using arc::testing::unix_ms;
 
+void fail_on_purpose(const std::string& kind, int64_t step) {
+  std::cout << "TIMING kill " << step << " " << unix_ms() << std::endl;
+  if (kind == "exception") throw std::runtime_error("probe failure on purpose");
+  if (kind == "exit3") std::exit(3);
+  if (kind == "segv") std::raise(SIGSEGV);
+  if (kind == "sigkill") std::raise(SIGKILL);
+  if (kind == "sigint") std::raise(SIGINT);
+}
+
 struct Args {
   std::string strategy = "ddp_spawn";
   int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, fail_rank = -1, fail_step = -1, fail_attempt = -1;
@@ -72,6 +84,7 @@ struct Args {
   double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
   bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false, async_checkpoint = false;
+  bool fit_again = false;
   std::string out, fail, loop = "trainer", root = ".", precision = "32-true", loggers, prepare_log;
   std::string even_batches = "error";
   // The CPU unless asked: "auto" would take a GPU wherever one is, and the tests count CPU ranks.
@@ -134,6 +147,7 @@ Args parse(int argc, char** argv) {
     if (key == "--log-every") a.log_every = std::stoll(value);
     if (key == "--num-nodes") a.num_nodes = std::stoll(value);
     if (key == "--fail-node") a.fail_node = std::stoll(value);
+    if (key == "--fit-again") a.fit_again = value == "1";
     if (key == "--out-every-rank") a.out_every_rank = value == "1";
     if (key == "--even-batches") a.even_batches = value;
     if (key == "--val-step-sync") a.val_step_sync = value == "1";
@@ -195,12 +209,7 @@ class Probe : public arc::TrainModule {
     const bool on_failing_node = args_.fail_node >= 0 && node == args_.fail_node;
     if ((trainer().global_rank() != args_.fail_rank && !on_failing_node) || global_step() != args_.fail_step) return;
     if (args_.fail_attempt != -1 && attempt() != args_.fail_attempt) return;
-    std::cout << "TIMING kill " << global_step() << " " << unix_ms() << std::endl;
-    if (args_.fail == "exception") throw std::runtime_error("probe failure on purpose");
-    if (args_.fail == "exit3") std::exit(3);
-    if (args_.fail == "segv") std::raise(SIGSEGV);
-    if (args_.fail == "sigkill") std::raise(SIGKILL);
-    if (args_.fail == "sigint") std::raise(SIGINT);
+    fail_on_purpose(args_.fail, global_step());
   }
   // Which start of the job this is: the launcher's restart count (torchrun's or SLURM's).
   int64_t attempt() const { return trainer().strategy().restart_count(); }
@@ -251,6 +260,7 @@ void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc
     while (step < args.steps) {
       auto batch = loader->next();
       if (!batch) break;
+      if (accelerator.global_rank() == args.fail_rank && step == args.fail_step) fail_on_purpose(args.fail, step);
       const auto local = accelerator.prepare_batch(*batch);
       sgd.zero_grad();
       {
@@ -383,6 +393,14 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& error) {
     std::cerr << "probe: error: " << error.what() << std::endl;
+    if (args.fit_again) {
+      try {
+        arc::Trainer again(options);
+        again.fit(module, arc::DataSource{data, arc::DataLoaderOptions(args.batch)});
+      } catch (const std::exception& again_error) {
+        std::cerr << "probe: fit again: " << again_error.what() << std::endl;
+      }
+    }
     return 1;
   }
   return 0;

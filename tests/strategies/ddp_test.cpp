@@ -274,7 +274,10 @@ TEST_P(LauncherFailure, EndsEveryRankQuicklyAndNamesTheCause) {
   // The failure ends the run, not the timeout: half of it leaves a loaded machine a wide margin.
   EXPECT_LT(run.seconds, timeout / 2) << run.output;
   if (rank == 1) {
-    EXPECT_NE(run.output.find("ddp_spawn: rank 1 " + failure.cause), std::string::npos) << run.output;
+    // Rank 0's fit threw it, and the program's own catch printed it (as Lightning's spawn raises a
+    // child's error in the caller).
+    EXPECT_NE(run.output.find("probe: error: ddp_spawn: rank 1 " + failure.cause), std::string::npos) << run.output;
+    EXPECT_EQ(run.status, 1) << run.output;
   } else {
     EXPECT_EQ(run.status, failure.rank0_status) << run.output;
   }
@@ -284,15 +287,70 @@ TEST_P(LauncherFailure, EndsEveryRankQuicklyAndNamesTheCause) {
   EXPECT_EQ(count_tagged(tag), 0) << "a rank outlived the run";
 }
 
-INSTANTIATE_TEST_SUITE_P(DDP, LauncherFailure,
-                         ::testing::Combine(::testing::Values(Failure{"exception", "exited with code 1", 1},
-                                                              Failure{"exit3", "exited with code 3", 1},
-                                                              Failure{"segv", "was killed by signal 11", 128 + 11},
-                                                              Failure{"sigkill", "was killed by signal 9", 128 + 9}),
-                                            ::testing::Values(0, 1)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param).kind + "_rank" + std::to_string(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    DDP, LauncherFailure,
+    ::testing::Combine(::testing::Values(Failure{"exception", "failed: probe failure on purpose", 1},
+                                         Failure{"exit3", "exited with code 3", 1},
+                                         Failure{"segv", "was killed by signal 11", 128 + 11},
+                                         Failure{"sigkill", "was killed by signal 9", 128 + 9}),
+                       ::testing::Values(0, 1)),
+    [](const auto& info) { return std::get<0>(info.param).kind + "_rank" + std::to_string(std::get<1>(info.param)); });
+
+// In a user's own loop (arc::Accelerator), an exception that leaves the loop ends the ranks as it
+// does in a Trainer: rank 0's at once (the other rank waits for it in a collective, and waited out
+// the timeout before), rank 1's as rank 0's error.
+TEST(DDP, AnExceptionLeavingAnAcceleratorLoopEndsEveryRankAtOnce) {
+  const double timeout = 60;
+  for (const int rank : {0, 1}) {
+    const std::string tag = "tag_" + std::to_string(getpid()) + "_loop" + std::to_string(rank);
+    const auto run = probe(
+        "--strategy ddp_spawn --devices 2 --steps 200 --loop custom --fail exception --fail-step 3 "
+        "--fail-rank " +
+        std::to_string(rank) + " --timeout " + std::to_string(timeout) + " --tag " + tag);
+    EXPECT_EQ(run.status, 1) << run.output;
+    EXPECT_LT(run.seconds, timeout / 2) << run.output;
+    EXPECT_NE(
+        run.output.find(rank == 0 ? "[arc] error: ddp_spawn: rank 0 failed (an exception left its training loop)"
+                                  : "probe: error: ddp_spawn: rank 1 failed: an exception left its training loop"),
+        std::string::npos)
+        << run.output;
+    EXPECT_EQ(count_tagged(tag), 0) << "a rank outlived the run";
+  }
+}
+
+// After rank 1 failed, the program cannot start its ranks again: a new Trainer says so at once
+// instead of waiting out the rendezvous for ranks that are gone.
+TEST(DDP, AProgramWhoseRankFailedCannotStartItsRanksAgain) {
+  const double timeout = 60;
+  const auto run = probe(
+      "--strategy ddp_spawn --devices 2 --steps 200 --fail exception --fail-rank 1 --fail-step 3 "
+      "--fit-again 1 --timeout " +
+      std::to_string(timeout));
+  EXPECT_EQ(run.status, 1) << run.output;
+  EXPECT_NE(run.output.find("probe: error: ddp_spawn: rank 1 failed: probe failure on purpose"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("probe: fit again: ddp_spawn cannot start its ranks again in this program: rank 1 "
+                            "failed: probe failure on purpose; a program's ddp_spawn ranks run until one fails: run "
+                            "the program again"),
+            std::string::npos)
+      << run.output;
+  EXPECT_LT(run.seconds, timeout / 2) << run.output;
+}
+
+// Rank 0 sleeps 60 s in the step where rank 1 fails: it gets to no wait for the others, so after
+// collective_timeout (1 s) its launcher ends it, naming rank 1's error, as a peer's timeout would.
+TEST(DDP, ARankZeroThatDoesNotNoticeAFailedRankIsEndedAfterCollectiveTimeout) {
+  const auto run = probe(
+      "--strategy ddp_spawn --devices 2 --steps 20 --fail exception --fail-rank 1 --fail-step 3 "
+      "--stall-rank 0 --stall-step 3 --stall-ms 60000 --collective-timeout 1");
+  EXPECT_EQ(run.status, 1) << run.output;
+  EXPECT_NE(run.output.find("[arc] error: ddp_spawn: rank 1 failed: probe failure on purpose; rank 0 did not get to a "
+                            "wait for the other ranks within collective_timeout (1 s) after it, so it ends too"),
+            std::string::npos)
+      << run.output;
+  // Long before the 60 s sleep ends: half of it leaves a loaded machine a wide margin.
+  EXPECT_LT(run.seconds, 30) << run.output;
+}
 
 TEST(DDP, RendezvousTimeoutNamesTheMissingRank) {
   const std::string env =
