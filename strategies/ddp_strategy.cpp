@@ -31,15 +31,8 @@ std::shared_ptr<cluster::ClusterEnvironment> DDPStrategy::launch(const LaunchReq
   auto found = request.cluster_environment == "auto"
                    ? cluster::detect(request.requeue)
                    : cluster::cluster_registry().create(request.cluster_environment, request.requeue);
-  // Processes started by hand belong to the local environment once LOCAL_RANK is set, as in Lightning.
-  const bool by_hand = found->name() == "local" && (cluster::env("RANK") || cluster::env("WORLD_SIZE"));
   ARC_CHECK(found->creates_processes_externally(),
-            "strategy 'ddp' joins processes started by srun, mpirun or torchrun,",
-            by_hand ? " but LOCAL_RANK is not set (RANK or WORLD_SIZE is): processes started by hand need LOCAL_RANK"
-                      " too, each process's rank on its machine"
-                    : " but no launcher's variables were found (cluster environment '" + found->name() +
-                          "'); start the program under a launcher, or use strategy 'ddp_spawn' to start the processes "
-                          "from here");
+            "strategy 'ddp' joins processes started by srun, mpirun or torchrun, but ", found->no_launcher_reason());
   request.check(*found);
   return found;
 }

@@ -36,6 +36,11 @@ int requeue_signal_number(const std::string& name) {
 
 int64_t ClusterEnvironment::local_world_size() const { return world_size(); }
 
+std::string ClusterEnvironment::no_launcher_reason() const {
+  return "no launcher's variables were found (cluster environment '" + name() +
+         "'); start the program under a launcher, or use strategy 'ddp_spawn' to start the processes from here";
+}
+
 void ClusterEnvironment::validate(int64_t devices, int64_t num_nodes) const {
   const int64_t expected = devices * num_nodes;
   ARC_CHECK(world_size() == expected, "the ", name(), " launch has ", world_size(), " processes, but devices=", devices,

@@ -32,6 +32,8 @@ class ClusterEnvironment {
   virtual std::string name() const = 0;
   /// Whether a launcher started the processes (so Arclight must not start any).
   virtual bool creates_processes_externally() const = 0;
+  /// Where no launcher started them: what is missing, and the fix, for an error.
+  virtual std::string no_launcher_reason() const;
   virtual std::string main_address() const = 0;
   virtual int64_t main_port() const = 0;
   virtual int64_t world_size() const = 0;

@@ -12,6 +12,8 @@ class LocalEnvironment : public ClusterEnvironment {
   static bool detect();
   std::string name() const override { return "local"; }
   bool creates_processes_externally() const override;
+  /// Processes started by hand with RANK or WORLD_SIZE need LOCAL_RANK too, as in Lightning.
+  std::string no_launcher_reason() const override;
   std::string main_address() const override;
   int64_t main_port() const override;
   int64_t world_size() const override;
