@@ -232,6 +232,9 @@ int64_t Tuner::scale_batch_size(TrainModule& module, DataSource train, const Bat
             options.max_trials(), " and ", options.steps_per_trial());
   ARC_CHECK(static_cast<bool>(train), "scale_batch_size got an empty DataSource; pass the training data, e.g. ",
             "{dataset, DataLoaderOptions(2)} (its batch size is what the trials change)");
+  ARC_CHECK(train.combined == nullptr, "scale_batch_size changes one source's batch size, but the training data is a ",
+            "CombinedLoader of ", train.combined ? train.combined->sources().size() : 0, " sources; scale each ",
+            "source's batch size alone (pass that source), then combine them");
   const auto run_options = trial_options(options.steps_per_trial());
   const Restore restore(module, run_options.default_root_dir());
   // A batch never grows past the dataset (a stream has no such bound).

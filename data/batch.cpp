@@ -64,11 +64,46 @@ const torch::Tensor* Batch::find(const std::string& name) const {
 }
 
 int64_t Batch::batch_size() const {
+  if (tensors_.empty() && named_.empty() && !parts_.empty()) return parts_.front().batch_size();
   const torch::Tensor* first = !tensors_.empty() ? &tensors_.front()
                                : !named_.empty() ? &named_.front().second
                                                  : nullptr;
   if (first == nullptr || !first->defined() || first->dim() == 0) return 0;
   return first->size(0);
+}
+
+Batch& Batch::set_part(const std::string& name, Batch part) {
+  for (size_t i = 0; i < part_names_.size(); ++i) {
+    if (part_names_[i] == name) {
+      parts_[i] = std::move(part);
+      return *this;
+    }
+  }
+  part_names_.push_back(name);
+  parts_.push_back(std::move(part));
+  return *this;
+}
+
+Batch& Batch::part(const std::string& name) { return const_cast<Batch&>(static_cast<const Batch&>(*this).part(name)); }
+
+const Batch& Batch::part(const std::string& name) const {
+  const Batch* found = find_part(name);
+  if (found == nullptr) {
+    ARC_CHECK(!part_names_.empty(), "the batch has no part '", name,
+              "': only a CombinedLoader's batches have parts (one per source); read this batch's tensors with [] ",
+              "instead");
+    throw Error(unknown_name_message("batch part", name, part_names_) +
+                " (under CombinedLoader's \"max_size\" a source that ran out has no part: ask has_part first)");
+  }
+  return *found;
+}
+
+bool Batch::has_part(const std::string& name) const { return find_part(name) != nullptr; }
+
+const Batch* Batch::find_part(const std::string& name) const {
+  for (size_t i = 0; i < part_names_.size(); ++i)
+    if (part_names_[i] == name) return &parts_[i];
+  return nullptr;
 }
 
 Batch Batch::to(torch::Device device, std::optional<torch::ScalarType> dtype, bool non_blocking) const {
@@ -84,6 +119,9 @@ Batch Batch::map(const std::function<torch::Tensor(const torch::Tensor&)>& fn) c
   out.tensors_.reserve(tensors_.size());
   for (const auto& tensor : tensors_) out.tensors_.push_back(fn(tensor));
   for (const auto& entry : named_) out.named_.emplace_back(entry.first, fn(entry.second));
+  out.part_names_ = part_names_;
+  out.parts_.reserve(parts_.size());
+  for (const auto& part : parts_) out.parts_.push_back(part.map(fn));
   return out;
 }
 

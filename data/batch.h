@@ -1,4 +1,5 @@
-// arc::Batch: one type-erased batch of positional and named tensors.
+// arc::Batch: one type-erased batch of positional and named tensors, and of named parts (batches
+// within the batch, one per source of a CombinedLoader).
 #pragma once
 
 #include <torch/types.h>
@@ -11,7 +12,8 @@
 
 namespace arc {
 
-/// Positional tensors (`batch[0]`) and named ones (`batch["label"]`), moved together.
+/// Positional tensors (`batch[0]`) and named ones (`batch["label"]`), moved together; a
+/// CombinedLoader's batch holds one batch of each source as a part (`batch.part("labeled")[0]`).
 class Batch {
  public:
   Batch() = default;
@@ -31,9 +33,20 @@ class Batch {
   bool contains(const std::string& name) const;
   /// Number of positional tensors.
   size_t size() const { return tensors_.size(); }
-  bool empty() const { return tensors_.empty() && named_.empty(); }
-  /// Samples in the batch: the first dimension of the first tensor (0 when empty).
+  bool empty() const { return tensors_.empty() && named_.empty() && parts_.empty(); }
+  /// Samples in the batch: the first dimension of the first tensor, or of the first part's (0 when
+  /// empty).
   int64_t batch_size() const;
+
+  /// Sets (or replaces) the part called `name`.
+  Batch& set_part(const std::string& name, Batch part);
+  /// The part called `name`; an error naming the parts there are when it is absent.
+  Batch& part(const std::string& name);
+  const Batch& part(const std::string& name) const;
+  /// Whether the part is there (under CombinedLoader's "max_size" a source that ran out has none).
+  bool has_part(const std::string& name) const;
+  /// The names of the parts, in the order they were set.
+  const std::vector<std::string>& part_names() const { return part_names_; }
 
   /// A copy with every tensor on `device`; floating tensors also cast to `dtype` when given.
   /// `non_blocking`: copies from pinned memory to a GPU return before they finish (ordered on
@@ -48,11 +61,14 @@ class Batch {
 
  private:
   const torch::Tensor* find(const std::string& name) const;
-  /// A batch of fn(tensor) for every tensor, names kept.
+  const Batch* find_part(const std::string& name) const;
+  /// A batch of fn(tensor) for every tensor, the parts' too, names kept.
   Batch map(const std::function<torch::Tensor(const torch::Tensor&)>& fn) const;
 
   std::vector<torch::Tensor> tensors_;
   std::vector<std::pair<std::string, torch::Tensor>> named_;
+  std::vector<std::string> part_names_;
+  std::vector<Batch> parts_;
 };
 
 /// One batch of `samples` (each a Batch of one sample's tensors, without a batch dimension): each

@@ -176,13 +176,20 @@ class DataLoader::StreamReader {
 
 DataLoader::DataLoader(DataSource source, int64_t rank, int64_t world_size, uint64_t seed)
     : source_(std::move(source)), rank_(rank), world_size_(world_size) {
-  ARC_CHECK(source_.dataset != nullptr || source_.stream != nullptr,
+  ARC_CHECK(source_.dataset != nullptr || source_.stream != nullptr || source_.combined != nullptr,
             "DataLoader got a DataSource without a dataset; set its dataset, e.g. ",
             "DataSource(std::make_shared<TensorDataset>(tensors), DataLoaderOptions(64))");
-  ARC_CHECK(source_.dataset == nullptr || source_.stream == nullptr,
-            "a DataSource has both a dataset and a stream; give one of them");
+  ARC_CHECK((source_.dataset != nullptr) + (source_.stream != nullptr) + (source_.combined != nullptr) == 1,
+            "a DataSource has more than one of a dataset, a stream and a CombinedLoader; give one of them");
   ARC_CHECK(world_size_ >= 1 && rank_ >= 0 && rank_ < world_size_, "cannot load data for rank ", rank_,
             " of world size ", world_size_, "; ranks run from 0 to world size - 1, so check RANK and WORLD_SIZE");
+  if (source_.combined) {
+    // Each source its own shuffle: seeded apart, so that two sources of one size are not shuffled alike.
+    uint64_t part_seed = seed;
+    for (const auto& [name, part] : source_.combined->sources())
+      parts_.push_back(std::make_unique<DataLoader>(part, rank_, world_size_, part_seed++));
+    return;
+  }
   const auto& options = source_.options;
   ARC_CHECK(options.batch_size() >= 1, "batch_size must be >= 1, got ", options.batch_size());
   ARC_CHECK(options.num_workers() >= 0, "num_workers must be >= 0, got ", options.num_workers());
@@ -210,6 +217,11 @@ DataLoader::DataLoader(DataSource source, int64_t rank, int64_t world_size, uint
 DataLoader::~DataLoader() { stop_workers(); }
 
 void DataLoader::set_epoch(int64_t epoch) {
+  if (!parts_.empty()) {
+    for (auto& part : parts_) part->set_epoch(epoch);
+    epoch_ = epoch;
+    return;
+  }
   if (epoch == epoch_ && (!shard_.empty() || stream_)) return;
   epoch_ = epoch;
   if (stream_) return;
@@ -218,6 +230,14 @@ void DataLoader::set_epoch(int64_t epoch) {
 
 int64_t DataLoader::num_batches() const {
   if (stream_) return kUnknownLength;
+  if (!parts_.empty()) {
+    // The shortest source's count under "min_size", else the longest's.
+    const bool shortest = source_.combined->mode() == "min_size";
+    int64_t count = parts_.front()->num_batches();
+    for (const auto& part : parts_)
+      count = shortest ? std::min(count, part->num_batches()) : std::max(count, part->num_batches());
+    return count;
+  }
   const auto samples = static_cast<int64_t>(shard_.size());
   const int64_t batch = source_.options.batch_size();
   return source_.options.drop_last() ? samples / batch : (samples + batch - 1) / batch;
@@ -243,6 +263,10 @@ std::vector<int64_t> DataLoader::indices_of(int64_t batch) const {
 void DataLoader::start(int64_t first_batch, const nlohmann::json& state) {
   last_indices_.clear();
   position_ = first_batch;
+  if (!parts_.empty()) {
+    start_parts(first_batch);
+    return;
+  }
   if (stream_) {
     ARC_CHECK(first_batch >= 0, "cannot start the epoch at batch ", first_batch);
     stream_->start(epoch_, first_batch, state);
@@ -259,6 +283,39 @@ void DataLoader::start(int64_t first_batch, const nlohmann::json& state) {
   failed_.clear();
   stopping_ = false;
   for (int64_t i = 0; i < source_.options.num_workers(); ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+// Each source at the batch that the combined batch `first_batch` takes from it: under
+// "max_size_cycle" a shorter source is in its (first_batch / its count)-th round.
+void DataLoader::start_parts(int64_t first_batch) {
+  end_ = num_batches();
+  ARC_CHECK(first_batch >= 0 && first_batch <= end_, "cannot start the epoch at batch ", first_batch, "; it has ", end_,
+            " batches (resuming with other datasets or batch sizes than the checkpoint was saved with?)");
+  const bool cycle = source_.combined->mode() == "max_size_cycle";
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    const int64_t count = parts_[i]->num_batches();
+    ARC_CHECK(!cycle || count > 0 || end_ == 0, "CombinedLoader source '", source_.combined->sources()[i].first,
+              "' has no batch for rank ", rank_, ", so mode \"max_size_cycle\" cannot start it over; give it data, or ",
+              "use mode \"max_size\" (its part is left out) or \"min_size\"");
+    parts_[i]->start(cycle && count > 0 ? first_batch % count : std::min(first_batch, count));
+  }
+  started_ = true;
+}
+
+std::optional<Batch> DataLoader::next_of_parts() {
+  if (position_ >= end_) return std::nullopt;
+  const bool cycle = source_.combined->mode() == "max_size_cycle";
+  Batch combined;
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    auto batch = parts_[i]->next();
+    if (!batch && cycle) {
+      parts_[i]->start();
+      batch = parts_[i]->next();
+    }
+    if (batch) combined.set_part(source_.combined->sources()[i].first, std::move(*batch));
+  }
+  ++position_;
+  return combined;
 }
 
 Batch DataLoader::fetch(int64_t batch) const {
@@ -294,6 +351,7 @@ void DataLoader::worker_loop() {
 std::optional<Batch> DataLoader::next() {
   ARC_CHECK(started_, "DataLoader::next() was called before start(); call set_epoch(epoch) and start() at the ",
             "beginning of every epoch");
+  if (!parts_.empty()) return next_of_parts();
   if (stream_) {
     auto fetched = stream_->next(last_indices_);
     if (fetched) ++position_;

@@ -1,6 +1,7 @@
 // DataLoader: batches a dataset in a sampler's order, shards it by rank, prefetches on worker
 // threads and can start an epoch at any batch (for exact mid-epoch resume); or reads a stream
-// (an IterableDataset), shards and batches it, and starts it where a state_dict() left it.
+// (an IterableDataset), shards and batches it, and starts it where a state_dict() left it; or
+// reads a CombinedLoader's sources side by side, a loader for each.
 #pragma once
 
 #include <arc/data/data_module.h>
@@ -46,7 +47,7 @@ class DataLoader {
   bool pins_memory() const { return pin_memory_; }
   const DataSource& source() const { return source_; }
   /// The samples of the batch next() returned last: their dataset indices, or for a stream their
-  /// positions in the epoch's stream.
+  /// positions in the epoch's stream (none for a CombinedLoader's, whose parts each have theirs).
   const std::vector<int64_t>& last_indices() const { return last_indices_; }
   /// Where a stream's epoch is, after the batches handed out: {"position": the samples every rank
   /// took together, "stream": the stream's state() there}, the same on every rank. Null for a
@@ -56,6 +57,8 @@ class DataLoader {
  private:
   class StreamReader;
 
+  void start_parts(int64_t first_batch);
+  std::optional<Batch> next_of_parts();
   std::vector<int64_t> indices_of(int64_t batch) const;
   Batch fetch(int64_t batch) const;
   void stop_workers();
@@ -63,6 +66,8 @@ class DataLoader {
 
   DataSource source_;
   std::unique_ptr<StreamReader> stream_;
+  /// A CombinedLoader's sources, a loader each, in its order.
+  std::vector<std::unique_ptr<DataLoader>> parts_;
   std::vector<int64_t> last_indices_;
   std::shared_ptr<Sampler> sampler_;
   int64_t rank_;

@@ -12,6 +12,8 @@
 
 namespace arc {
 
+class CombinedLoader;
+
 /// How a dataset is batched and fetched.
 class DataLoaderOptions {
  public:
@@ -32,12 +34,14 @@ class DataLoaderOptions {
 };
 
 /// A dataset with its loader options and, optionally, a sampler that defines the order; or a
-/// stream (an IterableDataset) with its loader options.
+/// stream (an IterableDataset) with its loader options; or several sources read side by side (a
+/// CombinedLoader).
 struct DataSource {
   std::shared_ptr<Dataset> dataset;
   DataLoaderOptions options;
   std::shared_ptr<Sampler> sampler;
   std::shared_ptr<IterableDataset> stream;
+  std::shared_ptr<const CombinedLoader> combined;
 
   DataSource() = default;
   DataSource(std::shared_ptr<Dataset> data, DataLoaderOptions loader_options = DataLoaderOptions(),
@@ -45,8 +49,31 @@ struct DataSource {
       : dataset(std::move(data)), options(loader_options), sampler(std::move(order)) {}
   DataSource(std::shared_ptr<IterableDataset> samples, DataLoaderOptions loader_options = DataLoaderOptions())
       : options(loader_options), stream(std::move(samples)) {}
+  DataSource(CombinedLoader sources);  // NOLINT(google-explicit-constructor)
 
-  explicit operator bool() const { return dataset != nullptr || stream != nullptr; }
+  explicit operator bool() const { return dataset != nullptr || stream != nullptr || combined != nullptr; }
+};
+
+/// Several training sources read side by side, as Lightning's CombinedLoader: each batch holds a
+/// batch of every source as a part named after it (`batch.part("labeled")[0]`). `mode` says where
+/// the epoch ends: "max_size_cycle" (the default) with the longest source, the shorter ones starting
+/// their order over as often as needed; "min_size" with the shortest; "max_size" with the longest,
+/// a source that ran out leaving its part out (`batch.has_part`). Each source keeps its own batch
+/// size, shuffle, sampler and workers, and is sharded by rank as one source alone is, so that a
+/// resumed run continues at the exact batch. The sources are datasets (a stream's length is not
+/// known ahead). For training and arc::Accelerator loops: validation, test and predict take several
+/// sources as a list and run them one after the other (Lightning's "sequential").
+class CombinedLoader {
+ public:
+  using Sources = std::vector<std::pair<std::string, DataSource>>;
+  explicit CombinedLoader(Sources sources, std::string mode = "max_size_cycle");
+
+  const Sources& sources() const { return sources_; }
+  const std::string& mode() const { return mode_; }
+
+ private:
+  Sources sources_;
+  std::string mode_;
 };
 
 /// A stage's data: one DataSource or several (validation, test and predict may have several, as

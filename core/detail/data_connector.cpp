@@ -36,30 +36,45 @@ std::unique_ptr<DataLoader> DataConnector::train(const DataSource& given) const 
 
 Loaders DataConnector::val(const DataSources& given, bool required) const {
   return loaders(pick(given, data_, &DataModule::val_dataloaders, &TrainModule::val_dataloaders, module_,
-                      required ? "val" : nullptr));
+                      required ? "val" : nullptr),
+                 "val");
 }
 
 Loaders DataConnector::test(const DataSources& given) const {
-  return loaders(pick(given, data_, &DataModule::test_dataloaders, &TrainModule::test_dataloaders, module_, "test"));
+  return loaders(pick(given, data_, &DataModule::test_dataloaders, &TrainModule::test_dataloaders, module_, "test"),
+                 "test");
 }
 
 Loaders DataConnector::predict(const DataSources& given) const {
   return loaders(
-      pick(given, data_, &DataModule::predict_dataloaders, &TrainModule::predict_dataloaders, module_, "predict"));
+      pick(given, data_, &DataModule::predict_dataloaders, &TrainModule::predict_dataloaders, module_, "predict"),
+      "predict");
 }
 
 std::unique_ptr<DataLoader> DataConnector::loader(const DataSource& source) const {
   DataSource adjusted = source;
-  if (!options_.overfit_batches().is_zero()) adjusted.options.shuffle(false);
+  if (!options_.overfit_batches().is_zero()) {
+    adjusted.options.shuffle(false);
+    if (source.combined) {
+      auto sources = source.combined->sources();
+      for (auto& [name, part] : sources) part.options.shuffle(false);
+      adjusted = CombinedLoader(std::move(sources), source.combined->mode());
+    }
+  }
   // Without the distributed sampler every rank reads the source whole: the user shards it.
   const bool shard = options_.use_distributed_sampler();
   return std::make_unique<DataLoader>(adjusted, shard ? strategy_.global_rank() : 0, shard ? strategy_.world_size() : 1,
                                       options_.seed().value_or(0));
 }
 
-Loaders DataConnector::loaders(const DataSources& sources) const {
+Loaders DataConnector::loaders(const DataSources& sources, const char* stage) const {
   Loaders out;
-  for (const auto& source : sources) out.push_back(loader(source));
+  for (const auto& source : sources) {
+    ARC_CHECK(source.combined == nullptr, "the ", stage, " data is a CombinedLoader, which is for training; pass the ",
+              stage, " sources as a list instead, e.g. {clean, noisy}: they run one after the other, each with its ",
+              "dataloader_idx (Lightning's \"sequential\" mode)");
+    out.push_back(loader(source));
+  }
   return out;
 }
 

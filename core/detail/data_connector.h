@@ -28,7 +28,8 @@ class DataConnector {
 
  private:
   std::unique_ptr<DataLoader> loader(const DataSource& source) const;
-  Loaders loaders(const DataSources& sources) const;
+  /// `stage` names the stage's data in errors.
+  Loaders loaders(const DataSources& sources, const char* stage) const;
 
   const TrainerOptions& options_;
   Strategy& strategy_;

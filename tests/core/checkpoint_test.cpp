@@ -106,6 +106,45 @@ TEST(Checkpoint, ResumingAfterAnyStepEndsBitIdentical) {
   fs::remove_all(dir);
 }
 
+// Stateful's steps on both parts of a CombinedLoader's batches.
+class StatefulTwoSources : public Stateful {
+ public:
+  torch::Tensor training_step(Batch& batch, int64_t index) override {
+    auto loss = Stateful::training_step(batch.part("a"), index);
+    if (batch.has_part("b")) loss = loss + torch::mse_loss(linear(batch.part("b")[0]), batch.part("b")[1]);
+    return loss;
+  }
+};
+
+// A CombinedLoader resumes at the batch after the last one trained, each source at its own batch
+// (under max_size_cycle the shorter one in its right round): after any step the run ends
+// bit-identical and trains only the batches left.
+TEST(Checkpoint, ACombinedLoaderResumesBitIdenticalAfterAnyStep) {
+  const auto dir = scratch_dir("combined");
+  for (const std::string mode : {"max_size_cycle", "max_size"}) {
+    SCOPED_TRACE(mode);
+    // "a": 7 batches, "b" 3, each shuffled (the order of b's rounds in an epoch stays the epoch's).
+    const auto sources = [&] {
+      auto other = tiny_data(6, 2);
+      other.options.shuffle(true);
+      return CombinedLoader({{"a", shuffled()}, {"b", other}}, mode);
+    };
+    StatefulTwoSources reference;
+    Trainer(resume_options()).fit(reference, sources(), tiny_data(4, 2));
+    const auto expected = weights_of(reference);
+    for (int64_t k = 1; k <= 21; ++k) {
+      const std::string path = dir + "/k" + std::to_string(k) + ".ckpt";
+      StatefulTwoSources interrupted;
+      Trainer(resume_options(), {std::make_shared<StopAfter>(k, path)}).fit(interrupted, sources(), tiny_data(4, 2));
+      StatefulTwoSources resumed;
+      Trainer(resume_options()).fit(resumed, sources(), tiny_data(4, 2), path);
+      EXPECT_TRUE(torch::equal(weights_of(resumed), expected)) << "resumed after batch " << k;
+      EXPECT_EQ(resumed.counts["training_step"], 21 - k) << "the resumed run must not redo batches";
+    }
+  }
+  fs::remove_all(dir);
+}
+
 // A stream resumes at the sample after the last batch trained, from its own state (a seek) or by
 // reading it again: after any step (mid-epoch, mid-accumulation, at an epoch's end, in epochs whose
 // order differs) the run ends bit-identical, and the resumed run trains the batches left only.

@@ -1,4 +1,6 @@
-// Several validation, test and predict loaders (issue 18, row 5), and reload_dataloaders_every_n_epochs.
+// Several validation, test and predict loaders (issue 18, row 5), reload_dataloaders_every_n_epochs,
+// and training on a CombinedLoader.
+#include "support/errors.h"
 #include "support/tiny_module.h"
 
 #include <gtest/gtest.h>
@@ -113,6 +115,55 @@ TEST(SeveralDataloaders, AnEmptySourceInTheListIsAnError) {
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("data source 1 of 2 has no dataset"), std::string::npos) << error.what();
   }
+}
+
+// Steps on a CombinedLoader's parts "a" and, where there is one, "b"; notes each part's batch size.
+class TwoSources : public TinyModule {
+ public:
+  torch::Tensor training_step(Batch& batch, int64_t) override {
+    const bool has_b = batch.has_part("b");
+    sizes.emplace_back(batch.part("a").batch_size(), has_b ? batch.part("b").batch_size() : 0);
+    auto loss = torch::mse_loss(linear(batch.part("a")[0]), batch.part("a")[1]);
+    if (has_b) loss = loss + torch::mse_loss(linear(batch.part("b")[0]), batch.part("b")[1]);
+    return loss;
+  }
+  Steps sizes;
+};
+
+// "a": 10 samples in batches of 4 (3 batches), "b": 4 samples in batches of 2 (2 batches). Each mode
+// gives its epochs' batches to training_step; one source alone trains as that source does without
+// CombinedLoader; evaluation and scale_batch_size say what to pass instead.
+TEST(CombinedLoader, FitStepsOnEachSourcesPartAndTheOtherStagesTakeAList) {
+  const std::map<std::string, Steps> expected{{"max_size_cycle", {{4, 2}, {4, 2}, {2, 2}}},
+                                              {"min_size", {{4, 2}, {4, 2}}},
+                                              {"max_size", {{4, 2}, {4, 2}, {2, 0}}}};
+  for (const auto& [mode, sizes] : expected) {
+    TwoSources module;
+    Trainer trainer(quiet().max_epochs(2));
+    trainer.fit(module, CombinedLoader({{"a", tiny_data(10, 4)}, {"b", tiny_data(4, 2)}}, mode));
+    Steps both_epochs = sizes;
+    both_epochs.insert(both_epochs.end(), sizes.begin(), sizes.end());
+    EXPECT_EQ(module.sizes, both_epochs) << mode;
+    EXPECT_EQ(trainer.num_training_batches(), static_cast<int64_t>(sizes.size())) << mode;
+  }
+  torch::manual_seed(0);
+  TwoSources combined;
+  torch::manual_seed(0);
+  TinyModule alone;
+  Trainer(quiet().max_epochs(2)).fit(combined, CombinedLoader({{"a", tiny_data(10, 4)}}));
+  Trainer(quiet().max_epochs(2)).fit(alone, tiny_data(10, 4));
+  EXPECT_TRUE(torch::equal(testing::weights_of(combined), testing::weights_of(alone)));
+
+  const DataSource sources = CombinedLoader({{"a", tiny_data(10, 4)}, {"b", tiny_data(4, 2)}});
+  EXPECT_NE(testing::error_of([&] {
+              Trainer(quiet()).validate(combined, sources);
+            }).find("the val data is a CombinedLoader, which is for training; pass the val sources as a list"),
+            std::string::npos);
+  Trainer tuning(quiet());
+  EXPECT_NE(testing::error_of([&] {
+              Tuner(tuning).scale_batch_size(combined, sources);
+            }).find("scale_batch_size changes one source's batch size, but the training data is a CombinedLoader"),
+            std::string::npos);
 }
 
 // The n-th call of each hook gives data that starts at n, so the module sees which one it trains on.

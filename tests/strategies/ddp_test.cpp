@@ -135,6 +135,16 @@ TEST(DDP, AStreamEndsTheEpochOnEveryRankWhereTheShortestShareEnds) {
   }
 }
 
+// A CombinedLoader's sources are each sharded by rank: two ranks train as one process with twice
+// both batches, the shorter source ("b": 6 global batches against 16 of "a") started over on every
+// rank at the same batch, and the run stops at max_steps past the end of an epoch of 16.
+TEST(DDP, ACombinedLoaderTrainsAsOneProcessWithTwiceEachSourcesBatch) {
+  CommandRun ddp;
+  EXPECT_LT(weights_apart("--batch 32 --steps 20 --combined 96", "--batch 16 --steps 20 --combined 96", ddp), 1e-6);
+  EXPECT_NE(ddp.output.find("STOPPED 0 20"), std::string::npos) << ddp.output;
+  EXPECT_NE(ddp.output.find("STOPPED 1 20"), std::string::npos) << ddp.output;
+}
+
 // Validation over a stream of 97 samples: each rank evaluates its whole share (49 and 48), and the
 // synced val_loss is the mean over all 97, as one process gives. A per-step synced value cannot
 // pair up over shares of different lengths: an error on every rank that says what to log instead.
