@@ -83,6 +83,15 @@ void add_module_callbacks(std::vector<std::shared_ptr<Callback>>& callbacks,
 
 void add_default_callbacks(std::vector<std::shared_ptr<Callback>>& callbacks, const TrainerOptions& options,
                            bool elastic) {
+  if (options.barebones()) {
+    const char* given = has<ModelCheckpoint>(callbacks) ? "ModelCheckpoint"
+                        : has<ProgressBar>(callbacks)   ? "ProgressBar"
+                        : has<ModelSummary>(callbacks)  ? "ModelSummary"
+                                                        : nullptr;
+    ARC_CHECK(given == nullptr, "barebones=true, but the Trainer was given a ", given,
+              " callback; barebones mode turns off checkpointing, the progress bar and the model summary: drop the ",
+              "callback or barebones");
+  }
   if (options.enable_model_summary() && !has<ModelSummary>(callbacks))
     callbacks.push_back(std::make_shared<ModelSummary>());
   if (options.enable_progress_bar() && !has<ProgressBar>(callbacks))

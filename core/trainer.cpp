@@ -70,6 +70,8 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> 
   ARC_CHECK(!profiler_ || options_.profiler().empty(), "the Trainer got a Profiler and profiler=\"",
             options_.profiler(), "\"; give one of them");
   if (!profiler_) profiler_ = make_profiler(options_.profiler());
+  ARC_CHECK(!options_.barebones() || loggers_.empty(), "barebones=true, but the Trainer was given ", loggers_.size(),
+            " logger(s); barebones mode turns logging off: drop the loggers or barebones");
   if (options_.fast_dev_run() > 0) loggers_.clear();
   if (options_.logger() && options_.fast_dev_run() == 0 && loggers_.empty())
     loggers_ = {std::make_shared<CSVLogger>(options_.default_root_dir()),
@@ -83,6 +85,10 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> 
   state_->cluster_environment = std::move(run.cluster_environment);
   state_->logging.agree_on_versions();
   detail::add_default_callbacks(callbacks_, options_, strategy_->elastic());
+  if (options_.barebones())
+    console().info(
+        "barebones mode: no checkpoints, loggers, log() values, progress bar, model summary or sanity check; what is "
+        "left is the Trainer's own overhead");
 }
 
 Trainer::~Trainer() = default;
@@ -349,6 +355,12 @@ void Trainer::log_from_module(const std::string& name, const torch::Tensor& valu
   ARC_CHECK(!options.rank_zero_only || !options.sync_dist, "log('", name, "'): rank_zero_only and sync_dist ",
             "contradict each other (a value from rank 0 alone has nothing to synchronize); drop one");
   if (options.rank_zero_only && !is_global_zero()) return;
+  if (options_.barebones()) {
+    if (!state_->barebones_log_said)
+      console().info("log('{}') and every later log() do nothing: barebones=true turns logging off", name);
+    state_->barebones_log_said = true;
+    return;
+  }
   auto& store = state_->training ? state_->logging.train_metrics : state_->logging.eval_metrics;
   const bool several = !state_->training && state_->num_dataloaders > 1 && options.add_dataloader_idx;
   store.log(name, value, options, state_->training, state_->current_batch_size,

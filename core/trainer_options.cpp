@@ -1,6 +1,7 @@
 // TrainerOptions from and to JSON, and the checks on impossible values.
 #include <arc/core/trainer_options.h>
 
+#include <arc/base/class_path.h>
 #include <arc/base/config.h>
 #include <arc/base/error.h>
 #include <arc/base/host.h>
@@ -9,6 +10,7 @@
 #include <arc/strategies/strategy.h>
 
 #include <cmath>
+#include <map>
 
 namespace arc {
 namespace {
@@ -78,6 +80,21 @@ int64_t read_fast_dev_run(const Config& config) {
   return value->get<int64_t>();
 }
 
+bool read_barebones(const Config& config) { return config.get_optional<bool>("barebones").value_or(false); }
+
+// Under barebones, what may cost speed stays off: the option that is on, or "".
+std::string barebones_conflict(const TrainerOptions& o) {
+  if (o.enable_checkpointing()) return "enable_checkpointing=true";
+  if (o.logger()) return "logger=true";
+  if (o.enable_progress_bar()) return "enable_progress_bar=true";
+  if (o.enable_model_summary()) return "enable_model_summary=true";
+  if (o.num_sanity_val_steps() != 0) return "num_sanity_val_steps=" + std::to_string(o.num_sanity_val_steps());
+  if (o.fast_dev_run() != 0) return "fast_dev_run=" + std::to_string(o.fast_dev_run());
+  if (o.detect_anomaly()) return "detect_anomaly=true";
+  if (!o.profiler().empty()) return "profiler=\"" + o.profiler() + "\"";
+  return "";
+}
+
 std::string read_precision(const Config& config) {
   const auto* value = config.find("precision");
   if (value == nullptr || value->is_null()) return "32-true";
@@ -85,6 +102,86 @@ std::string read_precision(const Config& config) {
   ARC_CHECK(value->is_string(), "config key '", config.qualified("precision"),
             "' must be a string such as \"32-true\", got ", value->dump());
   return value->get<std::string>();
+}
+
+// Sets `key` to `value` for a plugin, unless the trainer section sets it otherwise itself.
+template <typename T>
+void set_by_plugin(const Config& config, const std::string& plugin, const char* key, const T& value,
+                   T& (TrainerOptions::*field)() noexcept, TrainerOptions& o) {
+  const auto* own = config.find(key);
+  ARC_CHECK(own == nullptr || own->is_null() || *own == nlohmann::json(value), "config key '", config.qualified(key),
+            "' is ", own == nullptr ? "" : own->dump(), ", but the plugin ", plugin, " sets ", key, " to ",
+            nlohmann::json(value).dump(), "; drop one of them");
+  (o.*field)() = value;
+}
+
+// One of Lightning's plugins: each stands for trainer options here. Cluster environments set
+// cluster_environment (SLURMEnvironment also auto_requeue and requeue_signal), precision plugins
+// precision, AsyncCheckpointIO async_checkpointing, TorchSyncBatchNorm sync_batchnorm. Returns the
+// plugin's kind, of which a config may name one.
+std::string apply_plugin(const Config& config, const std::string& name, const Config& init_args, TrainerOptions& o) {
+  static const std::map<std::string, std::string> environments = {
+      {"LightningEnvironment", "local"}, {"SLURMEnvironment", "slurm"}, {"TorchElasticEnvironment", "torchelastic"},
+      {"MPIEnvironment", "mpi"},         {"LSFEnvironment", "lsf"},     {"KubeflowEnvironment", "kubeflow"}};
+  if (const auto found = environments.find(name); found != environments.end()) {
+    set_by_plugin(config, name, "cluster_environment", found->second, &TrainerOptions::cluster_environment, o);
+    if (name == "SLURMEnvironment") {
+      set_by_plugin(config, name, "auto_requeue", init_args.get<bool>("auto_requeue", true),
+                    &TrainerOptions::auto_requeue, o);
+      set_by_plugin(config, name, "requeue_signal", init_args.get<std::string>("requeue_signal", "SIGUSR1"),
+                    &TrainerOptions::requeue_signal, o);
+    }
+    return "cluster environment";
+  }
+  if (name == "MixedPrecision" || name == "HalfPrecision") {
+    // MixedPrecision names its precision, HalfPrecision's is "16-true" unless given. Their autocast
+    // device is the accelerator's here, as in Lightning's Trainer, so `device` changes nothing.
+    const auto precision = name == "MixedPrecision" ? init_args.require<std::string>("precision")
+                                                    : init_args.get<std::string>("precision", "16-true");
+    init_args.get<std::string>("device", "");
+    set_by_plugin(config, name, "precision", precision, &TrainerOptions::precision, o);
+    return "precision";
+  }
+  if (name == "DoublePrecision" || name == "Precision") {
+    set_by_plugin(config, name, "precision", std::string(name == "Precision" ? "32-true" : "64-true"),
+                  &TrainerOptions::precision, o);
+    return "precision";
+  }
+  if (name == "AsyncCheckpointIO") {
+    set_by_plugin(config, name, "async_checkpointing", true, &TrainerOptions::async_checkpointing, o);
+    return "checkpoint io";
+  }
+  // Lightning's default checkpoint writer, as Arclight's.
+  if (name == "TorchCheckpointIO") return "checkpoint io";
+  if (name == "TorchSyncBatchNorm") {
+    set_by_plugin(config, name, "sync_batchnorm", true, &TrainerOptions::sync_batchnorm, o);
+    return "layer sync";
+  }
+  std::vector<std::string> known{"TorchCheckpointIO", "AsyncCheckpointIO", "TorchSyncBatchNorm", "MixedPrecision",
+                                 "HalfPrecision",     "DoublePrecision",   "Precision"};
+  for (const auto& [known_name, environment] : environments) known.push_back(known_name);
+  throw Error(unknown_name_message("plugin", name, known) +
+              "; Arclight's other behaviour is set by trainer options (see arc fit --help)");
+}
+
+// Lightning's trainer.plugins: one entry or a list of {class_path, init_args}; null is none.
+void read_plugins(const Config& config, TrainerOptions& o) {
+  const auto* list = config.find("plugins");
+  if (list == nullptr || list->is_null()) return;
+  const auto path = config.qualified("plugins");
+  ARC_CHECK(list->is_array() || list->is_object() || list->is_string(), "config key '", path,
+            "' must be a list of {class_path, init_args} entries (or one entry), got ", list->dump());
+  const auto entries = list->is_array() ? *list : nlohmann::json::array({*list});
+  std::map<std::string, std::string> kinds;  // kind -> the entry that gave it
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto entry = path + "[" + std::to_string(i) + "]";
+    const auto kind = detail::with_class_path(entries[i], entry, [&](const std::string& name, const Config& init_args) {
+      return apply_plugin(config, name, init_args, o);
+    });
+    const auto [earlier, first] = kinds.emplace(kind, entry);
+    ARC_CHECK(first, "config keys '", earlier->second, "' and '", entry, "' are both ", kind,
+              " plugins; keep one of them");
+  }
 }
 
 void check_choice(const std::string& key, const std::string& value, const std::vector<std::string>& allowed) {
@@ -164,6 +261,17 @@ void no_check(const TrainerOptions&) {}
 
 const std::vector<OptionField>& option_fields() {
   static const std::vector<OptionField> fields = {
+      // First: turning barebones on turns options off, which a later key may turn on again (an error).
+      ARC_OPTION_READ(barebones,
+                      "measure the Trainer's own overhead: no checkpoints, loggers, log(), progress bar, model "
+                      "summary or sanity check",
+                      read_barebones,
+                      [](const TrainerOptions& o) {
+                        const auto conflict = o.barebones() ? barebones_conflict(o) : "";
+                        ARC_CHECK(conflict.empty(), "barebones=true and ", conflict,
+                                  " contradict each other: barebones mode turns off everything that may cost speed; ",
+                                  "drop one of them");
+                      }),
       ARC_OPTION(max_epochs, "epochs to train (-1: no limit; unset: 1000, or none when max_steps is set)",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(!o.max_epochs() || *o.max_epochs() >= -1,
@@ -344,6 +452,12 @@ const std::vector<OptionField>& option_fields() {
                              "elastic_checkpoint_every_seconds must be >= 0 (0 = off), got ",
                              o.elastic_checkpoint_every_seconds());
                  }),
+      // Last: a plugin stands for options above, which it must not contradict. Its effect is in them,
+      // so it writes null.
+      OptionField{"plugins",
+                  "Lightning's plugins as the options they stand for: cluster environments (SLURMEnvironment, ...), "
+                  "precision plugins, AsyncCheckpointIO, TorchSyncBatchNorm",
+                  read_plugins, [](const TrainerOptions&) { return nlohmann::json(nullptr); }, no_check},
   };
   return fields;
 }
@@ -358,6 +472,12 @@ int64_t BatchAmount::of(int64_t available) const {
   if (!is_fraction) return std::min<int64_t>(available, static_cast<int64_t>(value));
   if (value == 1.0) return available;
   return static_cast<int64_t>(std::floor(available * value));
+}
+
+TrainerOptions& TrainerOptions::barebones(bool on) {
+  barebones_ = on;
+  if (on) enable_checkpointing(false).logger(false).enable_progress_bar(false).enable_model_summary(false);
+  return on ? num_sanity_val_steps(0) : *this;
 }
 
 int64_t TrainerOptions::threads_per_process(int64_t local_processes) const {

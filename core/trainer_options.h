@@ -91,6 +91,18 @@ class TrainerOptions {
   ARC_ARG(std::optional<uint64_t>, seed);
   /// 0 is off; n runs n batches of every stage once, without sanity checks or side effects.
   ARC_ARG(int64_t, fast_dev_run) = 0;
+
+ public:
+  /// Lightning's barebones mode, for measuring the Trainer's own overhead: setting it on turns off
+  /// what may cost speed (checkpointing, the loggers, the progress bar, the model summary, sanity
+  /// checking), and log() does nothing but warn once. Turning one of them on again afterwards, or
+  /// fast_dev_run, detect_anomaly or a profiler, is an error; so are loggers and a ModelCheckpoint,
+  /// ProgressBar or ModelSummary given to the Trainer.
+  TrainerOptions& barebones(bool on);
+  bool barebones() const { return barebones_; }
+
+ private:
+  bool barebones_ = false;
   ARC_ARG(std::string, default_root_dir) = ".";
   /// "auto", "cpu", "gpu" or "cuda".
   ARC_ARG(std::string, accelerator) = "auto";

@@ -30,6 +30,8 @@ struct RunState {
   bool should_stop = false;
   /// Whether this training batch's step metrics go to the loggers (every log_every_n_steps).
   bool logging_batch = false;
+  /// Whether log() said once that barebones mode ignores it.
+  bool barebones_log_said = false;
   std::string stop_reason;
   int64_t num_training_batches = 0;
   /// The training loader while fit runs.

@@ -330,6 +330,8 @@ TEST(Config, LightningCliPrintedConfigRunsWithNullsAsDefaults) {
                            "use_distributed_sampler: true",
                            "profiler: null",
                            "detect_anomaly: false",
+                           "barebones: false",
+                           "plugins: null",
                            "sync_batchnorm: false",
                            "reload_dataloaders_every_n_epochs: 0",
                            "default_root_dir: null",

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+#include <vector>
+
 namespace arc {
 namespace {
 
@@ -181,6 +184,90 @@ TEST(TrainerOptions, FaultToleranceOptions) {
   EXPECT_EQ(TrainerOptions::from_json(options.to_json()).elastic_checkpoint_every_seconds(), 30.0);
   EXPECT_NE(error_of({{"elastic_checkpoint_every_n_steps", -1}}).find("elastic_checkpoint_every_n_steps must be >= 0"),
             std::string::npos);
+}
+
+// Lightning's barebones=True: what may cost speed is off, and turning it back on is an error, in
+// C++ and in a config alike (where null is still the default).
+TEST(TrainerOptions, BarebonesTurnsOffWhatCostsSpeedAndRefusesItBack) {
+  const auto bare = TrainerOptions().barebones(true);
+  EXPECT_FALSE(bare.enable_checkpointing() || bare.logger() || bare.enable_progress_bar() ||
+               bare.enable_model_summary());
+  EXPECT_EQ(bare.num_sanity_val_steps(), 0);
+  EXPECT_NO_THROW(bare.validate());
+  EXPECT_EQ(TrainerOptions::from_json({{"barebones", true}}).to_json(), bare.to_json());
+  EXPECT_EQ(TrainerOptions::from_json(bare.to_json()).to_json(), bare.to_json());
+  EXPECT_EQ(TrainerOptions::from_json({{"barebones", true}, {"enable_checkpointing", nullptr}, {"logger", nullptr}})
+                .to_json(),
+            bare.to_json());
+  EXPECT_TRUE(TrainerOptions::from_json({{"barebones", false}}).enable_checkpointing());
+  try {
+    TrainerOptions(bare).enable_progress_bar(true).validate();
+    FAIL() << "a progress bar under barebones was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("barebones=true and enable_progress_bar=true contradict each other"),
+              std::string::npos)
+        << error.what();
+  }
+  for (const auto& [key, value, named] : std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"enable_checkpointing", true, "enable_checkpointing=true"},
+           {"logger", true, "logger=true"},
+           {"enable_model_summary", true, "enable_model_summary=true"},
+           {"num_sanity_val_steps", 2, "num_sanity_val_steps=2"},
+           {"fast_dev_run", true, "fast_dev_run=1"},
+           {"detect_anomaly", true, "detect_anomaly=true"},
+           {"profiler", "simple", "profiler=\"simple\""}})
+    EXPECT_NE(error_of({{"barebones", true}, {key, value}}).find("barebones=true and " + named), std::string::npos)
+        << key;
+}
+
+// Lightning's trainer.plugins are the options they stand for; what has no counterpart, two plugins
+// of one kind, or a plugin against the option itself is an error that names the entries.
+TEST(TrainerOptions, PluginsAreTheOptionsTheyStandFor) {
+  const auto slurm =
+      TrainerOptions::from_json({{"plugins",
+                                  {{{"class_path", "lightning.pytorch.plugins.environments.SLURMEnvironment"},
+                                    {"init_args", {{"auto_requeue", false}, {"requeue_signal", "SIGUSR2"}}}},
+                                   {{"class_path", "lightning.pytorch.plugins.precision.MixedPrecision"},
+                                    {"init_args", {{"precision", "bf16-mixed"}, {"device", "cpu"}}}},
+                                   "AsyncCheckpointIO",
+                                   "TorchSyncBatchNorm"}}});
+  EXPECT_EQ(slurm.cluster_environment(), "slurm");
+  EXPECT_FALSE(slurm.auto_requeue());
+  EXPECT_EQ(slurm.requeue_signal(), "SIGUSR2");
+  EXPECT_EQ(slurm.precision(), "bf16-mixed");
+  EXPECT_TRUE(slurm.async_checkpointing());
+  EXPECT_TRUE(slurm.sync_batchnorm());
+  EXPECT_EQ(TrainerOptions::from_json(slurm.to_json()).to_json(), slurm.to_json());
+  EXPECT_TRUE(TrainerOptions::from_json({{"plugins", "SLURMEnvironment"}}).auto_requeue());
+  const auto one = TrainerOptions::from_json(
+      {{"plugins", {{"class_path", "LightningEnvironment"}}}, {"cluster_environment", "local"}});
+  EXPECT_EQ(one.cluster_environment(), "local");
+  EXPECT_EQ(TrainerOptions::from_json({{"plugins", {"DoublePrecision"}}}).precision(), "64-true");
+  EXPECT_EQ(TrainerOptions::from_json({{"plugins", {"HalfPrecision"}}}).precision(), "16-true");
+  EXPECT_EQ(TrainerOptions::from_json({{"plugins", {"TorchCheckpointIO"}}}).to_json(), TrainerOptions().to_json());
+  EXPECT_EQ(TrainerOptions::from_json({{"plugins", nlohmann::json::array()}}).to_json(), TrainerOptions().to_json());
+
+  EXPECT_NE(error_of({{"plugins", {"SLURMEnviroment"}}})
+                .find("unknown plugin 'SLURMEnviroment'; did you mean "
+                      "'SLURMEnvironment'?"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"plugins", {"SLURMEnvironment", "LSFEnvironment"}}})
+                .find("'trainer.plugins[0]' and 'trainer.plugins[1]' are both cluster environment plugins"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"plugins", {"SLURMEnvironment"}}, {"cluster_environment", "lsf"}})
+                .find("'trainer.cluster_environment' is \"lsf\", but the plugin SLURMEnvironment sets "
+                      "cluster_environment to \"slurm\""),
+            std::string::npos);
+  EXPECT_NE(
+      error_of({{"plugins", {"MixedPrecision"}}}).find("missing config key 'trainer.plugins[0].init_args.precision'"),
+      std::string::npos);
+  EXPECT_NE(error_of({{"plugins", {{{"class_path", "SLURMEnvironment"}, {"init_args", {{"auto_requeu", false}}}}}}})
+                .find("did you mean 'auto_requeue'"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"plugins", {{{"class_path", "MixedPrecision"}, {"init_args", {{"precision", "8-mixed"}}}}}}})
+                .find("precision"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"plugins", 3}}).find("'trainer.plugins' must be a list"), std::string::npos);
 }
 
 }  // namespace

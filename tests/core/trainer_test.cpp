@@ -436,5 +436,39 @@ TEST(Trainer, EvaluationRunsInInferenceModeOrUnderNoGrad) {
   EXPECT_FALSE(torch::equal(before, module.linear->weight));
 }
 
+// Lightning's barebones mode: fit trains and validates, and leaves nothing behind (no checkpoint,
+// no log folder, no metric: log() is ignored); loggers or a checkpoint callback given to it are errors.
+TEST(Trainer, BarebonesTrainsAndLeavesNothingBehind) {
+  const auto dir = std::filesystem::temp_directory_path() / ("arc_barebones_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto options = TrainerOptions().num_threads(1).max_epochs(2).default_root_dir(dir.string()).barebones(true);
+  TinyModule module;
+  const auto before = testing::weights_of(module).clone();
+  Trainer trainer(options);
+  trainer.fit(module, tiny_data(8, 2), tiny_data(4, 2));
+  EXPECT_FALSE(torch::equal(before, testing::weights_of(module)));
+  EXPECT_EQ(module.counts["training_step"], 8);
+  EXPECT_EQ(module.counts["validation_step"], 4) << "two epochs of two batches, no sanity check";
+  EXPECT_TRUE(trainer.callback_metrics().empty());
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  const auto error_of = [&](std::vector<std::shared_ptr<Callback>> callbacks,
+                            std::vector<std::shared_ptr<Logger>> loggers) -> std::string {
+    try {
+      Trainer(options, std::move(callbacks), std::move(loggers));
+    } catch (const Error& error) {
+      return error.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of({}, {std::make_shared<CSVLogger>(dir.string())})
+                .find("barebones=true, but the Trainer was given 1 logger(s)"),
+            std::string::npos);
+  EXPECT_NE(error_of({std::make_shared<ModelCheckpoint>()}, {})
+                .find("barebones=true, but the Trainer was given a ModelCheckpoint callback"),
+            std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace arc
