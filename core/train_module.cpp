@@ -3,10 +3,35 @@
 
 #include <arc/base/error.h>
 #include <arc/core/trainer.h>
+#include <arc/strategies/strategy.h>
 
 #include <torch/torch.h>
 
 namespace arc {
+namespace {
+
+// The strategy, kept in an autograd context for the backward of a gather.
+struct StrategyRef : torch::CustomClassHolder {
+  explicit StrategyRef(Strategy& used) : strategy(used) {}
+  Strategy& strategy;
+};
+
+// all_gather whose backward sums every rank's gradient for this rank's slice (torch.distributed.nn's
+// all_gather, which Lightning's sync_grads uses).
+class GatherWithGradients : public torch::autograd::Function<GatherWithGradients> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& tensor, Strategy* strategy) {
+    ctx->saved_data["strategy"] = c10::IValue::make_capsule(c10::make_intrusive<StrategyRef>(*strategy));
+    return torch::stack(strategy->all_gather(tensor));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list gradients) {
+    auto& strategy = c10::static_intrusive_pointer_cast<StrategyRef>(ctx->saved_data["strategy"].toCapsule())->strategy;
+    return {strategy.all_reduce(gradients[0], Reduce::sum)[strategy.global_rank()], torch::Tensor()};
+  }
+};
+
+}  // namespace
 
 void TrainerOptimizer::zero_grad() { trainer_->zero_grad(*optimizer_); }
 
@@ -96,6 +121,12 @@ void TrainModule::log(const std::string& name, double value, const LogOptions& o
 
 void TrainModule::log_dict(const std::map<std::string, torch::Tensor>& values, const LogOptions& options) {
   for (const auto& [name, value] : values) log(name, value, options);
+}
+
+torch::Tensor TrainModule::all_gather(const torch::Tensor& tensor, bool sync_grads) {
+  auto& strategy = trainer().strategy();
+  if (sync_grads) return GatherWithGradients::apply(tensor, &strategy);
+  return torch::stack(strategy.all_gather(tensor));
 }
 
 std::vector<TrainerOptimizer> TrainModule::optimizers() {

@@ -178,6 +178,12 @@ class TrainModule : public torch::nn::Module {
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options = {});
   void log(const std::string& name, double value, const LogOptions& options = {});
   void log_dict(const std::map<std::string, torch::Tensor>& values, const LogOptions& options = {});
+  /// Lightning's all_gather: `tensor` from every rank, stacked along a new first dimension in rank
+  /// order, [world_size, ...] (also in one process, where Lightning's leaves the dimension out).
+  /// Every rank calls it with a tensor of one shape and type. With `sync_grads` the gradient flows
+  /// back to each rank's tensor: the sum of every rank's gradient for its slice, as for a loss over
+  /// all ranks' outputs (contrastive learning); every rank must then run backward through it.
+  torch::Tensor all_gather(const torch::Tensor& tensor, bool sync_grads = false);
 
   /// Turn off to call optimizers yourself in training_step (GAN-style modules).
   void set_automatic_optimization(bool automatic) { automatic_optimization_ = automatic; }

@@ -1,6 +1,7 @@
 // Strategy defaults, the strategy registry and "auto" resolution.
 #include <arc/strategies/strategy.h>
 
+#include <arc/base/error.h>
 #include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/ddp_spawn_strategy.h>
 #include <arc/strategies/ddp_strategy.h>
@@ -9,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace arc {
@@ -63,9 +65,46 @@ std::map<std::string, torch::Tensor> Strategy::all_reduce(const std::map<std::st
   return out;
 }
 
+namespace {
+
+constexpr int64_t kShownDims = 8;
+
+// The shape and type of `tensor` as a tensor of fixed length, so that the ranks can compare theirs
+// with one small gather: dims, type, numel, the first kShownDims sizes, a hash of all of them.
+torch::Tensor signature_of(const torch::Tensor& tensor) {
+  std::vector<int64_t> signature{tensor.dim(), static_cast<int64_t>(tensor.scalar_type()), tensor.numel()};
+  uint64_t hash = 14695981039346656037ull;
+  for (int64_t d = 0; d < tensor.dim(); ++d) hash = (hash ^ static_cast<uint64_t>(tensor.size(d))) * 1099511628211ull;
+  for (int64_t d = 0; d < kShownDims; ++d) signature.push_back(d < tensor.dim() ? tensor.size(d) : -1);
+  signature.push_back(static_cast<int64_t>(hash));
+  return torch::tensor(signature, torch::kLong);
+}
+
+// "[4, 3] Float" from a signature.
+std::string describe(const torch::Tensor& signature) {
+  const auto* s = signature.data_ptr<int64_t>();
+  std::string sizes;
+  for (int64_t d = 0; d < std::min(s[0], kShownDims); ++d) sizes += (d > 0 ? ", " : "") + std::to_string(s[3 + d]);
+  if (s[0] > kShownDims) sizes += ", ... (" + std::to_string(s[0]) + " dims, " + std::to_string(s[2]) + " elements)";
+  return "[" + sizes + "] " + c10::toString(static_cast<c10::ScalarType>(s[1]));
+}
+
+}  // namespace
+
 std::vector<torch::Tensor> Strategy::all_gather(const torch::Tensor& tensor) {
   auto* group = collectives();
   if (group == nullptr) return {tensor.detach().clone()};
+  // Tensors of different shapes would be read past their ends: every rank compares them first and
+  // fails alike, naming each rank's.
+  const auto signatures = group->all_gather(signature_of(tensor));
+  std::string shapes;
+  bool same = true;
+  for (size_t r = 0; r < signatures.size(); ++r) {
+    same = same && torch::equal(signatures[r], signatures[0]);
+    shapes += (r > 0 ? ", rank " : "rank ") + std::to_string(r) + " " + describe(signatures[r]);
+  }
+  ARC_CHECK(same, "all_gather: the ranks' tensors differ (", shapes, "); every rank must gather a tensor of one ",
+            "shape and type: pad them to the largest, and gather their lengths too");
   return group->all_gather(tensor.detach());
 }
 

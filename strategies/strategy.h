@@ -126,6 +126,8 @@ class Strategy {
   /// Every value reduced with one collective.
   std::map<std::string, torch::Tensor> all_reduce(const std::map<std::string, torch::Tensor>& values,
                                                   Reduce op = Reduce::mean);
+  /// `tensor` as every rank has it, in rank order; the ranks' tensors must have one shape and type
+  /// (else every rank fails, naming each rank's).
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
 
  private:

@@ -188,8 +188,9 @@ void SpawnLauncher::abort(const std::string& reason) {
     report_spawn_failure("rank 0 failed (" + reason + "); stopping the other ranks");
     children_.stop_all();
     failure_ = "rank 0 failed (" + reason + ")";
-  } else if (!failure_taken_) {
-    // Rank 0's error does not say it: its own failure came first, or has another cause.
+  } else if (!failure_taken_ && failure_.find(reason) == std::string::npos) {
+    // Rank 0's error does not say it: its own failure came first, or has another cause (the same
+    // error on every rank, as a collective's check gives, is said once by rank 0).
     report_spawn_failure(failure_);
   }
   failure_taken_ = true;

@@ -470,5 +470,36 @@ TEST(Trainer, BarebonesTrainsAndLeavesNothingBehind) {
   std::filesystem::remove_all(dir);
 }
 
+// In one process all_gather keeps the world dimension ([1, ...]), and a loss through it with
+// sync_grads trains as the loss without it.
+class Gathering : public TinyModule {
+ public:
+  explicit Gathering(bool gather) : gather_(gather) {}
+  torch::Tensor training_step(Batch& batch, int64_t) override {
+    auto out = linear(batch[0]);
+    if (gather_) {
+      const auto gathered = all_gather(out, true);
+      shapes.push_back(gathered.sizes().vec());
+      out = gathered.flatten(0, 1);
+    }
+    return torch::mse_loss(out, batch[1]);
+  }
+  std::vector<std::vector<int64_t>> shapes;
+
+ private:
+  bool gather_;
+};
+
+TEST(Trainer, AllGatherInOneProcessHasTheWorldDimension) {
+  torch::manual_seed(0);
+  Gathering gathering(true);
+  torch::manual_seed(0);
+  Gathering plain(false);
+  Trainer(quiet().max_epochs(1)).fit(gathering, tiny_data(6, 3));
+  Trainer(quiet().max_epochs(1)).fit(plain, tiny_data(6, 3));
+  EXPECT_EQ(gathering.shapes, (std::vector<std::vector<int64_t>>{{1, 3, 1}, {1, 3, 1}}));
+  EXPECT_TRUE(torch::equal(testing::weights_of(gathering), testing::weights_of(plain)));
+}
+
 }  // namespace
 }  // namespace arc

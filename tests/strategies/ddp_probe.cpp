@@ -12,7 +12,7 @@
 //             [--stream 97] [--val-stream 97 [--val-step-sync 1]] [--uneven-drop 32 [--even-batches pad]]
 //             [--collective-timeout 1] [--stall-rank 1 --stall-step 3 --stall-ms 20000]
 //             [--slow-rank 1 --slow-ms 20] [--log-every 5] [--num-nodes 2] [--out-every-rank 1] [--fail-node 1]
-//             [--fit-again 1] [--combined 96]
+//             [--fit-again 1] [--combined 96] [--gather 1]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -40,6 +40,8 @@
 // --combined N: the training data is a CombinedLoader of the samples ("a", batches of --batch) and of
 // the last N samples ("b", batches of half as many, started over as often as needed); the loss is
 // the sum of both parts' losses.
+// --gather 1: the loss is over every rank's outputs and targets, gathered with all_gather (the
+// outputs with sync_grads), as a contrastive loss is; --gather 2: rank 1 gathers one row less.
 // --val-stream N: validation on a stream of the first N samples, logging `val_loss` (sync_dist, per
 // epoch; --val-step-sync: per step too).
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
@@ -83,7 +85,7 @@ struct Args {
   int64_t elastic_every = 0, step_ms = 0, stop_rank = -1, stop_step = -1, early_stop_rank = -1, late_rank = -1;
   int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0, skip_rank = -1, skip_batch = -1, stream = 0;
   int64_t val_stream = 0, uneven_drop = 0, stall_rank = -1, stall_step = -1, stall_ms = 0;
-  int64_t slow_rank = -1, slow_ms = 0, log_every = 0, num_nodes = 1, fail_node = -1, combined = 0;
+  int64_t slow_rank = -1, slow_ms = 0, log_every = 0, num_nodes = 1, fail_node = -1, combined = 0, gather = 0;
   double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
   bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false, async_checkpoint = false;
@@ -140,6 +142,7 @@ Args parse(int argc, char** argv) {
     if (key == "--user-shard") a.user_shard = value == "1";
     if (key == "--stream") a.stream = std::stoll(value);
     if (key == "--combined") a.combined = std::stoll(value);
+    if (key == "--gather") a.gather = std::stoll(value);
     if (key == "--val-stream") a.val_stream = std::stoll(value);
     if (key == "--uneven-drop") a.uneven_drop = std::stoll(value);
     if (key == "--collective-timeout") a.collective_timeout = std::stod(value);
@@ -183,7 +186,14 @@ class Probe : public arc::TrainModule {
     const arc::Batch& rows = batch.has_part("a") ? batch.part("a") : batch;
     auto hidden = fc1(rows[0]);
     if (!bn.is_empty()) hidden = bn(hidden);
-    auto loss = torch::nn::functional::cross_entropy(fc2(torch::relu(hidden)), rows[1]);
+    auto logits = fc2(torch::relu(hidden));
+    auto targets = rows[1];
+    if (args_.gather > 0) {
+      const int64_t drop = args_.gather == 2 && trainer().global_rank() == 1 ? 1 : 0;
+      logits = all_gather(logits.narrow(0, 0, logits.size(0) - drop), true).flatten(0, 1);
+      targets = all_gather(targets).flatten(0, 1);
+    }
+    auto loss = torch::nn::functional::cross_entropy(logits, targets);
     if (batch.has_part("b"))
       loss = loss + torch::nn::functional::cross_entropy(fc2(torch::relu(fc1(batch.part("b")[0]))), batch.part("b")[1]);
     const auto rank = static_cast<double>(trainer().global_rank());

@@ -145,6 +145,24 @@ TEST(DDP, ACombinedLoaderTrainsAsOneProcessWithTwiceEachSourcesBatch) {
   EXPECT_NE(ddp.output.find("STOPPED 1 20"), std::string::npos) << ddp.output;
 }
 
+// A loss over every rank's outputs (gathered with sync_grads, as a contrastive loss is): each rank's
+// outputs get every rank's gradient for them, so two ranks train as one process with twice the
+// batch. Tensors of different shapes are an error on every rank that names each rank's.
+TEST(DDP, AllGatherWithSyncGradsTrainsAsOneProcessWithTheWholeBatch) {
+  for (const std::string shared_memory : {"1", "0"}) {
+    SCOPED_TRACE("shared memory " + shared_memory);
+    CommandRun ddp;
+    EXPECT_LT(weights_apart("--batch 32 --steps 12 --gather 1",
+                            "--batch 16 --steps 12 --gather 1 --shared-memory " + shared_memory, ddp),
+              1e-6);
+  }
+  const auto mismatch = probe("--strategy ddp_spawn --devices 2 --batch 16 --steps 4 --gather 2");
+  EXPECT_NE(mismatch.status, 0);
+  EXPECT_NE(mismatch.output.find("all_gather: the ranks' tensors differ (rank 0 [16, 3] Float, rank 1 [15, 3] Float)"),
+            std::string::npos)
+      << mismatch.output;
+}
+
 // Validation over a stream of 97 samples: each rank evaluates its whole share (49 and 48), and the
 // synced val_loss is the mean over all 97, as one process gives. A per-step synced value cannot
 // pair up over shares of different lengths: an error on every rank that says what to log instead.
