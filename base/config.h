@@ -19,11 +19,13 @@ class Config {
   /// `path` is the dotted name of this section in messages ("trainer", "module").
   Config(nlohmann::json values, std::string path);
 
-  /// Value of `key`, or `fallback` when absent. A value of another type is an error.
+  /// Value of `key`, or `fallback` when absent or null (null is the default, as None is for
+  /// Lightning's arguments, so that LightningCLI's printed configs read). A value of another type
+  /// is an error.
   template <typename T>
   T get(const std::string& key, const T& fallback) const {
     const auto* value = find(key);
-    return value == nullptr ? fallback : convert<T>(key, *value);
+    return value == nullptr || value->is_null() ? fallback : convert<T>(key, *value);
   }
 
   /// Value of `key`, or nullopt when absent or null.
@@ -34,7 +36,7 @@ class Config {
     return convert<T>(key, *value);
   }
 
-  /// Sets `field` to the value of `key` when present (an optional field: null unsets it).
+  /// Sets `field` to the value of `key` when present and not null (an optional field: null unsets it).
   template <typename T>
   void read(const std::string& key, T& field) const {
     field = get<T>(key, field);

@@ -35,6 +35,9 @@ std::shared_ptr<Callback> model_checkpoint(const Config& config) {
   ARC_READ(save_weights_only);
   ARC_READ(auto_insert_metric_name);
   ARC_READ(async_checkpointing);
+  ARC_READ(verbose);
+  ARC_READ(save_on_train_epoch_end);
+  ARC_READ(enable_version_counter);
   return std::make_shared<ModelCheckpoint>(options);
 }
 
@@ -46,6 +49,10 @@ std::shared_ptr<Callback> early_stopping(const Config& config) {
   ARC_READ(check_finite);
   ARC_READ(stopping_threshold);
   ARC_READ(divergence_threshold);
+  ARC_READ(verbose);
+  ARC_READ(strict);
+  ARC_READ(check_on_train_epoch_end);
+  ARC_READ(log_rank_zero_only);
   return std::make_shared<EarlyStopping>(options);
 }
 
@@ -75,7 +82,9 @@ Registry<Callback, const Config&> shipped_callbacks() {
   r.add("EarlyStopping", early_stopping);
   r.add("GradientAccumulationScheduler", gradient_accumulation_scheduler);
   r.add("LearningRateMonitor", [](const Config& config) {
-    return std::make_shared<LearningRateMonitor>(config.get<std::string>("logging_interval", "epoch"));
+    return std::make_shared<LearningRateMonitor>(config.get<std::string>("logging_interval", "epoch"),
+                                                 config.get<bool>("log_momentum", false),
+                                                 config.get<bool>("log_weight_decay", false));
   });
   r.add("Timer", [](const Config& config) { return std::make_shared<Timer>(config.require<double>("duration")); });
   r.add("DeviceStatsMonitor", [](const Config& config) {

@@ -34,6 +34,11 @@ std::string EarlyStopping::check(double value) {
   const bool improved =
       !best_ || (minimize ? value < *best_ - options_.min_delta() : value > *best_ + options_.min_delta());
   if (improved) {
+    if (options_.verbose())
+      console().info(best_
+                         ? fmt::format("EarlyStopping: {} improved by {:.6g} >= min_delta = {}; new best score {:.6g}",
+                                       name, std::abs(*best_ - value), options_.min_delta(), value)
+                         : fmt::format("EarlyStopping: {} improved; new best score {:.6g}", name, value));
     best_ = value;
     wait_ = 0;
     return "";
@@ -43,13 +48,40 @@ std::string EarlyStopping::check(double value) {
                      options_.min_delta(), wait_, *best_);
 }
 
+// Lightning's default: at the epoch's end when validation runs once an epoch at that end (or never),
+// after each validation run otherwise.
+void EarlyStopping::on_fit_start(Trainer& trainer, TrainModule&) {
+  const auto& o = trainer.options();
+  const auto& interval = o.val_check_interval();
+  at_epoch_end_ = options_.check_on_train_epoch_end().value_or(interval.is_fraction && interval.value == 1.0 &&
+                                                               o.check_val_every_n_epoch() == 1);
+}
+
+void EarlyStopping::on_train_epoch_end(Trainer& trainer, TrainModule&) {
+  if (at_epoch_end_) run_check(trainer);
+}
+
 void EarlyStopping::on_validation_end(Trainer& trainer, TrainModule&) {
+  if (!at_epoch_end_ && !trainer.sanity_checking()) run_check(trainer);
+}
+
+void EarlyStopping::run_check(Trainer& trainer) {
   // fast_dev_run checks that the code runs; like Lightning, it stops nothing early.
-  if (trainer.sanity_checking() || trainer.stage() != Stage::fit || trainer.options().fast_dev_run() > 0) return;
+  if (trainer.stage() != Stage::fit || trainer.options().fast_dev_run() > 0) return;
   const auto& metrics = trainer.callback_metrics();
   const auto found = metrics.find(options_.monitor());
-  ARC_CHECK(found != metrics.end(), "EarlyStopping monitors '", options_.monitor(),
-            "', which was not logged in validation; log it (with on_epoch) or change monitor");
+  if (found == metrics.end()) {
+    std::vector<std::string> logged;
+    for (const auto& [name, value] : metrics) logged.push_back(name);
+    const auto message = fmt::format(
+        "EarlyStopping monitors '{}', which was not logged{} (logged: {}); log it with on_epoch, change monitor, or "
+        "set strict=false to skip the check then",
+        options_.monitor(), at_epoch_end_ ? " by the end of the training epoch" : " in validation",
+        logged.empty() ? "nothing" : join(logged));
+    ARC_CHECK(!options_.strict(), message);
+    if (options_.verbose()) console().warn("{}", message);
+    return;
+  }
   const std::string reason = check(found->second);
   if (reason.empty()) return;
   reason_ = reason;

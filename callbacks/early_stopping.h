@@ -26,15 +26,30 @@ class EarlyStoppingOptions {
   ARC_ARG(std::optional<double>, stopping_threshold);
   /// Stop as soon as the metric is this bad.
   ARC_ARG(std::optional<double>, divergence_threshold);
+  /// Say each improvement (rank 0).
+  ARC_ARG(bool, verbose) = false;
+  /// A monitored metric that was not logged is an error; false skips that check (with a warning
+  /// when verbose).
+  ARC_ARG(bool, strict) = true;
+  /// Check at the end of each training epoch (after its validation; training metrics such as
+  /// train_loss can be monitored without validation), or false: after each validation run. Unset,
+  /// as Lightning's: at the epoch end when validation runs once an epoch at its end, or not at all.
+  ARC_ARG(std::optional<bool>, check_on_train_epoch_end);
+  /// Lightning's switch between rank 0's messages and every rank's. Arclight's ranks decide alike
+  /// (monitored values are synced) and rank 0 says it either way; the key is read so that
+  /// LightningCLI's configs run.
+  ARC_ARG(bool, log_rank_zero_only) = false;
 };
 
-/// Checks the monitored metric after every validation run of fit (every rank decides alike,
-/// since monitored values are synced).
+/// Checks the monitored metric at each training epoch's end or after every validation run of fit
+/// (every rank decides alike, since monitored values are synced).
 class EarlyStopping : public Callback {
  public:
   explicit EarlyStopping(EarlyStoppingOptions options = EarlyStoppingOptions());
 
   std::string state_key() const override { return "EarlyStopping{monitor=" + options_.monitor() + "}"; }
+  void on_fit_start(Trainer& trainer, TrainModule& module) override;
+  void on_train_epoch_end(Trainer& trainer, TrainModule& module) override;
   void on_validation_end(Trainer& trainer, TrainModule& module) override;
   nlohmann::json state_dict() const override;
   void load_state_dict(const nlohmann::json& state) override;
@@ -46,11 +61,13 @@ class EarlyStopping : public Callback {
 
  private:
   std::string check(double value);
+  void run_check(Trainer& trainer);
 
   EarlyStoppingOptions options_;
   std::optional<double> best_;
   int64_t wait_ = 0;
   std::string reason_;
+  bool at_epoch_end_ = false;
 };
 
 }  // namespace arc

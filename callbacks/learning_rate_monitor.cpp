@@ -4,7 +4,12 @@
 #include <arc/base/error.h>
 #include <arc/core/trainer.h>
 
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
 
 #include <cxxabi.h>
 #include <cstdlib>
@@ -24,16 +29,28 @@ std::string class_name(const torch::optim::Optimizer& optimizer) {
   return colon == std::string::npos ? name : name.substr(colon + 2);
 }
 
-}  // namespace
-
-LearningRateMonitor::LearningRateMonitor(std::string logging_interval) : interval_(std::move(logging_interval)) {
-  ARC_CHECK(interval_ == "step" || interval_ == "epoch", "LearningRateMonitor logging_interval must be \"step\" or ",
-            "\"epoch\", got \"", interval_, "\"");
+// Lightning's momentum: the group's momentum, or beta1 where the optimizer has betas; 0 without.
+double momentum_of(const torch::optim::OptimizerOptions& options) {
+  if (const auto* sgd = dynamic_cast<const torch::optim::SGDOptions*>(&options)) return sgd->momentum();
+  if (const auto* rms = dynamic_cast<const torch::optim::RMSpropOptions*>(&options)) return rms->momentum();
+  if (const auto* adam = dynamic_cast<const torch::optim::AdamOptions*>(&options)) return std::get<0>(adam->betas());
+  if (const auto* adamw = dynamic_cast<const torch::optim::AdamWOptions*>(&options)) return std::get<0>(adamw->betas());
+  return 0.0;
 }
 
-// Lightning's names: "lr-<class>", "-<k>" for the k-th further optimizer of that class, and
+double weight_decay_of(const torch::optim::OptimizerOptions& options) {
+  if (const auto* sgd = dynamic_cast<const torch::optim::SGDOptions*>(&options)) return sgd->weight_decay();
+  if (const auto* rms = dynamic_cast<const torch::optim::RMSpropOptions*>(&options)) return rms->weight_decay();
+  if (const auto* adam = dynamic_cast<const torch::optim::AdamOptions*>(&options)) return adam->weight_decay();
+  if (const auto* adamw = dynamic_cast<const torch::optim::AdamWOptions*>(&options)) return adamw->weight_decay();
+  if (const auto* adagrad = dynamic_cast<const torch::optim::AdagradOptions*>(&options)) return adagrad->weight_decay();
+  return 0.0;
+}
+
+// Every parameter group's rate, and "<name>-momentum" and "<name>-weight_decay" where asked for,
+// with Lightning's names: "lr-<class>", "-<k>" for the k-th further optimizer of that class, and
 // "/pg<j>" (from 1) when an optimizer has several parameter groups.
-std::map<std::string, double> LearningRateMonitor::rates(const Trainer& trainer) {
+std::map<std::string, double> collect(const Trainer& trainer, bool momentum, bool weight_decay) {
   std::map<std::string, double> out;
   std::map<std::string, int64_t> seen;
   for (const auto& config : trainer.optimizer_configs()) {
@@ -41,18 +58,36 @@ std::map<std::string, double> LearningRateMonitor::rates(const Trainer& trainer)
     const int64_t repeat = seen[type]++;
     const std::string name = "lr-" + type + (repeat > 0 ? "-" + std::to_string(repeat) : std::string());
     const auto& groups = config.optimizer->param_groups();
-    for (size_t g = 0; g < groups.size(); ++g)
-      out[groups.size() > 1 ? name + "/pg" + std::to_string(g + 1) : name] = groups[g].options().get_lr();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const std::string key = groups.size() > 1 ? name + "/pg" + std::to_string(g + 1) : name;
+      const auto& options = groups[g].options();
+      out[key] = options.get_lr();
+      if (momentum) out[key + "-momentum"] = momentum_of(options);
+      if (weight_decay) out[key + "-weight_decay"] = weight_decay_of(options);
+    }
   }
   return out;
 }
 
+}  // namespace
+
+LearningRateMonitor::LearningRateMonitor(std::string logging_interval, bool log_momentum, bool log_weight_decay)
+    : interval_(std::move(logging_interval)), log_momentum_(log_momentum), log_weight_decay_(log_weight_decay) {
+  ARC_CHECK(interval_ == "step" || interval_ == "epoch", "LearningRateMonitor logging_interval must be \"step\" or ",
+            "\"epoch\", got \"", interval_, "\"");
+}
+
+std::map<std::string, double> LearningRateMonitor::rates(const Trainer& trainer) {
+  return collect(trainer, false, false);
+}
+
 void LearningRateMonitor::on_train_epoch_start(Trainer& trainer, TrainModule&) {
-  if (interval_ == "epoch") trainer.log_to_loggers(rates(trainer));
+  if (interval_ == "epoch") trainer.log_to_loggers(collect(trainer, log_momentum_, log_weight_decay_));
 }
 
 void LearningRateMonitor::on_train_batch_start(Trainer& trainer, TrainModule&, Batch&, int64_t) {
-  if (interval_ == "step" && trainer.logging_batch()) trainer.log_to_loggers(rates(trainer));
+  if (interval_ == "step" && trainer.logging_batch())
+    trainer.log_to_loggers(collect(trainer, log_momentum_, log_weight_decay_));
 }
 
 }  // namespace arc

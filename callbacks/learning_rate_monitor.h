@@ -12,8 +12,11 @@ namespace arc {
 /// whose step metrics are logged (every log_every_n_steps batches).
 class LearningRateMonitor : public Callback {
  public:
-  /// `logging_interval`: "step" or "epoch".
-  explicit LearningRateMonitor(std::string logging_interval = "epoch");
+  /// `logging_interval`: "step" or "epoch". `log_momentum`: also "<name>-momentum" (SGD's and
+  /// RMSprop's momentum, Adam's and AdamW's beta1, 0 for an optimizer without one);
+  /// `log_weight_decay`: also "<name>-weight_decay".
+  explicit LearningRateMonitor(std::string logging_interval = "epoch", bool log_momentum = false,
+                               bool log_weight_decay = false);
   std::string state_key() const override { return "LearningRateMonitor"; }
   void on_train_epoch_start(Trainer& trainer, TrainModule& module) override;
   void on_train_batch_start(Trainer& trainer, TrainModule& module, Batch& batch, int64_t batch_idx) override;
@@ -23,6 +26,8 @@ class LearningRateMonitor : public Callback {
 
  private:
   std::string interval_;
+  bool log_momentum_;
+  bool log_weight_decay_;
 };
 
 }  // namespace arc

@@ -1,9 +1,11 @@
 // ModelCheckpoint.
 #include <arc/callbacks/model_checkpoint.h>
 
+#include <arc/base/console.h>
 #include <arc/base/error.h>
 #include <arc/core/checkpoint.h>
 #include <arc/core/trainer.h>
+#include <arc/strategies/strategy.h>
 
 #include <fmt/format.h>
 
@@ -66,7 +68,8 @@ void ModelCheckpoint::on_train_batch_end(Trainer& trainer, TrainModule&, const t
 
 void ModelCheckpoint::on_validation_end(Trainer& trainer, TrainModule&) {
   const int64_t every = options_.every_n_epochs();
-  if (trainer.sanity_checking() || trainer.stage() != Stage::fit || every == 0 || options_.every_n_train_steps() > 0)
+  if (trainer.sanity_checking() || trainer.stage() != Stage::fit || every == 0 || options_.every_n_train_steps() > 0 ||
+      options_.save_on_train_epoch_end().value_or(false))
     return;
   if ((trainer.current_epoch() + 1) % every == 0) save(trainer);
 }
@@ -74,7 +77,8 @@ void ModelCheckpoint::on_validation_end(Trainer& trainer, TrainModule&) {
 void ModelCheckpoint::on_train_epoch_end(Trainer& trainer, TrainModule&) {
   const int64_t every = options_.every_n_epochs();
   const bool validated = trainer.progress().validation_runs > validations_at_epoch_start_;
-  if (validated || every == 0 || options_.every_n_train_steps() > 0) return;
+  if (!options_.save_on_train_epoch_end().value_or(!validated) || every == 0 || options_.every_n_train_steps() > 0)
+    return;
   if ((trainer.current_epoch() + 1) % every == 0) save(trainer);
 }
 
@@ -124,7 +128,7 @@ void ModelCheckpoint::save(Trainer& trainer) {
   metrics["step"] = static_cast<double>(trainer.global_step());
   last_saved_step_ = trainer.global_step();
   last_save_time_ = std::chrono::steady_clock::now();
-  const std::string path = dirpath_ + "/" + format_name(metrics);
+  std::string path = dirpath_ + "/" + format_name(metrics);
   const bool monitored = !options_.monitor().empty();
   double score = static_cast<double>(saves_++);
   if (monitored) {
@@ -142,7 +146,13 @@ void ModelCheckpoint::save(Trainer& trainer) {
         worst = kept_path;
     keep = !monitored || better(score, kept_.at(worst));
   }
+  const auto epoch_and_step = fmt::format("Epoch {}, global step {}: ", trainer.current_epoch(), trainer.global_step());
   if (keep) {
+    path = free_name(trainer, path, worst);
+    if (options_.verbose())
+      console().info(monitored ? fmt::format("{}'{}' reached {:.5f}, saving model to '{}' as top {}", epoch_and_step,
+                                             options_.monitor(), score, path, k)
+                               : fmt::format("{}saving model to '{}'", epoch_and_step, path));
     trainer.save_checkpoint(path, options_.save_weights_only(), options_.async_checkpointing());
     kept_[path] = score;
     if (!worst.empty() && worst != path) {
@@ -151,11 +161,25 @@ void ModelCheckpoint::save(Trainer& trainer) {
     }
     if (best_path_.empty() || !kept_.count(best_path_) || !monitored || better(score, kept_.at(best_path_)))
       best_path_ = path;
+  } else if (options_.verbose() && monitored) {
+    console().info("{}'{}' was not in top {}", epoch_and_step, options_.monitor(), k);
   }
   if (options_.save_last()) {
     last_path_ = dirpath_ + "/last.ckpt";
     trainer.save_checkpoint(last_path_, options_.save_weights_only(), options_.async_checkpointing());
   }
+}
+
+std::string ModelCheckpoint::free_name(Trainer& trainer, const std::string& path, const std::string& replaced) const {
+  if (!options_.enable_version_counter()) return path;
+  // Rank 0 decides, from the files it sees, and every rank takes its name.
+  std::string name = path;
+  if (trainer.is_global_zero()) {
+    const std::string stem = path.substr(0, path.size() - std::string(".ckpt").size());
+    for (int64_t version = 1; name != replaced && std::filesystem::exists(name); ++version)
+      name = stem + "-v" + std::to_string(version) + ".ckpt";
+  }
+  return trainer.strategy().broadcast(name, 0);
 }
 
 nlohmann::json ModelCheckpoint::state_dict() const {

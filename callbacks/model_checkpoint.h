@@ -37,6 +37,15 @@ class ModelCheckpointOptions {
   ARC_ARG(std::optional<bool>, async_checkpointing);
   /// "{epoch}" becomes "epoch=3".
   ARC_ARG(bool, auto_insert_metric_name) = true;
+  /// Say each save, and each monitored value that was not in the top k (rank 0).
+  ARC_ARG(bool, verbose) = false;
+  /// The every_n_epochs save at each training epoch's end, or false: after validation only. Unset:
+  /// after validation when it ran in the epoch, else at the epoch's end.
+  ARC_ARG(std::optional<bool>, save_on_train_epoch_end);
+  /// A name that a file already has (another run's, or this run's) gets "-v1", "-v2", ... before
+  /// ".ckpt" instead of replacing it, as Lightning's; last.ckpt is replaced, so that
+  /// ckpt_path="last" finds it.
+  ARC_ARG(bool, enable_version_counter) = true;
 };
 
 /// Writes checkpoints through Trainer::save_checkpoint. Every rank runs it and takes the same
@@ -72,6 +81,8 @@ class ModelCheckpoint : public Callback {
   /// Where checkpoints go (or will go, before fit starts).
   std::string folder(const Trainer& trainer) const;
   bool better(double candidate, double reference) const;
+  /// `path`, or with "-vN" where a file has that name already (not `replaced`), as rank 0 sees it.
+  std::string free_name(Trainer& trainer, const std::string& path, const std::string& replaced) const;
 
   ModelCheckpointOptions options_;
   std::string dirpath_;

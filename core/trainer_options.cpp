@@ -217,13 +217,9 @@ struct OptionField {
 
 // null leaves an option at its default, as None does in Lightning (LightningCLI prints every unset
 // option so); an optional option's null unsets it, which is its own setting for some
-// (check_val_every_n_epoch).
+// (check_val_every_n_epoch). Config::read does both.
 template <typename T>
 void read_value(const Config& config, const char* key, T& field) {
-  if (const auto* value = config.find(key); value == nullptr || !value->is_null()) config.read(key, field);
-}
-template <typename T>
-void read_value(const Config& config, const char* key, std::optional<T>& field) {
   config.read(key, field);
 }
 void read_value(const Config& config, const char* key, BatchAmount& field) { field = read_amount(config, key, field); }

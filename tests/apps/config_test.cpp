@@ -355,6 +355,70 @@ TEST(Config, LightningCliPrintedConfigRunsWithNullsAsDefaults) {
   fs::remove_all(dir);
 }
 
+// The callbacks as LightningCLI's --print_config writes them (Lightning 2.2's init_args, every one,
+// nulls included) run as they are; verbose ones speak (the EarlyStopping on a training metric
+// checks at the epoch's end, as there is no validation), and the learning-rate monitor logs momentum
+// and weight decay.
+TEST(Config, LightningCliPrintedCallbacksRunWithEveryInitArg) {
+  const auto dir = scratch("lightning_printed_callbacks");
+  const std::string config = R"(trainer:
+  max_epochs: 2
+  limit_train_batches: 3
+  limit_val_batches: 0
+  num_threads: 1
+  enable_progress_bar: false
+  callbacks:
+  - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+    init_args:
+      dirpath: null
+      filename: null
+      monitor: train_loss
+      verbose: true
+      save_last: null
+      save_top_k: 1
+      save_weights_only: false
+      mode: min
+      auto_insert_metric_name: true
+      every_n_train_steps: null
+      train_time_interval: null
+      every_n_epochs: null
+      save_on_train_epoch_end: null
+      enable_version_counter: true
+  - class_path: lightning.pytorch.callbacks.EarlyStopping
+    init_args:
+      monitor: train_loss
+      min_delta: 0.0
+      patience: 3
+      verbose: true
+      mode: min
+      strict: true
+      check_finite: true
+      stopping_threshold: null
+      divergence_threshold: null
+      check_on_train_epoch_end: null
+      log_rank_zero_only: false
+  - class_path: lightning.pytorch.callbacks.LearningRateMonitor
+    init_args:
+      logging_interval: null
+      log_momentum: true
+      log_weight_decay: true
+module:
+  name: mlp_classifier
+)";
+  const auto fit = arc_in(dir, "fit --config " + write_config("printed_callbacks.yaml", config));
+  ASSERT_EQ(fit.status, 0) << fit.output;
+  EXPECT_EQ(result_of(fit.output)["steps"], 6) << fit.output;
+  EXPECT_NE(fit.output.find("EarlyStopping: train_loss improved; new best score"), std::string::npos) << fit.output;
+  EXPECT_NE(fit.output.find("Epoch 0, global step 3: 'train_loss' reached "), std::string::npos) << fit.output;
+  const auto metrics = dir + "/lightning_logs/version_0/metrics.csv";
+  std::ifstream csv(metrics);
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_NE(header.find("lr-SGD-momentum"), std::string::npos) << header;
+  EXPECT_NE(header.find("lr-SGD-weight_decay"), std::string::npos) << header;
+  fs::remove_all(dir);
+}
+
 // PredictionWriter from a config: `arc predict` leaves each rank's predictions in files that Python's
 // torch.load reads; put back in dataset order by their batch_indices, two ranks' predictions are one
 // rank's, and the end-of-predict file holds what the per-batch files do.

@@ -76,6 +76,28 @@ TEST(Callbacks, LearningRateMonitorLogsEveryEpochsRate) {
   EXPECT_THROW(LearningRateMonitor("batch"), Error);
 }
 
+// log_momentum and log_weight_decay add "<name>-momentum" (beta1 for Adam) and "<name>-weight_decay".
+struct WithMomentum : TinyModule {
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    return {std::make_shared<torch::optim::SGD>(parameters(),
+                                                torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01))};
+  }
+};
+
+TEST(Callbacks, LearningRateMonitorLogsMomentumAndWeightDecayWhenAsked) {
+  auto recorder = std::make_shared<Recorder>();
+  WithMomentum module;
+  Trainer(quiet().max_epochs(1), {std::make_shared<LearningRateMonitor>("epoch", true, true)}, {recorder})
+      .fit(module, tiny_data(4, 2));
+  EXPECT_EQ(recorder->values("lr-SGD"), (std::vector<double>{0.1}));
+  EXPECT_EQ(recorder->values("lr-SGD-momentum"), (std::vector<double>{0.9}));
+  EXPECT_EQ(recorder->values("lr-SGD-weight_decay"), (std::vector<double>{0.01}));
+  auto plain = std::make_shared<Recorder>();
+  WithMomentum again;
+  Trainer(quiet().max_epochs(1), {std::make_shared<LearningRateMonitor>()}, {plain}).fit(again, tiny_data(4, 2));
+  EXPECT_TRUE(plain->values("lr-SGD-momentum").empty());
+}
+
 // Lightning's names: the optimizer's class, "-1" for a second one of the same class, "/pg1".. for
 // parameter groups.
 struct ManyOptimizers : TinyModule {

@@ -512,6 +512,43 @@ TEST(ModelCheckpoint, KeepsTheBestKByTheMonitoredMetric) {
   fs::remove_all(dir);
 }
 
+// A name that a file has already gets "-v1", "-v2" (another run's files stay), unless
+// enable_version_counter is off; save_on_train_epoch_end moves the epoch's save from after each
+// validation to the training epoch's end, or (false) leaves none where nothing validates.
+TEST(ModelCheckpoint, VersionCounterAndSaveOnTrainEpochEnd) {
+  const auto dir = scratch_dir("versions");
+  const auto saved_files = [&](ModelCheckpointOptions options, TrainerOptions trainer_options, bool validate = true) {
+    fs::remove_all(dir);
+    for (int run = 0; run < 2; ++run) {
+      TinyModule module;
+      Trainer trainer(trainer_options.enable_checkpointing(true).num_sanity_val_steps(0),
+                      {std::make_shared<ModelCheckpoint>(options.dirpath(dir))});
+      if (validate)
+        trainer.fit(module, tiny_data(4, 2), tiny_data(2, 2));
+      else
+        trainer.fit(module, tiny_data(4, 2));
+    }
+    std::set<std::string> files;
+    if (fs::exists(dir))
+      for (const auto& entry : fs::directory_iterator(dir)) files.insert(entry.path().filename().string());
+    return files;
+  };
+  const auto fixed = ModelCheckpointOptions().filename("fixed").save_top_k(-1);
+  EXPECT_EQ(saved_files(fixed, quiet().max_epochs(2)),
+            (std::set<std::string>{"fixed.ckpt", "fixed-v1.ckpt", "fixed-v2.ckpt", "fixed-v3.ckpt"}));
+  EXPECT_EQ(saved_files(ModelCheckpointOptions(fixed).enable_version_counter(false), quiet().max_epochs(2)),
+            (std::set<std::string>{"fixed.ckpt"}));
+  const auto by_step = ModelCheckpointOptions().filename("{step}").save_top_k(-1).enable_version_counter(false);
+  const auto twice_an_epoch = quiet().max_epochs(2).val_check_interval(BatchAmount::fraction(0.5));
+  EXPECT_EQ(saved_files(by_step, twice_an_epoch),
+            (std::set<std::string>{"step=1.ckpt", "step=2.ckpt", "step=3.ckpt", "step=4.ckpt"}));
+  EXPECT_EQ(saved_files(ModelCheckpointOptions(by_step).save_on_train_epoch_end(true), twice_an_epoch),
+            (std::set<std::string>{"step=2.ckpt", "step=4.ckpt"}));
+  EXPECT_EQ(saved_files(ModelCheckpointOptions(by_step).save_on_train_epoch_end(false), quiet().max_epochs(2), false),
+            (std::set<std::string>{}));
+  fs::remove_all(dir);
+}
+
 TEST(ModelCheckpoint, EveryNTrainStepsAndDefaultFolder) {
   const auto root = scratch_dir("steps");
   TinyModule module;
