@@ -1,6 +1,8 @@
 // Strict config sections and dotted-path overrides.
 #include <arc/base/config.h>
 
+#include <cstdio>
+
 namespace arc {
 
 Config::Config(nlohmann::json values, std::string path) : values_(std::move(values)), path_(std::move(path)) {
@@ -12,6 +14,28 @@ const nlohmann::json* Config::find(const std::string& key) const {
   read_.insert(key);
   const auto it = values_.find(key);
   return it == values_.end() ? nullptr : &*it;
+}
+
+std::optional<double> Config::duration(const std::string& key) const {
+  const auto* value = find(key);
+  if (value == nullptr || value->is_null()) return std::nullopt;
+  const std::string hint =
+      "' must be seconds, \"DD:HH:MM:SS\" or {\"days\", \"hours\", \"minutes\", \"seconds\"}, got ";
+  if (value->is_number()) return value->get<double>();
+  if (value->is_string()) {
+    int days = 0, hours = 0, minutes = 0, seconds = 0;
+    char tail = 0;
+    const int read =
+        std::sscanf(value->get<std::string>().c_str(), "%d:%d:%d:%d%c", &days, &hours, &minutes, &seconds, &tail);
+    ARC_CHECK(read == 4, "config key '", qualified(key), hint, value->dump());
+    return ((days * 24.0 + hours) * 60.0 + minutes) * 60.0 + seconds;
+  }
+  ARC_CHECK(value->is_object(), "config key '", qualified(key), hint, value->dump());
+  Config parts(*value, qualified(key));
+  const double total = parts.get<double>("days", 0) * 86400 + parts.get<double>("hours", 0) * 3600 +
+                       parts.get<double>("minutes", 0) * 60 + parts.get<double>("seconds", 0);
+  parts.finish();
+  return total;
 }
 
 std::string Config::qualified(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }

@@ -54,6 +54,10 @@ class Config {
     return convert<T>(key, *value);
   }
 
+  /// Seconds of `key` in Lightning's forms of a duration: seconds, "DD:HH:MM:SS" or {"days",
+  /// "hours", "minutes", "seconds"}; nullopt when absent or null.
+  std::optional<double> duration(const std::string& key) const;
+
   /// Raw JSON value of `key` (marks it as read), or nullptr when absent.
   const nlohmann::json* find(const std::string& key) const;
 

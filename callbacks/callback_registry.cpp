@@ -15,6 +15,8 @@
 #include <arc/callbacks/timer.h>
 #include <arc/callbacks/weight_averaging.h>
 
+#include <limits>
+
 namespace arc {
 namespace {
 
@@ -86,7 +88,13 @@ Registry<Callback, const Config&> shipped_callbacks() {
                                                  config.get<bool>("log_momentum", false),
                                                  config.get<bool>("log_weight_decay", false));
   });
-  r.add("Timer", [](const Config& config) { return std::make_shared<Timer>(config.require<double>("duration")); });
+  // Lightning's duration forms; unset, it only measures. Its verbose has no counterpart: the
+  // Trainer says why fit stopped.
+  r.add("Timer", [](const Config& config) {
+    config.get<bool>("verbose", true);
+    return std::make_shared<Timer>(config.duration("duration").value_or(std::numeric_limits<double>::infinity()),
+                                   config.get<std::string>("interval", "step"));
+  });
   r.add("DeviceStatsMonitor", [](const Config& config) {
     return std::make_shared<DeviceStatsMonitor>(config.get_optional<bool>("cpu_stats"));
   });

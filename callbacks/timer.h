@@ -5,17 +5,22 @@
 #include <arc/callbacks/callback.h>
 
 #include <chrono>
+#include <string>
 
 namespace arc {
 
-/// Stops fit once `seconds` of fit have passed.
+/// Stops fit once `seconds` of fit have passed (infinity: never; it only measures), checked after
+/// every training batch (`interval` "step") or at each training epoch's end ("epoch"), as
+/// Lightning's Timer(duration, interval). The Trainer says why fit stopped, so Lightning's
+/// `verbose` has no counterpart here.
 class Timer : public Callback {
  public:
-  explicit Timer(double seconds);
+  explicit Timer(double seconds, std::string interval = "step");
   std::string state_key() const override { return "Timer"; }
   void on_fit_start(Trainer& trainer, TrainModule& module) override;
   void on_train_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& loss, Batch& batch,
                           int64_t batch_idx) override;
+  void on_train_epoch_end(Trainer& trainer, TrainModule& module) override;
   void on_validation_start(Trainer& trainer, TrainModule& module) override;
   void on_validation_end(Trainer& trainer, TrainModule& module) override;
   nlohmann::json state_dict() const override { return {{"elapsed", elapsed()}}; }
@@ -27,7 +32,10 @@ class Timer : public Callback {
 
  private:
   using Clock = std::chrono::steady_clock;
+  void check(Trainer& trainer) const;
+
   double limit_;
+  std::string interval_;
   double carried_ = 0;
   double validation_ = 0;
   Clock::time_point start_ = Clock::now();

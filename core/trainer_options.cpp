@@ -19,29 +19,6 @@ const std::vector<std::string> kClipAlgorithms = {"norm", "value"};
 const std::vector<std::string> kEvenBatches = {"error", "pad", "drop"};
 const std::vector<std::string> kProcessGroupBackends = {"auto", "nccl", "gloo"};
 
-// Lightning accepts seconds, "DD:HH:MM:SS" and {"days": .., "hours": .., ...}.
-std::optional<double> read_duration(const Config& config, const std::string& key) {
-  const auto* value = config.find(key);
-  if (value == nullptr || value->is_null()) return std::nullopt;
-  const std::string hint =
-      "' must be seconds, \"DD:HH:MM:SS\" or {\"days\", \"hours\", \"minutes\", \"seconds\"}, got ";
-  if (value->is_number()) return value->get<double>();
-  if (value->is_string()) {
-    int days = 0, hours = 0, minutes = 0, seconds = 0;
-    char tail = 0;
-    const int read =
-        std::sscanf(value->get<std::string>().c_str(), "%d:%d:%d:%d%c", &days, &hours, &minutes, &seconds, &tail);
-    ARC_CHECK(read == 4, "config key '", config.qualified(key), hint, value->dump());
-    return ((days * 24.0 + hours) * 60.0 + minutes) * 60.0 + seconds;
-  }
-  ARC_CHECK(value->is_object(), "config key '", config.qualified(key), hint, value->dump());
-  Config parts(*value, config.qualified(key));
-  const double total = parts.get<double>("days", 0) * 86400 + parts.get<double>("hours", 0) * 3600 +
-                       parts.get<double>("minutes", 0) * 60 + parts.get<double>("seconds", 0);
-  parts.finish();
-  return total;
-}
-
 BatchAmount read_amount(const Config& config, const std::string& key, BatchAmount fallback) {
   const auto* value = config.find(key);
   if (value == nullptr || value->is_null()) return fallback;
@@ -61,13 +38,13 @@ nlohmann::json amount_json(const BatchAmount& amount) {
   return static_cast<int64_t>(amount.value);
 }
 
-std::optional<double> read_max_time(const Config& config) { return read_duration(config, "max_time"); }
+std::optional<double> read_max_time(const Config& config) { return config.duration("max_time"); }
 
 // A batch amount, or a duration in max_time's forms.
 BatchAmount read_val_check_interval(const Config& config) {
   const auto* value = config.find("val_check_interval");
   if (value != nullptr && (value->is_string() || value->is_object()))
-    return BatchAmount::duration(*read_duration(config, "val_check_interval"));
+    return BatchAmount::duration(*config.duration("val_check_interval"));
   return read_amount(config, "val_check_interval", BatchAmount());
 }
 

@@ -402,6 +402,11 @@ TEST(Config, LightningCliPrintedCallbacksRunWithEveryInitArg) {
       logging_interval: null
       log_momentum: true
       log_weight_decay: true
+  - class_path: lightning.pytorch.callbacks.Timer
+    init_args:
+      duration: 00:12:00:00
+      interval: step
+      verbose: true
 module:
   name: mlp_classifier
 )";

@@ -61,6 +61,32 @@ TEST(Callbacks, TimerStopsFitAfterItsDuration) {
   EXPECT_THROW(Timer(0), Error);
 }
 
+// From a config, as Lightning's Timer: a duration in any of its forms, checked at each training
+// epoch's end with interval "epoch" (so the stop comes after a whole epoch of 3 batches).
+TEST(Callbacks, TimerFromAConfigTakesLightningsDurationsAndInterval) {
+  const auto timers = callbacks_from_json(
+      {{{"class_path", "lightning.pytorch.callbacks.Timer"},
+        {"init_args", {{"duration", {{"seconds", 0.05}}}, {"interval", "epoch"}, {"verbose", true}}}}},
+      "trainer.callbacks");
+  Slow module;
+  Trainer trainer(quiet().max_epochs(100), timers);
+  trainer.fit(module, tiny_data(6, 2));
+  EXPECT_EQ(module.counts["training_step"] % 3, 0);
+  EXPECT_LT(module.counts["training_step"], 300);
+  EXPECT_NE(trainer.stop_reason().find("Timer"), std::string::npos);
+  EXPECT_NO_THROW(callbacks_from_json({{{"class_path", "Timer"}, {"init_args", {{"duration", "00:12:00:00"}}}}}, "c"));
+  EXPECT_NO_THROW(callbacks_from_json({{{"class_path", "Timer"}, {"init_args", {{"duration", nullptr}}}}}, "c"));
+  try {
+    callbacks_from_json({{{"class_path", "Timer"}, {"init_args", {{"duration", "12 hours"}}}}}, "c");
+    FAIL() << "a duration of \"12 hours\" was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("'c[0].init_args.duration' must be seconds, \"DD:HH:MM:SS\""),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(Timer(1, "batch"), Error);
+}
+
 struct Scheduled : TinyModule {
   std::vector<OptimizerConfig> configure_optimizers() override {
     auto sgd = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(1.0));
