@@ -84,7 +84,7 @@ Registry<Callback, const Config&> shipped_callbacks() {
   r.add("EarlyStopping", early_stopping);
   r.add("GradientAccumulationScheduler", gradient_accumulation_scheduler);
   r.add("LearningRateMonitor", [](const Config& config) {
-    return std::make_shared<LearningRateMonitor>(config.get<std::string>("logging_interval", "epoch"),
+    return std::make_shared<LearningRateMonitor>(config.get_optional<std::string>("logging_interval"),
                                                  config.get<bool>("log_momentum", false),
                                                  config.get<bool>("log_weight_decay", false));
   });

@@ -13,6 +13,7 @@
 
 #include <cxxabi.h>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <typeinfo>
 
@@ -50,12 +51,15 @@ double weight_decay_of(const torch::optim::OptimizerOptions& options) {
 // Every parameter group's rate, and "<name>-momentum" and "<name>-weight_decay" where asked for,
 // with Lightning's names: "lr-<class>", "-<k>" for the k-th further optimizer of that class, and
 // "/pg<j>" (from 1) when an optimizer has several parameter groups.
-std::map<std::string, double> collect(const Trainer& trainer, bool momentum, bool weight_decay) {
+// Only the optimizers that `include` accepts are logged; the names count every optimizer.
+std::map<std::string, double> collect(const Trainer& trainer, bool momentum, bool weight_decay,
+                                      const std::function<bool(const OptimizerConfig&)>& include) {
   std::map<std::string, double> out;
   std::map<std::string, int64_t> seen;
   for (const auto& config : trainer.optimizer_configs()) {
     const std::string type = class_name(*config.optimizer);
     const int64_t repeat = seen[type]++;
+    if (!include(config)) continue;
     const std::string name = "lr-" + type + (repeat > 0 ? "-" + std::to_string(repeat) : std::string());
     const auto& groups = config.optimizer->param_groups();
     for (size_t g = 0; g < groups.size(); ++g) {
@@ -71,23 +75,30 @@ std::map<std::string, double> collect(const Trainer& trainer, bool momentum, boo
 
 }  // namespace
 
-LearningRateMonitor::LearningRateMonitor(std::string logging_interval, bool log_momentum, bool log_weight_decay)
+LearningRateMonitor::LearningRateMonitor(std::optional<std::string> logging_interval, bool log_momentum,
+                                         bool log_weight_decay)
     : interval_(std::move(logging_interval)), log_momentum_(log_momentum), log_weight_decay_(log_weight_decay) {
-  ARC_CHECK(interval_ == "step" || interval_ == "epoch", "LearningRateMonitor logging_interval must be \"step\" or ",
-            "\"epoch\", got \"", interval_, "\"");
+  ARC_CHECK(!interval_ || *interval_ == "step" || *interval_ == "epoch", "LearningRateMonitor logging_interval must ",
+            "be \"step\", \"epoch\" or unset (each scheduler's interval), got \"", interval_.value_or(""), "\"");
 }
 
 std::map<std::string, double> LearningRateMonitor::rates(const Trainer& trainer) {
-  return collect(trainer, false, false);
+  return collect(trainer, false, false, [](const OptimizerConfig&) { return true; });
 }
 
-void LearningRateMonitor::on_train_epoch_start(Trainer& trainer, TrainModule&) {
-  if (interval_ == "epoch") trainer.log_to_loggers(collect(trainer, log_momentum_, log_weight_decay_));
+void LearningRateMonitor::log(Trainer& trainer, Interval interval) const {
+  const bool all = interval_ == (interval == Interval::step ? "step" : "epoch");
+  if (interval_ && !all) return;
+  // Unset: an optimizer with a scheduler at its scheduler's interval, one without at both.
+  trainer.log_to_loggers(collect(trainer, log_momentum_, log_weight_decay_, [&](const OptimizerConfig& config) {
+    return all || !config.lr_scheduler || config.lr_scheduler->interval == interval;
+  }));
 }
+
+void LearningRateMonitor::on_train_epoch_start(Trainer& trainer, TrainModule&) { log(trainer, Interval::epoch); }
 
 void LearningRateMonitor::on_train_batch_start(Trainer& trainer, TrainModule&, Batch&, int64_t) {
-  if (interval_ == "step" && trainer.logging_batch())
-    trainer.log_to_loggers(collect(trainer, log_momentum_, log_weight_decay_));
+  if (trainer.logging_batch()) log(trainer, Interval::step);
 }
 
 }  // namespace arc

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <arc/callbacks/callback.h>
+#include <arc/core/train_module.h>
 
+#include <optional>
 #include <string>
 
 namespace arc {
@@ -12,10 +14,11 @@ namespace arc {
 /// whose step metrics are logged (every log_every_n_steps batches).
 class LearningRateMonitor : public Callback {
  public:
-  /// `logging_interval`: "step" or "epoch". `log_momentum`: also "<name>-momentum" (SGD's and
-  /// RMSprop's momentum, Adam's and AdamW's beta1, 0 for an optimizer without one);
-  /// `log_weight_decay`: also "<name>-weight_decay".
-  explicit LearningRateMonitor(std::string logging_interval = "epoch", bool log_momentum = false,
+  /// `logging_interval`: "step", "epoch", or unset (Lightning's None, a config's default): an
+  /// optimizer with a scheduler at its scheduler's interval, one without at both. `log_momentum`:
+  /// also "<name>-momentum" (SGD's and RMSprop's momentum, Adam's and AdamW's beta1, 0 for an
+  /// optimizer without one); `log_weight_decay`: also "<name>-weight_decay".
+  explicit LearningRateMonitor(std::optional<std::string> logging_interval = "epoch", bool log_momentum = false,
                                bool log_weight_decay = false);
   std::string state_key() const override { return "LearningRateMonitor"; }
   void on_train_epoch_start(Trainer& trainer, TrainModule& module) override;
@@ -25,7 +28,10 @@ class LearningRateMonitor : public Callback {
   static std::map<std::string, double> rates(const Trainer& trainer);
 
  private:
-  std::string interval_;
+  /// Logs the optimizers whose scheduler steps at `interval` (all of them when logging_interval is it).
+  void log(Trainer& trainer, Interval interval) const;
+
+  std::optional<std::string> interval_;
   bool log_momentum_;
   bool log_weight_decay_;
 };

@@ -168,11 +168,12 @@ TEST(Config, LightningImportPathsLoneEntriesAndBareClassPathsNameTheSameClasses)
   const auto lr = column(dir + "/import/lightning_logs/version_0/metrics.csv", "lr-AdamW");
   EXPECT_EQ(lr.size(), 20u);
   EXPECT_EQ(lr, column(dir + "/short/lightning_logs/version_0/metrics.csv", "lr-AdamW"));
-  // Bare class paths: AdamW's default rate, the monitor's default interval (once per epoch).
+  // Bare class paths: AdamW's default rate, the monitor's default interval (Lightning's None: an
+  // optimizer without a scheduler at the epoch's start and at each of the 20 logged batches).
   const auto bare =
       run("bare.yaml", "  callbacks: [lightning.pytorch.callbacks.LearningRateMonitor]\n", "torch.optim.AdamW");
   ASSERT_EQ(bare.status, 0) << bare.output;
-  EXPECT_EQ(column(dir + "/lightning_logs/version_0/metrics.csv", "lr-AdamW"), std::vector<double>{1e-3});
+  EXPECT_EQ(column(dir + "/lightning_logs/version_0/metrics.csv", "lr-AdamW"), std::vector<double>(21, 1e-3));
   fs::remove_all(dir);
 }
 

@@ -102,6 +102,23 @@ TEST(Callbacks, LearningRateMonitorLogsEveryEpochsRate) {
   EXPECT_THROW(LearningRateMonitor("batch"), Error);
 }
 
+// Unset (Lightning's None, a config's default), an optimizer with a scheduler is logged at its
+// scheduler's interval, one without at every logged batch and every epoch start.
+TEST(Callbacks, LearningRateMonitorUnsetFollowsEachSchedulersInterval) {
+  const auto logged = [](TinyModule& module) {
+    auto recorder = std::make_shared<Recorder>();
+    Trainer(quiet().max_epochs(3).log_every_n_steps(1), {std::make_shared<LearningRateMonitor>(std::nullopt)},
+            {recorder})
+        .fit(module, tiny_data(4, 2));
+    return recorder->values("lr-SGD");
+  };
+  Scheduled scheduled;
+  EXPECT_EQ(logged(scheduled), (std::vector<double>{1.0, 0.5, 0.25}));
+  TinyModule plain;
+  EXPECT_EQ(logged(plain).size(), 9u);  // 3 epochs: the start and 2 logged batches each
+  EXPECT_THROW(LearningRateMonitor(std::string("batch")), Error);
+}
+
 // log_momentum and log_weight_decay add "<name>-momentum" (beta1 for Adam) and "<name>-weight_decay".
 struct WithMomentum : TinyModule {
   std::vector<OptimizerConfig> configure_optimizers() override {
