@@ -77,9 +77,8 @@ std::map<std::string, double> collect(const Trainer& trainer, bool momentum, boo
 
 LearningRateMonitor::LearningRateMonitor(std::optional<std::string> logging_interval, bool log_momentum,
                                          bool log_weight_decay)
-    : interval_(std::move(logging_interval)), log_momentum_(log_momentum), log_weight_decay_(log_weight_decay) {
-  ARC_CHECK(!interval_ || *interval_ == "step" || *interval_ == "epoch", "LearningRateMonitor logging_interval must ",
-            "be \"step\", \"epoch\" or unset (each scheduler's interval), got \"", interval_.value_or(""), "\"");
+    : log_momentum_(log_momentum), log_weight_decay_(log_weight_decay) {
+  if (logging_interval) interval_ = interval_named(*logging_interval, "LearningRateMonitor logging_interval");
 }
 
 std::map<std::string, double> LearningRateMonitor::rates(const Trainer& trainer) {
@@ -87,7 +86,7 @@ std::map<std::string, double> LearningRateMonitor::rates(const Trainer& trainer)
 }
 
 void LearningRateMonitor::log(Trainer& trainer, Interval interval) const {
-  const bool all = interval_ == (interval == Interval::step ? "step" : "epoch");
+  const bool all = interval_ == interval;
   if (interval_ && !all) return;
   // Unset: an optimizer with a scheduler at its scheduler's interval, one without at both.
   trainer.log_to_loggers(collect(trainer, log_momentum_, log_weight_decay_, [&](const OptimizerConfig& config) {

@@ -31,7 +31,8 @@ class LearningRateMonitor : public Callback {
   /// Logs the optimizers whose scheduler steps at `interval` (all of them when logging_interval is it).
   void log(Trainer& trainer, Interval interval) const;
 
-  std::optional<std::string> interval_;
+  /// Unset: each optimizer at its scheduler's interval.
+  std::optional<Interval> interval_;
   bool log_momentum_;
   bool log_weight_decay_;
 };

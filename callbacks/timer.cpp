@@ -8,10 +8,9 @@
 
 namespace arc {
 
-Timer::Timer(double seconds, std::string interval) : limit_(seconds), interval_(std::move(interval)) {
+Timer::Timer(double seconds, const std::string& interval)
+    : limit_(seconds), interval_(interval_named(interval, "Timer interval")) {
   ARC_CHECK(seconds > 0, "Timer needs a positive duration in seconds, got ", seconds);
-  ARC_CHECK(interval_ == "step" || interval_ == "epoch", "Timer interval must be \"step\" or \"epoch\", got \"",
-            interval_, "\"");
 }
 
 double Timer::elapsed() const { return carried_ + std::chrono::duration<double>(Clock::now() - start_).count(); }
@@ -24,11 +23,11 @@ void Timer::check(Trainer& trainer) const {
 }
 
 void Timer::on_train_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&, int64_t) {
-  if (interval_ == "step") check(trainer);
+  if (interval_ == Interval::step) check(trainer);
 }
 
 void Timer::on_train_epoch_end(Trainer& trainer, TrainModule&) {
-  if (interval_ == "epoch") check(trainer);
+  if (interval_ == Interval::epoch) check(trainer);
 }
 
 void Timer::on_validation_start(Trainer&, TrainModule&) { validation_start_ = Clock::now(); }

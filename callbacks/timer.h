@@ -3,6 +3,7 @@
 #pragma once
 
 #include <arc/callbacks/callback.h>
+#include <arc/core/train_module.h>
 
 #include <chrono>
 #include <string>
@@ -15,7 +16,7 @@ namespace arc {
 /// `verbose` has no counterpart here.
 class Timer : public Callback {
  public:
-  explicit Timer(double seconds, std::string interval = "step");
+  explicit Timer(double seconds, const std::string& interval = "step");
   std::string state_key() const override { return "Timer"; }
   void on_fit_start(Trainer& trainer, TrainModule& module) override;
   void on_train_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& loss, Batch& batch,
@@ -28,6 +29,8 @@ class Timer : public Callback {
 
   /// Seconds of fit so far (including time before a resume).
   double elapsed() const;
+  /// Seconds left before it stops fit (infinity when it only measures), as Lightning's time_remaining.
+  double time_remaining() const { return limit_ - elapsed(); }
   double validation_seconds() const { return validation_; }
 
  private:
@@ -35,7 +38,7 @@ class Timer : public Callback {
   void check(Trainer& trainer) const;
 
   double limit_;
-  std::string interval_;
+  Interval interval_;
   double carried_ = 0;
   double validation_ = 0;
   Clock::time_point start_ = Clock::now();

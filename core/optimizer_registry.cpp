@@ -64,10 +64,8 @@ Registry<torch::optim::Optimizer, Parameters, const Config&> shipped_optimizers(
 std::shared_ptr<SchedulerConfig> scheduled(std::shared_ptr<LRScheduler> scheduler, const Config& config) {
   auto out = std::make_shared<SchedulerConfig>();
   out->scheduler = std::move(scheduler);
-  const auto interval = config.get<std::string>("interval", "epoch");
-  ARC_CHECK(interval == "epoch" || interval == "step", "config key '", config.qualified("interval"),
-            "' must be \"epoch\" or \"step\", got \"", interval, "\"");
-  out->interval = interval == "step" ? Interval::step : Interval::epoch;
+  out->interval =
+      interval_named(config.get<std::string>("interval", "epoch"), "config key '" + config.qualified("interval") + "'");
   out->frequency = config.get<int64_t>("frequency", 1);
   ARC_CHECK(out->frequency >= 1, "config key '", config.qualified("frequency"), "' must be >= 1, got ", out->frequency);
   out->monitor = config.get<std::string>("monitor", "");

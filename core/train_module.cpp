@@ -33,6 +33,11 @@ class GatherWithGradients : public torch::autograd::Function<GatherWithGradients
 
 }  // namespace
 
+Interval interval_named(const std::string& text, const std::string& what) {
+  ARC_CHECK(text == "step" || text == "epoch", what, " must be \"step\" or \"epoch\", got \"", text, "\"");
+  return text == "step" ? Interval::step : Interval::epoch;
+}
+
 void TrainerOptimizer::zero_grad() { trainer_->zero_grad(*optimizer_); }
 
 void TrainerOptimizer::step() { trainer_->optimizer_step(*optimizer_); }

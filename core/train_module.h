@@ -26,6 +26,9 @@ class Trainer;
 
 /// When a scheduler steps: after every optimizer step or after every training epoch.
 enum class Interval { step, epoch };
+/// "step" or "epoch" as an Interval; anything else is an error naming `what` (a config key or an
+/// option) and the value.
+Interval interval_named(const std::string& text, const std::string& what);
 
 /// A scheduler with Lightning's lr_scheduler_config keys.
 struct SchedulerConfig {

@@ -81,15 +81,20 @@ std::string read_precision(const Config& config) {
   return value->get<std::string>();
 }
 
+void check_choice(const std::string& key, const std::string& value, const std::vector<std::string>& allowed) {
+  for (const auto& choice : allowed)
+    if (choice == value) return;
+  throw Error(unknown_name_message(key, value, allowed));
+}
+
 // Sets `key` to `value` for a plugin, unless the trainer section sets it otherwise itself.
 template <typename T>
-void set_by_plugin(const Config& config, const std::string& plugin, const char* key, const T& value,
-                   T& (TrainerOptions::*field)() noexcept, TrainerOptions& o) {
+void set_by_plugin(const Config& config, const std::string& plugin, const char* key, const T& value, T& field) {
   const auto* own = config.find(key);
   ARC_CHECK(own == nullptr || own->is_null() || *own == nlohmann::json(value), "config key '", config.qualified(key),
             "' is ", own == nullptr ? "" : own->dump(), ", but the plugin ", plugin, " sets ", key, " to ",
             nlohmann::json(value).dump(), "; drop one of them");
-  (o.*field)() = value;
+  field = value;
 }
 
 // One of Lightning's plugins: each stands for trainer options here. Cluster environments set
@@ -101,12 +106,11 @@ std::string apply_plugin(const Config& config, const std::string& name, const Co
       {"LightningEnvironment", "local"}, {"SLURMEnvironment", "slurm"}, {"TorchElasticEnvironment", "torchelastic"},
       {"MPIEnvironment", "mpi"},         {"LSFEnvironment", "lsf"},     {"KubeflowEnvironment", "kubeflow"}};
   if (const auto found = environments.find(name); found != environments.end()) {
-    set_by_plugin(config, name, "cluster_environment", found->second, &TrainerOptions::cluster_environment, o);
+    set_by_plugin(config, name, "cluster_environment", found->second, o.cluster_environment());
     if (name == "SLURMEnvironment") {
-      set_by_plugin(config, name, "auto_requeue", init_args.get<bool>("auto_requeue", true),
-                    &TrainerOptions::auto_requeue, o);
+      set_by_plugin(config, name, "auto_requeue", init_args.get<bool>("auto_requeue", true), o.auto_requeue());
       set_by_plugin(config, name, "requeue_signal", init_args.get<std::string>("requeue_signal", "SIGUSR1"),
-                    &TrainerOptions::requeue_signal, o);
+                    o.requeue_signal());
     }
     return "cluster environment";
   }
@@ -116,22 +120,22 @@ std::string apply_plugin(const Config& config, const std::string& name, const Co
     const auto precision = name == "MixedPrecision" ? init_args.require<std::string>("precision")
                                                     : init_args.get<std::string>("precision", "16-true");
     init_args.get<std::string>("device", "");
-    set_by_plugin(config, name, "precision", precision, &TrainerOptions::precision, o);
+    check_choice("precision", precision, Precision::names());  // named in the plugin's entry
+    set_by_plugin(config, name, "precision", precision, o.precision());
     return "precision";
   }
   if (name == "DoublePrecision" || name == "Precision") {
-    set_by_plugin(config, name, "precision", std::string(name == "Precision" ? "32-true" : "64-true"),
-                  &TrainerOptions::precision, o);
+    set_by_plugin(config, name, "precision", std::string(name == "Precision" ? "32-true" : "64-true"), o.precision());
     return "precision";
   }
   if (name == "AsyncCheckpointIO") {
-    set_by_plugin(config, name, "async_checkpointing", true, &TrainerOptions::async_checkpointing, o);
+    set_by_plugin(config, name, "async_checkpointing", true, o.async_checkpointing());
     return "checkpoint io";
   }
   // Lightning's default checkpoint writer, as Arclight's.
   if (name == "TorchCheckpointIO") return "checkpoint io";
   if (name == "TorchSyncBatchNorm") {
-    set_by_plugin(config, name, "sync_batchnorm", true, &TrainerOptions::sync_batchnorm, o);
+    set_by_plugin(config, name, "sync_batchnorm", true, o.sync_batchnorm());
     return "layer sync";
   }
   std::vector<std::string> known{"TorchCheckpointIO", "AsyncCheckpointIO", "TorchSyncBatchNorm", "MixedPrecision",
@@ -159,12 +163,6 @@ void read_plugins(const Config& config, TrainerOptions& o) {
     ARC_CHECK(first, "config keys '", earlier->second, "' and '", entry, "' are both ", kind,
               " plugins; keep one of them");
   }
-}
-
-void check_choice(const std::string& key, const std::string& value, const std::vector<std::string>& allowed) {
-  for (const auto& choice : allowed)
-    if (choice == value) return;
-  throw Error(unknown_name_message(key, value, allowed));
 }
 
 // "auto" or a name the registry knows (users' own strategies included).

@@ -176,11 +176,14 @@ class DataLoader::StreamReader {
 
 DataLoader::DataLoader(DataSource source, int64_t rank, int64_t world_size, uint64_t seed)
     : source_(std::move(source)), rank_(rank), world_size_(world_size) {
-  ARC_CHECK(source_.dataset != nullptr || source_.stream != nullptr || source_.combined != nullptr,
-            "DataLoader got a DataSource without a dataset; set its dataset, e.g. ",
+  std::vector<std::string> set;
+  if (source_.dataset) set.push_back("a dataset");
+  if (source_.stream) set.push_back("a stream");
+  if (source_.combined) set.push_back("a CombinedLoader");
+  ARC_CHECK(!set.empty(), "DataLoader got a DataSource without a dataset; set its dataset, e.g. ",
             "DataSource(std::make_shared<TensorDataset>(tensors), DataLoaderOptions(64))");
-  ARC_CHECK((source_.dataset != nullptr) + (source_.stream != nullptr) + (source_.combined != nullptr) == 1,
-            "a DataSource has more than one of a dataset, a stream and a CombinedLoader; give one of them");
+  ARC_CHECK(set.size() == 1, "a DataSource has ", join(set, " and "),
+            " set, but a source reads one of them; give only one");
   ARC_CHECK(world_size_ >= 1 && rank_ >= 0 && rank_ < world_size_, "cannot load data for rank ", rank_,
             " of world size ", world_size_, "; ranks run from 0 to world size - 1, so check RANK and WORLD_SIZE");
   if (source_.combined) {

@@ -97,14 +97,15 @@ std::vector<torch::Tensor> Strategy::all_gather(const torch::Tensor& tensor) {
   // Tensors of different shapes would be read past their ends: every rank compares them first and
   // fails alike, naming each rank's.
   const auto signatures = group->all_gather(signature_of(tensor));
-  std::string shapes;
-  bool same = true;
-  for (size_t r = 0; r < signatures.size(); ++r) {
-    same = same && torch::equal(signatures[r], signatures[0]);
-    shapes += (r > 0 ? ", rank " : "rank ") + std::to_string(r) + " " + describe(signatures[r]);
+  const bool same = std::all_of(signatures.begin(), signatures.end(),
+                                [&](const torch::Tensor& signature) { return torch::equal(signature, signatures[0]); });
+  if (!same) {
+    std::string shapes;
+    for (size_t r = 0; r < signatures.size(); ++r)
+      shapes += (r > 0 ? ", rank " : "rank ") + std::to_string(r) + " " + describe(signatures[r]);
+    ARC_FAIL("all_gather: the ranks' tensors differ (", shapes, "); every rank must gather a tensor of one shape ",
+             "and type: pad them to the largest, and gather their lengths too");
   }
-  ARC_CHECK(same, "all_gather: the ranks' tensors differ (", shapes, "); every rank must gather a tensor of one ",
-            "shape and type: pad them to the largest, and gather their lengths too");
   return group->all_gather(tensor.detach());
 }
 

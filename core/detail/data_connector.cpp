@@ -25,6 +25,16 @@ Sources pick(const Sources& given, DataModule* data, Sources (DataModule::*from_
   return {};
 }
 
+// overfit_batches trains on the first batches as they come: `source` (each of a CombinedLoader's
+// sources too) without its shuffle.
+DataSource unshuffled(DataSource source) {
+  source.options.shuffle(false);
+  if (!source.combined) return source;
+  auto sources = source.combined->sources();
+  for (auto& [name, part] : sources) part = unshuffled(part);
+  return CombinedLoader(std::move(sources), source.combined->mode());
+}
+
 }  // namespace
 
 DataConnector::DataConnector(const TrainerOptions& options, Strategy& strategy, TrainModule& module, DataModule* data)
@@ -52,15 +62,7 @@ Loaders DataConnector::predict(const DataSources& given) const {
 }
 
 std::unique_ptr<DataLoader> DataConnector::loader(const DataSource& source) const {
-  DataSource adjusted = source;
-  if (!options_.overfit_batches().is_zero()) {
-    adjusted.options.shuffle(false);
-    if (source.combined) {
-      auto sources = source.combined->sources();
-      for (auto& [name, part] : sources) part.options.shuffle(false);
-      adjusted = CombinedLoader(std::move(sources), source.combined->mode());
-    }
-  }
+  const DataSource adjusted = options_.overfit_batches().is_zero() ? source : unshuffled(source);
   // Without the distributed sampler every rank reads the source whole: the user shards it.
   const bool shard = options_.use_distributed_sampler();
   return std::make_unique<DataLoader>(adjusted, shard ? strategy_.global_rank() : 0, shard ? strategy_.world_size() : 1,

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 namespace arc {
@@ -74,8 +75,13 @@ TEST(Callbacks, TimerFromAConfigTakesLightningsDurationsAndInterval) {
   EXPECT_EQ(module.counts["training_step"] % 3, 0);
   EXPECT_LT(module.counts["training_step"], 300);
   EXPECT_NE(trainer.stop_reason().find("Timer"), std::string::npos);
-  EXPECT_NO_THROW(callbacks_from_json({{{"class_path", "Timer"}, {"init_args", {{"duration", "00:12:00:00"}}}}}, "c"));
-  EXPECT_NO_THROW(callbacks_from_json({{{"class_path", "Timer"}, {"init_args", {{"duration", nullptr}}}}}, "c"));
+  const auto remaining = [](const nlohmann::json& duration) {
+    const auto built = callbacks_from_json({{{"class_path", "Timer"}, {"init_args", {{"duration", duration}}}}}, "c");
+    return std::dynamic_pointer_cast<Timer>(built.at(0))->time_remaining();
+  };
+  EXPECT_NEAR(remaining("00:12:00:00"), 12 * 3600.0, 60.0);
+  EXPECT_NEAR(remaining({{"days", 1}, {"minutes", 2}}), 86400.0 + 120.0, 60.0);
+  EXPECT_EQ(remaining(nullptr), std::numeric_limits<double>::infinity());
   try {
     callbacks_from_json({{{"class_path", "Timer"}, {"init_args", {{"duration", "12 hours"}}}}}, "c");
     FAIL() << "a duration of \"12 hours\" was accepted";

@@ -166,6 +166,26 @@ TEST(CombinedLoader, FitStepsOnEachSourcesPartAndTheOtherStagesTakeAList) {
             std::string::npos);
 }
 
+// overfit_batches trains on the first batches of every source in their order, each source's shuffle
+// set aside, as with one source.
+TEST(CombinedLoader, OverfitBatchesTakesEachSourcesFirstBatchesUnshuffled) {
+  struct FirstRows : TwoSources {
+    torch::Tensor training_step(Batch& batch, int64_t batch_idx) override {
+      firsts.push_back({batch.part("a")[0][0][0].item<float>(), batch.part("b")[0][0][0].item<float>()});
+      return TwoSources::training_step(batch, batch_idx);
+    }
+    std::vector<std::pair<float, float>> firsts;
+  } module;
+  auto a = tiny_data(10, 2), b = tiny_data(8, 2);
+  a.options.shuffle(true);
+  b.options.shuffle(true);
+  Trainer(quiet().max_epochs(2).seed(5).overfit_batches(BatchAmount::count(2)))
+      .fit(module, CombinedLoader({{"a", a}, {"b", b}}));
+  // Row i's first feature is i / n: rows 0 and 2 start the first two batches of each source.
+  const std::vector<std::pair<float, float>> expected{{0.0f, 0.0f}, {0.2f, 0.25f}, {0.0f, 0.0f}, {0.2f, 0.25f}};
+  EXPECT_EQ(module.firsts, expected);
+}
+
 // The n-th call of each hook gives data that starts at n, so the module sees which one it trains on.
 struct Reloading : DataModule {
   DataSource train_dataloader() override { return shifted(train_calls++); }

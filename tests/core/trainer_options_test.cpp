@@ -265,7 +265,8 @@ TEST(TrainerOptions, PluginsAreTheOptionsTheyStandFor) {
                 .find("did you mean 'auto_requeue'"),
             std::string::npos);
   EXPECT_NE(error_of({{"plugins", {{{"class_path", "MixedPrecision"}, {"init_args", {{"precision", "8-mixed"}}}}}}})
-                .find("precision"),
+                .find("trainer.plugins[0].init_args.precision (MixedPrecision): unknown precision '8-mixed'; did "
+                      "you mean '16-mixed'?"),
             std::string::npos);
   EXPECT_NE(error_of({{"plugins", 3}}).find("'trainer.plugins' must be a list"), std::string::npos);
 }

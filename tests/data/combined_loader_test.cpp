@@ -144,9 +144,10 @@ TEST(CombinedLoader, BadSourcesAndModesAreErrorsThatSayTheFix) {
             std::string::npos);
   DataSource both = CombinedLoader({{"a", source}});
   both.dataset = source.dataset;
-  EXPECT_NE(
-      error_of([&] { DataLoader loader(both); }).find("more than one of a dataset, a stream and a CombinedLoader"),
-      std::string::npos);
+  EXPECT_NE(error_of([&] {
+              DataLoader loader(both);
+            }).find("a DataSource has a dataset and a CombinedLoader set, but a source reads one of them"),
+            std::string::npos);
   // max_size_cycle cannot start over a source that has no batch; max_size leaves its part out.
   const auto empty = numbered(0, 0, DataLoaderOptions(2));
   DataLoader cycle(CombinedLoader({{"a", source}, {"none", empty}}));
