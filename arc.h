@@ -12,6 +12,7 @@
 #include <arc/callbacks/device_stats_monitor.h>
 #include <arc/callbacks/early_stopping.h>
 #include <arc/callbacks/elastic_checkpoint.h>
+#include <arc/callbacks/finetuning.h>
 #include <arc/callbacks/gradient_accumulation_scheduler.h>
 #include <arc/callbacks/lambda_callback.h>
 #include <arc/callbacks/learning_rate_monitor.h>

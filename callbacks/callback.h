@@ -18,6 +18,7 @@ class Optimizer;
 
 namespace arc {
 
+enum class Stage;
 class CheckpointReader;
 class CheckpointWriter;
 class Trainer;
@@ -31,6 +32,11 @@ class Callback {
   /// Identifies the callback's state in checkpoints; the class name by default.
   virtual std::string state_key() const = 0;
 
+  /// When fit, validate, test or predict starts, after the data module's setup and before the
+  /// module's, its configure_optimizers and DDP's set-up, as Lightning's: a finetuning callback
+  /// freezes parameters here. teardown: at the stage's end, before the module's teardown.
+  virtual void setup(Trainer&, TrainModule&, Stage) {}
+  virtual void teardown(Trainer&, TrainModule&, Stage) {}
   virtual void on_fit_start(Trainer&, TrainModule&) {}
   virtual void on_fit_end(Trainer&, TrainModule&) {}
   virtual void on_sanity_check_start(Trainer&, TrainModule&) {}
@@ -84,7 +90,9 @@ class Callback {
   /// callback's own go in as "callbacks/<state_key()>/...", and it may put other weights in the
   /// module's place (weight averaging saves the averaged ones, as Lightning's does).
   virtual void on_save_checkpoint(Trainer&, TrainModule&, CheckpointWriter&) {}
-  /// When fit resumes, after the module's weights and every callback's state_dict loaded.
+  /// When fit resumes, after the module's weights and every callback's state_dict loaded, and
+  /// before the optimizers' and schedulers' state, as Lightning's: a callback that adds parameter
+  /// groups to an optimizer during fit adds them back here, so that their state loads.
   virtual void on_load_checkpoint(Trainer&, TrainModule&, const CheckpointReader&) {}
 };
 

@@ -4,6 +4,7 @@
 #include <arc/callbacks/device_stats_monitor.h>
 #include <arc/callbacks/early_stopping.h>
 #include <arc/callbacks/elastic_checkpoint.h>
+#include <arc/callbacks/finetuning.h>
 #include <arc/callbacks/gradient_accumulation_scheduler.h>
 #include <arc/callbacks/learning_rate_monitor.h>
 #include <arc/callbacks/model_checkpoint.h>
@@ -58,6 +59,35 @@ std::shared_ptr<Callback> early_stopping(const Config& config) {
   return std::make_shared<EarlyStopping>(options);
 }
 
+// lambda_func: a number (the factor at every epoch), or Lightning's multiplicative (2) as
+// LightningCLI prints it; other functions are for C++.
+std::shared_ptr<Callback> backbone_finetuning(const Config& config) {
+  BackboneFinetuningOptions options;
+  ARC_READ(unfreeze_backbone_at_epoch);
+  ARC_READ(backbone_initial_ratio_lr);
+  ARC_READ(backbone_initial_lr);
+  ARC_READ(should_align);
+  ARC_READ(initial_denom_lr);
+  ARC_READ(train_bn);
+  ARC_READ(verbose);
+  ARC_READ(rounding);
+  ARC_READ(backbone);
+  if (const auto* lambda = config.find("lambda_func"); lambda != nullptr && !lambda->is_null()) {
+    const auto text = lambda->is_string() ? lambda->get<std::string>() : "";
+    const std::string suffix = ".multiplicative";
+    const bool multiplicative =
+        text == "multiplicative" ||
+        (text.size() > suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0);
+    ARC_CHECK(lambda->is_number() || multiplicative, "config key '", config.qualified("lambda_func"),
+              "' must be a number (the backbone's rate is multiplied by it each epoch) or Lightning's ",
+              "multiplicative, got ", lambda->dump(), "; other functions are given in C++ ",
+              "(BackboneFinetuningOptions::lambda_func)");
+    const double factor = multiplicative ? 2.0 : lambda->get<double>();
+    options.lambda_func([factor](int64_t) { return factor; });
+  }
+  return std::make_shared<BackboneFinetuning>(options);
+}
+
 #undef ARC_READ
 
 // {"epoch": factor} with the epochs as JSON keys, as Lightning's scheduling dict.
@@ -83,6 +113,7 @@ Registry<Callback, const Config&> shipped_callbacks() {
   r.add("ModelCheckpoint", model_checkpoint);
   r.add("EarlyStopping", early_stopping);
   r.add("GradientAccumulationScheduler", gradient_accumulation_scheduler);
+  r.add("BackboneFinetuning", backbone_finetuning);
   r.add("LearningRateMonitor", [](const Config& config) {
     return std::make_shared<LearningRateMonitor>(config.get_optional<std::string>("logging_interval"),
                                                  config.get<bool>("log_momentum", false),

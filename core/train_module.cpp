@@ -91,6 +91,16 @@ void TrainModule::clip_gradients(torch::optim::Optimizer& optimizer, std::option
   }
 }
 
+void TrainModule::freeze() {
+  for (auto& parameter : parameters()) parameter.set_requires_grad(false);
+  eval();
+}
+
+void TrainModule::unfreeze() {
+  for (auto& parameter : parameters()) parameter.set_requires_grad(true);
+  train();
+}
+
 void TrainModule::toggle_optimizer(torch::optim::Optimizer& optimizer) {
   ARC_CHECK(toggled_.empty(), "toggle_optimizer: an optimizer is toggled already; call untoggle_optimizer(...) ",
             "for it first");

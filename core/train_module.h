@@ -155,6 +155,11 @@ class TrainModule : public torch::nn::Module {
   /// no value or 0. Call it from configure_gradient_clipping or a manually optimized training_step.
   void clip_gradients(torch::optim::Optimizer& optimizer, std::optional<double> gradient_clip_val,
                       const std::string& gradient_clip_algorithm = "norm");
+  /// Lightning's freeze(): no parameter requires gradients, and the module is in evaluation mode
+  /// (for inference); unfreeze() undoes both. Under DDP the gradient reduction follows which
+  /// parameters require gradients at each backward (see BaseFinetuning for freezing parts).
+  void freeze();
+  void unfreeze();
   /// For several optimizers (manual optimization): only `optimizer`'s parameters require gradients
   /// until untoggle_optimizer puts back what the others had.
   void toggle_optimizer(torch::optim::Optimizer& optimizer);

@@ -193,6 +193,7 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
       strategy_->barrier();
       data->setup(stage);
     }
+    call_callbacks([&](Callback& c) { c.setup(*this, module, stage); });
     module.setup(stage);
     precision_->convert_module(module);
     strategy_->set_profiler(profiler_.get());
@@ -203,6 +204,7 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
     body();
     anomalies.reset();
     strategy_->teardown();
+    call_callbacks([&](Callback& c) { c.teardown(*this, module, stage); });
     module.teardown(stage);
     if (data != nullptr) data->teardown(stage);
     state_->logging.finalize("success");

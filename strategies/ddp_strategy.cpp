@@ -98,27 +98,83 @@ void DDPStrategy::setup_module(torch::nn::Module& module) {
     }
   }
   if (reduced_module_ == &module) return;
+  reduced_module_ = &module;
+  parameters_.clear();
+  names_.clear();
+  reducers_.clear();
+  for (const auto& item : module.named_parameters()) {
+    parameters_.push_back(item.value());
+    names_.push_back(item.key());
+  }
+  reducer();
+}
+
+GradReducer* DDPStrategy::reducer() {
+  const auto same = [this](const std::vector<bool>& trainable) {
+    for (size_t i = 0; i < parameters_.size(); ++i)
+      if (parameters_[i].requires_grad() != trainable[i]) return false;
+    return true;
+  };
+  if (!reducers_.empty() && same(reducers_.front().trainable)) return reducers_.front().reducer.get();
+  if (reducers_.size() > 1 && same(reducers_.back().trainable)) {
+    std::swap(reducers_.front(), reducers_.back());
+    return reducers_.front().reducer.get();
+  }
+  Reducer made;
   std::vector<torch::Tensor> parameters;
   std::vector<std::string> names;
-  for (const auto& item : module.named_parameters()) {
-    if (!item.value().requires_grad()) continue;
-    parameters.push_back(item.value());
-    names.push_back(item.key());
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    made.trainable.push_back(parameters_[i].requires_grad());
+    if (!made.trainable.back()) continue;
+    parameters.push_back(parameters_[i]);
+    names.push_back(names_[i]);
   }
-  reducer_ = std::make_unique<GradReducer>(parameters, names, *collectives_, reducer_options_);
-  reduced_module_ = &module;
+  check_ranks_train_alike(made.trainable);
+  if (!reducers_.empty())
+    console().info("{}: {} of the module's {} parameter tensors require gradients now; their buckets are rebuilt",
+                   name(), parameters.size(), parameters_.size());
+  if (reducers_.size() > 1) reducers_.pop_back();
+  if (!parameters.empty())
+    made.reducer = std::make_unique<GradReducer>(parameters, names, *collectives_, reducer_options_);
+  reducers_.insert(reducers_.begin(), std::move(made));
+  return reducers_.front().reducer.get();
+}
+
+void DDPStrategy::check_ranks_train_alike(const std::vector<bool>& trainable) {
+  // The count and a hash of which parameters; one small gather, only when the set changes.
+  int64_t count = 0;
+  uint64_t hash = 1469598103934665603ULL;
+  for (size_t i = 0; i < trainable.size(); ++i) {
+    if (!trainable[i]) continue;
+    ++count;
+    hash = (hash ^ i) * 1099511628211ULL;
+  }
+  const CollectiveName name("trainable parameters");
+  const auto gathered = collectives_->all_gather(torch::tensor({count, static_cast<int64_t>(hash)}));
+  std::string ranks;
+  bool alike = true;
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    alike = alike && gathered[r][1].item<int64_t>() == static_cast<int64_t>(hash);
+    ranks += fmt::format("{}rank {} {}", r == 0 ? "" : ", ", r, gathered[r][0].item<int64_t>());
+  }
+  ARC_CHECK(alike, "the ranks train different parameters (parameter tensors that require gradients of the module's ",
+            trainable.size(), ": ", ranks, "); every rank must freeze and unfreeze the same ones at the same ",
+            "step, as a callback's or the module's hooks do when no rank test decides it");
 }
 
 void DDPStrategy::backward(const torch::Tensor& loss) {
-  if (sync_ && reducer_) reducer_->prepare_for_backward(profiler());
+  reducing_ = sync_ ? reducer() : nullptr;
+  if (reducing_ != nullptr) reducing_->prepare_for_backward(profiler());
   loss.backward();
 }
 
 // The vote travels in the gradient all-reduce: a rank that skipped joins it without a backward.
 bool DDPStrategy::agree_on_skip(bool skipped) {
-  if (!reducer_) return skipped;
-  if (skipped) reducer_->reduce_without_backward(profiler());
-  return reducer_->skip_voted();
+  // A rank that skipped joins with the reducer that the others' backward chose.
+  if (skipped) reducing_ = reducer();
+  if (reducing_ == nullptr) return skipped;
+  if (skipped) reducing_->reduce_without_backward(profiler());
+  return reducing_->skip_voted();
 }
 
 }  // namespace arc

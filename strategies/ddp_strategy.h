@@ -44,8 +44,24 @@ class DDPStrategy : public Strategy {
  private:
   std::shared_ptr<cluster::ClusterEnvironment> environment_;
   std::unique_ptr<Collectives> collectives_;
-  std::unique_ptr<GradReducer> reducer_;
+  /// The reducer for the parameters that require gradients now: the last one while they are the
+  /// same, else the one before it (toggle_optimizer alternates between two sets), else one made for
+  /// them once the ranks agree on them (a finetuning callback unfroze a backbone); null without any.
+  GradReducer* reducer();
+  /// Throws unless every rank's parameters require gradients alike (`trainable` is this rank's).
+  void check_ranks_train_alike(const std::vector<bool>& trainable);
+
+  struct Reducer {
+    std::vector<bool> trainable;  // per parameter of the module
+    std::unique_ptr<GradReducer> reducer;
+  };
   const torch::nn::Module* reduced_module_ = nullptr;
+  std::vector<torch::Tensor> parameters_;
+  std::vector<std::string> names_;
+  /// The reducer in use first, then the one before it.
+  std::vector<Reducer> reducers_;
+  /// The reducer of the last gradient reduction, whose vote agree_on_skip reads.
+  GradReducer* reducing_ = nullptr;
   ReducerOptions reducer_options_;
   torch::Device device_{torch::kCPU};
   int64_t world_size_ = 1;

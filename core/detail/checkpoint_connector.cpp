@@ -165,6 +165,11 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
               " optimizers, but it was saved with fewer");
   checkpoint.load_module(module);
   module.on_load_checkpoint(meta);
+  // The callbacks first, as Lightning's: one that added parameter groups during fit adds them back.
+  const auto& callbacks = meta.at("callbacks");
+  for (const auto& callback : trainer_.callbacks())
+    if (callbacks.contains(callback->state_key())) callback->load_state_dict(callbacks.at(callback->state_key()));
+  for (const auto& callback : trainer_.callbacks()) callback->on_load_checkpoint(trainer_, module, checkpoint);
   for (size_t i = 0; i < configs.size(); ++i) {
     load_optimizer(checkpoint, "optimizer_" + std::to_string(i), *configs[i].optimizer);
     const auto& schedulers = meta.at("schedulers");
@@ -188,10 +193,6 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
   if (checkpoint.contains("rng_cpu")) set_cpu_rng_state(checkpoint.tensor("rng_cpu"));
   state_.logging.train_metrics.load_state_dict(meta.at("train_metrics"));
   trainer_.precision().load_state_dict(meta.at("precision"));
-  const auto& callbacks = meta.at("callbacks");
-  for (const auto& callback : trainer_.callbacks())
-    if (callbacks.contains(callback->state_key())) callback->load_state_dict(callbacks.at(callback->state_key()));
-  for (const auto& callback : trainer_.callbacks()) callback->on_load_checkpoint(trainer_, module, checkpoint);
   restore_logger_versions(meta.value("loggers", nlohmann::json::array()));
 }
 

@@ -25,6 +25,7 @@ namespace arc {
 namespace {
 
 using testing::quiet;
+using testing::StopAfter;
 using testing::tiny_data;
 using testing::TinyModule;
 using testing::weights_of;
@@ -55,22 +56,6 @@ class Stateful : public TinyModule {
     auto sgd = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.2).momentum(0.9));
     return {OptimizerConfig(sgd, SchedulerConfig{std::make_shared<StepLR>(*sgd, 3, 0.7), Interval::step, 1, ""})};
   }
-};
-
-// Saves a checkpoint after global batch `at`, then stops the run, as a crash right after it would.
-class StopAfter : public Callback {
- public:
-  StopAfter(int64_t at, std::string path) : at_(at), path_(std::move(path)) {}
-  std::string state_key() const override { return "StopAfter"; }
-  void on_train_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&, int64_t) override {
-    if (trainer.progress().total_batches != at_) return;
-    trainer.save_checkpoint(path_);
-    trainer.request_stop("interrupted for the test");
-  }
-
- private:
-  int64_t at_;
-  std::string path_;
 };
 
 TrainerOptions resume_options() {

@@ -12,7 +12,8 @@
 //             [--stream 97] [--val-stream 97 [--val-step-sync 1]] [--uneven-drop 32 [--even-batches pad]]
 //             [--collective-timeout 1] [--stall-rank 1 --stall-step 3 --stall-ms 20000]
 //             [--slow-rank 1 --slow-ms 20] [--log-every 5] [--num-nodes 2] [--out-every-rank 1] [--fail-node 1]
-//             [--fit-again 1] [--combined 96] [--gather 1]
+//             [--fit-again 1] [--combined 96] [--gather 1] [--finetune 1] [--toggle 1]
+//             [--freeze-rank 1]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -42,6 +43,10 @@
 // the sum of both parts' losses.
 // --gather 1: the loss is over every rank's outputs and targets, gathered with all_gather (the
 // outputs with sync_grads), as a contrastive loss is; --gather 2: rank 1 gathers one row less.
+// --finetune E: a BackboneFinetuning with fc1 as the backbone, unfrozen at epoch E.
+// --toggle 1: manual optimization with an optimizer for fc1 and one for fc2, each step in turn
+// toggled (GAN-style), without find_unused_parameters.
+// --freeze-rank R: that rank alone freezes fc1's weight in setup.
 // --val-stream N: validation on a stream of the first N samples, logging `val_loss` (sync_dist, per
 // epoch; --val-step-sync: per step too).
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
@@ -86,10 +91,11 @@ struct Args {
   int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0, skip_rank = -1, skip_batch = -1, stream = 0;
   int64_t val_stream = 0, uneven_drop = 0, stall_rank = -1, stall_step = -1, stall_ms = 0;
   int64_t slow_rank = -1, slow_ms = 0, log_every = 0, num_nodes = 1, fail_node = -1, combined = 0, gather = 0;
+  int64_t finetune = -1, freeze_rank = -1;
   double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
   bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false, async_checkpoint = false;
-  bool fit_again = false;
+  bool fit_again = false, toggle = false;
   std::string out, fail, loop = "trainer", root = ".", precision = "32-true", loggers, prepare_log;
   std::string even_batches = "error";
   // The CPU unless asked: "auto" would take a GPU wherever one is, and the tests count CPU ranks.
@@ -143,6 +149,9 @@ Args parse(int argc, char** argv) {
     if (key == "--stream") a.stream = std::stoll(value);
     if (key == "--combined") a.combined = std::stoll(value);
     if (key == "--gather") a.gather = std::stoll(value);
+    if (key == "--finetune") a.finetune = std::stoll(value);
+    if (key == "--freeze-rank") a.freeze_rank = std::stoll(value);
+    if (key == "--toggle") a.toggle = value == "1";
     if (key == "--val-stream") a.val_stream = std::stoll(value);
     if (key == "--uneven-drop") a.uneven_drop = std::stoll(value);
     if (key == "--collective-timeout") a.collective_timeout = std::stod(value);
@@ -170,6 +179,10 @@ class Probe : public arc::TrainModule {
     fc2 = register_module("fc2", torch::nn::Linear(16, 3));
     if (args.batchnorm) bn = register_module("bn", arc::SyncBatchNorm(16));
     if (args.spare) register_module("spare", torch::nn::Linear(3, 3));
+    if (args.toggle) set_automatic_optimization(false);
+  }
+  void setup(arc::Stage) override {
+    if (trainer().global_rank() == args_.freeze_rank) fc1->weight.set_requires_grad(false);
   }
   torch::Tensor training_step(arc::Batch& batch, int64_t batch_idx) override {
     if (!started_ && trainer().is_global_zero())
@@ -184,6 +197,7 @@ class Probe : public arc::TrainModule {
     if (trainer().global_rank() == args_.stop_rank && global_step() == args_.stop_step)
       trainer().request_stop("probe: rank " + std::to_string(args_.stop_rank) + " alone asks to stop");
     const arc::Batch& rows = batch.has_part("a") ? batch.part("a") : batch;
+    if (args_.toggle) return toggled_steps(rows);
     auto hidden = fc1(rows[0]);
     if (!bn.is_empty()) hidden = bn(hidden);
     auto logits = fc2(torch::relu(hidden));
@@ -215,7 +229,11 @@ class Probe : public arc::TrainModule {
           {.on_step = args_.val_step_sync, .on_epoch = true, .sync_dist = true});
   }
   std::vector<arc::OptimizerConfig> configure_optimizers() override {
-    return {std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1).momentum(0.9))};
+    const auto sgd = [](std::vector<torch::Tensor> parameters) {
+      return std::make_shared<torch::optim::SGD>(parameters, torch::optim::SGDOptions(0.1).momentum(0.9));
+    };
+    if (args_.toggle) return {sgd(fc1->parameters()), sgd(fc2->parameters())};
+    return {sgd(arc::BaseFinetuning::filter_params(*this))};
   }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   arc::SyncBatchNorm bn{nullptr};
@@ -227,6 +245,19 @@ class Probe : public arc::TrainModule {
     if ((trainer().global_rank() != args_.fail_rank && !on_failing_node) || global_step() != args_.fail_step) return;
     if (args_.fail_attempt != -1 && attempt() != args_.fail_attempt) return;
     fail_on_purpose(args_.fail, global_step());
+  }
+  // Each optimizer in turn, the other one's parameters frozen meanwhile (toggle_optimizer).
+  torch::Tensor toggled_steps(const arc::Batch& rows) {
+    torch::Tensor loss;
+    for (auto& optimizer : optimizers()) {
+      toggle_optimizer(optimizer.optimizer());
+      loss = torch::nn::functional::cross_entropy(fc2(torch::relu(fc1(rows[0]))), rows[1]);
+      optimizer.zero_grad();
+      manual_backward(loss);
+      optimizer.step();
+      untoggle_optimizer(optimizer.optimizer());
+    }
+    return loss.detach();
   }
   // Which start of the job this is: the launcher's restart count (torchrun's or SLURM's).
   int64_t attempt() const { return trainer().strategy().restart_count(); }
@@ -381,6 +412,9 @@ int main(int argc, char** argv) {
       });
       options.even_batches(args.even_batches);
     }
+    if (args.finetune >= 0)
+      callbacks.push_back(std::make_shared<arc::BackboneFinetuning>(
+          arc::BackboneFinetuningOptions().backbone("fc1").unfreeze_backbone_at_epoch(args.finetune)));
     if (args.checkpoint_every > 0)
       callbacks.push_back(std::make_shared<arc::ModelCheckpoint>(arc::ModelCheckpointOptions()
                                                                      .dirpath(args.root + "/checkpoints")

@@ -145,6 +145,29 @@ TEST(DDP, ACombinedLoaderTrainsAsOneProcessWithTwiceEachSourcesBatch) {
   EXPECT_NE(ddp.output.find("STOPPED 1 20"), std::string::npos) << ddp.output;
 }
 
+// The gradient reduction follows which parameters require gradients. BackboneFinetuning: the
+// backbone (fc1), frozen at the start, joins the reduction when it is unfrozen at epoch 1 (Lightning's
+// DDP leaves it out, so that each rank trains its own copy: its issue 20340). Manual optimization
+// toggling two optimizers (GAN-style) needs no find_unused_parameters: each toggled set has its
+// reducer. Either way two ranks train as one process with twice the batch. Ranks that freeze
+// different parameters are an error on every rank.
+TEST(DDP, TheGradientReductionFollowsWhichParametersRequireGradients) {
+  for (const std::string args :
+       {" --steps 40 --finetune 1", " --steps 30 --toggle 1", " --steps 30 --toggle 1 --shared-memory 0"}) {
+    SCOPED_TRACE(args);
+    CommandRun ddp;
+    EXPECT_LT(weights_apart("--batch 32" + args, "--batch 16" + args, ddp), 1e-6);
+    EXPECT_NE(ddp.output.find("parameter tensors require gradients now; their buckets are rebuilt"), std::string::npos)
+        << ddp.output;
+  }
+  const auto apart = probe("--strategy ddp_spawn --devices 2 --steps 4 --freeze-rank 1");
+  EXPECT_NE(apart.status, 0);
+  EXPECT_NE(apart.output.find("the ranks train different parameters (parameter tensors that require gradients of "
+                              "the module's 4: rank 0 4, rank 1 3); every rank must freeze and unfreeze the same"),
+            std::string::npos)
+      << apart.output;
+}
+
 // A loss over every rank's outputs (gathered with sync_grads, as a contrastive loss is): each rank's
 // outputs get every rank's gradient for them, so two ranks train as one process with twice the
 // batch. Tensors of different shapes are an error on every rank that names each rank's.

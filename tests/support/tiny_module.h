@@ -8,6 +8,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace arc::testing {
@@ -78,6 +79,22 @@ class TinyModule : public TrainModule {
 
  private:
   double lr_;
+};
+
+/// Saves a checkpoint after global batch `at`, then stops the run, as a crash right after it would.
+class StopAfter : public Callback {
+ public:
+  StopAfter(int64_t at, std::string path) : at_(at), path_(std::move(path)) {}
+  std::string state_key() const override { return "StopAfter"; }
+  void on_train_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&, int64_t) override {
+    if (trainer.progress().total_batches != at_) return;
+    trainer.save_checkpoint(path_);
+    trainer.request_stop("interrupted for the test");
+  }
+
+ private:
+  int64_t at_;
+  std::string path_;
 };
 
 /// Every parameter of `module`, flattened into one tensor (a copy).
