@@ -150,6 +150,14 @@ void BaseFinetuning::unfreeze_and_add_param_group(torch::nn::Module& module, tor
   }
 }
 
+bool BaseFinetuning::added_group_to(const torch::optim::Optimizer& optimizer) const {
+  if (module_ == nullptr || !module_->attached()) return false;
+  const auto& configs = module_->trainer().optimizer_configs();
+  for (size_t i = 0; i < configs.size() && i < added_groups_.size(); ++i)
+    if (configs[i].optimizer.get() == &optimizer) return !added_groups_[i].empty();
+  return false;
+}
+
 void BaseFinetuning::setup(Trainer&, TrainModule& module, Stage stage) {
   if (stage != Stage::fit) return;
   module_ = &module;
@@ -274,6 +282,8 @@ void BackboneFinetuning::finetune_function(TrainModule& module, int64_t epoch, t
     unfreeze_and_add_param_group(backbone(module), optimizer, backbone_lr, options_.initial_denom_lr(),
                                  options_.train_bn());
   } else {
+    // The backbone was in the optimizer already (a warning said so): its group is not ours to set.
+    if (!added_group_to(optimizer)) return;
     ARC_CHECK(previous_backbone_lr_.has_value(), "BackboneFinetuning: epoch ", epoch,
               " is after the backbone's unfreezing at epoch ", at,
               ", which this fit did not go through; resume from a checkpoint of the run that did, or start afresh");

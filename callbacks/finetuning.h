@@ -58,6 +58,11 @@ class BaseFinetuning : public Callback {
   void load_state_dict(const nlohmann::json& state) override;
   void on_load_checkpoint(Trainer& trainer, TrainModule& module, const CheckpointReader& reader) override;
 
+ protected:
+  /// Whether unfreeze_and_add_param_group added a group to `optimizer` in this fit (or in the one
+  /// it resumes): its last group is then the one added last.
+  bool added_group_to(const torch::optim::Optimizer& optimizer) const;
+
  private:
   /// A BatchNorm layer frozen with train_bn false: what it had before.
   struct FrozenNorm {

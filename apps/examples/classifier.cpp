@@ -2,6 +2,7 @@
 #include <arc/apps/examples/classifier.h>
 
 #include <arc/apps/examples/workload.h>
+#include <arc/callbacks/finetuning.h>
 #include <arc/core/module_registry.h>
 
 #include <torch/torch.h>
@@ -41,11 +42,13 @@ void Classifier::test_step(Batch& batch, int64_t) { evaluate(batch, "test"); }
 
 torch::Tensor Classifier::predict_step(Batch& batch, int64_t) { return forward(batch[0]).argmax(1); }
 
-// WORKLOAD.md's SGD, unless the config names an optimizer (or a scheduler) of its own.
+// WORKLOAD.md's SGD, unless the config names an optimizer (or a scheduler) of its own, over the
+// parameters that require gradients (all of them, unless a finetuning callback froze some).
 std::vector<OptimizerConfig> Classifier::configure_optimizers() {
-  return {configured_optimizer(parameters(), [this] {
+  const auto trainable = BaseFinetuning::filter_params(*this);
+  return {configured_optimizer(trainable, [&] {
     return OptimizerConfig(
-        std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(lr_).momentum(momentum_)));
+        std::make_shared<torch::optim::SGD>(trainable, torch::optim::SGDOptions(lr_).momentum(momentum_)));
   })};
 }
 

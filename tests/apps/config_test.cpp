@@ -425,6 +425,36 @@ module:
   fs::remove_all(dir);
 }
 
+// BackboneFinetuning from a config, on the example MLP with fc1 as the backbone: the example's
+// optimizer takes what requires gradients, so fc1 joins it as a second group at epoch 1 (0.005, a
+// tenth of WORKLOAD.md's 0.05), and its rate doubles at epoch 2; the rate monitor logs both groups.
+TEST(Config, BackboneFinetuningFinetunesTheExampleModule) {
+  const auto dir = scratch("backbone_finetuning");
+  const std::string config = R"(trainer:
+  max_epochs: 3
+  limit_train_batches: 2
+  limit_val_batches: 0
+  num_threads: 1
+  enable_progress_bar: false
+  callbacks:
+  - class_path: lightning.pytorch.callbacks.BackboneFinetuning
+    init_args: {unfreeze_backbone_at_epoch: 1, backbone: fc1, verbose: true}
+  - class_path: LearningRateMonitor
+module:
+  name: mlp_classifier
+)";
+  const auto fit = arc_in(dir, "fit --config " + write_config("finetuning.yaml", config));
+  ASSERT_EQ(fit.status, 0) << fit.output;
+  EXPECT_NE(fit.output.find("Current lr: 0.05, Backbone lr: 0.005\n"), std::string::npos) << fit.output;
+  EXPECT_NE(fit.output.find("Current lr: 0.05, Backbone lr: 0.01\n"), std::string::npos) << fit.output;
+  EXPECT_EQ(fit.output.find("in the optimizer already"), std::string::npos) << fit.output;
+  std::ifstream csv(dir + "/lightning_logs/version_0/metrics.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_NE(header.find("lr-SGD/pg2"), std::string::npos) << header;
+  fs::remove_all(dir);
+}
+
 // PredictionWriter from a config: `arc predict` leaves each rank's predictions in files that Python's
 // torch.load reads; put back in dataset order by their batch_indices, two ranks' predictions are one
 // rank's, and the end-of-predict file holds what the per-batch files do.

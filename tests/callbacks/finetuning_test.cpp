@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <cmath>
 #include <filesystem>
 
 namespace arc {
@@ -162,6 +163,27 @@ TEST(BackboneFinetuning, BadInputNamesTheFix) {
       .fit(deeper, finetune_data());
   EXPECT_FALSE(deeper.backbone[0]->as<torch::nn::Linear>()->weight.requires_grad());
   EXPECT_TRUE(deeper.head->weight.requires_grad());
+}
+
+// An optimizer given the frozen backbone too: a warning says so, no group is added, and the first
+// group's rate stays its scheduler's (Lightning's would set it as the backbone's, its last group).
+class TransferOverEveryParameter : public Transfer {
+ public:
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    auto sgd = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    return {OptimizerConfig(sgd, SchedulerConfig{std::make_shared<StepLR>(*sgd, 5, 0.9), Interval::step, 1, ""})};
+  }
+};
+
+TEST(BackboneFinetuning, AnOptimizerHoldingTheFrozenBackboneKeepsItsRates) {
+  TransferOverEveryParameter module;
+  Trainer(finetune_options(4),
+          {std::make_shared<BackboneFinetuning>(BackboneFinetuningOptions().unfreeze_backbone_at_epoch(1))})
+      .fit(module, finetune_data());
+  for (int64_t epoch = 1; epoch < 4; ++epoch) {
+    ASSERT_EQ(module.epoch_rates(epoch).size(), 1u);
+    EXPECT_DOUBLE_EQ(module.epoch_rates(epoch)[0], 0.1 * std::pow(0.9, epoch * 4 / 5)) << "epoch " << epoch;
+  }
 }
 
 // LightningCLI's printed init_args run as printed; lambda_func takes a number too.
