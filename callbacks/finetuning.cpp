@@ -160,6 +160,7 @@ bool BaseFinetuning::added_group_to(const torch::optim::Optimizer& optimizer) co
 
 void BaseFinetuning::setup(Trainer&, TrainModule& module, Stage stage) {
   if (stage != Stage::fit) return;
+  if (module_ != &module) frozen_norms_.clear();  // another module's layers
   module_ = &module;
   added_groups_.clear();
   finetuned_epoch_ = -1;
