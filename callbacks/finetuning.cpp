@@ -15,15 +15,6 @@
 namespace arc {
 namespace {
 
-// The options of a BatchNorm layer (LibTorch's or arc::SyncBatchNorm), null for other modules.
-torch::nn::BatchNormOptions* norm_options(torch::nn::Module& module) {
-  if (auto* norm = dynamic_cast<torch::nn::BatchNorm1dImpl*>(&module)) return &norm->options;
-  if (auto* norm = dynamic_cast<torch::nn::BatchNorm2dImpl*>(&module)) return &norm->options;
-  if (auto* norm = dynamic_cast<torch::nn::BatchNorm3dImpl*>(&module)) return &norm->options;
-  if (auto* norm = dynamic_cast<SyncBatchNormImpl*>(&module)) return &norm->options;
-  return nullptr;
-}
-
 // A BatchNorm layer's momentum (unset: a cumulative average), in and out of LibTorch's optional.
 std::optional<double> momentum_of(const torch::nn::BatchNormOptions& options) {
   const auto momentum = options.momentum();
@@ -31,10 +22,6 @@ std::optional<double> momentum_of(const torch::nn::BatchNormOptions& options) {
 }
 void set_momentum(torch::nn::BatchNormOptions& options, std::optional<double> momentum) {
   options.momentum(momentum ? c10::optional<double>(*momentum) : c10::nullopt);
-}
-
-torch::Tensor* batches_tracked(torch::nn::Module& norm) {
-  return norm.named_buffers(/*recurse=*/false).find("num_batches_tracked");
 }
 
 // Each parameter's name in `module`, by the parameter's storage.
@@ -59,7 +46,7 @@ std::vector<torch::nn::Module*> BaseFinetuning::flatten_modules(torch::nn::Modul
 std::vector<torch::Tensor> BaseFinetuning::filter_params(torch::nn::Module& module, bool train_bn, bool requires_grad) {
   std::vector<torch::Tensor> out;
   for (auto* m : flatten_modules(module)) {
-    if (!train_bn && norm_options(*m) != nullptr) continue;
+    if (!train_bn && batch_norm_of(*m)) continue;
     for (const auto& parameter : m->parameters(/*recurse=*/false))
       if (parameter.requires_grad() == requires_grad) out.push_back(parameter);
   }
@@ -78,32 +65,31 @@ std::vector<torch::Tensor> BaseFinetuning::filter_on_optimizer(const torch::opti
   return out;
 }
 
-void BaseFinetuning::freeze_norm(torch::nn::Module& norm) {
-  auto* options = norm_options(norm);
-  auto* tracked = batches_tracked(norm);
-  if (frozen_norms_.count(&norm) == 0)
-    frozen_norms_[&norm] = FrozenNorm{momentum_of(*options), tracked != nullptr ? tracked->item<int64_t>() : 0};
+void BaseFinetuning::freeze_norm(torch::nn::Module& module, const BatchNormLayer& norm) {
+  const auto& tracked = norm.num_batches_tracked;
+  if (frozen_norms_.count(&module) == 0)
+    frozen_norms_[&module] = FrozenNorm{momentum_of(*norm.options), tracked.defined() ? tracked.item<int64_t>() : 0};
   // Momentum 0 keeps the running statistics; training still normalizes by the batch's.
-  options->momentum(0.0);
+  norm.options->momentum(0.0);
 }
 
-void BaseFinetuning::thaw_norm(torch::nn::Module& norm) {
-  const auto found = frozen_norms_.find(&norm);
+void BaseFinetuning::thaw_norm(torch::nn::Module& module, const BatchNormLayer& norm) {
+  const auto found = frozen_norms_.find(&module);
   if (found == frozen_norms_.end()) return;
-  set_momentum(*norm_options(norm), found->second.momentum);
-  if (auto* tracked = batches_tracked(norm); tracked != nullptr) tracked->fill_(found->second.batches_tracked);
+  set_momentum(*norm.options, found->second.momentum);
+  if (norm.num_batches_tracked.defined()) norm.num_batches_tracked.fill_(found->second.batches_tracked);
   frozen_norms_.erase(found);
 }
 
 void BaseFinetuning::freeze(torch::nn::Module& module, bool train_bn) {
   torch::NoGradGuard no_grad;
   for (auto* m : flatten_modules(module)) {
-    const bool norm = norm_options(*m) != nullptr;
+    const auto norm = batch_norm_of(*m);
     if (norm && train_bn) {
       make_trainable(*m);
       continue;
     }
-    if (norm) freeze_norm(*m);
+    if (norm) freeze_norm(*m, *norm);
     for (auto& parameter : m->parameters(/*recurse=*/false)) parameter.set_requires_grad(false);
   }
 }
@@ -111,7 +97,7 @@ void BaseFinetuning::freeze(torch::nn::Module& module, bool train_bn) {
 void BaseFinetuning::make_trainable(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
   for (auto* m : flatten_modules(module)) {
-    if (norm_options(*m) != nullptr) thaw_norm(*m);
+    if (const auto norm = batch_norm_of(*m)) thaw_norm(*m, *norm);
     for (auto& parameter : m->parameters(/*recurse=*/false)) parameter.set_requires_grad(true);
   }
 }
@@ -133,29 +119,31 @@ void BaseFinetuning::unfreeze_and_add_param_group(torch::nn::Module& module, tor
   optimizer.add_param_group(torch::optim::OptimizerParamGroup(parameters));
   optimizer.param_groups().back().options().set_lr(rate);
   // Recorded by name for checkpoints, when the optimizer is the Trainer's.
-  if (module_ == nullptr || !module_->attached()) return;
-  const auto& configs = module_->trainer().optimizer_configs();
-  for (size_t i = 0; i < configs.size(); ++i) {
-    if (configs[i].optimizer.get() != &optimizer) continue;
-    const auto names = parameter_names(*module_);
-    std::vector<std::string> group;
-    for (const auto& parameter : parameters) {
-      const auto name = names.find(parameter.unsafeGetTensorImpl());
-      ARC_CHECK(name != names.end(), state_key(), ": a parameter to unfreeze is not one of ", module_->name(),
-                "'s; unfreeze submodules of the module being fit");
-      group.push_back(name->second);
-    }
-    added_groups_.resize(configs.size());
-    added_groups_[i].push_back(group);
+  const auto index = trainer_index(optimizer);
+  if (!index) return;
+  const auto names = parameter_names(*module_);
+  std::vector<std::string> group;
+  for (const auto& parameter : parameters) {
+    const auto name = names.find(parameter.unsafeGetTensorImpl());
+    ARC_CHECK(name != names.end(), state_key(), ": a parameter to unfreeze is not one of ", module_->name(),
+              "'s; unfreeze submodules of the module being fit");
+    group.push_back(name->second);
   }
+  added_groups_.resize(std::max(added_groups_.size(), *index + 1));
+  added_groups_[*index].push_back(group);
+}
+
+std::optional<size_t> BaseFinetuning::trainer_index(const torch::optim::Optimizer& optimizer) const {
+  if (module_ == nullptr || !module_->attached()) return std::nullopt;
+  const auto& configs = module_->trainer().optimizer_configs();
+  for (size_t i = 0; i < configs.size(); ++i)
+    if (configs[i].optimizer.get() == &optimizer) return i;
+  return std::nullopt;
 }
 
 bool BaseFinetuning::added_group_to(const torch::optim::Optimizer& optimizer) const {
-  if (module_ == nullptr || !module_->attached()) return false;
-  const auto& configs = module_->trainer().optimizer_configs();
-  for (size_t i = 0; i < configs.size() && i < added_groups_.size(); ++i)
-    if (configs[i].optimizer.get() == &optimizer) return !added_groups_[i].empty();
-  return false;
+  const auto index = trainer_index(optimizer);
+  return index && *index < added_groups_.size() && !added_groups_[*index].empty();
 }
 
 void BaseFinetuning::setup(Trainer&, TrainModule& module, Stage stage) {
@@ -221,21 +209,20 @@ void BaseFinetuning::on_load_checkpoint(Trainer& trainer, TrainModule& module, c
   for (auto& item : module.named_parameters()) item.value().set_requires_grad(frozen.count(item.key()) == 0);
   const auto& norms = state.at("frozen_norms");
   for (const auto& item : module.named_modules("", /*include_self=*/false)) {
-    auto* norm = item.value().get();
-    if (norm_options(*norm) == nullptr) continue;
+    auto* layer = item.value().get();
+    const auto norm = batch_norm_of(*layer);
     const auto saved = norms.find(item.key());
+    if (!norm || (saved == norms.end() && frozen_norms_.count(layer) == 0)) continue;
     if (saved == norms.end()) {
       // Unfrozen before the save: its momentum comes back, its statistics are the checkpoint's.
-      if (const auto found = frozen_norms_.find(norm); found != frozen_norms_.end()) {
-        set_momentum(*norm_options(*norm), found->second.momentum);
-        frozen_norms_.erase(found);
-      }
+      set_momentum(*norm->options, frozen_norms_.at(layer).momentum);
+      frozen_norms_.erase(layer);
       continue;
     }
     const auto& momentum = saved->at("momentum");
-    frozen_norms_[norm] = FrozenNorm{momentum.is_null() ? std::nullopt : std::optional<double>(momentum.get<double>()),
-                                     saved->at("batches_tracked").get<int64_t>()};
-    norm_options(*norm)->momentum(0.0);
+    frozen_norms_[layer] = FrozenNorm{momentum.is_null() ? std::nullopt : std::optional<double>(momentum.get<double>()),
+                                      saved->at("batches_tracked").get<int64_t>()};
+    norm->options->momentum(0.0);
   }
   added_groups_ = state.at("added_groups").get<std::vector<std::vector<std::vector<std::string>>>>();
   const auto& configs = trainer.optimizer_configs();

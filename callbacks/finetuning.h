@@ -7,6 +7,7 @@
 
 #include <arc/base/arg.h>
 #include <arc/callbacks/callback.h>
+#include <arc/strategies/sync_batch_norm.h>
 
 #include <torch/nn/module.h>
 
@@ -69,8 +70,10 @@ class BaseFinetuning : public Callback {
     std::optional<double> momentum;
     int64_t batches_tracked = 0;
   };
-  void freeze_norm(torch::nn::Module& norm);
-  void thaw_norm(torch::nn::Module& norm);
+  void freeze_norm(torch::nn::Module& module, const BatchNormLayer& norm);
+  void thaw_norm(torch::nn::Module& module, const BatchNormLayer& norm);
+  /// The index of `optimizer` among the Trainer's (nullopt: not one of them, or no fit).
+  std::optional<size_t> trainer_index(const torch::optim::Optimizer& optimizer) const;
 
   /// Adds a group of `names` (of module_'s parameters) to `optimizer`, the trainer's `index`-th.
   void add_group(torch::optim::Optimizer& optimizer, size_t index, const std::vector<std::string>& names);

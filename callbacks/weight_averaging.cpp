@@ -161,26 +161,11 @@ void EMAWeightAveraging::average(torch::Tensor& averaged, const torch::Tensor& c
 
 namespace {
 
-// A BatchNorm layer's momentum and running statistics (LibTorch's and arc::SyncBatchNorm).
-struct NormStatistics {
-  torch::nn::BatchNormOptions* options;
-  torch::Tensor mean, var, count;
-};
-
-template <typename Layer>
-void add_statistics(torch::nn::Module& module, std::vector<NormStatistics>& out) {
-  if (auto* layer = dynamic_cast<Layer*>(&module); layer != nullptr && layer->options.track_running_stats())
-    out.push_back({&layer->options, layer->running_mean, layer->running_var, layer->num_batches_tracked});
-}
-
-std::vector<NormStatistics> norm_statistics(TrainModule& module) {
-  std::vector<NormStatistics> out;
-  for (const auto& child : module.modules(/*include_self=*/false)) {
-    add_statistics<torch::nn::BatchNorm1dImpl>(*child, out);
-    add_statistics<torch::nn::BatchNorm2dImpl>(*child, out);
-    add_statistics<torch::nn::BatchNorm3dImpl>(*child, out);
-    add_statistics<SyncBatchNormImpl>(*child, out);
-  }
+// The BatchNorm layers of `module` that keep running statistics.
+std::vector<BatchNormLayer> norm_statistics(TrainModule& module) {
+  std::vector<BatchNormLayer> out;
+  for (const auto& child : module.modules(/*include_self=*/false))
+    if (const auto norm = batch_norm_of(*child); norm && norm->options->track_running_stats()) out.push_back(*norm);
   return out;
 }
 
@@ -255,9 +240,9 @@ void StochasticWeightAveraging::on_train_end(Trainer& trainer, TrainModule& modu
   for (auto& norm : norms) {
     saved.push_back(*norm.options);
     norm.options->momentum({});  // unset: a cumulative average
-    norm.mean.zero_();
-    norm.var.fill_(1);
-    norm.count.zero_();
+    norm.running_mean.zero_();
+    norm.running_var.fill_(1);
+    norm.num_batches_tracked.zero_();
   }
   const bool was_training = module.is_training();
   module.train();

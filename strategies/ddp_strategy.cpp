@@ -152,14 +152,16 @@ void DDPStrategy::check_ranks_train_alike(const std::vector<bool>& trainable) {
   const CollectiveName name("trainable parameters");
   const auto gathered = collectives_->all_gather(torch::tensor({count, static_cast<int64_t>(hash)}));
   std::string ranks;
-  bool alike = true;
+  bool alike = true, same_counts = true;
   for (size_t r = 0; r < gathered.size(); ++r) {
     alike = alike && gathered[r][1].item<int64_t>() == static_cast<int64_t>(hash);
+    same_counts = same_counts && gathered[r][0].item<int64_t>() == count;
     ranks += fmt::format("{}rank {} {}", r == 0 ? "" : ", ", r, gathered[r][0].item<int64_t>());
   }
   ARC_CHECK(alike, "the ranks train different parameters (parameter tensors that require gradients of the module's ",
-            trainable.size(), ": ", ranks, "); every rank must freeze and unfreeze the same ones at the same ",
-            "step, as a callback's or the module's hooks do when no rank test decides it");
+            trainable.size(), ": ", ranks, same_counts ? ", but not the same ones" : "",
+            "); every rank must freeze and unfreeze the same ones at the same step, as a callback's or the ",
+            "module's hooks do when no rank test decides it");
 }
 
 void DDPStrategy::backward(const torch::Tensor& loss) {

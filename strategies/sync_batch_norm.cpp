@@ -93,17 +93,30 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
 
 namespace {
 
+template <typename Layer>
+std::optional<BatchNormLayer> layer_of(torch::nn::Module& module, bool synced) {
+  auto* layer = dynamic_cast<Layer*>(&module);
+  if (layer == nullptr) return std::nullopt;
+  return BatchNormLayer{&layer->options, layer->running_mean, layer->running_var, layer->num_batches_tracked, synced};
+}
+
 void connect(torch::nn::Module& layer, const std::string& name, Collectives* collectives, bool required) {
   if (auto* synced = dynamic_cast<SyncBatchNormImpl*>(&layer)) synced->set_collectives(collectives);
-  const bool plain = dynamic_cast<torch::nn::BatchNorm1dImpl*>(&layer) != nullptr ||
-                     dynamic_cast<torch::nn::BatchNorm2dImpl*>(&layer) != nullptr ||
-                     dynamic_cast<torch::nn::BatchNorm3dImpl*>(&layer) != nullptr;
+  const auto norm = batch_norm_of(layer);
+  const bool plain = norm && !norm->synced;
   ARC_CHECK(!required || !plain, "sync_batchnorm is on, but '", name, "' is a ", layer.name(),
             ", whose statistics LibTorch cannot synchronize; build it as arc::SyncBatchNorm(num_features) (same ",
             "parameters and checkpoint names), or turn sync_batchnorm off");
 }
 
 }  // namespace
+
+std::optional<BatchNormLayer> batch_norm_of(torch::nn::Module& module) {
+  if (auto layer = layer_of<torch::nn::BatchNorm1dImpl>(module, false)) return layer;
+  if (auto layer = layer_of<torch::nn::BatchNorm2dImpl>(module, false)) return layer;
+  if (auto layer = layer_of<torch::nn::BatchNorm3dImpl>(module, false)) return layer;
+  return layer_of<SyncBatchNormImpl>(module, true);
+}
 
 void connect_sync_batch_norms(torch::nn::Module& module, Collectives* collectives, bool sync) {
   Collectives* group = sync ? collectives : nullptr;

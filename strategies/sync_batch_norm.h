@@ -9,7 +9,9 @@
 
 #include <torch/nn/cloneable.h>
 #include <torch/nn/options/batchnorm.h>
+
 #include <torch/nn/pimpl.h>
+#include <optional>
 
 namespace arc {
 
@@ -34,6 +36,15 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
 };
 
 TORCH_MODULE(SyncBatchNorm);
+
+/// A BatchNorm layer's pieces: LibTorch's BatchNorm{1,2,3}d or an arc::SyncBatchNorm.
+struct BatchNormLayer {
+  torch::nn::BatchNormOptions* options;
+  torch::Tensor running_mean, running_var, num_batches_tracked;  // undefined without running statistics
+  bool synced;                                                   // an arc::SyncBatchNorm
+};
+/// `module` as a BatchNorm layer, or nullopt for any other module.
+std::optional<BatchNormLayer> batch_norm_of(torch::nn::Module& module);
 
 /// TrainerOptions::sync_batchnorm: with `sync`, connects every SyncBatchNorm of `module` to
 /// `collectives` (null: one process), and a torch::nn::BatchNorm{1,2,3}d in `module` is an error

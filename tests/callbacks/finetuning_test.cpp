@@ -112,6 +112,8 @@ TEST(BackboneFinetuning, AFrozenBatchNormKeepsItsStatisticsUntilUnfrozen) {
   EXPECT_FALSE(torch::equal(watch->means[2], watch->means[3]));
   auto norm = module.backbone[1]->as<torch::nn::BatchNorm1d>();
   EXPECT_EQ(norm->options.momentum(), 0.1);  // given back
+  // As Lightning's, the frozen epochs' batches are not counted: 2 epochs of 4 since the unfreezing.
+  EXPECT_EQ(norm->num_batches_tracked.item<int64_t>(), 8);
   EXPECT_EQ(module.epoch_rates(2)[1], 0.05);
   EXPECT_DOUBLE_EQ(module.epoch_rates(3)[1], std::min(2 * 0.05, module.epoch_rates(3)[0]));
 }
