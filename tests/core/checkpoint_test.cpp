@@ -564,11 +564,13 @@ TEST(ModelCheckpoint, TrainTimeIntervalSavesByTheClock) {
     steps.push_back(std::stoll(name.substr(name.find("step=") + 5)));
   }
   std::sort(steps.begin(), steps.end());
-  // 12 steps of >= 30 ms with a save at least every 100 ms: 2 to 4 saves, never on consecutive steps.
-  ASSERT_GE(steps.size(), 2u);
-  EXPECT_LE(steps.size(), 4u);
-  EXPECT_GE(steps.front(), 3);
-  for (size_t i = 1; i < steps.size(); ++i) EXPECT_GE(steps[i] - steps[i - 1], 3);
+  // 12 steps of >= 30 ms with a save due every 100 ms: the first by step 4 and the next ones at most 4
+  // steps apart (4 x 30 ms >= 100 ms, however loaded the machine), and not at every step unless
+  // every step took 100 ms, over 3x its sleep (the only bound that load could break, with that margin).
+  ASSERT_GE(steps.size(), 3u);
+  EXPECT_LT(steps.size(), 12u);
+  EXPECT_LE(steps.front(), 4);
+  for (size_t i = 1; i < steps.size(); ++i) EXPECT_LE(steps[i] - steps[i - 1], 4);
   fs::remove_all(dir);
 }
 
