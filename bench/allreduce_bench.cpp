@@ -5,7 +5,6 @@
 //   arc_bench_allreduce [iterations=200] [backends=shm,buffer,gloo: any of them]
 #include "bench_util.h"
 
-#include <arc/base/host.h>
 #include <arc/strategies/process_group.h>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -25,18 +24,21 @@ namespace {
 
 const std::vector<int64_t> kBytes = {4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
 
-// As DDP chooses: a helper thread only where a core is free for it (one thread per rank here).
-bool helper_thread() { return 2 < usable_cores(); }
+// As DDP chooses for two ranks of one thread.
+RendezvousOptions fitted() {
+  RendezvousOptions options;
+  fit_shm_to_cores(options, 2);
+  return options;
+}
 
 std::unique_ptr<Collectives> join(int64_t rank, int64_t port, bool shared_memory,
                                   c10::intrusive_ptr<c10d::TCPStore> hosted) {
-  RendezvousOptions options;
+  RendezvousOptions options = fitted();
   options.rank = rank;
   options.world_size = 2;
   options.port = port;
   options.timeout = std::chrono::seconds(60);
   options.shared_memory = shared_memory;
-  options.shm_helper_thread = helper_thread();
   return make_collectives(options, std::move(hosted));
 }
 
@@ -111,7 +113,7 @@ int main(int argc, char** argv) try {
   }
   print_header("all-reduce of float32 between 2 local processes, median of " + std::to_string(iterations) +
                " (16 MB and up: of " + std::to_string(std::max(iterations / 10, 5)) + "), shared memory on " +
-               (helper_thread() ? "a helper thread" : "the calling thread") + " as DDP would run it here");
+               (fitted().shm_helper_thread ? "a helper thread" : "the calling thread") + " as DDP would run it here");
   std::vector<std::unique_ptr<arc::StoreServer>> stores;
   std::string ports;
   for (size_t b = 0; b < chosen.size(); ++b) {

@@ -393,7 +393,9 @@ const std::vector<OptionField>& option_fields() {
       ARC_OPTION(static_graph, "DDP: every step uses the same parameters (learned in the first)", no_check),
       ARC_OPTION(gradient_as_bucket_view, "DDP: gradients live in the all-reduce buckets (no copy back)", no_check),
       ARC_OPTION(sync_batchnorm, "DDP: arc::SyncBatchNorm layers use the statistics of every rank's batch", no_check),
-      ARC_OPTION(first_bucket_mb, "DDP: size of the first gradient bucket in MiB",
+      ARC_OPTION(first_bucket_mb,
+                 "DDP: size of the first gradient bucket in MiB (bucket_cap_mb where all-reduces cannot overlap "
+                 "backward)",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.first_bucket_mb() > 0, "first_bucket_mb must be > 0, got ", o.first_bucket_mb());
                  }),

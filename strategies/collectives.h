@@ -70,6 +70,10 @@ class Collectives {
   /// memory that every rank of the node maps, and reduces it there without copying. Every rank
   /// calls it, in the same order and with the same arguments. Default: an ordinary tensor.
   virtual torch::Tensor reduce_buffer(int64_t numel, const torch::TensorOptions& options);
+  /// Whether all_reduce of a tensor with `options` runs apart from the calling thread, so that the
+  /// caller's work goes on while it runs (Gloo's and NCCL's own threads do; the shared-memory
+  /// group without a helper thread reduces within the call).
+  virtual bool all_reduce_overlaps(const torch::TensorOptions& /*options*/) const { return true; }
   /// Overwrites `tensor` with rank `src`'s.
   virtual void broadcast(torch::Tensor tensor, int64_t src) = 0;
   /// Every rank's `tensor`, in rank order.

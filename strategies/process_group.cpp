@@ -3,6 +3,7 @@
 #include <arc/strategies/process_group.h>
 
 #include <arc/base/error.h>
+#include <arc/base/host.h>
 #include <arc/base/torch_compat.h>
 #include <arc/strategies/detail/collective_trace.h>
 #include <arc/strategies/detail/shm_collectives.h>
@@ -217,6 +218,9 @@ class ByDevice : public Collectives {
   torch::Tensor reduce_buffer(int64_t numel, const torch::TensorOptions& options) override {
     return (options.device().is_cuda() ? *cuda_ : *cpu_).reduce_buffer(numel, options);
   }
+  bool all_reduce_overlaps(const torch::TensorOptions& options) const override {
+    return (options.device().is_cuda() ? *cuda_ : *cpu_).all_reduce_overlaps(options);
+  }
   void broadcast(torch::Tensor tensor, int64_t src) override { of(tensor).broadcast(tensor, src); }
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override { return of(tensor).all_gather(tensor); }
   void barrier() override { cpu_->barrier(); }
@@ -280,6 +284,7 @@ std::unique_ptr<Collectives> make_untraced(const RendezvousOptions& options,
   shm.timeout = options.collective_timeout.value_or(options.timeout);
   shm.barrier_timeout = options.timeout;
   shm.helper_thread = options.shm_helper_thread;
+  shm.spin = options.shm_spin;
   const auto make_leaders = [&](const std::string& name, int64_t rank, int64_t size) {
     auto leaders = options;
     leaders.rank = rank;
@@ -291,6 +296,11 @@ std::unique_ptr<Collectives> make_untraced(const RendezvousOptions& options,
 }
 
 }  // namespace
+
+void fit_shm_to_cores(RendezvousOptions& options, int64_t threads) {
+  options.shm_helper_thread = threads < usable_cores();
+  options.shm_spin = threads <= usable_cores() ? std::chrono::microseconds(1000) : std::chrono::microseconds(20);
+}
 
 std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
                                               c10::intrusive_ptr<c10d::TCPStore> hosted) {

@@ -36,6 +36,9 @@ struct RendezvousOptions {
   bool shared_memory = true;
   /// Shared-memory collectives on a helper thread (see ShmGroupOptions::helper_thread).
   bool shm_helper_thread = true;
+  /// How long a rank waiting in a shared-memory collective checks before it sleeps (see
+  /// ShmGroupOptions::spin).
+  std::chrono::microseconds shm_spin{20};
   /// CUDA tensors through NCCL (when LibTorch has it), CPU tensors through Gloo.
   bool nccl = false;
   /// The store at address:port is already open (torchrun's agent hosts it): rank 0 joins it too.
@@ -60,6 +63,12 @@ class StoreServer {
  private:
   c10::intrusive_ptr<c10d::TCPStore> store_;
 };
+
+/// Fits the shared-memory collectives to the cores that `threads` compute threads (local ranks x
+/// threads per rank) leave: a helper thread only where a core is free for it; a rank with a core
+/// of its own waits for the others up to a millisecond before it sleeps (waking a sleeping thread
+/// costs an all-reduce 150 us and more on virtual machines, whose idle cores the host takes back).
+void fit_shm_to_cores(RendezvousOptions& options, int64_t threads);
 
 /// Joins the group: rank 0 uses `hosted` (or hosts a store itself, unless it is hosted elsewhere),
 /// other ranks connect; every rank checks in and waits for all others, and a timeout names the

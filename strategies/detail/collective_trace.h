@@ -41,6 +41,9 @@ class TracedCollectives : public Collectives {
   torch::Tensor reduce_buffer(int64_t numel, const torch::TensorOptions& options) override {
     return inner_->reduce_buffer(numel, options);
   }
+  bool all_reduce_overlaps(const torch::TensorOptions& options) const override {
+    return inner_->all_reduce_overlaps(options);
+  }
   void broadcast(torch::Tensor tensor, int64_t src) override;
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override;
   void barrier() override;

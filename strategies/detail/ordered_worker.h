@@ -27,6 +27,8 @@ class OrderedWorker {
   std::shared_future<void> submit(std::function<void()> job);
   /// Set when the worker shuts down, so that a job waiting for other ranks can give up.
   const std::atomic<bool>& stopping() const { return stopping_; }
+  /// Whether jobs run on a thread of the worker's own, not in submit.
+  bool threaded() const { return thread_.joinable(); }
 
  private:
   void run();

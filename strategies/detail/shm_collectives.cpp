@@ -90,6 +90,12 @@ class ShmCollectives : public Collectives {
     return buffer;
   }
 
+  bool all_reduce_overlaps(const torch::TensorOptions& options) const override {
+    if (!options.device().is_cpu() || !shm_reducible(c10::typeMetaToScalarType(options.dtype())))
+      return global_->all_reduce_overlaps(options);
+    return worker_.threaded();
+  }
+
   void broadcast(torch::Tensor tensor, int64_t src) override {
     if (nodes_ > 1 || !tensor.device().is_cpu()) return global_->broadcast(tensor, src);
     worker_.submit([&] { broadcast_node(tensor, src); }).get();
@@ -363,12 +369,14 @@ std::unique_ptr<Collectives> make_shm_collectives(c10d::Store& store, const ShmG
     segment =
         ShmSegment::open(text_of(store.get(name_key)), local_world, options.slot_bytes, local_index, options.rank);
   }
+  if (segment) segment->spin_before_sleeping(options.spin);
   std::unique_ptr<Collectives> leader_group;
   const auto leader_index = std::find(leaders.begin(), leaders.end(), options.rank) - leaders.begin();
   if (nodes > 1 && local_index == 0) leader_group = make_leaders("leaders", leader_index, nodes);
-  console().info("shared-memory collectives run on {}", options.helper_thread
-                                                            ? "a helper thread, overlapping backward"
-                                                            : "the training thread (no core is free for a helper)");
+  console().info("shared-memory collectives run on {}; a rank waits {:g} ms for the others before it sleeps",
+                 options.helper_thread ? "a helper thread, overlapping backward"
+                                       : "the training thread (no core is free for a helper)",
+                 std::chrono::duration<double, std::milli>(options.spin).count());
   return std::make_unique<ShmCollectives>(std::move(segment), std::move(global), std::move(leader_group), nodes,
                                           options);
 }

@@ -153,7 +153,8 @@ ShmSegment::ShmSegment(std::unique_ptr<ShmFile> file, int64_t local_world, int64
       local_world_(local_world),
       slot_bytes_(slot_bytes),
       local_index_(local_index),
-      base_(file_->data()) {}
+      base_(file_->data()),
+      spin_(kSpin) {}
 
 ShmSegment::~ShmSegment() = default;
 
@@ -239,15 +240,23 @@ uint64_t ShmSegment::doing_of(int64_t local, uint32_t step) const {
 
 int64_t ShmSegment::global_rank_of(int64_t local) const { return peer(local).global_rank.load(); }
 
-// Spins briefly (peers usually arrive within microseconds), then sleeps on the peer's counter in
-// short slices, checking between them that the peer still lives and the deadline holds.
+// Spins briefly (peers usually arrive within microseconds), then, up to spin_, checks between
+// yields of the core, then sleeps on the peer's counter in short slices, checking between them
+// that the peer still lives and the deadline holds. Waking a sleeping thread takes long on some
+// machines (150 us and more on virtual ones, whose idle cores the host takes back), which a rank
+// with a core of its own need not pay.
 void ShmSegment::wait_for(int64_t local, uint32_t step, std::chrono::steady_clock::time_point deadline,
                           std::chrono::milliseconds timeout, const std::atomic<bool>& stop, const char* option) {
   auto& other = peer(local);
-  const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+  const auto start = std::chrono::steady_clock::now();
   while (!reached(other.arrived.load(std::memory_order_acquire), step)) {
-    if (std::chrono::steady_clock::now() < spin_until) {
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited < kSpin) {
       cpu_relax();
+      continue;
+    }
+    if (waited < spin_) {
+      std::this_thread::yield();
       continue;
     }
     other.waiters.fetch_add(1);

@@ -79,6 +79,9 @@ class ShmSegment {
   uint64_t doing_of(int64_t local, uint32_t step) const;
   /// The global rank of local rank `local`.
   int64_t global_rank_of(int64_t local) const;
+  /// How long a rank waiting for another keeps checking before it sleeps (20 us unless set): past
+  /// the first 20 us it yields its core to any other thread that wants it while it checks.
+  void spin_before_sleeping(std::chrono::microseconds spin) { spin_ = spin; }
 
  private:
   struct Header;
@@ -96,6 +99,7 @@ class ShmSegment {
   int64_t slot_bytes_;
   int64_t local_index_;
   std::byte* base_;
+  std::chrono::microseconds spin_;
 };
 
 }  // namespace arc

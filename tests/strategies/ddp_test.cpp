@@ -667,13 +667,26 @@ TEST(DDP, SharedMemoryAndGlooTrainToIdenticalWeights) {
   const auto with_shm = probe("--strategy ddp_spawn --devices 2 --steps 40 --accumulate 2 --out " + shm);
   ASSERT_EQ(with_shm.status, 0) << with_shm.output;
   EXPECT_NE(with_shm.output.find("shared memory at 127.0.0.1"), std::string::npos) << with_shm.output;
-  // Two processes of one thread each leave no core for helper threads on this two-core machine.
-  const std::string thread = arc::usable_cores() > 2 ? "a helper thread" : "the training thread";
-  EXPECT_NE(with_shm.output.find("shared-memory collectives run on " + thread), std::string::npos) << with_shm.output;
+  // Two processes of one thread each leave no core for helper threads on this two-core machine, but
+  // each has a core to wait on without sleeping; on the training thread, buckets are of one size.
+  const bool helper = arc::usable_cores() > 2;
+  EXPECT_NE(with_shm.output.find("shared-memory collectives run on " +
+                                 std::string(helper ? "a helper thread" : "the training thread")),
+            std::string::npos)
+      << with_shm.output;
+  EXPECT_NE(with_shm.output.find("a rank waits 1 ms for the others before it sleeps"), std::string::npos)
+      << with_shm.output;
+  EXPECT_NE(with_shm.output.find(helper ? "gradient buckets of 25 MiB, the first 1 MiB\n"
+                                        : "gradient buckets of 25 MiB, the first 25 MiB (all-reduces cannot "
+                                          "overlap backward here)"),
+            std::string::npos)
+      << with_shm.output;
   const auto with_gloo =
       probe("--strategy ddp_spawn --devices 2 --steps 40 --accumulate 2 --shared-memory 0 --out " + gloo);
   ASSERT_EQ(with_gloo.status, 0) << with_gloo.output;
   EXPECT_NE(with_gloo.output.find("gloo at 127.0.0.1"), std::string::npos) << with_gloo.output;
+  EXPECT_NE(with_gloo.output.find("gradient buckets of 25 MiB, the first 1 MiB\n"), std::string::npos)
+      << with_gloo.output;
   ASSERT_FALSE(read_floats(shm).empty());
   EXPECT_EQ(read_floats(shm), read_floats(gloo));
   EXPECT_EQ(report(with_shm)["rank_sum"], report(with_gloo)["rank_sum"]);

@@ -35,6 +35,7 @@ struct Group {
   std::chrono::milliseconds timeout = 20s;
   bool helper_thread = true;
   std::optional<std::chrono::milliseconds> collective_timeout = std::nullopt;
+  std::chrono::microseconds spin{20};
 };
 
 // Runs fn(rank, collectives) on `world` threads joined into one group; rethrows a rank's error.
@@ -54,6 +55,7 @@ void on_ranks(int64_t world, const Group& group, Fn fn) {
         options.collective_timeout = group.collective_timeout;
         options.shared_memory = group.shared_memory;
         options.shm_helper_thread = group.helper_thread;
+        options.shm_spin = group.spin;
         options.node = group.nodes.empty() ? "one" : group.nodes[static_cast<size_t>(r)];
         auto collectives = make_collectives(options, r == 0 ? server.store() : c10::intrusive_ptr<c10d::TCPStore>());
         fn(r, *collectives);
@@ -138,7 +140,8 @@ bool in_shm_mapping(const void* address) {
 
 // Every case through an ordinary tensor, and through a buffer from reduce_buffer, which is
 // reduced where it lies (its data pointer stays).
-void expect_reduces_like_reference(int64_t world, bool helper_thread = true) {
+void expect_reduces_like_reference(int64_t world, bool helper_thread = true,
+                                   std::chrono::microseconds spin = std::chrono::microseconds(20)) {
   // 1 element, an odd size reduced whole by every rank, an odd size reduced share by share (one
   // 256 KiB piece of floats and a remainder above 16 KiB), exactly one 4 MiB slot of floats, and
   // several slots with a remainder.
@@ -161,6 +164,7 @@ void expect_reduces_like_reference(int64_t world, bool helper_thread = true) {
     }
   Group group_options;
   group_options.helper_thread = helper_thread;
+  group_options.spin = spin;
   on_ranks(world, group_options, [&](int64_t rank, Collectives& group) {
     EXPECT_EQ(group.backend(), "shared memory");
     for (const auto& c : cases) {
@@ -188,7 +192,23 @@ TEST(ShmCollectives, TwoRanksMatchTheReferenceForEveryTypeAndSize) { expect_redu
 
 TEST(ShmCollectives, ThreeRanksReduceInRankOrder) { expect_reduces_like_reference(3); }
 
-TEST(ShmCollectives, OnTheCallingThreadReducesTheSame) { expect_reduces_like_reference(3, false); }
+// As DDP runs them where each rank has a core: on the training thread, waiting without sleeping.
+TEST(ShmCollectives, OnTheCallingThreadReducesTheSame) { expect_reduces_like_reference(3, false, 1ms); }
+
+// DDP gives its gradients one bucket size where the all-reduce cannot overlap backward.
+TEST(ShmCollectives, OnlyAHelperThreadOverlapsTheCaller) {
+  const auto cpu = torch::TensorOptions().dtype(torch::kFloat);
+  on_ranks(2, Group{}, [&](int64_t, Collectives& group) { EXPECT_TRUE(group.all_reduce_overlaps(cpu)); });
+  on_ranks(2, Group{true, {}, 20s, false}, [&](int64_t, Collectives& group) {
+    EXPECT_FALSE(group.all_reduce_overlaps(cpu));
+    // Types without a shared-memory kernel go through Gloo, whose threads overlap the caller.
+    EXPECT_TRUE(group.all_reduce_overlaps(cpu.dtype(torch::kUInt8)));
+  });
+  on_ranks(2, Group{false, {}, 20s, false}, [&](int64_t, Collectives& group) {
+    EXPECT_EQ(group.backend(), "gloo");
+    EXPECT_TRUE(group.all_reduce_overlaps(cpu));
+  });
+}
 
 TEST(ShmCollectives, SixtyFourMegabytes) {
   const int64_t numel = 16 << 20;
@@ -426,7 +446,9 @@ TEST(ShmCollectives, MissingRankTimesOutNamingIt) {
   for (const bool helper_thread : {true, false}) {
     std::chrono::duration<double> in_call{};
     const auto message = testing::error_of([&] {
-      on_ranks(2, Group{true, {}, 2s, helper_thread}, [&](int64_t rank, Collectives& group) {
+      Group spinning{true, {}, 2s, helper_thread};
+      spinning.spin = 1ms;
+      on_ranks(2, spinning, [&](int64_t rank, Collectives& group) {
         auto tensor = torch::ones({10});
         if (rank != 0) return;
         const auto start = std::chrono::steady_clock::now();
