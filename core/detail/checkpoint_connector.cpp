@@ -121,8 +121,10 @@ void CheckpointConnector::save(TrainModule& module, const std::string& path, boo
   for (const auto& config : trainer_.optimizer_configs())
     schedulers.push_back(config.lr_scheduler ? config.lr_scheduler->scheduler->state_dict() : nlohmann::json(nullptr));
   meta["schedulers"] = schedulers;
-  // A training stream's position (a dataset's is the batch index).
-  if (const auto* loader = trainer_.train_dataloader(); loader != nullptr && !loader->state_dict().is_null())
+  // A training stream's position (a dataset's is the batch index); none between epochs, where the
+  // next epoch opens its stream afresh.
+  if (const auto* loader = trainer_.train_dataloader();
+      loader != nullptr && progress.epoch_batches > 0 && !loader->state_dict().is_null())
     meta["train_data"] = loader->state_dict();
   meta["train_metrics"] = state_.logging.train_metrics.state_dict();
   meta["precision"] = trainer_.precision().state_dict();

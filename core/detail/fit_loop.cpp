@@ -244,7 +244,10 @@ void FitLoop::run_epoch() {
   state_.logging.send(state_.logging.train_metrics.end_epoch(state_.logging.gather()), state_.progress);
   // Under manual optimization the module steps its schedulers itself (lr_schedulers()), as in Lightning.
   if (module_.automatic_optimization()) step_schedulers(Interval::epoch);
+  // A checkpoint written from here to the next epoch's first batch (save_checkpoint once fit
+  // returned, a signal settled below) resumes at that batch.
   ++progress.current_epoch;
+  progress.epoch_batches = 0;
   agreed_ = signals_->settle(validation_wanted());
 }
 

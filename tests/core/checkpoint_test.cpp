@@ -164,6 +164,30 @@ TEST(Checkpoint, AStreamResumesBitIdenticalAfterAnyStep) {
         EXPECT_EQ(rows.rows_read, left_in_epoch + later_epochs) << "after batch " << k;
       }
     }
+    // Saved once a one-epoch fit returned: the next epoch opens its stream afresh.
+    Stateful one_epoch;
+    Trainer first(options().max_epochs(1));
+    first.fit(one_epoch, stream(), tiny_data(4, 2));
+    first.save_checkpoint(dir + "/one_epoch.ckpt");
+    Stateful continued;
+    Trainer(options()).fit(continued, stream(), tiny_data(4, 2), dir + "/one_epoch.ckpt");
+    EXPECT_EQ(continued.counts["training_step"], 14);
+    EXPECT_TRUE(torch::equal(weights_of(continued), expected));
+    // SIGTERM at the first epoch's end is settled after it, where the checkpoint holds no stream
+    // position: the resumed run opens the second epoch's stream afresh.
+    const auto hpc_dir = dir + (reports ? "/hpc_state" : "/hpc_reread");
+    auto signal = std::make_shared<LambdaCallback>();
+    signal->train_epoch_end = [](Trainer& trainer, TrainModule&) {
+      if (trainer.current_epoch() == 0) std::raise(SIGTERM);
+    };
+    Stateful stopped;
+    Trainer signalled(options().default_root_dir(hpc_dir), {signal});
+    EXPECT_NE(testing::error_of([&] { signalled.fit(stopped, stream(), tiny_data(4, 2)); }).find("SIGTERM"),
+              std::string::npos);
+    Stateful requeued;
+    Trainer(options().default_root_dir(hpc_dir)).fit(requeued, stream(), tiny_data(4, 2));
+    EXPECT_EQ(stopped.counts["training_step"] + requeued.counts["training_step"], 21);
+    EXPECT_TRUE(torch::equal(weights_of(requeued), expected));
   }
   fs::remove_all(dir);
 }
@@ -319,6 +343,35 @@ TEST(Checkpoint, SigtermSavesHpcCheckpointsThatTheNextFitsResumeFromExactly) {
   struct sigaction current {};
   sigaction(SIGTERM, nullptr, &current);
   EXPECT_EQ(current.sa_handler, SIG_DFL);
+  fs::remove_all(dir);
+}
+
+// A checkpoint written by save_checkpoint once fit returned (to train on later with more epochs, as
+// Lightning users do) resumes at the next epoch's first batch (it skipped that epoch), and the run
+// ends as an uninterrupted one; so does one written for a signal caught at an epoch's last batch.
+TEST(Checkpoint, SavedBetweenEpochsResumesAtTheNextEpochsFirstBatch) {
+  Stateful reference;
+  Trainer(resume_options()).fit(reference, shuffled(), tiny_data(4, 2));
+  const auto dir = scratch_dir("between");
+  Stateful first;
+  Trainer one_epoch(resume_options().max_epochs(1));
+  one_epoch.fit(first, shuffled(), tiny_data(4, 2));
+  one_epoch.save_checkpoint(dir + "/one_epoch.ckpt");
+  Stateful continued;
+  Trainer more_epochs(resume_options());
+  more_epochs.fit(continued, shuffled(), tiny_data(4, 2), dir + "/one_epoch.ckpt");
+  EXPECT_EQ(continued.counts["training_step"], 14);
+  EXPECT_EQ(more_epochs.current_epoch(), 3);
+  EXPECT_TRUE(torch::equal(weights_of(continued), weights_of(reference)));
+
+  Stateful interrupted;
+  Trainer signalled(resume_options().default_root_dir(dir), {std::make_shared<SignalAfter>(7, SIGTERM)});
+  const auto error = testing::error_of([&] { signalled.fit(interrupted, shuffled(), tiny_data(4, 2)); });
+  EXPECT_NE(error.find("fit stopped by SIGTERM at global step"), std::string::npos) << error;
+  Stateful resumed;
+  Trainer(resume_options().default_root_dir(dir)).fit(resumed, shuffled(), tiny_data(4, 2));
+  EXPECT_EQ(interrupted.counts["training_step"] + resumed.counts["training_step"], 21) << "no batch lost or run twice";
+  EXPECT_TRUE(torch::equal(weights_of(resumed), weights_of(reference)));
   fs::remove_all(dir);
 }
 
