@@ -1,5 +1,6 @@
 // The smaller callbacks: LambdaCallback, Timer, LearningRateMonitor, OnExceptionCheckpoint,
 // ThroughputMonitor, GradientAccumulationScheduler.
+#include "support/scratch.h"
 #include "support/tiny_module.h"
 
 #include <gtest/gtest.h>
@@ -29,20 +30,6 @@ struct Recorder : Logger {
     return out;
   }
 };
-
-TEST(Callbacks, LambdaCallbackRunsTheGivenFunctions) {
-  auto lambda = std::make_shared<LambdaCallback>();
-  int epochs = 0, batches = 0;
-  lambda->train_epoch_end = [&](Trainer&, TrainModule&) { ++epochs; };
-  lambda->train_batch_end = [&](Trainer&, TrainModule&, const torch::Tensor& loss, Batch&, int64_t) {
-    EXPECT_TRUE(loss.defined());
-    ++batches;
-  };
-  TinyModule module;
-  Trainer(quiet().max_epochs(3), {lambda}).fit(module, tiny_data(6, 2));
-  EXPECT_EQ(epochs, 3);
-  EXPECT_EQ(batches, 9);
-}
 
 struct Slow : TinyModule {
   torch::Tensor training_step(Batch& batch, int64_t i) override {
@@ -262,6 +249,110 @@ TEST(Callbacks, OnExceptionCheckpointSavesWhatWasDone) {
   EXPECT_EQ(again.global_step(), 4);
   EXPECT_EQ(resumed.counts["training_step"], 1);
   std::filesystem::remove_all(dir);
+}
+
+// Every hook, as Lightning's LambdaCallback takes any: each function runs at its hook, as often as
+// the hook runs, through fit (with a sanity check and validation), a checkpoint save, test,
+// predict, a resumed fit and a failed one.
+TEST(Callbacks, LambdaCallbackTakesEveryHook) {
+  std::map<std::string, int> calls;
+  std::vector<Stage> stages;
+  const auto counting = [&calls](const char* hook) { return [&calls, hook](auto&&...) { ++calls[hook]; }; };
+  auto lambda = std::make_shared<LambdaCallback>();
+  lambda->on_setup = [&](Trainer&, TrainModule&, Stage stage) { stages.push_back(stage); };
+  lambda->on_teardown = counting("teardown");
+  lambda->fit_start = counting("fit_start");
+  lambda->fit_end = counting("fit_end");
+  lambda->sanity_check_start = counting("sanity_check_start");
+  lambda->sanity_check_end = counting("sanity_check_end");
+  lambda->train_start = counting("train_start");
+  lambda->train_end = counting("train_end");
+  lambda->validation_start = counting("validation_start");
+  lambda->validation_end = counting("validation_end");
+  lambda->test_start = counting("test_start");
+  lambda->test_end = counting("test_end");
+  lambda->predict_start = counting("predict_start");
+  lambda->predict_end = counting("predict_end");
+  lambda->train_epoch_start = counting("train_epoch_start");
+  lambda->train_epoch_end = counting("train_epoch_end");
+  lambda->validation_epoch_start = counting("validation_epoch_start");
+  lambda->validation_epoch_end = counting("validation_epoch_end");
+  lambda->test_epoch_start = counting("test_epoch_start");
+  lambda->test_epoch_end = counting("test_epoch_end");
+  lambda->predict_epoch_end = counting("predict_epoch_end");
+  lambda->after_backward = counting("after_backward");
+  lambda->train_batch_start = counting("train_batch_start");
+  lambda->train_batch_end = [&](Trainer&, TrainModule&, const torch::Tensor& loss, Batch&, int64_t) {
+    EXPECT_TRUE(loss.defined());
+    ++calls["train_batch_end"];
+  };
+  lambda->predict_batch_end = [&](Trainer&, TrainModule&, const torch::Tensor& outputs, Batch& batch, int64_t) {
+    EXPECT_EQ(outputs.size(0), batch.batch_size());
+    ++calls["predict_batch_end"];
+  };
+  lambda->validation_batch_start = counting("validation_batch_start");
+  lambda->validation_batch_end = counting("validation_batch_end");
+  lambda->test_batch_start = counting("test_batch_start");
+  lambda->test_batch_end = counting("test_batch_end");
+  lambda->before_backward = counting("before_backward");
+  lambda->before_optimizer_step = counting("before_optimizer_step");
+  lambda->before_zero_grad = counting("before_zero_grad");
+  lambda->exception = [&](Trainer&, TrainModule&, const std::exception& error) {
+    EXPECT_STREQ(error.what(), "boom");
+    ++calls["exception"];
+  };
+  lambda->save_checkpoint = counting("save_checkpoint");
+  lambda->load_checkpoint = counting("load_checkpoint");
+
+  TinyModule module;
+  const auto path = (testing::process_scratch() / "lambda.ckpt").string();
+  Trainer trainer(quiet().max_epochs(1), {lambda});
+  trainer.fit(module, tiny_data(4, 2), tiny_data(2, 2));
+  trainer.save_checkpoint(path);
+  trainer.test(module, tiny_data(4, 2));
+  trainer.predict(module, tiny_data(6, 2));
+  Trainer resumed(quiet().max_epochs(2), {lambda});
+  resumed.fit(module, tiny_data(4, 2), {}, path);
+  EXPECT_EQ(resumed.global_step(), 4);
+  FailsAtStep3 failing;
+  EXPECT_THROW(Trainer(quiet().max_epochs(5), {lambda}).fit(failing, tiny_data(4, 2)), std::runtime_error);
+  // Trained batches: 2 in the first fit, 2 resumed, 3 before the failure at the fourth.
+  const std::map<std::string, int> expected = {{"fit_start", 3},
+                                               {"fit_end", 2},
+                                               {"sanity_check_start", 1},
+                                               {"sanity_check_end", 1},
+                                               {"train_start", 3},
+                                               {"train_end", 2},
+                                               {"train_epoch_start", 4},
+                                               {"train_epoch_end", 3},
+                                               {"train_batch_start", 8},
+                                               {"train_batch_end", 7},
+                                               {"before_backward", 7},
+                                               {"after_backward", 7},
+                                               {"before_optimizer_step", 7},
+                                               {"before_zero_grad", 7},
+                                               {"validation_start", 2},
+                                               {"validation_end", 2},
+                                               {"validation_epoch_start", 2},
+                                               {"validation_epoch_end", 2},
+                                               {"validation_batch_start", 2},
+                                               {"validation_batch_end", 2},
+                                               {"test_start", 1},
+                                               {"test_end", 1},
+                                               {"test_epoch_start", 1},
+                                               {"test_epoch_end", 1},
+                                               {"test_batch_start", 2},
+                                               {"test_batch_end", 2},
+                                               {"predict_start", 1},
+                                               {"predict_end", 1},
+                                               {"predict_epoch_end", 1},
+                                               {"predict_batch_end", 3},
+                                               {"save_checkpoint", 1},
+                                               {"load_checkpoint", 1},
+                                               {"exception", 1},
+                                               {"teardown", 4}};
+  EXPECT_EQ(calls, expected);
+  EXPECT_EQ(stages, (std::vector<Stage>{Stage::fit, Stage::test, Stage::predict, Stage::fit, Stage::fit}));
 }
 
 TEST(Callbacks, ThroughputMonitorLogsSamplesPerSecond) {
