@@ -13,7 +13,7 @@
 //             [--collective-timeout 1] [--stall-rank 1 --stall-step 3 --stall-ms 20000]
 //             [--slow-rank 1 --slow-ms 20] [--log-every 5] [--num-nodes 2] [--out-every-rank 1] [--fail-node 1]
 //             [--fit-again 1] [--combined 96] [--gather 1] [--finetune 1] [--toggle 1]
-//             [--freeze-rank 1]
+//             [--freeze-rank 1 [--freeze-bias-elsewhere 1]]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -46,7 +46,8 @@
 // --finetune E: a BackboneFinetuning with fc1 as the backbone, unfrozen at epoch E.
 // --toggle 1: manual optimization with an optimizer for fc1 and one for fc2, each step in turn
 // toggled (GAN-style), without find_unused_parameters.
-// --freeze-rank R: that rank alone freezes fc1's weight in setup.
+// --freeze-rank R: that rank alone freezes fc1's weight in setup (--freeze-bias-elsewhere 1: the
+// other ranks freeze fc1's bias, as many tensors but not the same).
 // --val-stream N: validation on a stream of the first N samples, logging `val_loss` (sync_dist, per
 // epoch; --val-step-sync: per step too).
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
@@ -95,7 +96,7 @@ struct Args {
   double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
   bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false, async_checkpoint = false;
-  bool fit_again = false, toggle = false;
+  bool fit_again = false, toggle = false, freeze_bias_elsewhere = false;
   std::string out, fail, loop = "trainer", root = ".", precision = "32-true", loggers, prepare_log;
   std::string even_batches = "error";
   // The CPU unless asked: "auto" would take a GPU wherever one is, and the tests count CPU ranks.
@@ -152,6 +153,7 @@ Args parse(int argc, char** argv) {
     if (key == "--finetune") a.finetune = std::stoll(value);
     if (key == "--freeze-rank") a.freeze_rank = std::stoll(value);
     if (key == "--toggle") a.toggle = value == "1";
+    if (key == "--freeze-bias-elsewhere") a.freeze_bias_elsewhere = value == "1";
     if (key == "--val-stream") a.val_stream = std::stoll(value);
     if (key == "--uneven-drop") a.uneven_drop = std::stoll(value);
     if (key == "--collective-timeout") a.collective_timeout = std::stod(value);
@@ -182,7 +184,12 @@ class Probe : public arc::TrainModule {
     if (args.toggle) set_automatic_optimization(false);
   }
   void setup(arc::Stage) override {
-    if (trainer().global_rank() == args_.freeze_rank) fc1->weight.set_requires_grad(false);
+    if (args_.freeze_rank < 0) return;
+    if (trainer().global_rank() == args_.freeze_rank) {
+      fc1->weight.set_requires_grad(false);
+    } else if (args_.freeze_bias_elsewhere) {
+      fc1->bias.set_requires_grad(false);
+    }
   }
   torch::Tensor training_step(arc::Batch& batch, int64_t batch_idx) override {
     if (!started_ && trainer().is_global_zero())

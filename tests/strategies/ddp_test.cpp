@@ -166,6 +166,12 @@ TEST(DDP, TheGradientReductionFollowsWhichParametersRequireGradients) {
                               "the module's 4: rank 0 4, rank 1 3); every rank must freeze and unfreeze the same"),
             std::string::npos)
       << apart.output;
+  // As many on each rank, but not the same ones: the sets are compared, not only their sizes.
+  const auto crossed = probe("--strategy ddp_spawn --devices 2 --steps 4 --freeze-rank 1 --freeze-bias-elsewhere 1");
+  EXPECT_NE(crossed.status, 0);
+  EXPECT_NE(crossed.output.find("the module's 4: rank 0 3, rank 1 3, but not the same ones); every rank must"),
+            std::string::npos)
+      << crossed.output;
 }
 
 // A loss over every rank's outputs (gathered with sync_grads, as a contrastive loss is): each rank's
