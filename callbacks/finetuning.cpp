@@ -211,18 +211,18 @@ void BaseFinetuning::on_load_checkpoint(Trainer& trainer, TrainModule& module, c
   for (const auto& item : module.named_modules("", /*include_self=*/false)) {
     auto* layer = item.value().get();
     const auto norm = batch_norm_of(*layer);
-    const auto saved = norms.find(item.key());
-    if (!norm || (saved == norms.end() && frozen_norms_.count(layer) == 0)) continue;
-    if (saved == norms.end()) {
+    if (!norm) continue;
+    if (const auto saved = norms.find(item.key()); saved != norms.end()) {
+      const auto& momentum = saved->at("momentum");
+      frozen_norms_[layer] =
+          FrozenNorm{momentum.is_null() ? std::nullopt : std::optional<double>(momentum.get<double>()),
+                     saved->at("batches_tracked").get<int64_t>()};
+      norm->options->momentum(0.0);
+    } else if (const auto found = frozen_norms_.find(layer); found != frozen_norms_.end()) {
       // Unfrozen before the save: its momentum comes back, its statistics are the checkpoint's.
-      set_momentum(*norm->options, frozen_norms_.at(layer).momentum);
-      frozen_norms_.erase(layer);
-      continue;
+      set_momentum(*norm->options, found->second.momentum);
+      frozen_norms_.erase(found);
     }
-    const auto& momentum = saved->at("momentum");
-    frozen_norms_[layer] = FrozenNorm{momentum.is_null() ? std::nullopt : std::optional<double>(momentum.get<double>()),
-                                      saved->at("batches_tracked").get<int64_t>()};
-    norm->options->momentum(0.0);
   }
   added_groups_ = state.at("added_groups").get<std::vector<std::vector<std::vector<std::string>>>>();
   const auto& configs = trainer.optimizer_configs();

@@ -7,7 +7,6 @@
 
 #include <arc/base/arg.h>
 #include <arc/callbacks/callback.h>
-#include <arc/strategies/sync_batch_norm.h>
 
 #include <torch/nn/module.h>
 
@@ -19,6 +18,8 @@
 #include <vector>
 
 namespace arc {
+
+struct BatchNormLayer;
 
 /// Subclass it: freeze_before_training freezes (at fit's setup, before configure_optimizers, which
 /// must then give the optimizer only the parameters that require gradients), and finetune_function

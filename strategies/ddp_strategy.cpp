@@ -77,17 +77,18 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
   // A small first bucket only starts the first all-reduce early. Where all-reduces cannot overlap
   // backward, every bucket is one more wait for the slowest rank, so all are of one size; the
   // ranks' buckets must match, so one rank that can overlap keeps the small first bucket for all.
-  auto overlaps = torch::tensor({collectives_->all_reduce_overlaps(torch::TensorOptions().device(device_)) ? 1L : 0L});
+  auto votes = torch::tensor({collectives_->all_reduce_overlaps(torch::TensorOptions().device(device_)) ? 1L : 0L});
   {
     const CollectiveName name("bucket layout");
-    collectives_->all_reduce(overlaps, Reduce::max).wait();
+    collectives_->all_reduce(votes, Reduce::max).wait();
   }
-  if (overlaps.item<int64_t>() == 0) reducer_options_.first_bucket_bytes = reducer_options_.bucket_bytes;
+  const bool overlaps = votes.item<int64_t>() != 0;
+  if (!overlaps) reducer_options_.first_bucket_bytes = reducer_options_.bucket_bytes;
   if (rank_ == 0)
     console().info("{}: gradient buckets of {:g} MiB, the first {:g} MiB{}", name(),
                    static_cast<double>(reducer_options_.bucket_bytes) / (1 << 20),
                    static_cast<double>(reducer_options_.first_bucket_bytes) / (1 << 20),
-                   overlaps.item<int64_t>() == 0 ? " (all-reduces cannot overlap backward here)" : "");
+                   overlaps ? "" : " (all-reduces cannot overlap backward here)");
   console().info("{}: rank {} of {} on {} ({} environment, {} at {}:{})", name(), rank_, world_size_, device_.str(),
                  environment_->name(), collectives_->backend(), rendezvous.address, rendezvous.port);
 }

@@ -299,7 +299,8 @@ std::unique_ptr<Collectives> make_untraced(const RendezvousOptions& options,
 
 void fit_shm_to_cores(RendezvousOptions& options, int64_t threads) {
   options.shm_helper_thread = threads < usable_cores();
-  options.shm_spin = threads <= usable_cores() ? std::chrono::microseconds(1000) : std::chrono::microseconds(20);
+  options.shm_spin.reset();
+  if (threads <= usable_cores()) options.shm_spin = std::chrono::milliseconds(1);
 }
 
 std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,

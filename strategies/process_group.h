@@ -36,9 +36,9 @@ struct RendezvousOptions {
   bool shared_memory = true;
   /// Shared-memory collectives on a helper thread (see ShmGroupOptions::helper_thread).
   bool shm_helper_thread = true;
-  /// How long a rank waiting in a shared-memory collective checks before it sleeps (see
-  /// ShmGroupOptions::spin).
-  std::chrono::microseconds shm_spin{20};
+  /// How long a rank waiting in a shared-memory collective checks before it sleeps (unset: 20 us;
+  /// see ShmGroupOptions::spin).
+  std::optional<std::chrono::microseconds> shm_spin;
   /// CUDA tensors through NCCL (when LibTorch has it), CPU tensors through Gloo.
   bool nccl = false;
   /// The store at address:port is already open (torchrun's agent hosts it): rank 0 joins it too.

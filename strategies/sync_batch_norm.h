@@ -9,8 +9,8 @@
 
 #include <torch/nn/cloneable.h>
 #include <torch/nn/options/batchnorm.h>
-
 #include <torch/nn/pimpl.h>
+
 #include <optional>
 
 namespace arc {

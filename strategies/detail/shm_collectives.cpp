@@ -369,14 +369,18 @@ std::unique_ptr<Collectives> make_shm_collectives(c10d::Store& store, const ShmG
     segment =
         ShmSegment::open(text_of(store.get(name_key)), local_world, options.slot_bytes, local_index, options.rank);
   }
-  if (segment) segment->spin_before_sleeping(options.spin);
+  if (segment && options.spin) segment->spin_before_sleeping(*options.spin);
   std::unique_ptr<Collectives> leader_group;
   const auto leader_index = std::find(leaders.begin(), leaders.end(), options.rank) - leaders.begin();
   if (nodes > 1 && local_index == 0) leader_group = make_leaders("leaders", leader_index, nodes);
-  console().info("shared-memory collectives run on {}; a rank waits {:g} ms for the others before it sleeps",
+  const std::string waits =
+      segment ? fmt::format("; a rank waits {:g} ms for the others before it sleeps",
+                            std::chrono::duration<double, std::milli>(segment->spin_before_sleeping()).count())
+              : "";
+  console().info("shared-memory collectives run on {}{}",
                  options.helper_thread ? "a helper thread, overlapping backward"
                                        : "the training thread (no core is free for a helper)",
-                 std::chrono::duration<double, std::milli>(options.spin).count());
+                 waits);
   return std::make_unique<ShmCollectives>(std::move(segment), std::move(global), std::move(leader_group), nodes,
                                           options);
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace c10d {
@@ -30,9 +31,9 @@ struct ShmGroupOptions {
   /// Collectives run on a helper thread, so that all-reduces overlap backward; off, they run on
   /// the calling thread, which is faster when no core is left for the helper.
   bool helper_thread = true;
-  /// How long a rank waiting for another checks before it sleeps (see
-  /// ShmSegment::spin_before_sleeping): long only where each rank has a core of its own.
-  std::chrono::microseconds spin{20};
+  /// How long a rank waiting for another checks before it sleeps (unset: ShmSegment's 20 us; see
+  /// fit_shm_to_cores for when DDP sets it).
+  std::optional<std::chrono::microseconds> spin;
 };
 
 /// Makes a group called `name` in the store for ranks `rank` of `size` (the node leaders).

@@ -82,6 +82,7 @@ class ShmSegment {
   /// How long a rank waiting for another keeps checking before it sleeps (20 us unless set): past
   /// the first 20 us it yields its core to any other thread that wants it while it checks.
   void spin_before_sleeping(std::chrono::microseconds spin) { spin_ = spin; }
+  std::chrono::microseconds spin_before_sleeping() const { return spin_; }
 
  private:
   struct Header;

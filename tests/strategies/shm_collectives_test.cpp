@@ -35,7 +35,7 @@ struct Group {
   std::chrono::milliseconds timeout = 20s;
   bool helper_thread = true;
   std::optional<std::chrono::milliseconds> collective_timeout = std::nullopt;
-  std::chrono::microseconds spin{20};
+  std::optional<std::chrono::microseconds> spin = std::nullopt;
 };
 
 // Runs fn(rank, collectives) on `world` threads joined into one group; rethrows a rank's error.
@@ -141,7 +141,7 @@ bool in_shm_mapping(const void* address) {
 // Every case through an ordinary tensor, and through a buffer from reduce_buffer, which is
 // reduced where it lies (its data pointer stays).
 void expect_reduces_like_reference(int64_t world, bool helper_thread = true,
-                                   std::chrono::microseconds spin = std::chrono::microseconds(20)) {
+                                   std::optional<std::chrono::microseconds> spin = std::nullopt) {
   // 1 element, an odd size reduced whole by every rank, an odd size reduced share by share (one
   // 256 KiB piece of floats and a remainder above 16 KiB), exactly one 4 MiB slot of floats, and
   // several slots with a remainder.
@@ -562,6 +562,34 @@ TEST(ShmSegment, RefusesASegmentWithTheWrongMode) {
   const auto message = testing::error_of([&] { ShmSegment::open(created->name(), 2, 4096, 1, 1); });
   EXPECT_NE(message.find("mode 644"), std::string::npos) << message;
   created.reset();
+  EXPECT_TRUE(segments_of_this_process().empty());
+}
+
+// A rank that may spin long waits for a late peer without sleeping (no voluntary context switch:
+// yielding the core is not one); with the default 20 us it sleeps on the futex.
+TEST(ShmSegment, ALongSpinWaitsForALatePeerWithoutSleeping) {
+  for (const bool long_spin : {true, false}) {
+    SCOPED_TRACE(long_spin ? "long spin" : "default spin");
+    auto first = ShmSegment::create(2, 4096, 0);
+    auto second = ShmSegment::open(first->name(), 2, 4096, 1, 1);
+    if (long_spin) first->spin_before_sleeping(20s);
+    const std::atomic<bool> stop{false};
+    std::thread late([&] {
+      std::this_thread::sleep_for(50ms);
+      second->arrive_and_wait(1, 20s, stop);
+    });
+    rusage before{}, after{};
+    getrusage(RUSAGE_THREAD, &before);
+    first->arrive_and_wait(1, 20s, stop);
+    getrusage(RUSAGE_THREAD, &after);
+    late.join();
+    const auto sleeps = after.ru_nvcsw - before.ru_nvcsw;
+    if (long_spin) {
+      EXPECT_EQ(sleeps, 0);
+    } else {
+      EXPECT_GE(sleeps, 1);
+    }
+  }
   EXPECT_TRUE(segments_of_this_process().empty());
 }
 
