@@ -1,6 +1,8 @@
 // The shipped callbacks by Lightning's class names, built from init_args.
 #include <arc/callbacks/callback_registry.h>
 
+#include <arc/base/console.h>
+
 #include <arc/callbacks/device_stats_monitor.h>
 #include <arc/callbacks/early_stopping.h>
 #include <arc/callbacks/elastic_checkpoint.h>
@@ -90,6 +92,31 @@ std::shared_ptr<Callback> backbone_finetuning(const Config& config) {
 
 #undef ARC_READ
 
+// Lightning's progress bars, drawn by ProgressBar with their defaults (every batch; one line for
+// the fit). What only tqdm or Rich can do is refused, or said to be left out.
+std::shared_ptr<Callback> tqdm_progress_bar(const Config& config) {
+  const auto position = config.get<int64_t>("process_position", 0);
+  ARC_CHECK(position == 0, "config key '", config.qualified("process_position"), "' is ", position,
+            "; it moves tqdm's bars down by that many lines, for programs that draw bars of their own, and ",
+            "Arclight draws one line: leave it 0");
+  return std::make_shared<ProgressBar>(config.get<int64_t>("refresh_rate", 1), config.get<bool>("leave", false));
+}
+
+std::shared_ptr<Callback> rich_progress_bar(const Config& config) {
+  const auto* theme = config.find("theme");
+  if (theme != nullptr && !theme->is_null())
+    console().warn(
+        "config key '{}' is not used: Rich's colours have no counterpart in Arclight's progress bar, "
+        "which draws plain text",
+        config.qualified("theme"));
+  const auto* console_kwargs = config.find("console_kwargs");
+  ARC_CHECK(console_kwargs == nullptr || console_kwargs->is_null() || console_kwargs->empty(), "config key '",
+            config.qualified("console_kwargs"), "' is ", console_kwargs == nullptr ? "" : console_kwargs->dump(),
+            "; it configures Rich's console, which Arclight does not use (its bar writes plain text to standard ",
+            "error): leave it out");
+  return std::make_shared<ProgressBar>(config.get<int64_t>("refresh_rate", 1), config.get<bool>("leave", false));
+}
+
 // {"epoch": factor} with the epochs as JSON keys, as Lightning's scheduling dict.
 std::shared_ptr<Callback> gradient_accumulation_scheduler(const Config& config) {
   const auto* found = config.find("scheduling");
@@ -132,10 +159,16 @@ Registry<Callback, const Config&> shipped_callbacks() {
   r.add("ThroughputMonitor", [](const Config& config) {
     return std::make_shared<ThroughputMonitor>(config.get<int64_t>("every_n_steps", 50));
   });
-  r.add("ProgressBar",
-        [](const Config& config) { return std::make_shared<ProgressBar>(config.get<int64_t>("refresh_rate", 50)); });
-  r.add("ModelSummary",
-        [](const Config& config) { return std::make_shared<ModelSummary>(config.get<int64_t>("max_depth", 1)); });
+  r.add("ProgressBar", [](const Config& config) {
+    return std::make_shared<ProgressBar>(config.get_optional<int64_t>("refresh_rate"), config.get<bool>("leave", true));
+  });
+  r.add("TQDMProgressBar", tqdm_progress_bar);
+  r.add("RichProgressBar", rich_progress_bar);
+  const auto model_summary = [](const Config& config) {
+    return std::make_shared<ModelSummary>(config.get<int64_t>("max_depth", 1));
+  };
+  r.add("ModelSummary", model_summary);
+  r.add("RichModelSummary", model_summary);
   r.add("WeightAveraging",
         [](const Config& config) { return std::make_shared<WeightAveraging>(config.get<bool>("use_buffers", true)); });
   r.add("EMAWeightAveraging", [](const Config& config) {

@@ -1,7 +1,9 @@
 // ProgressBar.
 #include <arc/callbacks/progress_bar.h>
 
+#include <arc/base/error.h>
 #include <arc/core/trainer.h>
+#include <arc/data/data_module.h>
 #include <arc/data/dataset.h>
 
 #include <fmt/format.h>
@@ -34,7 +36,11 @@ std::string with_metrics(std::string text, const Trainer& trainer) {
 
 }  // namespace
 
-ProgressBar::ProgressBar(int64_t plain_every) : plain_every_(plain_every), terminal_(isatty(STDERR_FILENO) != 0) {}
+ProgressBar::ProgressBar(std::optional<int64_t> refresh_rate, bool leave)
+    : refresh_rate_(refresh_rate), leave_(leave), terminal_(isatty(STDERR_FILENO) != 0) {
+  ARC_CHECK(!refresh_rate || *refresh_rate >= 0, "ProgressBar: refresh_rate is ", refresh_rate.value_or(0),
+            "; give the batches between redraws (1 or more), or 0 for no progress bar");
+}
 
 void ProgressBar::on_train_epoch_start(Trainer&, TrainModule&) {
   epoch_start_ = last_draw_ = std::chrono::steady_clock::now();
@@ -51,6 +57,7 @@ std::string ProgressBar::eval_line(Trainer& trainer, const char* title, int64_t 
 }
 
 void ProgressBar::draw(const std::string& text, bool final_line) {
+  if (refresh_rate_ == 0) return;
   if (terminal_) {
     const size_t pad = drawn_width_ > text.size() ? drawn_width_ - text.size() : 0;
     std::fprintf(stderr, "\r%s%*s%s", text.c_str(), static_cast<int>(pad), "", final_line ? "\n" : "");
@@ -62,14 +69,20 @@ void ProgressBar::draw(const std::string& text, bool final_line) {
 }
 
 void ProgressBar::maybe_draw(int64_t done, const std::string& text) {
+  if (refresh_rate_ == 0) return;
+  const int64_t every = refresh_rate_.value_or(terminal_ ? 1 : 50);
+  if (done % every != 0) return;
   if (terminal_) {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_draw_ < std::chrono::milliseconds(100)) return;
     last_draw_ = now;
-  } else if (done % plain_every_ != 0) {
-    return;
   }
   draw(text, false);
+}
+
+void ProgressBar::end_line() {
+  if (terminal_ && drawn_width_ > 0) std::fprintf(stderr, "\n");
+  drawn_width_ = 0;
 }
 
 void ProgressBar::on_train_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&, int64_t batch_idx) {
@@ -77,14 +90,24 @@ void ProgressBar::on_train_batch_end(Trainer& trainer, TrainModule&, const torch
 }
 
 void ProgressBar::on_train_epoch_end(Trainer& trainer, TrainModule&) {
-  if (trainer.is_global_zero()) draw(line(trainer, trainer.progress().epoch_batches), true);
+  if (trainer.is_global_zero()) draw(line(trainer, trainer.progress().epoch_batches), leave_);
 }
 
-// A validation inside an epoch starts its own line below the training line.
+void ProgressBar::on_train_end(Trainer& trainer, TrainModule&) {
+  if (trainer.is_global_zero()) end_line();
+}
+
+// The error goes on a line of its own.
+void ProgressBar::on_exception(Trainer& trainer, TrainModule&, const std::exception&) {
+  if (trainer.is_global_zero()) end_line();
+}
+
+// A validation inside fit draws on the training line of a terminal (and gives it back at its end);
+// elsewhere an evaluation starts a line of its own.
 void ProgressBar::start_eval(Trainer& trainer) {
   if (!trainer.is_global_zero() || trainer.sanity_checking()) return;
-  if (terminal_ && drawn_width_ > 0) std::fprintf(stderr, "\n");
-  drawn_width_ = 0;
+  over_train_line_ = terminal_ && trainer.stage() == Stage::fit;
+  if (!over_train_line_) end_line();
   eval_done_ = 0;
   eval_start_ = std::chrono::steady_clock::now();
 }
@@ -97,6 +120,7 @@ void ProgressBar::eval_batch_done(Trainer& trainer, const char* title) {
 
 void ProgressBar::end_eval(Trainer& trainer, const char* title) {
   if (!trainer.is_global_zero() || trainer.sanity_checking()) return;
+  if (over_train_line_) return draw(line(trainer, trainer.progress().epoch_batches), false);
   draw(with_metrics(eval_line(trainer, title, trainer.num_val_batches()), trainer), true);
 }
 

@@ -7,20 +7,27 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 namespace arc {
 
 /// Shows training, validation, test and predict progress on standard error.
 class ProgressBar : public Callback {
  public:
-  /// `plain_every`: batches between lines when standard error is not a terminal.
-  explicit ProgressBar(int64_t plain_every = 50);
+  /// `refresh_rate` (Lightning's): batches between redraws, 0 for no bar at all; unset, a terminal
+  /// redraws after every batch and other output gets a line every 50. A terminal is redrawn at most
+  /// every 0.1 s either way (tqdm's default). `leave` (Lightning's, on a terminal): each epoch keeps
+  /// its line; off, the fit has one line, redrawn for every epoch and ended when training ends.
+  /// Inside fit, validation draws on the training line and gives it back when it ends.
+  explicit ProgressBar(std::optional<int64_t> refresh_rate = std::nullopt, bool leave = true);
 
   std::string state_key() const override { return "ProgressBar"; }
   void on_train_epoch_start(Trainer& trainer, TrainModule& module) override;
   void on_train_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& loss, Batch& batch,
                           int64_t batch_idx) override;
   void on_train_epoch_end(Trainer& trainer, TrainModule& module) override;
+  void on_train_end(Trainer& trainer, TrainModule& module) override;
+  void on_exception(Trainer& trainer, TrainModule& module, const std::exception& error) override;
   void on_validation_start(Trainer& trainer, TrainModule& module) override;
   void on_validation_batch_end(Trainer& trainer, TrainModule& module, Batch& batch, int64_t batch_idx) override;
   void on_validation_end(Trainer& trainer, TrainModule& module) override;
@@ -44,9 +51,14 @@ class ProgressBar : public Callback {
   void draw(const std::string& text, bool final_line);
   /// Ends an evaluation's line with `title` and the prog_bar metrics.
   void end_eval(Trainer& trainer, const char* title);
+  /// Ends the line drawn on a terminal, if one is open.
+  void end_line();
 
-  int64_t plain_every_;
+  std::optional<int64_t> refresh_rate_;
+  bool leave_;
   bool terminal_;
+  /// Whether the evaluation under way draws over the training line, to give back when it ends.
+  bool over_train_line_ = false;
   std::chrono::steady_clock::time_point epoch_start_;
   std::chrono::steady_clock::time_point eval_start_;
   std::chrono::steady_clock::time_point last_draw_;

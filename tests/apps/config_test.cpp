@@ -1,6 +1,7 @@
 // Config-driven runs as LightningCLI's: callbacks and loggers from the config, YAML and JSON, several
 // files merged, --print_config, and errors that name the file and the key.
 #include "support/arc_tool.h"
+#include "support/terminal.h"
 
 #include <gtest/gtest.h>
 #include <torch/serialize.h>
@@ -577,6 +578,58 @@ TEST(Config, ReadmeYamlRuns) {
   std::getline(csv, header);
   EXPECT_NE(header.find("lr-AdamW"), std::string::npos) << header;
   EXPECT_EQ(files_in(version + "/checkpoints").size(), 2u) << "save_top_k: 2";
+  fs::remove_all(dir);
+}
+
+// Lightning's progress bars on a terminal (with their defaults, one line for the whole fit, each
+// validation drawn over it and the line given back; with leave, a line per epoch) and
+// RichModelSummary's table; a bar of refresh rate 0 draws nothing and Rich's theme is said to be left out.
+TEST(Config, LightningsProgressBarsDrawOnATerminal) {
+  const auto dir = scratch("progress_bars");
+  const auto on_a_terminal = [&](const std::string& name, const std::string& callbacks) {
+    const std::string config =
+        "trainer:\n  max_epochs: 3\n  limit_train_batches: 2\n  limit_val_batches: 1\n"
+        "  num_threads: 1\n  callbacks:\n" +
+        callbacks + "module:\n  name: mlp_classifier\n";
+    arc::testing::Terminal terminal(
+        {ARC_BINARY, "fit", "--config", write_config(name, config), "--set", "trainer.default_root_dir=" + dir});
+    EXPECT_EQ(terminal.wait_exit(300), 0) << terminal.output();
+    return terminal.output();
+  };
+  // The lines of `output` (the terminal ends each with "\r\n") that hold "Epoch ".
+  const auto epoch_lines = [](const std::string& output) {
+    std::vector<std::string> lines;
+    std::istringstream in(output);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("Epoch ") != std::string::npos) lines.push_back(line);
+    return lines;
+  };
+
+  const auto tqdm = on_a_terminal("tqdm.yaml",
+                                  "  - class_path: lightning.pytorch.callbacks.TQDMProgressBar\n"
+                                  "    init_args: {refresh_rate: 1, process_position: 0, leave: false}\n"
+                                  "  - class_path: lightning.pytorch.callbacks.RichModelSummary\n"
+                                  "    init_args: {max_depth: 1}\n");
+  const auto one_line = epoch_lines(tqdm);
+  ASSERT_EQ(one_line.size(), 1u) << tqdm;
+  EXPECT_NE(one_line[0].find("\rEpoch 0: 2/2 ["), std::string::npos) << tqdm;
+  EXPECT_NE(one_line[0].find("\rEpoch 2: 2/2 ["), std::string::npos) << tqdm;
+  EXPECT_NE(one_line[0].rfind("val_loss="), std::string::npos) << tqdm;
+  EXPECT_NE(tqdm.find("269322 trainable params"), std::string::npos) << tqdm;
+
+  const auto left = epoch_lines(on_a_terminal("leave.yaml",
+                                              "  - class_path: TQDMProgressBar\n"
+                                              "    init_args: {leave: true}\n"));
+  ASSERT_EQ(left.size(), 3u);
+  for (int epoch = 0; epoch < 3; ++epoch)
+    EXPECT_NE(left[static_cast<size_t>(epoch)].find("Epoch " + std::to_string(epoch) + ": 2/2 ["), std::string::npos)
+        << left[static_cast<size_t>(epoch)];
+
+  const auto off = on_a_terminal("rich.yaml",
+                                 "  - class_path: RichProgressBar\n"
+                                 "    init_args:\n      refresh_rate: 0\n      theme: {description: white}\n");
+  EXPECT_TRUE(epoch_lines(off).empty()) << off;
+  EXPECT_NE(off.find("config key 'trainer.callbacks[0].init_args.theme' is not used"), std::string::npos) << off;
   fs::remove_all(dir);
 }
 

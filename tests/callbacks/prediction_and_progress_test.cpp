@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 
 namespace arc {
 namespace {
@@ -118,6 +119,58 @@ TEST(ProgressBar, ShowsValidationTestAndPredictProgress) {
   const auto fitted = progress_of([&](Trainer& t) { t.fit(module, tiny_data(4, 2), tiny_data(2, 2)); });
   EXPECT_NE(fitted.find("Epoch 0: 2/2 ["), std::string::npos) << fitted;
   EXPECT_EQ(occurrences(fitted, "Validation: 1/1 ["), 2u) << fitted;  // drawn after its batch, then ended
+}
+
+// Lightning's refresh_rate: a line every n batches and at the epoch's end; 0 draws nothing (it
+// divided by zero before); a negative one is an error.
+TEST(ProgressBar, RefreshRateChoosesTheBatchesDrawnAndZeroTurnsItOff) {
+  TinyModule module;
+  const auto every_third = [&](std::optional<int64_t> refresh_rate) {
+    ::testing::internal::CaptureStderr();
+    Trainer trainer(quiet().max_epochs(1), {std::make_shared<ProgressBar>(refresh_rate)});
+    trainer.fit(module, tiny_data(14, 2), tiny_data(2, 2));
+    return ::testing::internal::GetCapturedStderr();
+  };
+  const auto drawn = every_third(3);
+  EXPECT_NE(drawn.find("Epoch 0: 3/7 ["), std::string::npos) << drawn;
+  EXPECT_NE(drawn.find("Epoch 0: 6/7 ["), std::string::npos) << drawn;
+  EXPECT_NE(drawn.find("Epoch 0: 7/7 ["), std::string::npos) << drawn;
+  EXPECT_EQ(drawn.find("Epoch 0: 4/7 ["), std::string::npos) << drawn;
+  const auto off = every_third(0);
+  EXPECT_EQ(off.find("Epoch"), std::string::npos) << off;
+  EXPECT_EQ(off.find("Validation"), std::string::npos) << off;
+  const auto message = error_of([] { ProgressBar(-1); });
+  EXPECT_NE(message.find("refresh_rate is -1"), std::string::npos) << message;
+}
+
+// Lightning's TQDMProgressBar and RichProgressBar are ProgressBars; what only tqdm or Rich does is
+// refused with the key, and RichModelSummary is a ModelSummary.
+TEST(ProgressBar, LightningsBarsAndRichModelSummaryFromAConfig) {
+  const auto one = [](const nlohmann::json& entry) { return callbacks_from_json(entry, "trainer.callbacks").at(0); };
+  EXPECT_NE(std::dynamic_pointer_cast<ProgressBar>(one({{"class_path", "TQDMProgressBar"}})), nullptr);
+  EXPECT_NE(std::dynamic_pointer_cast<ProgressBar>(
+                one({{"class_path", "lightning.pytorch.callbacks.RichProgressBar"},
+                     {"init_args", {{"refresh_rate", 0}, {"leave", true}, {"console_kwargs", nullptr}}}})),
+            nullptr);
+  EXPECT_NE(std::dynamic_pointer_cast<ModelSummary>(
+                one({{"class_path", "RichModelSummary"}, {"init_args", {{"max_depth", 2}}}})),
+            nullptr);
+  const auto moved = error_of([&] {
+    one({{"class_path", "TQDMProgressBar"}, {"init_args", {{"process_position", 2}}}});
+  });
+  EXPECT_NE(moved.find("trainer.callbacks.init_args.process_position' is 2"), std::string::npos) << moved;
+  EXPECT_NE(moved.find("leave it 0"), std::string::npos) << moved;
+  const auto rich = error_of([&] {
+    one({{"class_path", "RichProgressBar"}, {"init_args", {{"console_kwargs", {{"record", true}}}}}});
+  });
+  EXPECT_NE(rich.find("console_kwargs' is {\"record\":true}"), std::string::npos) << rich;
+  const auto negative = error_of([&] {
+    one({{"class_path", "TQDMProgressBar"}, {"init_args", {{"refresh_rate", -2}}}});
+  });
+  EXPECT_NE(
+      negative.find("trainer.callbacks.init_args.refresh_rate (TQDMProgressBar): ProgressBar: refresh_rate is -2"),
+      std::string::npos)
+      << negative;
 }
 
 class Nested : public TinyModule {
