@@ -1,6 +1,7 @@
 // ElasticCheckpoint.
 #include <arc/callbacks/elastic_checkpoint.h>
 
+#include <arc/base/error.h>
 #include <arc/core/trainer.h>
 
 #include <filesystem>
@@ -8,7 +9,10 @@
 namespace arc {
 
 ElasticCheckpoint::ElasticCheckpoint(int64_t every_n_steps, double every_seconds)
-    : every_n_steps_(every_n_steps), every_seconds_(every_seconds) {}
+    : every_n_steps_(every_n_steps), every_seconds_(every_seconds) {
+  ARC_CHECK(every_n_steps >= 0 && every_seconds >= 0, "ElasticCheckpoint: every_n_steps is ", every_n_steps,
+            " and every_seconds ", every_seconds, "; give 0 (off) or more for each");
+}
 
 std::string ElasticCheckpoint::path(const Trainer& trainer) {
   return trainer.options().default_root_dir() + "/elastic_last.ckpt";

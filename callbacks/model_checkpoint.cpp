@@ -19,6 +19,10 @@ ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std:
   ARC_CHECK(options_.save_top_k() >= -1, "ModelCheckpoint save_top_k must be >= -1, got ", options_.save_top_k());
   ARC_CHECK(options_.every_n_train_steps() >= 0 && options_.every_n_epochs() >= 0,
             "ModelCheckpoint every_n_train_steps and every_n_epochs must be >= 0");
+  ARC_CHECK(options_.train_time_interval() >= 0,
+            "ModelCheckpoint train_time_interval must be >= 0 seconds (0: off), got ", options_.train_time_interval());
+  // As Lightning's: an empty name is the default one.
+  if (options_.filename().empty()) options_.filename(ModelCheckpointOptions().filename());
 }
 
 std::string ModelCheckpoint::state_key() const {

@@ -5,10 +5,19 @@
 #include <arc/base/error.h>
 #include <arc/core/trainer.h>
 
+#include <filesystem>
+
 namespace arc {
 
 OnExceptionCheckpoint::OnExceptionCheckpoint(std::string dirpath, std::string filename)
-    : dirpath_(std::move(dirpath)), filename_(std::move(filename)) {}
+    : dirpath_(std::move(dirpath)), filename_(std::move(filename)) {
+  ARC_CHECK(!filename_.empty(), "OnExceptionCheckpoint: filename is empty; give the file's name without .ckpt, ",
+            "e.g. on_exception");
+}
+
+std::string OnExceptionCheckpoint::path() const {
+  return (std::filesystem::path(dirpath_) / (filename_ + ".ckpt")).string();
+}
 
 void OnExceptionCheckpoint::on_exception(Trainer& trainer, TrainModule&, const std::exception& error) {
   if (trainer.stage() != Stage::fit || trainer.optimizer_configs().empty()) return;

@@ -10,11 +10,12 @@ namespace arc {
 /// Writes `<dirpath>/<filename>.ckpt` when an exception leaves fit.
 class OnExceptionCheckpoint : public Callback {
  public:
+  /// An empty `dirpath` is the current folder, as Lightning joins the paths.
   explicit OnExceptionCheckpoint(std::string dirpath, std::string filename = "on_exception");
   std::string state_key() const override { return "OnExceptionCheckpoint"; }
   void on_exception(Trainer& trainer, TrainModule& module, const std::exception& error) override;
   std::string exception_checkpoint() const override { return saved_; }
-  std::string path() const { return dirpath_ + "/" + filename_ + ".ckpt"; }
+  std::string path() const;
 
  private:
   std::string saved_;

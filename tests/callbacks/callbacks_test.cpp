@@ -1,5 +1,6 @@
 // The smaller callbacks: LambdaCallback, Timer, LearningRateMonitor, OnExceptionCheckpoint,
 // ThroughputMonitor, GradientAccumulationScheduler.
+#include "support/errors.h"
 #include "support/scratch.h"
 #include "support/tiny_module.h"
 
@@ -13,6 +14,7 @@
 namespace arc {
 namespace {
 
+using testing::error_of;
 using testing::quiet;
 using testing::tiny_data;
 using testing::TinyModule;
@@ -249,6 +251,27 @@ TEST(Callbacks, OnExceptionCheckpointSavesWhatWasDone) {
   EXPECT_EQ(again.global_step(), 4);
   EXPECT_EQ(resumed.counts["training_step"], 1);
   std::filesystem::remove_all(dir);
+}
+
+// Empty and negative settings of the checkpointing callbacks: Lightning's meaning where it has one
+// (an empty ModelCheckpoint filename is the default name, an empty OnExceptionCheckpoint dirpath the
+// current folder, not the root), else an error that names the setting.
+TEST(Callbacks, CheckpointingCallbacksTakeEmptyAndNegativeSettingsAsLightningOrSayWhy) {
+  const auto dir = std::filesystem::temp_directory_path() / ("arc_empty_names_" + std::to_string(getpid()));
+  TinyModule module;
+  Trainer(quiet().max_epochs(1),
+          {std::make_shared<ModelCheckpoint>(ModelCheckpointOptions().dirpath(dir.string()).filename(""))})
+      .fit(module, tiny_data(4, 2));
+  EXPECT_TRUE(std::filesystem::exists(dir / "epoch=0-step=2.ckpt"));
+  EXPECT_FALSE(std::filesystem::exists(dir / ".ckpt"));
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(OnExceptionCheckpoint("", "saved").path(), "saved.ckpt");
+  EXPECT_NE(error_of([&] { OnExceptionCheckpoint(dir.string(), ""); }).find("filename is empty"), std::string::npos);
+  const auto interval = error_of([] { ModelCheckpoint(ModelCheckpointOptions().train_time_interval(-5)); });
+  EXPECT_NE(interval.find("train_time_interval must be >= 0 seconds (0: off), got -5"), std::string::npos) << interval;
+  const auto elastic = error_of([] { ElasticCheckpoint(-1, 0); });
+  EXPECT_NE(elastic.find("every_n_steps is -1 and every_seconds 0"), std::string::npos) << elastic;
+  EXPECT_NE(error_of([] { ElasticCheckpoint(10, -3); }).find("every_seconds -3"), std::string::npos);
 }
 
 // Every hook, as Lightning's LambdaCallback takes any: each function runs at its hook, as often as
