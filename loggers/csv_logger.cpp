@@ -15,7 +15,7 @@ CSVLogger::CSVLogger(const std::string& save_dir, std::string name, int64_t vers
     : FolderLogger(save_dir, std::move(name), version), flush_every_(std::max<int64_t>(1, flush_every)) {}
 
 void CSVLogger::log_metrics(const std::map<std::string, double>& metrics, int64_t step) {
-  auto row = metrics;
+  auto row = prefixed(metrics);
   row["step"] = static_cast<double>(step);
   for (const auto& entry : row) columns_.insert(entry.first);
   rows_.push_back(std::move(row));

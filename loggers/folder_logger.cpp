@@ -60,6 +60,13 @@ std::string FolderLogger::folder() {
   return dir;
 }
 
+std::map<std::string, double> FolderLogger::prefixed(const std::map<std::string, double>& metrics) const {
+  if (prefix_.empty()) return metrics;
+  std::map<std::string, double> out;
+  for (const auto& [name, value] : metrics) out.emplace(prefix_ + "-" + name, value);
+  return out;
+}
+
 void FolderLogger::log_hyperparams(const nlohmann::json& hparams) {
   std::ofstream(folder() + "/hparams.yaml") << to_yaml(hparams);
 }

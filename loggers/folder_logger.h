@@ -6,6 +6,7 @@
 
 #include <arc/loggers/logger.h>
 
+#include <map>
 #include <string>
 
 namespace arc {
@@ -23,16 +24,22 @@ class FolderLogger : public Logger {
   bool version_fixed() const override { return fixed_; }
   /// Writes hparams.yaml in the run's folder (Lightning's file).
   void log_hyperparams(const nlohmann::json& hparams) override;
+  /// Lightning's prefix: each metric is written as "<prefix>-<name>" ("": as logged).
+  void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
+  const std::string& prefix() const { return prefix_; }
 
  protected:
   /// `version` < 0 leaves the choice to the Trainer.
   FolderLogger(std::string save_dir, std::string name, int64_t version);
   /// log_dir(), created on first use.
   std::string folder();
+  /// `metrics` under the names they are written with (see set_prefix).
+  std::map<std::string, double> prefixed(const std::map<std::string, double>& metrics) const;
 
  private:
   std::string save_dir_;
   std::string name_;
+  std::string prefix_;
   mutable int64_t version_;
   mutable bool fixed_;
 };

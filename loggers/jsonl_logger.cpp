@@ -16,7 +16,7 @@ void JsonLinesLogger::log_metrics(const std::map<std::string, double>& metrics, 
     ARC_CHECK(out_.good(), "cannot open '", path, "' for writing; make save_dir writable or choose another");
   }
   nlohmann::json record = {{"step", step}};
-  for (const auto& [key, value] : metrics) record[key] = value;
+  for (const auto& [key, value] : prefixed(metrics)) record[key] = value;
   out_ << record.dump() << '\n';
 }
 

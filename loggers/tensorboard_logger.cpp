@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 #include <chrono>
+#include <filesystem>
 
 namespace arc {
 namespace {
@@ -24,8 +25,17 @@ TensorBoardLogger::TensorBoardLogger(const std::string& save_dir, std::string na
 
 // The events file is opened at the first record: only rank 0 writes one.
 void TensorBoardLogger::open() {
-  path_ = folder() + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." + host_name() +
-          "." + std::to_string(getpid());
+  std::filesystem::path dir = folder();
+  if (!sub_dir_.empty()) {
+    dir /= sub_dir_;
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    ARC_CHECK(!error, "cannot create the TensorBoard sub_dir '", dir.string(), "': ", error.message(),
+              "; choose another sub_dir");
+  }
+  path_ = (dir / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." + host_name() +
+                  "." + std::to_string(getpid())))
+              .string();
   out_.open(path_, std::ios::binary);
   ARC_CHECK(out_.good(), "cannot open '", path_, "' for writing; make save_dir writable or choose another");
   tensorboard::Event header;
@@ -54,7 +64,7 @@ void TensorBoardLogger::log_metrics(const std::map<std::string, double>& metrics
   event.set_wall_time(now_seconds());
   event.set_step(step);
   auto* summary = event.mutable_summary();
-  for (const auto& [tag, value] : metrics) {
+  for (const auto& [tag, value] : prefixed(metrics)) {
     auto* entry = summary->add_value();
     entry->set_tag(tag);
     entry->set_simple_value(static_cast<float>(value));

@@ -17,6 +17,9 @@ class TensorBoardLogger : public FolderLogger {
 
   /// The events file being written ("" before the first record).
   const std::string& events_path() const { return path_; }
+  /// Lightning's sub_dir: the events file goes into this folder of the version's ("": the version's
+  /// own), e.g. "train" and "eval" for two loggers whose runs TensorBoard shows side by side.
+  void set_sub_dir(std::string sub_dir) { sub_dir_ = std::move(sub_dir); }
   void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override;
   void save() override;
 
@@ -24,6 +27,7 @@ class TensorBoardLogger : public FolderLogger {
   void open();
   void write_record(const std::string& data);
 
+  std::string sub_dir_;
   std::string path_;
   std::ofstream out_;
 };

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 namespace arc {
 namespace {
@@ -73,6 +74,63 @@ TEST(TensorBoardLogger, WritesEventsTensorBoardCanRead) {
   EXPECT_EQ(val_steps, (std::vector<int64_t>{4, 8}));
   EXPECT_EQ(epochs, (std::vector<float>{0, 0, 0, 1, 1, 1}));
   EXPECT_FLOAT_EQ(last_val, static_cast<float>(trainer.callback_metrics().at("val_loss")));
+  fs::remove_all(root);
+}
+
+// The loggers as LightningCLI prints them, every init_arg: prefix names every metric
+// "<prefix>-<name>" in all three files, sub_dir puts the events file in a folder of the version's,
+// and the graph and hp_metric that Arclight does not write are said to be left out.
+TEST(TensorBoardLogger, LightningCliPrintedLoggersTakePrefixAndSubDir) {
+  const auto root = fs::temp_directory_path() / ("arc_printed_loggers_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  const auto save_dir = nlohmann::json(root.string());
+  const nlohmann::json printed = {{{"class_path", "lightning.pytorch.loggers.CSVLogger"},
+                                   {"init_args",
+                                    {{"save_dir", save_dir},
+                                     {"name", "csv"},
+                                     {"version", nullptr},
+                                     {"prefix", "fold1"},
+                                     {"flush_logs_every_n_steps", 100}}}},
+                                  {{"class_path", "lightning.pytorch.loggers.TensorBoardLogger"},
+                                   {"init_args",
+                                    {{"save_dir", save_dir},
+                                     {"name", "tb"},
+                                     {"version", nullptr},
+                                     {"log_graph", true},
+                                     {"default_hp_metric", true},
+                                     {"prefix", "fold1"},
+                                     {"sub_dir", "train"}}}},
+                                  {{"class_path", "JsonLinesLogger"},
+                                   {"init_args", {{"save_dir", save_dir}, {"name", "jsonl"}, {"prefix", "fold1"}}}}};
+  ::testing::internal::CaptureStderr();
+  const auto loggers = loggers_from_json(printed, "trainer.logger");
+  const auto warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warnings.find("'trainer.logger[1].init_args.log_graph' is not used"), std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("'trainer.logger[1].init_args.default_hp_metric' is not used"), std::string::npos)
+      << warnings;
+  testing::TinyModule module;
+  Trainer trainer(testing::quiet().max_epochs(1).log_every_n_steps(2).num_sanity_val_steps(0), {}, loggers);
+  trainer.fit(module, testing::tiny_data(8, 2), testing::tiny_data(4, 2));
+
+  std::ifstream csv(root / "csv" / "version_0" / "metrics.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "fold1-epoch,fold1-train_loss,fold1-val_loss,step");
+  std::ifstream jsonl(root / "jsonl" / "version_0" / "metrics.jsonl");
+  std::string first;
+  std::getline(jsonl, first);
+  EXPECT_TRUE(nlohmann::json::parse(first).contains("fold1-train_loss")) << first;
+
+  const auto& events = std::static_pointer_cast<TensorBoardLogger>(loggers[1])->events_path();
+  EXPECT_EQ(fs::path(events).parent_path(), root / "tb" / "version_0" / "train");
+  std::set<std::string> tags;
+  const auto payloads = records(events);
+  for (size_t i = 1; i < payloads.size(); ++i) {
+    tensorboard::Event event;
+    ASSERT_TRUE(event.ParseFromString(payloads[i]));
+    for (const auto& value : event.summary().value()) tags.insert(value.tag());
+  }
+  EXPECT_EQ(tags, (std::set<std::string>{"fold1-epoch", "fold1-train_loss", "fold1-val_loss"}));
   fs::remove_all(root);
 }
 
