@@ -92,6 +92,35 @@ std::shared_ptr<Callback> backbone_finetuning(const Config& config) {
 
 #undef ARC_READ
 
+// A device as torch names it ("cpu", "cuda", "cuda:1"), or nullopt for null.
+std::optional<torch::Device> device_named(const Config& config, const std::string& key) {
+  const auto name = config.get_optional<std::string>(key);
+  if (!name) return std::nullopt;
+  try {
+    return torch::Device(*name);
+  } catch (const c10::Error&) {
+    ARC_FAIL("config key '", config.qualified(key), "' is \"", *name,
+             "\", which is not a device; give one as torch names them: \"cpu\", \"cuda\" or \"cuda:1\"");
+  }
+}
+
+// swa_lrs: one number, or a list of one per parameter group; device: where the average is kept
+// (Lightning's default, the CPU; null: beside the module's weights). avg_fn is a Python function.
+std::shared_ptr<Callback> stochastic_weight_averaging(const Config& config) {
+  const auto* rates = config.find("swa_lrs");
+  const auto swa_lrs = rates != nullptr && rates->is_number() ? std::vector<double>{config.require<double>("swa_lrs")}
+                                                              : config.require<std::vector<double>>("swa_lrs");
+  const auto* avg_fn = config.find("avg_fn");
+  ARC_CHECK(avg_fn == nullptr || avg_fn->is_null(), "config key '", config.qualified("avg_fn"), "' is ",
+            avg_fn == nullptr ? "" : avg_fn->dump(), "; a config cannot hold a function: leave it null for the ",
+            "equal-weight mean, or subclass StochasticWeightAveraging in C++ and override average()");
+  const std::optional<torch::Device> device =
+      config.find("device") != nullptr ? device_named(config, "device") : torch::Device(torch::kCPU);
+  return std::make_shared<StochasticWeightAveraging>(swa_lrs, config.get<double>("swa_epoch_start", 0.8),
+                                                     config.get<int64_t>("annealing_epochs", 10),
+                                                     config.get<std::string>("annealing_strategy", "cos"), device);
+}
+
 // Lightning's progress bars, drawn by ProgressBar with their defaults (every batch; one line for
 // the fit). What only tqdm or Rich can do is refused, or said to be left out.
 std::shared_ptr<Callback> tqdm_progress_bar(const Config& config) {
@@ -177,15 +206,7 @@ Registry<Callback, const Config&> shipped_callbacks() {
                                                 config.get_optional<int64_t>("update_starting_at_step"),
                                                 config.get_optional<int64_t>("update_starting_at_epoch"));
   });
-  r.add("StochasticWeightAveraging", [](const Config& config) {
-    // swa_lrs: one number, or a list of one per parameter group.
-    const auto* rates = config.find("swa_lrs");
-    const auto swa_lrs = rates != nullptr && rates->is_number() ? std::vector<double>{config.require<double>("swa_lrs")}
-                                                                : config.require<std::vector<double>>("swa_lrs");
-    return std::make_shared<StochasticWeightAveraging>(swa_lrs, config.get<double>("swa_epoch_start", 0.8),
-                                                       config.get<int64_t>("annealing_epochs", 10),
-                                                       config.get<std::string>("annealing_strategy", "cos"));
-  });
+  r.add("StochasticWeightAveraging", stochastic_weight_averaging);
   r.add("OnExceptionCheckpoint", [](const Config& config) {
     return std::make_shared<OnExceptionCheckpoint>(config.require<std::string>("dirpath"),
                                                    config.get<std::string>("filename", "on_exception"));

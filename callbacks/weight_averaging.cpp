@@ -14,7 +14,11 @@
 
 namespace arc {
 
-WeightAveraging::WeightAveraging(bool use_buffers) : use_buffers_(use_buffers) {}
+WeightAveraging::WeightAveraging(bool use_buffers, std::optional<torch::Device> device)
+    : use_buffers_(use_buffers), device_(device) {
+  ARC_CHECK(!device || !device->is_cuda() || torch::cuda::is_available(), "the averaged weights' device is ",
+            device->str(), ", but LibTorch sees no GPU here; keep them on the CPU or leave the device unset");
+}
 
 bool WeightAveraging::should_update(std::optional<int64_t> step_idx, std::optional<int64_t>) const {
   return step_idx.has_value();
@@ -30,7 +34,8 @@ void WeightAveraging::track(TrainModule& module) {
   averaged_.clear();
   for (const auto& [name, tensor] : named_state(module)) tracked_.push_back(tensor);
   if (!use_buffers_) tracked_.resize(module.parameters().size());
-  for (const auto& tensor : tracked_) averaged_.push_back(tensor.detach().clone());
+  for (const auto& tensor : tracked_)
+    averaged_.push_back(tensor.detach().to(device_.value_or(tensor.device()), /*non_blocking=*/false, /*copy=*/true));
 }
 
 // A resumed fit restored the averages before this (on_load_checkpoint); a new one starts them.
@@ -51,7 +56,7 @@ void WeightAveraging::update() {
     if (updates_ == 0 || !averaged_[i].is_floating_point()) {
       averaged_[i].copy_(tracked_[i]);
     } else {
-      average(averaged_[i], tracked_[i], updates_);
+      average(averaged_[i], tracked_[i].to(averaged_[i].device()), updates_);
     }
   }
   ++updates_;
@@ -172,8 +177,9 @@ std::vector<BatchNormLayer> norm_statistics(TrainModule& module) {
 }  // namespace
 
 StochasticWeightAveraging::StochasticWeightAveraging(std::vector<double> swa_lrs, double swa_epoch_start,
-                                                     int64_t annealing_epochs, std::string annealing_strategy)
-    : WeightAveraging(/*use_buffers=*/false),
+                                                     int64_t annealing_epochs, std::string annealing_strategy,
+                                                     std::optional<torch::Device> device)
+    : WeightAveraging(/*use_buffers=*/false, device),
       swa_lrs_(std::move(swa_lrs)),
       epoch_start_(swa_epoch_start),
       annealing_epochs_(annealing_epochs),

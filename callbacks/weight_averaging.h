@@ -7,6 +7,8 @@
 
 #include <arc/callbacks/callback.h>
 
+#include <torch/types.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,13 +23,16 @@ namespace arc {
 class WeightAveraging : public Callback {
  public:
   /// `use_buffers`: average buffers too (BatchNorm's running statistics), as Lightning's default.
-  explicit WeightAveraging(bool use_buffers = true);
+  /// `device`: where the averages are kept (unset: beside the module's tensors), e.g. the CPU, so
+  /// that they take no GPU memory.
+  explicit WeightAveraging(bool use_buffers = true, std::optional<torch::Device> device = std::nullopt);
   std::string state_key() const override { return "WeightAveraging"; }
 
   /// Whether to update after the optimizer step `step_idx` (0-based) or at the end of epoch
   /// `epoch_idx` (one of them is given). Default: after every step.
   virtual bool should_update(std::optional<int64_t> step_idx, std::optional<int64_t> epoch_idx) const;
-  /// Folds `current` into `averaged`, which has been updated `updates` times before (0: a copy).
+  /// Folds `current` into `averaged`, which has been updated `updates` times before (0: a copy);
+  /// both are on the averages' device.
   virtual void average(torch::Tensor& averaged, const torch::Tensor& current, int64_t updates) const;
 
   /// The averaged parameters and buffers, in the module's order (empty before fit).
@@ -60,6 +65,7 @@ class WeightAveraging : public Callback {
   void swap();
 
   bool use_buffers_;
+  std::optional<torch::Device> device_;
   /// The module's parameters (and buffers) being averaged, found once per fit.
   std::vector<torch::Tensor> tracked_;
   std::vector<torch::Tensor> averaged_;
@@ -81,9 +87,11 @@ class WeightAveraging : public Callback {
 class StochasticWeightAveraging : public WeightAveraging {
  public:
   /// `swa_lrs`: one rate for every parameter group, or one per group. `swa_epoch_start`: the epoch
-  /// (counted from 1) or, below 1, the fraction of max_epochs where averaging starts.
+  /// (counted from 1) or, below 1, the fraction of max_epochs where averaging starts. `device`: where
+  /// the average is kept, the CPU by default, as Lightning's (unset: beside the module's weights).
   explicit StochasticWeightAveraging(std::vector<double> swa_lrs, double swa_epoch_start = 0.8,
-                                     int64_t annealing_epochs = 10, std::string annealing_strategy = "cos");
+                                     int64_t annealing_epochs = 10, std::string annealing_strategy = "cos",
+                                     std::optional<torch::Device> device = torch::Device(torch::kCPU));
   std::string state_key() const override { return "StochasticWeightAveraging"; }
   bool should_update(std::optional<int64_t> step_idx, std::optional<int64_t> epoch_idx) const override;
   /// The first averaged epoch, 0-based (known once fit started).

@@ -539,12 +539,12 @@ TEST(Config, StochasticWeightAveragingFromAConfig) {
   const std::string common =
       " --set trainer.max_epochs=2 --set trainer.limit_train_batches=20 --set trainer.limit_val_batches=1 "
       "--set trainer.num_threads=1 --set trainer.enable_progress_bar=false --set trainer.enable_checkpointing=false";
-  const auto run =
-      arc("fit --config " +
-          write_config("swa.yaml",
-                       "trainer:\n  callbacks:\n    - class_path: StochasticWeightAveraging\n"
-                       "      init_args: {swa_lrs: 0.01, swa_epoch_start: 2, annealing_strategy: linear}\n") +
-          common);
+  const auto run = arc("fit --config " +
+                       write_config("swa.yaml",
+                                    "trainer:\n  callbacks:\n    - class_path: StochasticWeightAveraging\n"
+                                    "      init_args: {swa_lrs: 0.01, swa_epoch_start: 2, annealing_epochs: 10, "
+                                    "annealing_strategy: linear, avg_fn: null, device: cpu}\n") +
+                       common);
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_EQ(result_of(run.output)["steps"], 40);
   const auto missing =

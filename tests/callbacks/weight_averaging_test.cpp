@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 
 namespace arc {
 namespace {
@@ -89,6 +90,57 @@ TEST(StochasticWeightAveraging, AnnealsTheRateAndAveragesFromItsEpoch) {
   const auto expected = (module.epoch_ends[2] + module.epoch_ends[3] + module.epoch_ends[4]) / 3;
   EXPECT_TRUE(torch::allclose(module.linear->weight, expected, 1e-6, 1e-7));
   EXPECT_FALSE(torch::allclose(module.epoch_ends[4], expected, 1e-6, 1e-7));
+}
+
+// Lightning's printed init_args: avg_fn null and device (the CPU by default, null beside the
+// module); what a config cannot mean is an error naming the key.
+TEST(StochasticWeightAveraging, TakesLightningsDeviceAndNullAvgFnFromAConfig) {
+  const auto swa = [](const nlohmann::json& init_args) {
+    return callbacks_from_json(
+        {{"class_path", "lightning.pytorch.callbacks.StochasticWeightAveraging"}, {"init_args", init_args}},
+        "trainer.callbacks");
+  };
+  EXPECT_EQ(swa({{"swa_lrs", 0.01},
+                 {"swa_epoch_start", 0.8},
+                 {"annealing_epochs", 10},
+                 {"annealing_strategy", "cos"},
+                 {"avg_fn", nullptr},
+                 {"device", "cpu"}})
+                .size(),
+            1u);
+  EXPECT_EQ(swa({{"swa_lrs", 0.01}, {"device", nullptr}}).size(), 1u);
+  const auto named = testing::error_of([&] { swa({{"swa_lrs", 0.01}, {"device", "gpu"}}); });
+  EXPECT_NE(named.find("'trainer.callbacks.init_args.device' is \"gpu\", which is not a device"), std::string::npos)
+      << named;
+  const auto function = testing::error_of([&] { swa({{"swa_lrs", 0.01}, {"avg_fn", "swa_utils.get_ema_avg_fn"}}); });
+  EXPECT_NE(function.find("'trainer.callbacks.init_args.avg_fn' is \"swa_utils.get_ema_avg_fn\"; a config cannot "
+                          "hold a function"),
+            std::string::npos)
+      << function;
+  if (!torch::cuda::is_available()) {
+    const auto no_gpu = testing::error_of([&] { swa({{"swa_lrs", 0.01}, {"device", "cuda"}}); });
+    EXPECT_NE(no_gpu.find("init_args.device (lightning.pytorch.callbacks.StochasticWeightAveraging): the averaged "
+                          "weights' device is cuda, but "
+                          "LibTorch sees no GPU here"),
+              std::string::npos)
+        << no_gpu;
+  }
+}
+
+// On a GPU, Lightning's default keeps the average on the CPU: the same weights as an average kept
+// beside the module's, without its GPU memory.
+TEST(StochasticWeightAveraging, KeepsTheAverageOnTheCpuWhileTheModuleTrainsOnAGpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
+  const auto fit = [](std::optional<torch::Device> device) {
+    SwaWatched module;
+    auto swa = std::make_shared<StochasticWeightAveraging>(std::vector<double>{0.02}, 2, 1, "cos", device);
+    Trainer(testing::quiet().accelerator("gpu").devices(Devices::of_count(1)).max_epochs(3), {swa})
+        .fit(module, testing::tiny_data(8, 2));
+    EXPECT_EQ(swa->averaged().front().device().type(), device ? device->type() : torch::kCUDA);
+    EXPECT_TRUE(module.linear->weight.is_cuda());
+    return module.linear->weight.detach().cpu();
+  };
+  EXPECT_TRUE(torch::allclose(fit(torch::Device(torch::kCPU)), fit(std::nullopt), 1e-6, 1e-7));
 }
 
 TEST(StochasticWeightAveraging, AFractionStartsAtThatShareOfMaxEpochs) {
