@@ -111,8 +111,8 @@ std::shared_ptr<Callback> stochastic_weight_averaging(const Config& config) {
   const auto swa_lrs = rates != nullptr && rates->is_number() ? std::vector<double>{config.require<double>("swa_lrs")}
                                                               : config.require<std::vector<double>>("swa_lrs");
   const auto* avg_fn = config.find("avg_fn");
-  ARC_CHECK(avg_fn == nullptr || avg_fn->is_null(), "config key '", config.qualified("avg_fn"), "' is ",
-            avg_fn == nullptr ? "" : avg_fn->dump(), "; a config cannot hold a function: leave it null for the ",
+  ARC_CHECK(avg_fn == nullptr || avg_fn->is_null(), "config key '", config.qualified("avg_fn"), "' is ", avg_fn->dump(),
+            "; a config cannot hold a function: leave it null for the ",
             "equal-weight mean, or subclass StochasticWeightAveraging in C++ and override average()");
   const std::optional<torch::Device> device =
       config.find("device") != nullptr ? device_named(config, "device") : torch::Device(torch::kCPU);
@@ -140,7 +140,7 @@ std::shared_ptr<Callback> rich_progress_bar(const Config& config) {
         config.qualified("theme"));
   const auto* console_kwargs = config.find("console_kwargs");
   ARC_CHECK(console_kwargs == nullptr || console_kwargs->is_null() || console_kwargs->empty(), "config key '",
-            config.qualified("console_kwargs"), "' is ", console_kwargs == nullptr ? "" : console_kwargs->dump(),
+            config.qualified("console_kwargs"), "' is ", console_kwargs->dump(),
             "; it configures Rich's console, which Arclight does not use (its bar writes plain text to standard ",
             "error): leave it out");
   return std::make_shared<ProgressBar>(config.get<int64_t>("refresh_rate", 1), config.get<bool>("leave", false));
