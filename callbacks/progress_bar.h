@@ -1,6 +1,7 @@
 // ProgressBar: on a terminal, one line redrawn in place (epoch, batch/total, it/s, ETA and the
 // prog_bar metrics); elsewhere, a plain line every N batches. Validation (outside the sanity check),
-// test and predict get a line of their own the same way. Rank 0 only.
+// test and predict get a line of their own the same way, except that on a terminal a validation
+// inside fit draws over the training line. Rank 0 only.
 #pragma once
 
 #include <arc/callbacks/callback.h>
