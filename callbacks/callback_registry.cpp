@@ -92,7 +92,7 @@ std::shared_ptr<Callback> backbone_finetuning(const Config& config) {
 
 #undef ARC_READ
 
-// A device as torch names it ("cpu", "cuda", "cuda:1"), or nullopt for null.
+// A device as torch names it ("cpu", "cuda", "cuda:1"), or nullopt when absent or null.
 std::optional<torch::Device> device_named(const Config& config, const std::string& key) {
   const auto name = config.get_optional<std::string>(key);
   if (!name) return std::nullopt;
@@ -198,13 +198,16 @@ Registry<Callback, const Config&> shipped_callbacks() {
   };
   r.add("ModelSummary", model_summary);
   r.add("RichModelSummary", model_summary);
-  r.add("WeightAveraging",
-        [](const Config& config) { return std::make_shared<WeightAveraging>(config.get<bool>("use_buffers", true)); });
+  // Lightning's device: unset or null, beside the module's weights.
+  r.add("WeightAveraging", [](const Config& config) {
+    return std::make_shared<WeightAveraging>(config.get<bool>("use_buffers", true), device_named(config, "device"));
+  });
   r.add("EMAWeightAveraging", [](const Config& config) {
     return std::make_shared<EMAWeightAveraging>(config.get<double>("decay", 0.999),
                                                 config.get<int64_t>("update_every_n_steps", 1),
                                                 config.get_optional<int64_t>("update_starting_at_step"),
-                                                config.get_optional<int64_t>("update_starting_at_epoch"));
+                                                config.get_optional<int64_t>("update_starting_at_epoch"),
+                                                config.get<bool>("use_buffers", true), device_named(config, "device"));
   });
   r.add("StochasticWeightAveraging", stochastic_weight_averaging);
   r.add("OnExceptionCheckpoint", [](const Config& config) {

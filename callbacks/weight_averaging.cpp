@@ -144,8 +144,10 @@ void WeightAveraging::on_load_checkpoint(Trainer&, TrainModule& module, const Ch
 
 EMAWeightAveraging::EMAWeightAveraging(double decay, int64_t update_every_n_steps,
                                        std::optional<int64_t> update_starting_at_step,
-                                       std::optional<int64_t> update_starting_at_epoch)
-    : decay_(decay),
+                                       std::optional<int64_t> update_starting_at_epoch, bool use_buffers,
+                                       std::optional<torch::Device> device)
+    : WeightAveraging(use_buffers, device),
+      decay_(decay),
       every_(update_every_n_steps),
       from_step_(update_starting_at_step),
       from_epoch_(update_starting_at_epoch) {

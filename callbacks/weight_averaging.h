@@ -115,12 +115,13 @@ class StochasticWeightAveraging : public WeightAveraging {
 
 /// An exponential moving average: averaged = decay * averaged + (1 - decay) * current, every
 /// `update_every_n_steps` optimizer steps from `update_starting_at_step` or the start of
-/// `update_starting_at_epoch` on.
+/// `update_starting_at_epoch` on. `use_buffers` and `device` as WeightAveraging's.
 class EMAWeightAveraging : public WeightAveraging {
  public:
   explicit EMAWeightAveraging(double decay = 0.999, int64_t update_every_n_steps = 1,
                               std::optional<int64_t> update_starting_at_step = std::nullopt,
-                              std::optional<int64_t> update_starting_at_epoch = std::nullopt);
+                              std::optional<int64_t> update_starting_at_epoch = std::nullopt, bool use_buffers = true,
+                              std::optional<torch::Device> device = std::nullopt);
   std::string state_key() const override { return "EMAWeightAveraging"; }
   bool should_update(std::optional<int64_t> step_idx, std::optional<int64_t> epoch_idx) const override;
   void average(torch::Tensor& averaged, const torch::Tensor& current, int64_t updates) const override;

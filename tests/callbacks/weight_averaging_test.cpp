@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -190,6 +191,28 @@ TEST(StochasticWeightAveraging, RecomputesBatchNormStatisticsForTheAverage) {
   EXPECT_TRUE(torch::allclose(module.norm->running_var, var, 1e-5, 1e-6));
   EXPECT_EQ(module.norm->num_batches_tracked.item<int64_t>(), 3);
   EXPECT_EQ(module.norm->options.momentum(), 0.1);
+}
+
+// Lightning's WeightAveraging and EMAWeightAveraging arguments from a config: use_buffers leaves
+// BatchNorm's statistics out of the average, device says where it is kept.
+TEST(WeightAveraging, TakesLightningsUseBuffersAndDeviceFromAConfig) {
+  const auto averaging = [](const std::string& name, const nlohmann::json& init_args) {
+    auto built = callbacks_from_json({{"class_path", name}, {"init_args", init_args}}, "trainer.callbacks").at(0);
+    Normed module;
+    Trainer(testing::quiet().max_epochs(1), {built}).fit(module, testing::tiny_data(8, 4));
+    const auto& averaged = std::dynamic_pointer_cast<WeightAveraging>(built)->averaged();
+    EXPECT_TRUE(std::all_of(averaged.begin(), averaged.end(), [](const auto& t) { return t.device().is_cpu(); }));
+    return averaged.size();
+  };
+  // TinyModule's linear, fc, norm and out: 8 parameters; norm's buffers: running mean, variance, count.
+  EXPECT_EQ(averaging("EMAWeightAveraging", {{"decay", 0.5}, {"use_buffers", false}, {"device", "cpu"}}), 8u);
+  EXPECT_EQ(averaging("lightning.pytorch.callbacks.EMAWeightAveraging", {{"device", nullptr}}), 11u);
+  EXPECT_EQ(averaging("WeightAveraging", {{"use_buffers", false}, {"device", "cpu"}}), 8u);
+  const auto named = testing::error_of([] {
+    callbacks_from_json({{"class_path", "WeightAveraging"}, {"init_args", {{"device", "gpu"}}}}, "trainer.callbacks");
+  });
+  EXPECT_NE(named.find("'trainer.callbacks.init_args.device' is \"gpu\", which is not a device"), std::string::npos)
+      << named;
 }
 
 }  // namespace
