@@ -123,12 +123,16 @@ std::shared_ptr<Callback> stochastic_weight_averaging(const Config& config) {
 
 // Lightning's progress bars, drawn by ProgressBar with their defaults (every batch; one line for
 // the fit). What only tqdm or Rich can do is refused, or said to be left out.
+std::shared_ptr<Callback> lightning_progress_bar(const Config& config) {
+  return std::make_shared<ProgressBar>(config.get<int64_t>("refresh_rate", 1), config.get<bool>("leave", false));
+}
+
 std::shared_ptr<Callback> tqdm_progress_bar(const Config& config) {
   const auto position = config.get<int64_t>("process_position", 0);
   ARC_CHECK(position == 0, "config key '", config.qualified("process_position"), "' is ", position,
             "; it moves tqdm's bars down by that many lines, for programs that draw bars of their own, and ",
             "Arclight draws one line: leave it 0");
-  return std::make_shared<ProgressBar>(config.get<int64_t>("refresh_rate", 1), config.get<bool>("leave", false));
+  return lightning_progress_bar(config);
 }
 
 std::shared_ptr<Callback> rich_progress_bar(const Config& config) {
@@ -143,7 +147,7 @@ std::shared_ptr<Callback> rich_progress_bar(const Config& config) {
             config.qualified("console_kwargs"), "' is ", console_kwargs->dump(),
             "; it configures Rich's console, which Arclight does not use (its bar writes plain text to standard ",
             "error): leave it out");
-  return std::make_shared<ProgressBar>(config.get<int64_t>("refresh_rate", 1), config.get<bool>("leave", false));
+  return lightning_progress_bar(config);
 }
 
 // {"epoch": factor} with the epochs as JSON keys, as Lightning's scheduling dict.

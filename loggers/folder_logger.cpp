@@ -52,8 +52,8 @@ int64_t FolderLogger::version_number() const {
 
 std::string FolderLogger::log_dir() const { return versions_folder() + "/" + version(); }
 
-std::string FolderLogger::folder() {
-  const std::string dir = log_dir();
+std::string FolderLogger::folder(const std::string& sub) {
+  const std::string dir = sub.empty() ? log_dir() : (std::filesystem::path(log_dir()) / sub).string();
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   check_made(dir, error);

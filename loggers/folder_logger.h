@@ -31,8 +31,8 @@ class FolderLogger : public Logger {
  protected:
   /// `version` < 0 leaves the choice to the Trainer.
   FolderLogger(std::string save_dir, std::string name, int64_t version);
-  /// log_dir(), created on first use.
-  std::string folder();
+  /// log_dir(), or its subfolder `sub`, created on first use.
+  std::string folder(const std::string& sub = "");
   /// `metrics` under the names they are written with (see set_prefix).
   std::map<std::string, double> prefixed(const std::map<std::string, double>& metrics) const;
 

@@ -9,7 +9,6 @@
 
 #include <unistd.h>
 #include <chrono>
-#include <filesystem>
 
 namespace arc {
 namespace {
@@ -25,17 +24,8 @@ TensorBoardLogger::TensorBoardLogger(const std::string& save_dir, std::string na
 
 // The events file is opened at the first record: only rank 0 writes one.
 void TensorBoardLogger::open() {
-  std::filesystem::path dir = folder();
-  if (!sub_dir_.empty()) {
-    dir /= sub_dir_;
-    std::error_code error;
-    std::filesystem::create_directories(dir, error);
-    ARC_CHECK(!error, "cannot create the TensorBoard sub_dir '", dir.string(), "': ", error.message(),
-              "; choose another sub_dir");
-  }
-  path_ = (dir / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." + host_name() +
-                  "." + std::to_string(getpid())))
-              .string();
+  path_ = folder(sub_dir_) + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." +
+          host_name() + "." + std::to_string(getpid());
   out_.open(path_, std::ios::binary);
   ARC_CHECK(out_.good(), "cannot open '", path_, "' for writing; make save_dir writable or choose another");
   tensorboard::Event header;

@@ -125,18 +125,18 @@ TEST(ProgressBar, ShowsValidationTestAndPredictProgress) {
 // divided by zero before); a negative one is an error.
 TEST(ProgressBar, RefreshRateChoosesTheBatchesDrawnAndZeroTurnsItOff) {
   TinyModule module;
-  const auto every_third = [&](std::optional<int64_t> refresh_rate) {
+  const auto drawn_with = [&](std::optional<int64_t> refresh_rate) {
     ::testing::internal::CaptureStderr();
     Trainer trainer(quiet().max_epochs(1), {std::make_shared<ProgressBar>(refresh_rate)});
     trainer.fit(module, tiny_data(14, 2), tiny_data(2, 2));
     return ::testing::internal::GetCapturedStderr();
   };
-  const auto drawn = every_third(3);
+  const auto drawn = drawn_with(3);
   EXPECT_NE(drawn.find("Epoch 0: 3/7 ["), std::string::npos) << drawn;
   EXPECT_NE(drawn.find("Epoch 0: 6/7 ["), std::string::npos) << drawn;
   EXPECT_NE(drawn.find("Epoch 0: 7/7 ["), std::string::npos) << drawn;
   EXPECT_EQ(drawn.find("Epoch 0: 4/7 ["), std::string::npos) << drawn;
-  const auto off = every_third(0);
+  const auto off = drawn_with(0);
   EXPECT_EQ(off.find("Epoch"), std::string::npos) << off;
   EXPECT_EQ(off.find("Validation"), std::string::npos) << off;
   const auto message = error_of([] { ProgressBar(-1); });
