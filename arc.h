@@ -15,6 +15,7 @@
 #include <arc/callbacks/finetuning.h>
 #include <arc/callbacks/gradient_accumulation_scheduler.h>
 #include <arc/callbacks/lambda_callback.h>
+#include <arc/callbacks/learning_rate_finder.h>
 #include <arc/callbacks/learning_rate_monitor.h>
 #include <arc/callbacks/model_checkpoint.h>
 #include <arc/callbacks/model_summary.h>

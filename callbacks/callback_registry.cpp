@@ -8,6 +8,7 @@
 #include <arc/callbacks/elastic_checkpoint.h>
 #include <arc/callbacks/finetuning.h>
 #include <arc/callbacks/gradient_accumulation_scheduler.h>
+#include <arc/callbacks/learning_rate_finder.h>
 #include <arc/callbacks/learning_rate_monitor.h>
 #include <arc/callbacks/model_checkpoint.h>
 #include <arc/callbacks/model_summary.h>
@@ -18,6 +19,8 @@
 #include <arc/callbacks/timer.h>
 #include <arc/callbacks/weight_averaging.h>
 
+#include <algorithm>
+#include <cctype>
 #include <limits>
 
 namespace arc {
@@ -168,12 +171,33 @@ std::shared_ptr<Callback> gradient_accumulation_scheduler(const Config& config) 
   return std::make_shared<GradientAccumulationScheduler>(scheduling);
 }
 
+// Lightning's init_args. early_stop_threshold null: never stop early; weights_only is about
+// unpickling code in torch.load, which Arclight's checkpoints never hold, so any value reads.
+std::shared_ptr<Callback> learning_rate_finder(const Config& config) {
+  LRFinderOptions options;
+  config.read("min_lr", options.min_lr());
+  config.read("max_lr", options.max_lr());
+  config.read("num_training_steps", options.num_training());
+  std::string mode = options.mode();
+  config.read("mode", mode);
+  std::transform(mode.begin(), mode.end(), mode.begin(), [](unsigned char c) { return std::tolower(c); });
+  options.mode(mode);
+  if (const auto* threshold = config.find("early_stop_threshold"); threshold != nullptr && threshold->is_null())
+    options.early_stop_threshold(0);
+  else
+    config.read("early_stop_threshold", options.early_stop_threshold());
+  config.get_optional<bool>("weights_only");
+  return std::make_shared<LearningRateFinder>(options, config.get<bool>("update_attr", true),
+                                              config.get<std::string>("attr_name", ""));
+}
+
 Registry<Callback, const Config&> shipped_callbacks() {
   Registry<Callback, const Config&> r("callback");
   r.add("ModelCheckpoint", model_checkpoint);
   r.add("EarlyStopping", early_stopping);
   r.add("GradientAccumulationScheduler", gradient_accumulation_scheduler);
   r.add("BackboneFinetuning", backbone_finetuning);
+  r.add("LearningRateFinder", learning_rate_finder);
   r.add("LearningRateMonitor", [](const Config& config) {
     return std::make_shared<LearningRateMonitor>(config.get_optional<std::string>("logging_interval"),
                                                  config.get<bool>("log_momentum", false),

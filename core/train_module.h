@@ -206,6 +206,9 @@ class TrainModule : public torch::nn::Module {
   /// Set by `arc fit` from the config's `optimizer` and `lr_scheduler` sections ({class_path, init_args};
   /// null: not given).
   void set_optimizer_config(nlohmann::json optimizer, nlohmann::json lr_scheduler);
+  /// The config's optimizer and lr_scheduler sections (null: not given).
+  const nlohmann::json& optimizer_config() const { return optimizer_json_; }
+  const nlohmann::json& lr_scheduler_config() const { return scheduler_json_; }
   /// For configure_optimizers: the optimizer over `parameters` (with its scheduler) that the config
   /// names, or `fallback()` when it names none (a config's lr_scheduler then schedules that one), as
   /// LightningCLI lets a config choose. Modules that call it opt in to config-chosen optimizers.

@@ -161,6 +161,9 @@ class Trainer {
   }
 
  private:
+  /// lr_find_in_fit runs a sweep in this Trainer's place while its fit waits.
+  friend class Tuner;
+
   void run_stage(Stage stage, TrainModule& module, DataModule* data, const std::function<void()>& body);
   /// Saves through the callbacks, says where, and ends this process with status 130.
   [[noreturn]] void end_interrupted(TrainModule& module, const Interrupted& interrupted);

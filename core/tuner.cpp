@@ -4,7 +4,12 @@
 #include <arc/base/console.h>
 #include <arc/base/error.h>
 #include <arc/core/checkpoint.h>
+#include <arc/core/detail/checkpoint_connector.h>
+#include <arc/core/detail/data_connector.h>
+#include <arc/core/detail/fit_loop.h>
+#include <arc/core/detail/run_state.h>
 #include <arc/core/trainer.h>
+#include <arc/strategies/strategy.h>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -13,6 +18,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 namespace arc {
 namespace {
@@ -139,9 +145,13 @@ void LRFinder::write_svg(const std::string& path) const {
   out << "</svg>\n";
 }
 
-TrainerOptions Tuner::trial_options(int64_t steps) const {
+void Tuner::require_one_process() const {
   ARC_CHECK(trainer_.world_size() == 1, "the Tuner runs in one process, and this Trainer has ", trainer_.world_size(),
-            " ranks; tune with a single-device Trainer, then train with DDP");
+            " ranks; tune with a single-device Trainer, then train with DDP (or add a LearningRateFinder callback ",
+            "to the DDP fit: it tests the rate on every rank)");
+}
+
+TrainerOptions Tuner::trial_options(int64_t steps) const {
   auto options = trainer_.options();
   options.max_steps(steps)
       .max_epochs(-1)
@@ -194,12 +204,98 @@ class Restore {
 
 }  // namespace
 
-LRFinder Tuner::lr_find(TrainModule& module, DataSource train, const LRFinderOptions& options) {
+void check_lr_finder_options(const LRFinderOptions& options) {
   ARC_CHECK(options.min_lr() > 0 && options.max_lr() > options.min_lr(), "lr_find: min_lr (", options.min_lr(),
             ") must be > 0 and below max_lr (", options.max_lr(), ")");
   ARC_CHECK(options.num_training() >= 2, "lr_find: num_training is ", options.num_training(), "; give 2 or more steps");
   ARC_CHECK(options.mode() == "exponential" || options.mode() == "linear", "lr_find: mode is \"", options.mode(),
             "\"; use \"exponential\" or \"linear\"");
+}
+
+namespace {
+
+// The curve, and the rate it suggests said on rank 0.
+LRFinder reported(LRFinder result, bool speaks) {
+  if (!speaks) return result;
+  if (const auto lr = result.suggestion()) {
+    console().info("lr_find: suggested learning rate {:.3g}", *lr);
+  } else {
+    console().warn("lr_find: too few steps with a finite loss to suggest a learning rate; raise num_training");
+  }
+  return result;
+}
+
+// Puts `slot` back as it was when it goes out of scope, holding `value` there meanwhile.
+template <typename T>
+class Swapped {
+ public:
+  Swapped(T& slot, T value) : slot_(slot), saved_(std::exchange(slot, std::move(value))) {}
+  ~Swapped() { slot_ = std::move(saved_); }
+  Swapped(const Swapped&) = delete;
+  Swapped& operator=(const Swapped&) = delete;
+
+ private:
+  T& slot_;
+  T saved_;
+};
+
+// What a sweep inside fit changes besides the weights, as it was however the sweep ends: the CPU
+// random state (Lightning's isolate_rng), the loss scale, the profiler the strategy reports to, and
+// no gradient left behind.
+class RestoreRun {
+ public:
+  RestoreRun(TrainModule& module, Precision& precision, Strategy& strategy, Profiler* profiler)
+      : module_(module),
+        precision_(precision),
+        strategy_(strategy),
+        profiler_(profiler),
+        rng_(cpu_rng_state()),
+        scale_(precision.state_dict()) {
+    strategy_.set_profiler(nullptr);
+  }
+  ~RestoreRun() {
+    strategy_.set_profiler(profiler_);
+    set_cpu_rng_state(rng_);
+    precision_.load_state_dict(scale_);
+    for (auto& parameter : module_.parameters()) parameter.mutable_grad() = torch::Tensor();
+  }
+  RestoreRun(const RestoreRun&) = delete;
+  RestoreRun& operator=(const RestoreRun&) = delete;
+
+ private:
+  TrainModule& module_;
+  Precision& precision_;
+  Strategy& strategy_;
+  Profiler* profiler_;
+  torch::Tensor rng_;
+  nlohmann::json scale_;
+};
+
+// The hyper-parameter that holds the module's learning rate: `wanted`, or "lr" or "learning_rate"
+// when `wanted` is empty (Lightning's names); nullopt when the module has none of them.
+std::optional<std::string> rate_hparam(const TrainModule& module, const std::string& wanted) {
+  const auto& hparams = module.hparams();
+  for (const auto& key :
+       wanted.empty() ? std::vector<std::string>{"lr", "learning_rate"} : std::vector<std::string>{wanted})
+    if (hparams.is_object() && hparams.contains(key)) return key;
+  return std::nullopt;
+}
+
+// The first parameter group's rate of each optimizer.
+std::vector<double> first_rates(const std::vector<OptimizerConfig>& configs) {
+  std::vector<double> out;
+  for (const auto& config : configs) {
+    const auto& groups = config.optimizer->param_groups();
+    out.push_back(groups.empty() ? 0.0 : groups.front().options().get_lr());
+  }
+  return out;
+}
+
+}  // namespace
+
+LRFinder Tuner::lr_find(TrainModule& module, DataSource train, const LRFinderOptions& options) {
+  require_one_process();
+  check_lr_finder_options(options);
   const auto sweep_options = trial_options(options.num_training());
   auto sweep = std::make_shared<LRSweep>(options);
   {
@@ -207,12 +303,82 @@ LRFinder Tuner::lr_find(TrainModule& module, DataSource train, const LRFinderOpt
     Trainer trial(sweep_options, {sweep}, {});
     trial.fit(module, std::move(train));
   }
-  auto result = sweep->result();
-  if (const auto lr = result.suggestion()) {
-    console().info("lr_find: suggested learning rate {:.3g}", *lr);
-  } else {
-    console().warn("lr_find: too few steps with a finite loss to suggest a learning rate; raise num_training");
+  return reported(sweep->result(), true);
+}
+
+LRFinder Tuner::lr_find_in_fit(TrainModule& module, const LRFinderOptions& options,
+                               std::optional<std::string> rate_key) {
+  check_lr_finder_options(options);
+  Trainer& t = trainer_;
+  ARC_CHECK(
+      t.stage() == Stage::fit && t.state_->train_loader != nullptr && t.global_step() == 0 && t.current_epoch() == 0,
+      "the learning-rate test inside fit runs before the fit's first step (LearningRateFinder runs it at ",
+      "on_fit_start), and this fit is at epoch ", t.current_epoch(), ", step ", t.global_step(),
+      "; run it from on_fit_start, or use Tuner::lr_find before fit");
+  const bool from_config = !module.optimizer_config().is_null();
+  std::optional<std::string> hparam;
+  if (rate_key) {
+    hparam = rate_hparam(module, *rate_key);
+    ARC_CHECK(hparam || (from_config && rate_key->empty()), "LearningRateFinder sets the rate it finds where ",
+              module.name(), "'s configure_optimizers() reads it, but its hyper-parameters have no ",
+              rate_key->empty() ? std::string("\"lr\" or \"learning_rate\"") : "\"" + *rate_key + "\"",
+              from_config ? "" : " and the config names no optimizer",
+              "; save the rate with save_hyperparameters({{\"lr\", 0.1}}) and build the optimizer with ",
+              "hparams()[\"lr\"], name the hyper-parameter in attr_name, or set update_attr to false");
   }
+  auto sweep = std::make_shared<LRSweep>(options);
+  const DataSource train = t.state_->train_loader->source();
+  {
+    const Restore weights(module, t.options_.default_root_dir() + "/.tuner");
+    const RestoreRun run(module, *t.precision_, *t.strategy_, t.profiler_.get());
+    // The Trainer becomes the sweep's (Lightning's lr_find swaps its callbacks, loggers and limits
+    // likewise), with a run state of its own: the fit's progress, optimizers and metrics wait.
+    const Swapped<TrainerOptions> options_swap(t.options_, trial_options(options.num_training()));
+    const Swapped<std::vector<std::shared_ptr<Callback>>> callbacks_swap(t.callbacks_, {sweep});
+    const Swapped<std::vector<std::shared_ptr<Logger>>> loggers_swap(t.loggers_, {});
+    const Swapped<std::shared_ptr<Profiler>> profiler_swap(t.profiler_, nullptr);
+    auto sweep_state = std::make_unique<detail::RunState>(t.loggers_, *t.strategy_);
+    sweep_state->cluster_environment = t.state_->cluster_environment;
+    sweep_state->stage = Stage::fit;
+    sweep_state->sweep = true;
+    sweep_state->stage_start = std::chrono::steady_clock::now();
+    const Swapped<std::unique_ptr<detail::RunState>> state_swap(t.state_, std::move(sweep_state));
+    const DataConnector connector(t.options_, *t.strategy_, module, nullptr);
+    FitData data{[&] { return connector.train(train); }, [] { return Loaders(); }};
+    FitLoop(t, *t.state_, module, std::move(data), "").run();
+  }
+  // Rank 0's curve on every rank (each rank's losses are of its own share), as Lightning's.
+  auto result = sweep->result();
+  if (t.world_size() > 1) {
+    const CollectiveName name("learning-rate test");
+    const auto curve = nlohmann::json::parse(
+        t.strategy().broadcast(t.is_global_zero() ? nlohmann::json{result.lrs(), result.losses()}.dump() : ""));
+    result = LRFinder(curve.at(0).get<std::vector<double>>(), curve.at(1).get<std::vector<double>>());
+  }
+  result = reported(std::move(result), t.is_global_zero());
+  const auto lr = result.suggestion();
+  if (!rate_key || !lr) return result;
+
+  if (from_config) {
+    auto optimizer = module.optimizer_config();
+    if (optimizer.is_string()) optimizer = {{"class_path", optimizer}};  // a class_path alone
+    optimizer["init_args"]["lr"] = *lr;
+    module.set_optimizer_config(std::move(optimizer), module.lr_scheduler_config());
+  }
+  if (hparam) {
+    auto hparams = module.hparams();
+    hparams[*hparam] = *lr;
+    module.save_hyperparameters(std::move(hparams));
+  }
+  const auto before = first_rates(t.state_->optimizers);
+  t.state_->optimizers = checked_optimizers(module);
+  const auto after = first_rates(t.state_->optimizers);
+  const std::string where = from_config ? "the config's optimizer" : "hparams()[\"" + *hparam + "\"]";
+  ARC_CHECK(after != before || std::find(after.begin(), after.end(), *lr) != after.end(), "LearningRateFinder wrote ",
+            *lr, " into ", where, ", but ", module.name(), "'s configure_optimizers() still builds its optimizer with ",
+            "lr ", before.empty() ? 0.0 : before.front(), "; read the rate from ", where,
+            " there, or set update_attr to false");
+  if (t.is_global_zero()) console().info("LearningRateFinder: training starts at learning rate {} ({})", *lr, where);
   return result;
 }
 
@@ -225,6 +391,7 @@ int64_t Tuner::scale_batch_size(TrainModule& module, DataModule& data, const Bat
 }
 
 int64_t Tuner::scale_batch_size(TrainModule& module, DataSource train, const BatchSizeOptions& options) {
+  require_one_process();
   ARC_CHECK(options.mode() == "power" || options.mode() == "binsearch", "scale_batch_size: mode is \"", options.mode(),
             "\"; use \"power\" or \"binsearch\"");
   ARC_CHECK(options.init_val() >= 1 && options.max_trials() >= 1 && options.steps_per_trial() >= 1,

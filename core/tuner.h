@@ -29,6 +29,9 @@ struct LRFinderOptions {
   ARC_ARG(double, early_stop_threshold) = 4.0;
 };
 
+/// Throws arc::Error naming the option that lr_find cannot run with.
+void check_lr_finder_options(const LRFinderOptions& options);
+
 /// What a sweep found: each step's learning rate and smoothed loss.
 class LRFinder {
  public:
@@ -75,10 +78,24 @@ class Tuner {
   /// The search on the data module's training data; set the size it finds as the data module's.
   int64_t scale_batch_size(TrainModule& module, DataModule& data, const BatchSizeOptions& options = {});
 
+  /// The range test inside this Trainer's running fit, before its first step (what
+  /// LearningRateFinder runs at fit start): on the fit's training data and strategy — under DDP
+  /// every rank trains its share with the gradients averaged, as Lightning's — with no other
+  /// callback, no logger and no validation; afterwards the weights, the gradients, the CPU random
+  /// state and the loss scale are as before. Every rank returns rank 0's curve.
+  /// `rate_key`, unless nullopt: training then starts at the suggested rate, written where
+  /// configure_optimizers() reads it — the config's optimizer (`arc fit`) and the module's
+  /// hyper-parameter `rate_key` ("": "lr" or "learning_rate", whichever the module has) — and the
+  /// optimizers built again. A module that has neither is an error before the test; one whose
+  /// optimizers do not change with the key, an error after it.
+  LRFinder lr_find_in_fit(TrainModule& module, const LRFinderOptions& options, std::optional<std::string> rate_key);
+
  private:
   /// Options for a tuning run of `steps` optimizer steps, without validation, checkpoints, loggers
   /// or progress, in a folder of its own.
   TrainerOptions trial_options(int64_t steps) const;
+  /// A Trainer of one process, which lr_find and scale_batch_size need, or an error saying so.
+  void require_one_process() const;
 
   Trainer& trainer_;
 };

@@ -43,12 +43,14 @@ void Classifier::test_step(Batch& batch, int64_t) { evaluate(batch, "test"); }
 torch::Tensor Classifier::predict_step(Batch& batch, int64_t) { return forward(batch[0]).argmax(1); }
 
 // WORKLOAD.md's SGD, unless the config names an optimizer (or a scheduler) of its own, over the
-// parameters that require gradients (all of them, unless a finetuning callback froze some).
+// parameters that require gradients (all of them, unless a finetuning callback froze some). The rate
+// is the hyper-parameter's, where a LearningRateFinder writes the one it found.
 std::vector<OptimizerConfig> Classifier::configure_optimizers() {
   const auto trainable = BaseFinetuning::filter_params(*this);
+  const auto lr = hparams().at("lr").get<double>();
   return {configured_optimizer(trainable, [&] {
     return OptimizerConfig(
-        std::make_shared<torch::optim::SGD>(trainable, torch::optim::SGDOptions(lr_).momentum(momentum_)));
+        std::make_shared<torch::optim::SGD>(trainable, torch::optim::SGDOptions(lr).momentum(momentum_)));
   })};
 }
 

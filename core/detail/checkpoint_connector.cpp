@@ -20,7 +20,6 @@
 #include <set>
 
 namespace arc {
-namespace {
 
 torch::Tensor cpu_rng_state() {
   auto generator = at::detail::getDefaultCPUGenerator();
@@ -33,6 +32,8 @@ void set_cpu_rng_state(const torch::Tensor& state) {
   std::lock_guard<std::mutex> lock(generator.mutex());
   generator.set_state(state);
 }
+
+namespace {
 
 std::vector<torch::Tensor> trainable(TrainModule& module) {
   std::vector<torch::Tensor> out;

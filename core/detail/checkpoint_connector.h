@@ -2,6 +2,7 @@
 // progress, gradients mid-accumulation, RNG, callback states) and how a run resumes from one.
 #pragma once
 
+#include <torch/types.h>
 #include <nlohmann/json_fwd.hpp>
 
 #include <string>
@@ -14,6 +15,10 @@ class TrainModule;
 namespace detail {
 struct RunState;
 }
+
+/// The CPU generator's state, which checkpoints keep (and LearningRateFinder's sweep puts back).
+torch::Tensor cpu_rng_state();
+void set_cpu_rng_state(const torch::Tensor& state);
 
 /// Saves and restores the Trainer's state.
 class CheckpointConnector {

@@ -82,23 +82,22 @@ bool FitLoop::has_validation() const {
   return std::any_of(val_batches_.begin(), val_batches_.end(), [](int64_t batches) { return batches > 0; });
 }
 
-void FitLoop::configure_optimizers() {
-  auto& optimizers = state_.optimizers;
-  optimizers = module_.configure_optimizers();
-  ARC_CHECK(!module_.optimizer_config_unused(), "the config names an optimizer or lr_scheduler, but ", module_.name(),
+std::vector<OptimizerConfig> checked_optimizers(TrainModule& module) {
+  auto optimizers = module.configure_optimizers();
+  ARC_CHECK(!module.optimizer_config_unused(), "the config names an optimizer or lr_scheduler, but ", module.name(),
             "'s configure_optimizers() does not take it; build the optimizer with configured_optimizer(parameters(), ",
             "...) there, or remove those sections from the config");
   ARC_CHECK(
-      !optimizers.empty() || !module_.automatic_optimization(),
+      !optimizers.empty() || !module.automatic_optimization(),
       "configure_optimizers() returned no optimizer; return at least one, e.g. std::make_shared<torch::optim::SGD>(",
       "parameters(), torch::optim::SGDOptions(0.1))");
-  ARC_CHECK(optimizers.size() <= 1 || !module_.automatic_optimization(), "configure_optimizers() of ", module_.name(),
+  ARC_CHECK(optimizers.size() <= 1 || !module.automatic_optimization(), "configure_optimizers() of ", module.name(),
             " returned ", optimizers.size(), " optimizers, but automatic optimization steps one, as Lightning's ",
             "does; call set_automatic_optimization(false) and step each in training_step (optimizers(), ",
             "manual_backward), or return one optimizer with a parameter group per part");
   for (const auto& config : optimizers) {
     ARC_CHECK(
-        config.optimizer != nullptr, "configure_optimizers() of ", module_.name(),
+        config.optimizer != nullptr, "configure_optimizers() of ", module.name(),
         " returned a null optimizer; return one made with std::make_shared<torch::optim::...>(parameters(), ...)");
     if (!config.lr_scheduler) continue;
     const auto& scheduler = *config.lr_scheduler;
@@ -107,6 +106,7 @@ void FitLoop::configure_optimizers() {
     ARC_CHECK(!scheduler.scheduler->needs_metric() || !scheduler.monitor.empty(),
               "ReduceLROnPlateau needs `monitor` in its scheduler config, e.g. \"val_loss\"");
   }
+  return optimizers;
 }
 
 bool FitLoop::epochs_done() const { return max_epochs_ != -1 && state_.progress.current_epoch >= max_epochs_; }
@@ -128,7 +128,7 @@ bool FitLoop::stop_requested() const {
 
 void FitLoop::run() {
   auto& t = trainer_;
-  configure_optimizers();
+  state_.optimizers = checked_optimizers(module_);
   state_.progress = Progress();
   state_.accumulate_grad_batches = t.options().accumulate_grad_batches();
   if (!resume_from_.empty()) {
@@ -140,8 +140,12 @@ void FitLoop::run() {
   state_.training = true;
   state_.background_saves = true;
   module_.train();
-  state_.logging.log_hyperparams(module_.hparams());
-  call_hook(t, module_, "on_fit_start", &Callback::on_fit_start, &TrainModule::on_fit_start);
+  // A sweep inside fit runs the training hooks only, as Lightning's lr_find runs its fit loop.
+  if (!state_.sweep) {
+    call_hook(t, module_, "on_fit_start", &Callback::on_fit_start, &TrainModule::on_fit_start);
+    // After on_fit_start, as Lightning's: a rate that LearningRateFinder wrote is in hparams.yaml.
+    state_.logging.log_hyperparams(module_.hparams());
+  }
   if (resume_from_.empty()) sanity_check();
   call_hook(t, module_, "on_train_start", &Callback::on_train_start, &TrainModule::on_train_start);
   signals_ = std::make_unique<SignalConnector>(t, *state_.cluster_environment, state_.checkpoint_writes);
@@ -155,7 +159,7 @@ void FitLoop::run() {
   signals_.reset();
   stragglers_.reset();
   call_hook(t, module_, "on_train_end", &Callback::on_train_end, &TrainModule::on_train_end);
-  call_hook(t, module_, "on_fit_end", &Callback::on_fit_end, &TrainModule::on_fit_end);
+  if (!state_.sweep) call_hook(t, module_, "on_fit_end", &Callback::on_fit_end, &TrainModule::on_fit_end);
   finish_background_saves();
   state_.training = false;
   if (!state_.stop_reason.empty()) console().info("fit stopped: {}", state_.stop_reason);

@@ -29,6 +29,10 @@ struct FitData {
   std::function<Loaders()> val;
 };
 
+/// The module's optimizers and schedulers from its configure_optimizers(), checked (what fit trains
+/// with; LearningRateFinder builds them again with the rate it found).
+std::vector<OptimizerConfig> checked_optimizers(TrainModule& module);
+
 /// Runs Trainer::fit's training.
 class FitLoop {
  public:
@@ -38,8 +42,6 @@ class FitLoop {
   void run();
 
  private:
-  /// The module's optimizers and schedulers, checked.
-  void configure_optimizers();
   bool epochs_done() const;
   bool steps_done() const;
   bool stop_requested() const;

@@ -26,6 +26,8 @@ struct RunState {
   Progress progress;
   Stage stage = Stage::fit;
   bool training = false;
+  /// A learning-rate sweep inside fit (Tuner::lr_find_in_fit), which skips on_fit_start and on_fit_end.
+  bool sweep = false;
   bool sanity_checking = false;
   bool should_stop = false;
   /// Whether this training batch's step metrics go to the loggers (every log_every_n_steps).

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -178,23 +179,28 @@ TEST(Config, LightningImportPathsLoneEntriesAndBareClassPathsNameTheSameClasses)
   fs::remove_all(dir);
 }
 
-// LightningCLI's optimizer and lr_scheduler sections: Adam at 1e-3, halved every epoch by StepLR, as
-// LearningRateMonitor's lr-Adam column shows.
+// Three short epochs with LearningRateMonitor (and `more_callbacks`, YAML list entries), and
+// LightningCLI's optimizer and lr_scheduler sections: Adam at 1e-3, halved every epoch by StepLR.
+std::string adam_halved_each_epoch(const std::string& more_callbacks = "") {
+  return "trainer:\n"
+         "  max_epochs: 3\n"
+         "  limit_train_batches: 10\n"
+         "  limit_val_batches: 2\n"
+         "  num_threads: 1\n"
+         "  enable_progress_bar: false\n"
+         "  callbacks:\n"
+         "    - class_path: LearningRateMonitor\n" +
+         more_callbacks +
+         "optimizer: {class_path: Adam, init_args: {lr: 1e-3}}\n"
+         "lr_scheduler:\n"
+         "  class_path: StepLR\n"
+         "  init_args: {step_size: 1, gamma: 0.5}\n";
+}
+
+// The optimizer and scheduler sections set the rate, as LearningRateMonitor's lr-Adam column shows.
 TEST(Config, OptimizerAndSchedulerFromTheConfigSetTheLearningRate) {
   const auto dir = scratch("optimizer");
-  const auto run = arc_in(dir, "fit --config " + write_config("optimizer.yaml",
-                                                              "trainer:\n"
-                                                              "  max_epochs: 3\n"
-                                                              "  limit_train_batches: 10\n"
-                                                              "  limit_val_batches: 2\n"
-                                                              "  num_threads: 1\n"
-                                                              "  enable_progress_bar: false\n"
-                                                              "  callbacks:\n"
-                                                              "    - class_path: LearningRateMonitor\n"
-                                                              "optimizer: {class_path: Adam, init_args: {lr: 1e-3}}\n"
-                                                              "lr_scheduler:\n"
-                                                              "  class_path: StepLR\n"
-                                                              "  init_args: {step_size: 1, gamma: 0.5}\n"));
+  const auto run = arc_in(dir, "fit --config " + write_config("optimizer.yaml", adam_halved_each_epoch()));
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_EQ(column(dir + "/lightning_logs/version_0/metrics.csv", "lr-Adam"),
             (std::vector<double>{0.001, 0.0005, 0.00025}));
@@ -553,6 +559,71 @@ TEST(Config, StochasticWeightAveragingFromAConfig) {
           common);
   EXPECT_EQ(missing.status, 2) << missing.output;
   EXPECT_NE(missing.output.find("swa_lrs"), std::string::npos) << missing.output;
+}
+
+// The rate LearningRateFinder said it trains at (rank 0's line), as printed: exactly the double.
+std::string rate_set_in(const std::string& output) {
+  const std::string said = "training starts at learning rate ";
+  const auto at = output.find(said);
+  if (at == std::string::npos) return "";
+  const auto start = at + said.size();
+  return output.substr(start, output.find(' ', start) - start);
+}
+
+// A LightningCLI-printed LearningRateFinder entry: under ddp_spawn both ranks run the test (their
+// gradients averaged), and training then runs exactly as a fit given the rate found, which
+// hparams.yaml records. With the config's optimizer and scheduler, the optimizer starts at the rate
+// and the scheduler halves it from there.
+TEST(Config, LearningRateFinderTestsTheRateUnderDdpAndTrainsAtIt) {
+  const auto dir = scratch("lr_finder");
+  const std::string trainer =
+      "trainer:\n  strategy: ddp_spawn\n  devices: 2\n  max_epochs: 2\n  limit_train_batches: 20\n"
+      "  limit_val_batches: 2\n  num_threads: 1\n  enable_progress_bar: false\n  seed: 3\n";
+  const auto tuned =
+      arc_in(dir, "fit --config " + write_config("tuned.yaml", trainer + "  callbacks:\n"
+                                                                         "  - class_path: lightning.pytorch.callbacks."
+                                                                         "LearningRateFinder\n"
+                                                                         "    init_args:\n"
+                                                                         "      min_lr: 1.0e-05\n"
+                                                                         "      max_lr: 1.0\n"
+                                                                         "      num_training_steps: 40\n"
+                                                                         "      mode: exponential\n"
+                                                                         "      early_stop_threshold: 4.0\n"
+                                                                         "      update_attr: true\n"
+                                                                         "      attr_name: ''\n"
+                                                                         "      weights_only: null\n"));
+  ASSERT_EQ(tuned.status, 0) << tuned.output;
+  const auto rate = rate_set_in(tuned.output);
+  ASSERT_FALSE(rate.empty()) << tuned.output;
+  EXPECT_NE(std::stod(rate), 0.05) << "the module's own rate";
+  std::stringstream hparams;
+  hparams << std::ifstream(dir + "/lightning_logs/version_0/hparams.yaml").rdbuf();
+  EXPECT_NE(hparams.str().find("lr: " + rate), std::string::npos) << hparams.str();
+  const auto given =
+      arc_in(dir, "fit --config " + write_config("given.yaml", trainer + "module:\n  lr: " + rate + "\n"));
+  ASSERT_EQ(given.status, 0) << given.output;
+  EXPECT_EQ(result_of(tuned.output)["final_param_sha256"], result_of(given.output)["final_param_sha256"]);
+  EXPECT_EQ(result_of(tuned.output)["steps"], 40);
+
+  const auto adam_dir = scratch("lr_finder_adam");
+  const std::string finder = "    - class_path: LearningRateFinder\n      init_args: {num_training_steps: 30}\n";
+  const auto adam = arc_in(adam_dir, "fit --config " + write_config("adam.yaml", adam_halved_each_epoch(finder)));
+  ASSERT_EQ(adam.status, 0) << adam.output;
+  EXPECT_NE(adam.output.find("(the config's optimizer)"), std::string::npos) << adam.output;
+  const double found = std::stod(rate_set_in(adam.output));
+  const auto lr = column(adam_dir + "/lightning_logs/version_0/metrics.csv", "lr-Adam");
+  ASSERT_EQ(lr.size(), 3u);
+  for (size_t epoch = 0; epoch < lr.size(); ++epoch)  // metrics.csv keeps 10 significant digits
+    EXPECT_NEAR(lr[epoch], found / std::pow(2, epoch), found * 1e-9) << "epoch " << epoch;
+  // An optimizer named by its class_path alone takes the rate too.
+  const std::string alone_yaml =
+      "trainer: {max_epochs: 1, limit_train_batches: 10, num_threads: 1, callbacks: [LearningRateFinder]}\n"
+      "optimizer: torch.optim.Adam\n";
+  const auto alone = arc_in(adam_dir, "fit --config " + write_config("alone.yaml", alone_yaml));
+  ASSERT_EQ(alone.status, 0) << alone.output;
+  EXPECT_FALSE(rate_set_in(alone.output).empty()) << alone.output;
+  fs::remove_all(dir);
+  fs::remove_all(adam_dir);
 }
 
 // The README's YAML example, shortened to a few batches, trains and writes where it says.

@@ -1,4 +1,5 @@
-// The Tuner (issue 18, row 2): lr_find, the learning-rate range test, and scale_batch_size.
+// The Tuner (issue 18, row 2): lr_find, the learning-rate range test, and scale_batch_size; and
+// LearningRateFinder, the test as a callback at fit start.
 #include "support/errors.h"
 #include "support/tiny_module.h"
 
@@ -116,6 +117,131 @@ TEST(Tuner, ScaleBatchSizeFindsTheLargestThatFits) {
               Tuner(trainer).scale_batch_size(module, data, BatchSizeOptions().mode("linear"));
             }).find("use \"power\" or \"binsearch\""),
             std::string::npos);
+}
+
+// Reads its rate from the hyper-parameter `key`, as a Lightning module reads self.lr, for SGD with
+// momentum and a StepLR halving it each epoch; dropout draws from the CPU random state.
+class RateModule : public TrainModule {
+ public:
+  explicit RateModule(double lr, std::string key = "lr") : TrainModule("RateModule"), key_(std::move(key)) {
+    torch::manual_seed(3);
+    linear = register_module("linear", torch::nn::Linear(4, 1));
+    save_hyperparameters({{key_, lr}});
+  }
+  torch::Tensor training_step(Batch& batch, int64_t) override {
+    return torch::mse_loss(linear(torch::dropout(batch[0], 0.1, is_training())), batch[1]);
+  }
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    auto sgd = std::make_shared<torch::optim::SGD>(
+        parameters(), torch::optim::SGDOptions(hparams().at(key_).get<double>()).momentum(0.9));
+    SchedulerConfig halving;
+    halving.scheduler = std::make_shared<StepLR>(*sgd, 1, 0.5);
+    return {{sgd, halving}};
+  }
+  void on_fit_start() override { ++fit_starts; }
+  void on_train_start() override { ++train_starts; }
+
+  torch::nn::Linear linear{nullptr};
+  int fit_starts = 0;
+  int train_starts = 0;
+
+ private:
+  std::string key_;
+};
+
+// 256 samples of the regression in shuffled batches of 32.
+DataSource shuffled_regression() {
+  auto data = regression();
+  data.options.batch_size(32).shuffle(true);
+  return data;
+}
+
+TrainerOptions three_epochs() { return testing::quiet().seed(5).max_epochs(3); }
+
+TEST(LearningRateFinder, TrainsAtTheSuggestedRateExactlyAsIfGivenItAndLeavesNoOtherTrace) {
+  RateModule tuned(0.01);
+  auto finder = std::make_shared<LearningRateFinder>(LRFinderOptions().min_lr(1e-4).max_lr(1).num_training(40));
+  Trainer(three_epochs(), {finder}).fit(tuned, shuffled_regression());
+  ASSERT_TRUE(finder->optimal_lr().has_value());
+  EXPECT_GE(finder->optimal_lr()->lrs().size(), 20u) << "the sweep ran";
+  const auto suggested = finder->optimal_lr()->suggestion();
+  ASSERT_TRUE(suggested.has_value());
+  EXPECT_NE(*suggested, 0.01);
+  EXPECT_EQ(tuned.hparams().at("lr").get<double>(), *suggested);
+  // The sweep ran the training hooks, not the fit's, as Lightning's.
+  EXPECT_EQ(tuned.fit_starts, 1);
+  EXPECT_EQ(tuned.train_starts, 2);
+
+  // The same fit given the rate: the sweep's steps, data, dropout draws and optimizer are gone
+  // without a trace, and the scheduler was built from the rate found.
+  RateModule given(*suggested);
+  Trainer(three_epochs()).fit(given, shuffled_regression());
+  EXPECT_TRUE(torch::equal(weights_of(tuned), weights_of(given)));
+  RateModule untuned(0.01);
+  Trainer(three_epochs()).fit(untuned, shuffled_regression());
+  EXPECT_FALSE(torch::equal(weights_of(tuned), weights_of(untuned)));
+
+  // update_attr off: the curve only.
+  RateModule kept(0.01);
+  auto looker = std::make_shared<LearningRateFinder>(LRFinderOptions().num_training(20), false);
+  Trainer(three_epochs(), {looker}).fit(kept, shuffled_regression());
+  EXPECT_EQ(looker->optimal_lr()->lrs().size(), 20u);
+  EXPECT_TRUE(torch::equal(weights_of(kept), weights_of(untuned)));
+}
+
+TEST(LearningRateFinder, SaysWhereItNeedsTheRateAndSkipsFastDevRunAndResumes) {
+  // No hyper-parameter to write the rate into: an error before any sweep.
+  testing::TinyModule no_key;
+  const auto missing = testing::error_of(
+      [&] { Trainer(three_epochs(), {std::make_shared<LearningRateFinder>()}).fit(no_key, shuffled_regression()); });
+  EXPECT_NE(missing.find("its hyper-parameters have no \"lr\" or \"learning_rate\" and the config names no "
+                         "optimizer; save the rate with save_hyperparameters"),
+            std::string::npos)
+      << missing;
+  RateModule other_key(0.01, "base_lr");
+  const auto named = testing::error_of([&] {
+    Trainer(three_epochs(), {std::make_shared<LearningRateFinder>(LRFinderOptions(), true, "rate")})
+        .fit(other_key, shuffled_regression());
+  });
+  EXPECT_NE(named.find("have no \"rate\""), std::string::npos) << named;
+  RateModule by_name(0.01, "base_lr");
+  auto finder = std::make_shared<LearningRateFinder>(LRFinderOptions().num_training(30), true, "base_lr");
+  Trainer(three_epochs(), {finder}).fit(by_name, shuffled_regression());
+  EXPECT_EQ(by_name.hparams().at("base_lr").get<double>(), finder->optimal_lr()->suggestion().value());
+
+  // A module whose configure_optimizers does not read the key: an error after the sweep.
+  testing::TinyModule ignores(0.1);
+  ignores.save_hyperparameters({{"lr", 0.1}});
+  const auto ignored = testing::error_of([&] {
+    Trainer(three_epochs(), {std::make_shared<LearningRateFinder>(LRFinderOptions().num_training(30))})
+        .fit(ignores, shuffled_regression());
+  });
+  EXPECT_NE(ignored.find("configure_optimizers() still builds its optimizer with lr 0.1; read the rate from "
+                         "hparams()[\"lr\"] there"),
+            std::string::npos)
+      << ignored;
+
+  EXPECT_NE(testing::error_of([] {
+              LearningRateFinder(LRFinderOptions().num_training(1));
+            }).find("lr_find: num_training is 1; give 2 or more steps"),
+            std::string::npos);
+
+  // fast_dev_run skips the test, as Lightning's; a resumed fit keeps the checkpoint's rates.
+  RateModule quick(0.01);
+  auto skipped = std::make_shared<LearningRateFinder>();
+  Trainer(three_epochs().fast_dev_run(2), {skipped}).fit(quick, shuffled_regression());
+  EXPECT_FALSE(skipped->optimal_lr().has_value());
+  const std::string checkpoint = "/tmp/arc_lr_finder_" + std::to_string(getpid()) + ".ckpt";
+  RateModule first(0.01);
+  Trainer one_epoch(testing::quiet().seed(5).max_epochs(1));
+  one_epoch.fit(first, shuffled_regression());
+  one_epoch.save_checkpoint(checkpoint);
+  RateModule resumed(0.01);
+  auto not_again = std::make_shared<LearningRateFinder>();
+  Trainer(three_epochs(), {not_again}).fit(resumed, shuffled_regression(), {}, checkpoint);
+  EXPECT_FALSE(not_again->optimal_lr().has_value());
+  EXPECT_EQ(resumed.hparams().at("lr").get<double>(), 0.01);
+  std::filesystem::remove(checkpoint);
 }
 
 }  // namespace
