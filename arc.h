@@ -18,6 +18,7 @@
 #include <arc/callbacks/learning_rate_finder.h>
 #include <arc/callbacks/learning_rate_monitor.h>
 #include <arc/callbacks/model_checkpoint.h>
+#include <arc/callbacks/model_pruning.h>
 #include <arc/callbacks/model_summary.h>
 #include <arc/callbacks/on_exception_checkpoint.h>
 #include <arc/callbacks/prediction_writer.h>

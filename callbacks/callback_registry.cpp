@@ -11,6 +11,7 @@
 #include <arc/callbacks/learning_rate_finder.h>
 #include <arc/callbacks/learning_rate_monitor.h>
 #include <arc/callbacks/model_checkpoint.h>
+#include <arc/callbacks/model_pruning.h>
 #include <arc/callbacks/model_summary.h>
 #include <arc/callbacks/on_exception_checkpoint.h>
 #include <arc/callbacks/prediction_writer.h>
@@ -191,6 +192,50 @@ std::shared_ptr<Callback> learning_rate_finder(const Config& config) {
                                               config.get<std::string>("attr_name", ""));
 }
 
+// Lightning's init_args: amount an int (a count) or a float (a fraction), apply_pruning and
+// use_lottery_ticket_hypothesis booleans (functions of the epoch are C++ only), parameters_to_prune
+// [submodule, parameter] pairs.
+std::shared_ptr<Callback> model_pruning(const Config& config) {
+  ModelPruningOptions options;
+  config.read("pruning_fn", options.pruning_fn());
+  if (const auto* pairs = config.find("parameters_to_prune"); pairs != nullptr && !pairs->is_null()) {
+    ARC_CHECK(pairs->is_array(), "config key '", config.qualified("parameters_to_prune"),
+              "' must be a list of [submodule, parameter] pairs, e.g. [[fc1, weight]], got ", pairs->dump());
+    for (const auto& pair : *pairs) {
+      ARC_CHECK(pair.is_array() && pair.size() == 2 && pair[0].is_string() && pair[1].is_string(), "config key '",
+                config.qualified("parameters_to_prune"), "' must hold [submodule, parameter] pairs of names, got ",
+                pair.dump());
+      options.parameters_to_prune().emplace_back(pair[0].get<std::string>(), pair[1].get<std::string>());
+    }
+  }
+  if (const auto* names = config.find("parameter_names"); names != nullptr && !names->is_null()) {
+    ARC_CHECK(
+        names->is_array() && std::all_of(names->begin(), names->end(), [](const auto& n) { return n.is_string(); }),
+        "config key '", config.qualified("parameter_names"), "' must be a list of names, e.g. [weight], got ",
+        names->dump());
+    options.parameter_names(names->get<std::vector<std::string>>());
+  }
+  config.read("use_global_unstructured", options.use_global_unstructured());
+  if (const auto* amount = config.find("amount"); amount != nullptr && !amount->is_null()) {
+    ARC_CHECK(amount->is_number(), "config key '", config.qualified("amount"),
+              "' must be a fraction (0.5) or a count (100), got ", amount->dump());
+    const auto value = amount->is_number_integer() ? PruningAmount::count(amount->get<int64_t>())
+                                                   : PruningAmount::fraction(amount->get<double>());
+    options.amount([value](int64_t) { return value; });
+  }
+  const bool apply = config.get<bool>("apply_pruning", true);
+  options.apply_pruning([apply](int64_t) { return apply; });
+  const bool lottery = config.get<bool>("use_lottery_ticket_hypothesis", true);
+  options.use_lottery_ticket_hypothesis([lottery](int64_t) { return lottery; });
+  config.read("make_pruning_permanent", options.make_pruning_permanent());
+  config.read("resample_parameters", options.resample_parameters());
+  config.read("pruning_dim", options.pruning_dim());
+  config.read("pruning_norm", options.pruning_norm());
+  config.read("verbose", options.verbose());
+  config.read("prune_on_train_epoch_end", options.prune_on_train_epoch_end());
+  return std::make_shared<ModelPruning>(options);
+}
+
 Registry<Callback, const Config&> shipped_callbacks() {
   Registry<Callback, const Config&> r("callback");
   r.add("ModelCheckpoint", model_checkpoint);
@@ -224,6 +269,7 @@ Registry<Callback, const Config&> shipped_callbacks() {
   const auto model_summary = [](const Config& config) {
     return std::make_shared<ModelSummary>(config.get<int64_t>("max_depth", 1));
   };
+  r.add("ModelPruning", model_pruning);
   r.add("ModelSummary", model_summary);
   r.add("RichModelSummary", model_summary);
   // Lightning's device: unset or null, beside the module's weights.

@@ -626,6 +626,47 @@ TEST(Config, LearningRateFinderTestsTheRateUnderDdpAndTrainsAtIt) {
   fs::remove_all(adam_dir);
 }
 
+// A LightningCLI-printed ModelPruning entry prunes the example MLP's 269,322 weights and biases by
+// half at each epoch's end (the second time round(67330.5) = 67330, Python's rounding); a count
+// prunes that many of the parameters named.
+TEST(Config, LightningCliPrintedModelPruningPrunesTheExampleMlp) {
+  const std::string trainer =
+      "trainer:\n  max_epochs: 2\n  limit_train_batches: 5\n  limit_val_batches: 1\n  num_threads: 1\n"
+      "  enable_progress_bar: false\n  enable_checkpointing: false\n  logger: false\n  callbacks:\n"
+      "  - class_path: lightning.pytorch.callbacks.ModelPruning\n    init_args:\n";
+  const auto printed =
+      arc("fit --config " + write_config("pruning.yaml", trainer + "      pruning_fn: l1_unstructured\n"
+                                                                   "      parameters_to_prune: null\n"
+                                                                   "      parameter_names: null\n"
+                                                                   "      use_global_unstructured: true\n"
+                                                                   "      amount: 0.5\n"
+                                                                   "      apply_pruning: true\n"
+                                                                   "      make_pruning_permanent: true\n"
+                                                                   "      use_lottery_ticket_hypothesis: "
+                                                                   "true\n"
+                                                                   "      resample_parameters: false\n"
+                                                                   "      pruning_dim: null\n"
+                                                                   "      pruning_norm: null\n"
+                                                                   "      verbose: 1\n"
+                                                                   "      prune_on_train_epoch_end: true\n"));
+  // The run ended with `status` and said `text`.
+  const auto ended_saying = [](const arc::testing::CommandRun& run, int status, const std::string& text) {
+    EXPECT_EQ(run.status, status) << run.output;
+    EXPECT_NE(run.output.find(text), std::string::npos) << text << " in\n" << run.output;
+  };
+  ended_saying(printed, 0, "Pruned: 0/269322 (0.00%) -> 134661/269322 (50.00%)");
+  ended_saying(printed, 0, "Pruned: 134661/269322 (50.00%) -> 201991/269322 (75.00%)");
+  const auto counted =
+      arc("fit --config " + write_config("pruning_count.yaml", trainer + "      parameters_to_prune: [[fc3, weight]]\n"
+                                                                         "      amount: 100\n"
+                                                                         "      use_global_unstructured: false\n"
+                                                                         "      verbose: 2\n"));
+  ended_saying(counted, 0, "fc3.weight with amount=100: pruned 100 (3.91%) -> 200 (7.81%)");
+  const auto bad =
+      arc("fit --config " + write_config("pruning_bad.yaml", trainer + "      parameters_to_prune: [fc1]\n"));
+  ended_saying(bad, 2, "must hold [submodule, parameter] pairs of names, got \"fc1\"");
+}
+
 // The README's YAML example, shortened to a few batches, trains and writes where it says.
 TEST(Config, ReadmeYamlRuns) {
   std::ifstream readme(std::string(ARC_SOURCE_DIR) + "/README.md");
