@@ -26,6 +26,9 @@ class TwoLayers : public TrainModule {
   torch::Tensor training_step(Batch& batch, int64_t) override {
     return torch::mse_loss(b(torch::relu(a(batch[0]))), batch[1]);
   }
+  void validation_step(Batch& batch, int64_t) override {
+    log("val_loss", torch::mse_loss(b(torch::relu(a(batch[0]))), batch[1]));
+  }
   std::vector<OptimizerConfig> configure_optimizers() override {
     return {std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.05).momentum(0.9))};
   }
@@ -172,6 +175,39 @@ TEST(ModelPruning, KeepsPrunedWeightsAtZeroResetsTheRestAndResumesExactly) {
     saved_zeros += (saved.tensor(name) == 0).sum().item<int64_t>();
   EXPECT_EQ(saved_zeros, 30) << "two prunings of half: round(20.5) = 20, then round(10.5) = 10";
   std::filesystem::remove_all(dir);
+}
+
+// The number of pruned entries of `pruning`'s masks.
+int64_t pruned_count(const ModelPruning& pruning) {
+  int64_t zeros = 0;
+  for (const auto& [name, mask] : pruning.masks()) zeros += (mask == 0).sum().item<int64_t>();
+  return zeros;
+}
+
+TEST(ModelPruning, PrunesAtValidationEndsButNotTheSanityCheckAndResamples) {
+  // Two epochs validating once each (after a sanity check): two prunings of 30%, 12 then 9.
+  TwoLayers module;
+  auto at_validation = std::make_shared<ModelPruning>(ModelPruningOptions()
+                                                          .amount([](int64_t) { return PruningAmount::fraction(0.3); })
+                                                          .prune_on_train_epoch_end(false)
+                                                          .make_pruning_permanent(false));
+  Trainer(testing::quiet().seed(4).max_epochs(2), {at_validation}).fit(module, regression_data(), regression_data());
+  EXPECT_EQ(pruned_count(*at_validation), 21);
+
+  // Lottery tickets drawn anew: the weights left after the last pruning are neither the first ones
+  // nor trained ones, but fresh draws of Linear's initialisation (|w| <= 1/sqrt(fan_in)).
+  TwoLayers drawn;
+  const auto first = weights_of(drawn);
+  auto resampling = std::make_shared<ModelPruning>(ModelPruningOptions().resample_parameters(true));
+  Trainer(testing::quiet().seed(4).max_epochs(1), {resampling}).fit(drawn, regression_data());
+  const auto a = drawn.a->weight.detach();
+  EXPECT_EQ((a == 0).sum().item<int64_t>() + (drawn.b->weight == 0).sum().item<int64_t>() +
+                (drawn.a->bias == 0).sum().item<int64_t>() + (drawn.b->bias == 0).sum().item<int64_t>(),
+            20)
+      << "round(20.5) = 20 of 41";
+  EXPECT_LE(a.abs().max().item<double>(), 1 / std::sqrt(6.0));
+  const auto kept = weights_of(drawn) != 0;
+  EXPECT_FALSE(torch::equal(weights_of(drawn).masked_select(kept), first.masked_select(kept)));
 }
 
 TEST(ModelPruning, BadOptionsSayWhatToGive) {
