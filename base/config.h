@@ -6,12 +6,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 namespace arc {
+
+/// `text` in lower case (Lightning's callbacks take their mode names in any case).
+inline std::string lowercase(std::string text) {
+  for (auto& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
 
 /// One JSON object read key by key. Call `finish()` when done: keys never asked for are errors.
 class Config {

@@ -21,7 +21,6 @@
 #include <arc/callbacks/weight_averaging.h>
 
 #include <algorithm>
-#include <cctype>
 #include <limits>
 
 namespace arc {
@@ -179,10 +178,7 @@ std::shared_ptr<Callback> learning_rate_finder(const Config& config) {
   config.read("min_lr", options.min_lr());
   config.read("max_lr", options.max_lr());
   config.read("num_training_steps", options.num_training());
-  std::string mode = options.mode();
-  config.read("mode", mode);
-  std::transform(mode.begin(), mode.end(), mode.begin(), [](unsigned char c) { return std::tolower(c); });
-  options.mode(mode);
+  config.read("mode", options.mode());
   if (const auto* threshold = config.find("early_stop_threshold"); threshold != nullptr && threshold->is_null())
     options.early_stop_threshold(0);
   else

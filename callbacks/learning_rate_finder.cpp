@@ -1,6 +1,7 @@
 // LearningRateFinder.
 #include <arc/callbacks/learning_rate_finder.h>
 
+#include <arc/base/config.h>
 #include <arc/base/console.h>
 #include <arc/core/trainer.h>
 
@@ -10,6 +11,7 @@ namespace arc {
 
 LearningRateFinder::LearningRateFinder(LRFinderOptions options, bool update_attr, std::string attr_name)
     : options_(std::move(options)), update_attr_(update_attr), attr_name_(std::move(attr_name)) {
+  options_.mode(lowercase(options_.mode()));  // as Lightning's
   check_lr_finder_options(options_);
 }
 

@@ -1,6 +1,7 @@
 // ModelPruning.
 #include <arc/callbacks/model_pruning.h>
 
+#include <arc/base/config.h>
 #include <arc/base/console.h>
 #include <arc/base/error.h>
 #include <arc/core/checkpoint.h>
@@ -22,8 +23,16 @@ namespace {
 
 const std::set<std::string> kMethods = {"l1_unstructured", "random_unstructured", "ln_structured", "random_structured"};
 
-bool structured(const std::string& method) {
-  return method.size() > 11 && method.substr(method.size() - 11) == "_structured";
+bool structured(const std::string& method) { return method == "ln_structured" || method == "random_structured"; }
+
+// `flat` cut into tensors shaped as `like`, in order.
+std::vector<torch::Tensor> split_like(const torch::Tensor& flat, const std::vector<torch::Tensor>& like) {
+  std::vector<int64_t> sizes;
+  for (const auto& tensor : like) sizes.push_back(tensor.numel());
+  std::vector<torch::Tensor> out;
+  const auto parts = flat.split_with_sizes(sizes);
+  for (size_t i = 0; i < like.size(); ++i) out.push_back(parts[i].view_as(like[i]).clone());
+  return out;
 }
 
 // PyTorch's _compute_nparams_toprune and _validate_pruning_amount: a count as it is, a fraction
@@ -57,13 +66,10 @@ torch::Tensor unstructured_mask(const torch::Tensor& scores, const torch::Tensor
 
 // Structured: `amount` more of the slices along `dim` that still hold a kept entry set to 0, those
 // with the smallest `norm`-norm (ln_structured) or at random (random_structured), as PyTorch's.
+// `dim` is one of the weight's (checked at setup).
 torch::Tensor structured_mask(const torch::Tensor& weight, const torch::Tensor& mask, int64_t dim, bool random,
                               double norm, PruningAmount amount, const std::string& what) {
-  ARC_CHECK(weight.dim() > 1, "ModelPruning: structured pruning needs a tensor of 2 or more dimensions, and ", what,
-            " has ", weight.dim(), "; leave it out (parameter_names: [weight]) or prune it unstructured");
   const int64_t dims = weight.dim();
-  ARC_CHECK(dim >= -dims && dim < dims, "ModelPruning: pruning_dim ", dim, " is not a dimension of ", what,
-            ", which has ", dims);
   if (dim < 0) dim += dims;
   std::vector<int64_t> others;
   for (int64_t d = 0; d < dims; ++d)
@@ -114,7 +120,7 @@ double sparsity(int64_t zeros, int64_t total) { return total == 0 ? 0.0 : 100.0 
 
 ModelPruning::ModelPruning(ModelPruningOptions options) : options_(std::move(options)) {
   auto& method = options_.pruning_fn();
-  std::transform(method.begin(), method.end(), method.begin(), [](unsigned char c) { return std::tolower(c); });
+  method = lowercase(method);  // as Lightning's
   ARC_CHECK(kMethods.count(method) > 0, "ModelPruning: pruning_fn \"", method,
             "\" is not one of torch.nn.utils.prune's: l1_unstructured, random_unstructured, ln_structured, ",
             "random_structured");
@@ -169,6 +175,16 @@ void ModelPruning::setup(Trainer&, TrainModule& module, Stage stage) {
   }
   ARC_CHECK(!targets_.empty(), "ModelPruning: ", module.name(), " has no parameter named ",
             fmt::format("{}", fmt::join(options_.parameter_names(), " or ")), " to prune; set parameters_to_prune");
+  // Structured methods prune slices along pruning_dim: said now, not at the first epoch's end.
+  if (!structured(options_.pruning_fn())) return;
+  const int64_t dim = *options_.pruning_dim();
+  for (const auto& target : targets_) {
+    const int64_t dims = target.parameter.dim();
+    ARC_CHECK(dims > 1, "ModelPruning: structured pruning needs a tensor of 2 or more dimensions, and ", target.name,
+              " has ", dims, "; leave it out (parameter_names: [weight]) or prune it unstructured");
+    ARC_CHECK(dim >= -dims && dim < dims, "ModelPruning: pruning_dim is ", dim, ", which is not a dimension of ",
+              target.name, " (", dims, " of them); give one from ", -dims, " to ", dims - 1);
+  }
 }
 
 void ModelPruning::on_fit_start(Trainer&, TrainModule&) {
@@ -235,19 +251,15 @@ std::vector<torch::Tensor> ModelPruning::new_masks(PruningAmount amount) const {
   };
   std::vector<torch::Tensor> out;
   if (options_.use_global_unstructured()) {
-    std::vector<torch::Tensor> scores, masks;
+    std::vector<torch::Tensor> scores, masks, parameters;
     for (const auto& target : targets_) {
       scores.push_back(target.parameter.detach().flatten());
       masks.push_back(mask_of(target).flatten());
+      parameters.push_back(target.parameter);
     }
-    const auto all = unstructured_mask(torch::cat(scores), torch::cat(masks), amount, method == "random_unstructured",
-                                       "the pruned parameters together");
-    int64_t offset = 0;
-    for (const auto& target : targets_) {
-      out.push_back(all.narrow(0, offset, target.parameter.numel()).view_as(target.parameter).clone());
-      offset += target.parameter.numel();
-    }
-    return out;
+    return split_like(unstructured_mask(torch::cat(scores), torch::cat(masks), amount, method == "random_unstructured",
+                                        "the pruned parameters together"),
+                      parameters);
   }
   for (const auto& target : targets_) {
     const auto weight = target.parameter.detach();
@@ -264,26 +276,19 @@ std::vector<torch::Tensor> ModelPruning::new_masks(PruningAmount amount) const {
 }
 
 void ModelPruning::apply_pruning(Trainer& trainer, PruningAmount amount) {
+  const bool reports = options_.verbose() > 0 && trainer.is_global_zero();
   std::vector<int64_t> before;
   for (const auto& target : targets_)
-    before.push_back(target.mask.defined() ? (target.mask == 0).sum().item<int64_t>() : 0);
+    if (reports) before.push_back(target.mask.defined() ? (target.mask == 0).sum().item<int64_t>() : 0);
   auto masks = new_masks(amount);
-  // One rank's masks on every rank: random methods draw, and all must prune alike.
+  // One rank's masks on every rank: random methods draw, and all must prune alike (once an epoch).
   if (trainer.world_size() > 1) {
-    std::vector<torch::Tensor> flat;
-    for (const auto& mask : masks) flat.push_back(mask.flatten());
-    auto packed = torch::cat(flat);
     const CollectiveName name("ModelPruning masks");
-    trainer.strategy().broadcast(packed, 0);
-    int64_t offset = 0;
-    for (auto& mask : masks) {
-      mask = packed.narrow(0, offset, mask.numel()).view_as(mask).clone();
-      offset += mask.numel();
-    }
+    for (auto& mask : masks) trainer.strategy().broadcast(mask, 0);
   }
   for (size_t i = 0; i < targets_.size(); ++i) targets_[i].mask = masks[i];
   apply_masks();
-  if (options_.verbose() == 0 || !trainer.is_global_zero()) return;
+  if (!reports) return;
   int64_t total = 0, zeros_before = 0, zeros_after = 0;
   for (size_t i = 0; i < targets_.size(); ++i) {
     const int64_t size = targets_[i].mask.numel();

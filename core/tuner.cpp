@@ -207,7 +207,8 @@ class Restore {
 void check_lr_finder_options(const LRFinderOptions& options) {
   ARC_CHECK(options.min_lr() > 0 && options.max_lr() > options.min_lr(), "lr_find: min_lr (", options.min_lr(),
             ") must be > 0 and below max_lr (", options.max_lr(), ")");
-  ARC_CHECK(options.num_training() >= 2, "lr_find: num_training is ", options.num_training(), "; give 2 or more steps");
+  ARC_CHECK(options.num_training() >= 2, "lr_find: num_training (LearningRateFinder's num_training_steps) is ",
+            options.num_training(), "; give 2 or more steps");
   ARC_CHECK(options.mode() == "exponential" || options.mode() == "linear", "lr_find: mode is \"", options.mode(),
             "\"; use \"exponential\" or \"linear\"");
 }
@@ -328,12 +329,13 @@ LRFinder Tuner::lr_find_in_fit(TrainModule& module, const LRFinderOptions& optio
   }
   auto sweep = std::make_shared<LRSweep>(options);
   const DataSource train = t.state_->train_loader->source();
+  auto sweep_options = trial_options(options.num_training());
   {
-    const Restore weights(module, t.options_.default_root_dir() + "/.tuner");
+    const Restore weights(module, sweep_options.default_root_dir());
     const RestoreRun run(module, *t.precision_, *t.strategy_, t.profiler_.get());
     // The Trainer becomes the sweep's (Lightning's lr_find swaps its callbacks, loggers and limits
     // likewise), with a run state of its own: the fit's progress, optimizers and metrics wait.
-    const Swapped<TrainerOptions> options_swap(t.options_, trial_options(options.num_training()));
+    const Swapped<TrainerOptions> options_swap(t.options_, std::move(sweep_options));
     const Swapped<std::vector<std::shared_ptr<Callback>>> callbacks_swap(t.callbacks_, {sweep});
     const Swapped<std::vector<std::shared_ptr<Logger>>> loggers_swap(t.loggers_, {});
     const Swapped<std::shared_ptr<Profiler>> profiler_swap(t.profiler_, nullptr);

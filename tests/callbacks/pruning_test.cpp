@@ -138,7 +138,32 @@ TEST(ModelPruning, KeepsPrunedWeightsAtZeroResetsTheRestAndResumesExactly) {
   const auto first = weights_of(module);
   auto pruning = std::make_shared<ModelPruning>(
       ModelPruningOptions().amount([](int64_t) { return PruningAmount::fraction(0.3); }).make_pruning_permanent(false));
-  Trainer(testing::quiet().seed(4).max_epochs(3), {pruning}).fit(module, regression_data());
+  // While it trains, the pruned weights are zero at every batch's start and their gradients zero
+  // when the optimizer steps (after the callback's own hook: it comes first).
+  double largest_pruned_weight = 0, largest_pruned_gradient = 0;
+  int64_t checked = 0;
+  const auto largest_pruned = [&](bool gradients) {
+    double largest = 0;
+    for (const auto& [name, mask] : pruning->masks()) {
+      const auto& parameter = module.named_parameters()[name];
+      const auto pruned = (gradients ? parameter.grad() : parameter.detach()).masked_select(mask == 0);
+      if (pruned.numel() == 0) continue;
+      largest = std::max(largest, pruned.abs().max().item<double>());
+      ++checked;
+    }
+    return largest;
+  };
+  auto watch = std::make_shared<LambdaCallback>();
+  watch->train_batch_start = [&](Trainer&, TrainModule&, Batch&, int64_t) {
+    largest_pruned_weight = std::max(largest_pruned_weight, largest_pruned(false));
+  };
+  watch->before_optimizer_step = [&](Trainer&, TrainModule&, torch::optim::Optimizer&) {
+    largest_pruned_gradient = std::max(largest_pruned_gradient, largest_pruned(true));
+  };
+  Trainer(testing::quiet().seed(4).max_epochs(3), {pruning, watch}).fit(module, regression_data());
+  EXPECT_GT(checked, 0) << "epochs 1 and 2 trained with masks";
+  EXPECT_EQ(largest_pruned_weight, 0);
+  EXPECT_EQ(largest_pruned_gradient, 0);
   int64_t total = 0, zeros = 0;
   for (const auto& [name, mask] : pruning->masks()) {
     total += mask.numel();
@@ -237,6 +262,18 @@ TEST(ModelPruning, BadOptionsSayWhatToGive) {
         .fit(module, regression_data());
   });
   EXPECT_NE(bias.find("a.bias has 1; leave it out (parameter_names: [weight])"), std::string::npos) << bias;
+  const auto past = testing::error_of([&] {
+    Trainer(testing::quiet().max_epochs(1), {std::make_shared<ModelPruning>(ModelPruningOptions()
+                                                                                .pruning_fn("ln_structured")
+                                                                                .pruning_dim(2)
+                                                                                .pruning_norm(1)
+                                                                                .parameter_names({"weight"})
+                                                                                .use_global_unstructured(false))})
+        .fit(module, regression_data());
+  });
+  EXPECT_NE(past.find("pruning_dim is 2, which is not a dimension of a.weight (2 of them); give one from -2 to 1"),
+            std::string::npos)
+      << past;
   const auto missing = testing::error_of([&] {
     Trainer(testing::quiet().max_epochs(1),
             {std::make_shared<ModelPruning>(ModelPruningOptions().parameters_to_prune({{"c", "weight"}}))})

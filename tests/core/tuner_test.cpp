@@ -223,7 +223,7 @@ TEST(LearningRateFinder, SaysWhereItNeedsTheRateAndSkipsFastDevRunAndResumes) {
 
   EXPECT_NE(testing::error_of([] {
               LearningRateFinder(LRFinderOptions().num_training(1));
-            }).find("lr_find: num_training is 1; give 2 or more steps"),
+            }).find("lr_find: num_training (LearningRateFinder's num_training_steps) is 1; give 2 or more steps"),
             std::string::npos);
 
   // fast_dev_run skips the test, as Lightning's; a resumed fit keeps the checkpoint's rates.
