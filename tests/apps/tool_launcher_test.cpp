@@ -82,12 +82,21 @@ class ToolLauncherRun : public ::testing::Test {
   }
 
   void TearDown() override {
+    // SetUp may have failed before it found the tool; its ranks die with it.
+    if (tool_ <= 0 && shell_ > 0 && !dead(shell_)) {
+      const auto tools = children(shell_);
+      if (!tools.empty()) tool_ = tools.front();
+    }
     for (const pid_t pid : ranks_) kill(pid, SIGKILL);
     if (tool_ > 0) kill(tool_, SIGKILL);
-    // A rank that SIGKILL reached may still write into dir_ until it is dead (a zombie or gone).
+    // A rank that SIGKILL reached may still write into dir_ until it is dead (a zombie or gone), and
+    // the shell appends "EXIT <status>" to out() once the tool is dead: wait for all of them.
+    std::vector<pid_t> writers = ranks_;
+    writers.push_back(tool_);
+    writers.push_back(shell_);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    for (const pid_t pid : ranks_)
-      while (!dead(pid) && std::chrono::steady_clock::now() < deadline)
+    for (const pid_t pid : writers)
+      while (pid > 0 && !dead(pid) && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::filesystem::remove_all(dir_);
   }
