@@ -7,6 +7,7 @@
 #include <arc/base/error.h>
 #include <arc/base/registry.h>
 #include <arc/base/sha256.h>
+#include <arc/callbacks/batch_size_finder.h>
 #include <arc/callbacks/callback.h>
 #include <arc/callbacks/callback_registry.h>
 #include <arc/callbacks/device_stats_monitor.h>

@@ -345,6 +345,10 @@ int run(int argc, char** argv) {
       "--init_val", [&batch](int64_t v) { batch.init_val(v); }, "first size tried (2)");
   scale_batch_size->add_option_function<int64_t>(
       "--max_trials", [&batch](int64_t v) { batch.max_trials(v); }, "sizes tried at most (25)");
+  scale_batch_size->add_option_function<double>(
+      "--margin", [&batch](double v) { batch.margin(v); }, "binsearch: lower the size found by this fraction (0.05)");
+  scale_batch_size->add_option_function<int64_t>(
+      "--max_val", [&batch](int64_t v) { batch.max_val(v); }, "largest size tried (8192)");
   auto* modules = app.add_subcommand("modules", "list registered modules and data modules");
   std::vector<std::string> args;
   try {

@@ -3,6 +3,7 @@
 
 #include <arc/base/console.h>
 
+#include <arc/callbacks/batch_size_finder.h>
 #include <arc/callbacks/device_stats_monitor.h>
 #include <arc/callbacks/early_stopping.h>
 #include <arc/callbacks/elastic_checkpoint.h>
@@ -91,6 +92,18 @@ std::shared_ptr<Callback> backbone_finetuning(const Config& config) {
     options.lambda_func([factor](int64_t) { return factor; });
   }
   return std::make_shared<BackboneFinetuning>(options);
+}
+
+// Lightning's init_args (mode in any case, as its __init__ lowercases it).
+std::shared_ptr<Callback> batch_size_finder(const Config& config) {
+  BatchSizeOptions options;
+  ARC_READ(mode);
+  ARC_READ(steps_per_trial);
+  ARC_READ(init_val);
+  ARC_READ(max_trials);
+  ARC_READ(margin);
+  ARC_READ(max_val);
+  return std::make_shared<BatchSizeFinder>(options, config.get<std::string>("batch_arg_name", "batch_size"));
 }
 
 #undef ARC_READ
@@ -238,6 +251,7 @@ Registry<Callback, const Config&> shipped_callbacks() {
   r.add("EarlyStopping", early_stopping);
   r.add("GradientAccumulationScheduler", gradient_accumulation_scheduler);
   r.add("BackboneFinetuning", backbone_finetuning);
+  r.add("BatchSizeFinder", batch_size_finder);
   r.add("LearningRateFinder", learning_rate_finder);
   r.add("LearningRateMonitor", [](const Config& config) {
     return std::make_shared<LearningRateMonitor>(config.get_optional<std::string>("logging_interval"),

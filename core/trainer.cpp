@@ -262,7 +262,9 @@ void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, D
   run_stage(Stage::fit, module, data, [&] {
     // The hooks are asked again when reload_dataloaders_every_n_epochs says; what fit was given stays.
     const DataConnector connector(options_, *strategy_, module, data);
-    FitData fit_data{[&] { return connector.train(train); }, [&] { return connector.val(val, false); }};
+    state_->train_batch_size.reset();  // each fit's BatchSizeFinder chooses anew
+    FitData fit_data{[&] { return connector.train(train, state_->train_batch_size); },
+                     [&] { return connector.val(val, false); }};
     // What saves that a crash or SIGKILL interrupted left behind in this run's folders.
     if (is_global_zero())
       for (const auto& folder : {options_.default_root_dir(), log_dir() + "/checkpoints"})

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <utility>
 
 namespace arc {
@@ -307,15 +308,44 @@ LRFinder Tuner::lr_find(TrainModule& module, DataSource train, const LRFinderOpt
   return reported(sweep->result(), true);
 }
 
+void Tuner::require_fit_start(const char* what) const {
+  const Trainer& t = trainer_;
+  ARC_CHECK(t.stage() == Stage::fit && t.state_->fit_loop != nullptr && t.global_step() == 0 && t.current_epoch() == 0,
+            what, " runs before the fit's first step, and this Trainer is at epoch ", t.current_epoch(), ", step ",
+            t.global_step(), t.stage() == Stage::fit ? "" : " of no fit", "; run it from on_fit_start");
+}
+
+void Tuner::run_in_fit(TrainModule& module, TrainerOptions options, std::shared_ptr<Callback> callback,
+                       const DataSource& train) {
+  Trainer& t = trainer_;
+  const Restore weights(module, options.default_root_dir());
+  const RestoreRun run(module, *t.precision_, *t.strategy_, t.profiler_.get());
+  // The Trainer becomes the tuning run's (Lightning's tuners swap its callbacks, loggers and limits
+  // likewise), with a run state of its own: the fit's progress, optimizers and metrics wait.
+  const Swapped<TrainerOptions> options_swap(t.options_, std::move(options));
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  if (callback) callbacks.push_back(std::move(callback));
+  const Swapped<std::vector<std::shared_ptr<Callback>>> callbacks_swap(t.callbacks_, std::move(callbacks));
+  const Swapped<std::vector<std::shared_ptr<Logger>>> loggers_swap(t.loggers_, {});
+  const Swapped<std::shared_ptr<Profiler>> profiler_swap(t.profiler_, nullptr);
+  auto tuning_state = std::make_unique<detail::RunState>(t.loggers_, *t.strategy_);
+  tuning_state->cluster_environment = t.state_->cluster_environment;
+  tuning_state->stage = Stage::fit;
+  tuning_state->tuning = true;
+  tuning_state->stage_start = std::chrono::steady_clock::now();
+  const Swapped<std::unique_ptr<detail::RunState>> state_swap(t.state_, std::move(tuning_state));
+  const DataConnector connector(t.options_, *t.strategy_, module, nullptr);
+  FitData data{[&] { return connector.train(train); }, [] { return Loaders(); }};
+  FitLoop(t, *t.state_, module, std::move(data), "").run();
+}
+
 LRFinder Tuner::lr_find_in_fit(TrainModule& module, const LRFinderOptions& options,
                                std::optional<std::string> rate_key) {
   check_lr_finder_options(options);
+  require_fit_start(
+      "the learning-rate test inside fit (LearningRateFinder runs it at on_fit_start; Tuner::lr_find "
+      "runs it before fit)");
   Trainer& t = trainer_;
-  ARC_CHECK(
-      t.stage() == Stage::fit && t.state_->train_loader != nullptr && t.global_step() == 0 && t.current_epoch() == 0,
-      "the learning-rate test inside fit runs before the fit's first step (LearningRateFinder runs it at ",
-      "on_fit_start), and this fit is at epoch ", t.current_epoch(), ", step ", t.global_step(),
-      "; run it from on_fit_start, or use Tuner::lr_find before fit");
   const bool from_config = !module.optimizer_config().is_null();
   std::optional<std::string> hparam;
   if (rate_key) {
@@ -328,27 +358,7 @@ LRFinder Tuner::lr_find_in_fit(TrainModule& module, const LRFinderOptions& optio
               "hparams()[\"lr\"], name the hyper-parameter in attr_name, or set update_attr to false");
   }
   auto sweep = std::make_shared<LRSweep>(options);
-  const DataSource train = t.state_->train_loader->source();
-  auto sweep_options = trial_options(options.num_training());
-  {
-    const Restore weights(module, sweep_options.default_root_dir());
-    const RestoreRun run(module, *t.precision_, *t.strategy_, t.profiler_.get());
-    // The Trainer becomes the sweep's (Lightning's lr_find swaps its callbacks, loggers and limits
-    // likewise), with a run state of its own: the fit's progress, optimizers and metrics wait.
-    const Swapped<TrainerOptions> options_swap(t.options_, std::move(sweep_options));
-    const Swapped<std::vector<std::shared_ptr<Callback>>> callbacks_swap(t.callbacks_, {sweep});
-    const Swapped<std::vector<std::shared_ptr<Logger>>> loggers_swap(t.loggers_, {});
-    const Swapped<std::shared_ptr<Profiler>> profiler_swap(t.profiler_, nullptr);
-    auto sweep_state = std::make_unique<detail::RunState>(t.loggers_, *t.strategy_);
-    sweep_state->cluster_environment = t.state_->cluster_environment;
-    sweep_state->stage = Stage::fit;
-    sweep_state->sweep = true;
-    sweep_state->stage_start = std::chrono::steady_clock::now();
-    const Swapped<std::unique_ptr<detail::RunState>> state_swap(t.state_, std::move(sweep_state));
-    const DataConnector connector(t.options_, *t.strategy_, module, nullptr);
-    FitData data{[&] { return connector.train(train); }, [] { return Loaders(); }};
-    FitLoop(t, *t.state_, module, std::move(data), "").run();
-  }
+  run_in_fit(module, trial_options(options.num_training()), sweep, t.state_->train_loader->source());
   // Rank 0's curve on every rank (each rank's losses are of its own share), as Lightning's.
   auto result = sweep->result();
   if (t.world_size() > 1) {
@@ -392,13 +402,81 @@ int64_t Tuner::scale_batch_size(TrainModule& module, DataModule& data, const Bat
   return scale_batch_size(module, training_data(data), options);
 }
 
-int64_t Tuner::scale_batch_size(TrainModule& module, DataSource train, const BatchSizeOptions& options) {
-  require_one_process();
+void check_batch_size_options(const BatchSizeOptions& options) {
   ARC_CHECK(options.mode() == "power" || options.mode() == "binsearch", "scale_batch_size: mode is \"", options.mode(),
             "\"; use \"power\" or \"binsearch\"");
   ARC_CHECK(options.init_val() >= 1 && options.max_trials() >= 1 && options.steps_per_trial() >= 1,
             "scale_batch_size: init_val, max_trials and steps_per_trial must be >= 1, got ", options.init_val(), ", ",
             options.max_trials(), " and ", options.steps_per_trial());
+  ARC_CHECK(options.margin() >= 0 && options.margin() < 1, "scale_batch_size: margin is ", options.margin(),
+            "; give a fraction from 0 to below 1 (0.05 lowers the size found by 5%)");
+  ARC_CHECK(options.max_val() >= options.init_val(), "scale_batch_size: max_val (", options.max_val(),
+            ") is below init_val (", options.init_val(), "); raise max_val or lower init_val");
+}
+
+namespace {
+
+// Whether a LibTorch error is its allocator running out of memory: a GPU's "out of memory", the
+// CPU's "can't allocate memory" (LibTorch 1.x) or "not enough memory" (2.x), as Lightning's is_oom_error.
+bool out_of_memory(const c10::Error& error) {
+  const std::string what = error.what();
+  for (const char* sign : {"out of memory", "can't allocate memory", "not enough memory"})
+    if (what.find(sign) != std::string::npos) return true;
+  return false;
+}
+
+// Whether `trial` of batch size `size` ran without running out of memory; other errors go on.
+bool fits_in_memory(int64_t size, const std::function<void()>& trial) {
+  try {
+    trial();
+    return true;
+  } catch (const std::bad_alloc&) {
+  } catch (const c10::Error& error) {
+    if (!out_of_memory(error)) throw;
+  }
+  console().info("scale_batch_size: batch size {} ran out of memory", size);
+  return false;
+}
+
+// The search of scale_batch_size over `fits`, with sizes up to `samples` (the dataset's size).
+int64_t search_batch_size(const BatchSizeOptions& options, int64_t samples, const std::function<bool(int64_t)>& fits) {
+  const int64_t top = std::min(options.max_val(), samples);
+  // low: the largest size that fit; high: the smallest that did not (0: none yet).
+  int64_t low = 0, high = 0, size = std::min(options.init_val(), top);
+  for (int64_t trial = 0; trial < options.max_trials(); ++trial) {
+    if (fits(size)) {
+      low = size;
+      // Every size up to the dataset (or max_val) fits, or power mode met a size that did not.
+      if (size >= top || (high > 0 && options.mode() == "power")) break;
+      size = high > 0 ? (low + high) / 2 : std::min(size * 2, top);
+    } else {
+      ARC_CHECK(size > 1, "scale_batch_size: even a batch of 1 runs out of memory; make the model or its inputs ",
+                "smaller, or train on a device with more memory");
+      high = size;
+      if (low > 0 && options.mode() == "power") break;
+      size = low > 0 ? (low + high) / 2 : size / 2;  // before any size fit: halve, as Lightning's
+    }
+    if (high > 0 && high - low <= 1) break;
+  }
+  ARC_CHECK(low > 0, "scale_batch_size: no batch size fit in ", options.max_trials(), " trials (the last tried was ",
+            size, "); lower init_val (", options.init_val(), ") or raise max_trials");
+  if (options.mode() == "binsearch" && options.margin() > 0) {
+    const auto lowered = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(low) * (1 - options.margin())));
+    if (lowered != low)
+      console().info("scale_batch_size: margin {} lowers batch size {} to {}", options.margin(), low, lowered);
+    low = lowered;
+  }
+  return low;
+}
+
+// A batch never grows past the dataset (a stream has no such bound).
+int64_t samples_of(const DataSource& train) { return train.dataset ? train.dataset->size() : kUnknownLength; }
+
+}  // namespace
+
+int64_t Tuner::scale_batch_size(TrainModule& module, DataSource train, const BatchSizeOptions& options) {
+  require_one_process();
+  check_batch_size_options(options);
   ARC_CHECK(static_cast<bool>(train), "scale_batch_size got an empty DataSource; pass the training data, e.g. ",
             "{dataset, DataLoaderOptions(2)} (its batch size is what the trials change)");
   ARC_CHECK(train.combined == nullptr, "scale_batch_size changes one source's batch size, but the training data is a ",
@@ -406,40 +484,44 @@ int64_t Tuner::scale_batch_size(TrainModule& module, DataSource train, const Bat
             "source's batch size alone (pass that source), then combine them");
   const auto run_options = trial_options(options.steps_per_trial());
   const Restore restore(module, run_options.default_root_dir());
-  // A batch never grows past the dataset (a stream has no such bound).
-  const int64_t samples = train.dataset ? train.dataset->size() : kUnknownLength;
-  // Whether `size` trains without running out of memory.
-  const auto fits = [&](int64_t size) {
+  const int64_t size = search_batch_size(options, samples_of(train), [&](int64_t size) {
     DataSource trial_data = train;
     trial_data.options.batch_size(size);
-    try {
-      Trainer(run_options, {}, {}).fit(module, trial_data);
-      return true;
-    } catch (const std::bad_alloc&) {
-    } catch (const c10::Error& error) {
-      if (std::string(error.what()).find("out of memory") == std::string::npos) throw;
-    }
-    console().info("scale_batch_size: batch size {} ran out of memory", size);
-    return false;
-  };
-  int64_t low = 0, high = 0, size = std::min(options.init_val(), samples);
-  for (int64_t trial = 0; trial < options.max_trials(); ++trial) {
-    if (fits(size)) {
-      low = size;
-      if (size >= samples) break;  // the whole dataset in one batch
-      size = high > 0 ? (low + high) / 2 : std::min(size * 2, samples);
-    } else {
-      ARC_CHECK(size > 1, "scale_batch_size: even a batch of 1 runs out of memory; make the model or its inputs ",
-                "smaller, or train on a device with more memory");
-      high = size;
-      if (options.mode() == "power") break;
-      size = (low + high) / 2;
-    }
-    if (high > 0 && high - low <= 1) break;
+    return fits_in_memory(size, [&] { Trainer(run_options, {}, {}).fit(module, trial_data); });
+  });
+  console().info("scale_batch_size: batch size {} fits", size);
+  return size;
+}
+
+int64_t Tuner::scale_batch_size_in_fit(TrainModule& module, const BatchSizeOptions& options,
+                                       const std::string& batch_arg_name) {
+  check_batch_size_options(options);
+  require_fit_start(
+      "the batch-size search inside fit (BatchSizeFinder runs it at on_fit_start; "
+      "Tuner::scale_batch_size runs it before fit)");
+  ARC_CHECK(trainer_.world_size() == 1, "BatchSizeFinder searches in one process (as Lightning's), and this fit has ",
+            trainer_.world_size(), " ranks; find the size with one device (arc scale_batch_size, or this fit with ",
+            "devices=1), then give it to the DDP run's data");
+  const DataSource train = trainer_.state_->train_loader->source();
+  ARC_CHECK(train.combined == nullptr, "BatchSizeFinder changes one source's batch size, but the fit's training data ",
+            "is a CombinedLoader; return one source from train_dataloader(), or remove BatchSizeFinder");
+  const int64_t size = search_batch_size(options, samples_of(train), [&](int64_t size) {
+    DataSource trial_data = train;
+    trial_data.options.batch_size(size);
+    return fits_in_memory(size,
+                          [&] { run_in_fit(module, trial_options(options.steps_per_trial()), nullptr, trial_data); });
+  });
+  console().info("BatchSizeFinder: training with batch size {}", size);
+  Trainer& t = trainer_;
+  t.state_->train_batch_size = size;
+  if (module.hparams().is_object() && module.hparams().contains(batch_arg_name)) {
+    auto hparams = module.hparams();
+    hparams[batch_arg_name] = size;
+    module.save_hyperparameters(std::move(hparams));
   }
-  ARC_CHECK(low > 0, "scale_batch_size: no batch size fit; lower init_val (", options.init_val(), ")");
-  console().info("scale_batch_size: batch size {} fits", low);
-  return low;
+  t.state_->fit_loop->reload_train();
+  t.state_->optimizers = checked_optimizers(module);
+  return size;
 }
 
 }  // namespace arc

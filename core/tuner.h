@@ -9,12 +9,14 @@
 #include <arc/data/data_module.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace arc {
 
+class Callback;
 class Trainer;
 class TrainModule;
 
@@ -53,13 +55,22 @@ class LRFinder {
 
 struct BatchSizeOptions {
   /// "power": doubles until a trial runs out of memory; "binsearch": then bisects between the last
-  /// size that fit and the first that did not.
+  /// size that fit and the first that did not. A first size that does not fit is halved until one
+  /// does (Lightning's).
   ARC_ARG(std::string, mode) = "power";
   /// Optimizer steps each trial trains.
   ARC_ARG(int64_t, steps_per_trial) = 3;
   ARC_ARG(int64_t, init_val) = 2;
+  /// Trials at most, those that ran out of memory included.
   ARC_ARG(int64_t, max_trials) = 25;
+  /// binsearch only: the size found is lowered by this fraction, a safety buffer (Lightning's).
+  ARC_ARG(double, margin) = 0.05;
+  /// No trial goes above this size (Lightning's max_val): a CPU rarely runs out of memory first.
+  ARC_ARG(int64_t, max_val) = 8192;
 };
+
+/// Throws arc::Error naming the option that scale_batch_size cannot run with.
+void check_batch_size_options(const BatchSizeOptions& options);
 
 /// Tunes for a Trainer of one process (Lightning's Tuner refuses distributed strategies too).
 class Tuner {
@@ -72,8 +83,8 @@ class Tuner {
   /// The range test on the data module's training data (prepared and set up for fit).
   LRFinder lr_find(TrainModule& module, DataModule& data, const LRFinderOptions& options = {});
   /// The largest batch size of `train` whose training steps fit in memory: trials of a few steps
-  /// with growing sizes, where running out of memory (std::bad_alloc on the CPU, LibTorch's "out of
-  /// memory" error on a GPU) ends a trial; never above the dataset's size. The weights are put back.
+  /// with growing sizes, where running out of memory (std::bad_alloc, or the error of LibTorch's CPU
+  /// or GPU allocator) ends a trial; never above the dataset's size or max_val. The weights are put back.
   int64_t scale_batch_size(TrainModule& module, DataSource train, const BatchSizeOptions& options = {});
   /// The search on the data module's training data; set the size it finds as the data module's.
   int64_t scale_batch_size(TrainModule& module, DataModule& data, const BatchSizeOptions& options = {});
@@ -90,12 +101,29 @@ class Tuner {
   /// optimizers do not change with the key, an error after it.
   LRFinder lr_find_in_fit(TrainModule& module, const LRFinderOptions& options, std::optional<std::string> rate_key);
 
+  /// scale_batch_size inside this Trainer's running fit, before its first step (what BatchSizeFinder
+  /// runs at fit start): each trial trains a few steps of the fit's own training data and loop, with
+  /// no other callback, no logger and no validation, and leaves no trace (as lr_find_in_fit). Then
+  /// the fit trains with the size found: its training data is loaded again with it (and whenever it
+  /// is loaded anew), the module's hyper-parameter `batch_arg_name` holds it when the module has one,
+  /// and the optimizers are built again, so that what they count from estimated_stepping_batches
+  /// counts the new batches. Checkpoints keep the size, and a fit resumed from one trains with it.
+  /// One process only, as Lightning's.
+  int64_t scale_batch_size_in_fit(TrainModule& module, const BatchSizeOptions& options,
+                                  const std::string& batch_arg_name);
+
  private:
   /// Options for a tuning run of `steps` optimizer steps, without validation, checkpoints, loggers
   /// or progress, in a folder of its own.
   TrainerOptions trial_options(int64_t steps) const;
   /// A Trainer of one process, which lr_find and scale_batch_size need, or an error saying so.
   void require_one_process() const;
+  /// An error naming `what` unless the Trainer's fit is before its first step.
+  void require_fit_start(const char* what) const;
+  /// One tuning run in this Trainer's place while its fit waits: `options` (trial_options), only
+  /// `callback` (when given), no logger, a run state of its own and a FitLoop over `train`.
+  void run_in_fit(TrainModule& module, TrainerOptions options, std::shared_ptr<Callback> callback,
+                  const DataSource& train);
 
   Trainer& trainer_;
 };

@@ -108,6 +108,7 @@ void CheckpointConnector::save(TrainModule& module, const std::string& path, boo
                          {"validation_runs", progress.validation_runs},
                          {"mid_accumulation", mid_accumulation},
                          {"hparams", module.hparams()}};
+  if (state_.train_batch_size) meta["train_batch_size"] = *state_.train_batch_size;
   nlohmann::json callbacks = nlohmann::json::object();
   for (const auto& callback : trainer_.callbacks()) {
     auto state = callback->state_dict();

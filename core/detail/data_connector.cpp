@@ -40,8 +40,15 @@ DataSource unshuffled(DataSource source) {
 DataConnector::DataConnector(const TrainerOptions& options, Strategy& strategy, TrainModule& module, DataModule* data)
     : options_(options), strategy_(strategy), module_(module), data_(data) {}
 
-std::unique_ptr<DataLoader> DataConnector::train(const DataSource& given) const {
-  return loader(pick(given, data_, &DataModule::train_dataloader, &TrainModule::train_dataloader, module_, "train"));
+std::unique_ptr<DataLoader> DataConnector::train(const DataSource& given, std::optional<int64_t> batch_size) const {
+  auto source = pick(given, data_, &DataModule::train_dataloader, &TrainModule::train_dataloader, module_, "train");
+  if (batch_size) {
+    ARC_CHECK(source.combined == nullptr, "BatchSizeFinder found a batch size of ", *batch_size,
+              " for one training source, but the training data is now a CombinedLoader; return one source from ",
+              "train_dataloader(), or remove BatchSizeFinder");
+    source.options.batch_size(*batch_size);
+  }
+  return loader(source);
 }
 
 Loaders DataConnector::val(const DataSources& given, bool required) const {

@@ -6,7 +6,9 @@
 #include <arc/core/trainer_options.h>
 #include <arc/data/data_module.h>
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 
 namespace arc {
 
@@ -19,8 +21,9 @@ class DataConnector {
   /// `data`: the stage's data module, or null.
   DataConnector(const TrainerOptions& options, Strategy& strategy, TrainModule& module, DataModule* data);
 
-  /// The training loader; no training data is an error that says where to give it.
-  std::unique_ptr<DataLoader> train(const DataSource& given) const;
+  /// The training loader, of `batch_size` when given instead of the data's own; no training data is
+  /// an error that says where to give it.
+  std::unique_ptr<DataLoader> train(const DataSource& given, std::optional<int64_t> batch_size = std::nullopt) const;
   /// Validation loaders; none when there is no validation data and `required` is false.
   Loaders val(const DataSources& given, bool required) const;
   Loaders test(const DataSources& given) const;

@@ -2,6 +2,7 @@
 #include <arc/core/detail/fit_loop.h>
 
 #include <arc/base/console.h>
+#include <arc/core/checkpoint.h>
 #include <arc/core/detail/checkpoint_connector.h>
 #include <arc/core/detail/evaluation_loop.h>
 #include <arc/core/detail/run_state.h>
@@ -22,8 +23,19 @@ FitLoop::FitLoop(Trainer& trainer, detail::RunState& state, TrainModule& module,
     : trainer_(trainer), state_(state), module_(module), data_(std::move(data)), resume_from_(std::move(resume_from)) {
   const auto& o = trainer_.options();
   max_epochs_ = o.max_epochs().value_or(o.max_steps() == -1 ? 1000 : -1);
+  state_.fit_loop = this;
   load_train();
   load_val();
+  count_training();
+}
+
+void FitLoop::reload_train() {
+  load_train();
+  count_training();
+}
+
+void FitLoop::count_training() {
+  const auto& o = trainer_.options();
   const int64_t n = state_.num_training_batches;
   const bool unknown = n == kUnknownLength;
   const int64_t per_epoch = unknown ? n : (n + o.accumulate_grad_batches() - 1) / o.accumulate_grad_batches();
@@ -57,6 +69,7 @@ FitLoop::FitLoop(Trainer& trainer, detail::RunState& state, TrainModule& module,
 // exception goes on.
 FitLoop::~FitLoop() {
   state_.train_loader = nullptr;
+  state_.fit_loop = nullptr;
   state_.background_saves = false;
   state_.checkpoint_writes.wait();
   if (const auto failure = state_.checkpoint_writes.take_failure())
@@ -128,6 +141,15 @@ bool FitLoop::stop_requested() const {
 
 void FitLoop::run() {
   auto& t = trainer_;
+  // The batch size BatchSizeFinder chose for the run this one continues, before the optimizers
+  // count the batches.
+  if (!resume_from_.empty()) {
+    const auto meta = CheckpointReader::read_meta(resume_from_);
+    if (meta.contains("train_batch_size")) {
+      state_.train_batch_size = meta.at("train_batch_size").get<int64_t>();
+      reload_train();
+    }
+  }
   state_.optimizers = checked_optimizers(module_);
   state_.progress = Progress();
   state_.accumulate_grad_batches = t.options().accumulate_grad_batches();
@@ -140,8 +162,8 @@ void FitLoop::run() {
   state_.training = true;
   state_.background_saves = true;
   module_.train();
-  // A sweep inside fit runs the training hooks only, as Lightning's lr_find runs its fit loop.
-  if (!state_.sweep) {
+  // A tuning run inside fit runs the training hooks only, as Lightning's tuners run its fit loop.
+  if (!state_.tuning) {
     call_hook(t, module_, "on_fit_start", &Callback::on_fit_start, &TrainModule::on_fit_start);
     // After on_fit_start, as Lightning's: a rate that LearningRateFinder wrote is in hparams.yaml.
     state_.logging.log_hyperparams(module_.hparams());
@@ -159,7 +181,7 @@ void FitLoop::run() {
   signals_.reset();
   stragglers_.reset();
   call_hook(t, module_, "on_train_end", &Callback::on_train_end, &TrainModule::on_train_end);
-  if (!state_.sweep) call_hook(t, module_, "on_fit_end", &Callback::on_fit_end, &TrainModule::on_fit_end);
+  if (!state_.tuning) call_hook(t, module_, "on_fit_end", &Callback::on_fit_end, &TrainModule::on_fit_end);
   finish_background_saves();
   state_.training = false;
   if (!state_.stop_reason.empty()) console().info("fit stopped: {}", state_.stop_reason);

@@ -40,6 +40,9 @@ class FitLoop {
   FitLoop(Trainer& trainer, detail::RunState& state, TrainModule& module, FitData data, std::string resume_from);
   ~FitLoop();
   void run();
+  /// Loads the training data again and counts its batches anew (BatchSizeFinder changed its batch
+  /// size before the first step or as fit resumes).
+  void reload_train();
 
  private:
   bool epochs_done() const;
@@ -48,6 +51,9 @@ class FitLoop {
   void run_epoch();
   /// Takes the training loader from `data_.train` and counts its batches.
   void load_train();
+  /// What follows from the training batches' count: estimated_stepping_batches and the batches
+  /// between validations.
+  void count_training();
   void load_val();
   bool has_validation() const;
   void run_batch(Batch& batch, int64_t batch_idx);

@@ -18,6 +18,10 @@
 #include <utility>
 #include <vector>
 
+namespace arc {
+class FitLoop;
+}
+
 namespace arc::detail {
 
 struct RunState {
@@ -26,8 +30,9 @@ struct RunState {
   Progress progress;
   Stage stage = Stage::fit;
   bool training = false;
-  /// A learning-rate sweep inside fit (Tuner::lr_find_in_fit), which skips on_fit_start and on_fit_end.
-  bool sweep = false;
+  /// A tuning run inside fit (the Tuner's learning-rate test or a batch-size trial), which skips
+  /// on_fit_start and on_fit_end.
+  bool tuning = false;
   bool sanity_checking = false;
   bool should_stop = false;
   /// Whether this training batch's step metrics go to the loggers (every log_every_n_steps).
@@ -36,8 +41,12 @@ struct RunState {
   bool barebones_log_said = false;
   std::string stop_reason;
   int64_t num_training_batches = 0;
-  /// The training loader while fit runs.
+  /// The training loader while fit runs, and the loop that runs it.
   DataLoader* train_loader = nullptr;
+  FitLoop* fit_loop = nullptr;
+  /// The training batch size that BatchSizeFinder chose, which replaces the training data's own
+  /// whenever fit loads it.
+  std::optional<int64_t> train_batch_size;
   /// The training stream's position in the checkpoint a fit resumes from (DataLoader::state_dict).
   nlohmann::json resumed_train_data;
   int64_t num_val_batches = 0;

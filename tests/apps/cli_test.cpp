@@ -333,6 +333,10 @@ TEST(Cli, LrFindAndScaleBatchSizeTuneTheConfigsModule) {
   out = arc("scale_batch_size --max_trials 3 --steps_per_trial 1 --set trainer.num_threads=1");
   ASSERT_EQ(out.status, 0) << out.output;
   EXPECT_EQ(result_of(out.output)["batch_size"], 8) << out.output;
+  // No trial above max_val.
+  out = arc("scale_batch_size --max_val 6 --steps_per_trial 1 --set trainer.num_threads=1");
+  ASSERT_EQ(out.status, 0) << out.output;
+  EXPECT_EQ(result_of(out.output)["batch_size"], 6) << out.output;
   out = arc("scale_batch_size --mode binary");
   EXPECT_EQ(out.status, 2);
   EXPECT_NE(out.output.find("mode is \"binary\"; use \"power\" or \"binsearch\""), std::string::npos) << out.output;

@@ -667,6 +667,26 @@ TEST(Config, LightningCliPrintedModelPruningPrunesTheExampleMlp) {
   ended_saying(bad, 2, "must hold [submodule, parameter] pairs of names, got \"fc1\"");
 }
 
+// BatchSizeFinder's entry as LightningCLI prints it: the example MLP trains with the size found (up to
+// max_val here); a ddp_spawn fit is an error, as Lightning's.
+TEST(Config, LightningCliPrintedBatchSizeFinderScalesTheExampleMlp) {
+  const std::string config =
+      "trainer:\n  max_epochs: 1\n  limit_train_batches: 2\n  limit_val_batches: 1\n  num_threads: 1\n"
+      "  enable_progress_bar: false\n  enable_checkpointing: false\n  logger: false\n  callbacks:\n"
+      "  - class_path: lightning.pytorch.callbacks.BatchSizeFinder\n    init_args:\n      mode: power\n"
+      "      steps_per_trial: 1\n      init_val: 2\n      max_trials: 25\n      batch_arg_name: batch_size\n"
+      "      margin: 0.05\n      max_val: 256\n";
+  const auto path = write_config("batch_size_finder.yaml", config);
+  const auto scaled = arc("fit --config " + path);
+  EXPECT_EQ(scaled.status, 0) << scaled.output;
+  EXPECT_NE(scaled.output.find("BatchSizeFinder: training with batch size 256"), std::string::npos) << scaled.output;
+  const auto spawned = arc("fit --config " + path + " --trainer.devices 2 --trainer.strategy ddp_spawn");
+  EXPECT_NE(spawned.status, 0);
+  EXPECT_NE(spawned.output.find("BatchSizeFinder searches in one process (as Lightning's), and this fit has 2 ranks"),
+            std::string::npos)
+      << spawned.output;
+}
+
 // The README's YAML example, shortened to a few batches, trains and writes where it says.
 TEST(Config, ReadmeYamlRuns) {
   std::ifstream readme(std::string(ARC_SOURCE_DIR) + "/README.md");

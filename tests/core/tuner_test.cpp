@@ -1,6 +1,7 @@
 // The Tuner (issue 18, row 2): lr_find, the learning-rate range test, and scale_batch_size; and
-// LearningRateFinder, the test as a callback at fit start.
+// LearningRateFinder and BatchSizeFinder, the two as callbacks at fit start.
 #include "support/errors.h"
+#include "support/scratch.h"
 #include "support/tiny_module.h"
 
 #include <gtest/gtest.h>
@@ -86,12 +87,13 @@ TEST(Tuner, LinearModeAndBadOptions) {
             std::string::npos);
 }
 
-// Runs out of memory, as the allocator would, on batches of more than `limit` samples.
+// Runs out of memory on batches of more than `limit` samples, with LibTorch's own CPU allocator
+// error: it asks for a pebibyte, more than any process can map.
 class Bounded : public testing::TinyModule {
  public:
   explicit Bounded(int64_t limit) : limit_(limit) {}
   torch::Tensor training_step(Batch& batch, int64_t batch_idx) override {
-    if (batch.batch_size() > limit_) throw std::bad_alloc();
+    if (batch.batch_size() > limit_) torch::empty({int64_t{1} << 50}, torch::kByte);
     return TinyModule::training_step(batch, batch_idx);
   }
 
@@ -105,18 +107,34 @@ TEST(Tuner, ScaleBatchSizeFindsTheLargestThatFits) {
   Trainer trainer(testing::quiet());
   const auto data = testing::tiny_data(200, 2);
   EXPECT_EQ(Tuner(trainer).scale_batch_size(module, data), 32);  // 2, 4, ..., 32 fit; 64 does not
-  EXPECT_EQ(Tuner(trainer).scale_batch_size(module, data, BatchSizeOptions().mode("binsearch")), 40);
+  // 64, 48 do not fit, 40 does, 44, 42, 41 do not; then 5% less (Lightning's margin).
+  EXPECT_EQ(Tuner(trainer).scale_batch_size(module, data, BatchSizeOptions().mode("binsearch")), 38);
+  EXPECT_EQ(Tuner(trainer).scale_batch_size(module, data, BatchSizeOptions().mode("binsearch").margin(0)), 40);
   EXPECT_TRUE(torch::equal(weights_of(module), before));
   Bounded roomy(1000);
   EXPECT_EQ(Tuner(trainer).scale_batch_size(roomy, testing::tiny_data(50, 2)), 50);  // the whole dataset
+  EXPECT_EQ(Tuner(trainer).scale_batch_size(roomy, testing::tiny_data(200, 2), BatchSizeOptions().max_val(24)), 24);
+  // Too large a first size is halved until one fits, as Lightning's.
+  EXPECT_EQ(Tuner(trainer).scale_batch_size(module, data, BatchSizeOptions().init_val(128)), 32);
   EXPECT_NE(testing::error_of([&] {
-              Tuner(trainer).scale_batch_size(module, data, BatchSizeOptions().init_val(64));
-            }).find("no batch size fit"),
+              Tuner(trainer).scale_batch_size(module, data, BatchSizeOptions().init_val(128).max_trials(2));
+            }).find("no batch size fit in 2 trials (the last tried was 32); lower init_val (128) or raise max_trials"),
             std::string::npos);
   EXPECT_NE(testing::error_of([&] {
               Tuner(trainer).scale_batch_size(module, data, BatchSizeOptions().mode("linear"));
             }).find("use \"power\" or \"binsearch\""),
             std::string::npos);
+  EXPECT_NE(testing::error_of([&] {
+              Tuner(trainer).scale_batch_size(module, data, BatchSizeOptions().margin(1));
+            }).find("margin is 1; give a fraction from 0 to below 1"),
+            std::string::npos);
+  // Errors other than running out of memory are the trial's to report.
+  struct Broken : testing::TinyModule {
+    torch::Tensor training_step(Batch&, int64_t) override {
+      return torch::mm(torch::ones({2, 3}), torch::ones({2, 3}));
+    }
+  } broken;
+  EXPECT_THROW(Tuner(trainer).scale_batch_size(broken, data), c10::Error);
 }
 
 // Reads its rate from the hyper-parameter `key`, as a Lightning module reads self.lr, for SGD with
@@ -242,6 +260,137 @@ TEST(LearningRateFinder, SaysWhereItNeedsTheRateAndSkipsFastDevRunAndResumes) {
   EXPECT_FALSE(not_again->optimal_lr().has_value());
   EXPECT_EQ(resumed.hparams().at("lr").get<double>(), 0.01);
   std::filesystem::remove(checkpoint);
+}
+
+// Runs out of memory (LibTorch's CPU allocator error) on training batches of more than `limit`;
+// SGD with momentum under a one-cycle schedule over estimated_stepping_batches steps, so that the
+// optimizer depends on the batch count; dropout draws from the CPU random state. Its data module
+// reads the batch size from the module's hyper-parameter, as Lightning's scaled modules do.
+class SizedModule : public TrainModule {
+ public:
+  explicit SizedModule(int64_t batch_size, int64_t limit = 40) : TrainModule("SizedModule"), limit_(limit) {
+    torch::manual_seed(3);
+    linear = register_module("linear", torch::nn::Linear(4, 1));
+    save_hyperparameters({{"batch_size", batch_size}});
+  }
+  torch::Tensor training_step(Batch& batch, int64_t) override {
+    if (batch.batch_size() > limit_) torch::empty({int64_t{1} << 50}, torch::kByte);
+    batch_sizes.insert(batch.batch_size());
+    return torch::mse_loss(linear(torch::dropout(batch[0], 0.1, is_training())), batch[1]);
+  }
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    auto sgd = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+    SchedulerConfig one_cycle;
+    one_cycle.scheduler = std::make_shared<OneCycleLR>(*sgd, 0.05, trainer().estimated_stepping_batches());
+    one_cycle.interval = Interval::step;
+    return {{sgd, one_cycle}};
+  }
+  DataSource train_dataloader() override {
+    auto data = shuffled_regression();
+    data.options.batch_size(hparams().at("batch_size").get<int64_t>());
+    return data;
+  }
+  void on_fit_start() override { ++fit_starts; }
+  void on_train_start() override { ++train_starts; }
+
+  torch::nn::Linear linear{nullptr};
+  std::set<int64_t> batch_sizes;
+  int fit_starts = 0;
+  int train_starts = 0;
+
+ private:
+  int64_t limit_;
+};
+
+TEST(BatchSizeFinder, TrainsWithTheSizeItFindsExactlyAsIfGivenIt) {
+  SizedModule tuned(8);
+  auto finder = std::make_shared<BatchSizeFinder>();
+  Trainer trainer(three_epochs(), {finder});
+  trainer.fit(tuned);
+  EXPECT_EQ(finder->optimal_batch_size(), 32);  // 2, 4, ..., 32 fit; 64 does not
+  EXPECT_EQ(tuned.hparams().at("batch_size").get<int64_t>(), 32);
+  EXPECT_EQ(trainer.num_training_batches(), 8);  // 256 samples
+  EXPECT_EQ(trainer.estimated_stepping_batches(), 24);
+  // The trials ran the training hooks (the last one ran out of memory in its first step), not the fit's.
+  EXPECT_EQ(tuned.fit_starts, 1);
+  EXPECT_EQ(tuned.train_starts, 7);
+
+  // The same fit given the size: the trials' steps, dropout draws and optimizers leave no trace, and
+  // the one-cycle schedule spans the new batch count.
+  SizedModule given(32);
+  Trainer(three_epochs()).fit(given);
+  EXPECT_TRUE(torch::equal(weights_of(tuned), weights_of(given)));
+  EXPECT_EQ(given.batch_sizes, (std::set<int64_t>{32}));
+  SizedModule untuned(8);
+  Trainer(three_epochs()).fit(untuned);
+  EXPECT_FALSE(torch::equal(weights_of(tuned), weights_of(untuned)));
+
+  // binsearch, from data given to fit (no hyper-parameter to write): 40 less Lightning's 5% margin.
+  SizedModule bisected(8);
+  auto bisecting = std::make_shared<BatchSizeFinder>(BatchSizeOptions().mode("BinSearch"));
+  bisected.save_hyperparameters({});
+  Trainer(three_epochs(), {bisecting}).fit(bisected, shuffled_regression());
+  EXPECT_EQ(bisecting->optimal_batch_size(), 38);
+  EXPECT_TRUE(bisected.batch_sizes.count(38));
+}
+
+TEST(BatchSizeFinder, KeepsTheSizeWhenTheDataIsLoadedAnewAndWhenFitResumes) {
+  // reload_dataloaders_every_n_epochs asks train_dataloader() again each epoch; the size stays.
+  const auto dir = testing::process_scratch() / "batch_size_resume";
+  std::filesystem::remove_all(dir);
+  const auto options = three_epochs().reload_dataloaders_every_n_epochs(1);
+  SizedModule whole(8);
+  auto checkpoints = std::make_shared<ModelCheckpoint>(
+      ModelCheckpointOptions().dirpath(dir.string()).save_top_k(-1).filename("{epoch}"));
+  Trainer(options, {std::make_shared<BatchSizeFinder>(), checkpoints}).fit(whole);
+  EXPECT_EQ(whole.batch_sizes, (std::set<int64_t>{2, 4, 8, 16, 32}));  // the trials', then the fit's
+  // Resumed after the first epoch: the checkpoint's size, no search, the same bits.
+  SizedModule resumed(8);
+  auto finder = std::make_shared<BatchSizeFinder>();
+  Trainer(options, {finder}).fit(resumed, {}, {}, (dir / "epoch=0.ckpt").string());
+  EXPECT_EQ(resumed.train_starts, 1);
+  EXPECT_EQ(resumed.batch_sizes, (std::set<int64_t>{32}));
+  EXPECT_EQ(finder->optimal_batch_size(), 32);
+  EXPECT_TRUE(torch::equal(weights_of(resumed), weights_of(whole)));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BatchSizeFinder, SaysWhatItCannotSearchAndSkipsFastDevRun) {
+  EXPECT_NE(testing::error_of([] {
+              BatchSizeFinder(BatchSizeOptions().mode("linear"));
+            }).find("mode is \"linear\"; use \"power\" or \"binsearch\""),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([] {
+              BatchSizeFinder(BatchSizeOptions().init_val(64).max_val(32));
+            }).find("max_val (32) is below init_val (64); raise max_val or lower init_val"),
+            std::string::npos);
+  // Several sources side by side: the finder cannot tell which to scale.
+  SizedModule combined(8);
+  const auto mixed = testing::error_of([&] {
+    Trainer(three_epochs(), {std::make_shared<BatchSizeFinder>()})
+        .fit(combined, CombinedLoader({{"a", shuffled_regression()}, {"b", shuffled_regression()}}));
+  });
+  EXPECT_NE(mixed.find("BatchSizeFinder changes one source's batch size, but the fit's training data is a "
+                       "CombinedLoader"),
+            std::string::npos)
+      << mixed;
+  // Only before the first step, as the trials restart the fit's state.
+  struct Later : BatchSizeFinder {
+    void on_fit_start(Trainer&, TrainModule&) override {}
+    void on_train_epoch_start(Trainer& trainer, TrainModule& module) override {
+      if (trainer.current_epoch() == 1) scale_batch_size(trainer, module);
+    }
+  };
+  SizedModule late(8);
+  const auto later = testing::error_of([&] { Trainer(three_epochs(), {std::make_shared<Later>()}).fit(late); });
+  EXPECT_NE(later.find("runs before the fit's first step, and this Trainer is at epoch 1, step 32"), std::string::npos)
+      << later;
+  // fast_dev_run skips the search, as Lightning's.
+  SizedModule quick(8);
+  auto skipped = std::make_shared<BatchSizeFinder>();
+  Trainer(three_epochs().fast_dev_run(2), {skipped}).fit(quick);
+  EXPECT_FALSE(skipped->optimal_batch_size().has_value());
+  EXPECT_EQ(quick.batch_sizes, (std::set<int64_t>{8}));
 }
 
 }  // namespace
