@@ -24,6 +24,7 @@
 #include <arc/callbacks/on_exception_checkpoint.h>
 #include <arc/callbacks/prediction_writer.h>
 #include <arc/callbacks/progress_bar.h>
+#include <arc/callbacks/spike_detection.h>
 #include <arc/callbacks/throughput_monitor.h>
 #include <arc/callbacks/timer.h>
 #include <arc/callbacks/weight_averaging.h>

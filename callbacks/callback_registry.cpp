@@ -17,6 +17,7 @@
 #include <arc/callbacks/on_exception_checkpoint.h>
 #include <arc/callbacks/prediction_writer.h>
 #include <arc/callbacks/progress_bar.h>
+#include <arc/callbacks/spike_detection.h>
 #include <arc/callbacks/throughput_monitor.h>
 #include <arc/callbacks/timer.h>
 #include <arc/callbacks/weight_averaging.h>
@@ -104,6 +105,20 @@ std::shared_ptr<Callback> batch_size_finder(const Config& config) {
   ARC_READ(margin);
   ARC_READ(max_val);
   return std::make_shared<BatchSizeFinder>(options, config.get<std::string>("batch_arg_name", "batch_size"));
+}
+
+// Lightning's init_args; atol and rtol null: no such bound; exclude_batches_path null: the
+// default_root_dir.
+std::shared_ptr<Callback> spike_detection(const Config& config) {
+  SpikeDetectionOptions options;
+  ARC_READ(mode);
+  ARC_READ(window);
+  ARC_READ(warmup);
+  ARC_READ(atol);
+  ARC_READ(rtol);
+  options.exclude_batches_path(config.get_optional<std::string>("exclude_batches_path").value_or(""));
+  ARC_READ(finite_only);
+  return std::make_shared<SpikeDetection>(options);
 }
 
 #undef ARC_READ
@@ -252,6 +267,7 @@ Registry<Callback, const Config&> shipped_callbacks() {
   r.add("GradientAccumulationScheduler", gradient_accumulation_scheduler);
   r.add("BackboneFinetuning", backbone_finetuning);
   r.add("BatchSizeFinder", batch_size_finder);
+  r.add("SpikeDetection", spike_detection);
   r.add("LearningRateFinder", learning_rate_finder);
   r.add("LearningRateMonitor", [](const Config& config) {
     return std::make_shared<LearningRateMonitor>(config.get_optional<std::string>("logging_interval"),

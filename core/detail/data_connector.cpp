@@ -43,9 +43,9 @@ DataConnector::DataConnector(const TrainerOptions& options, Strategy& strategy, 
 std::unique_ptr<DataLoader> DataConnector::train(const DataSource& given, std::optional<int64_t> batch_size) const {
   auto source = pick(given, data_, &DataModule::train_dataloader, &TrainModule::train_dataloader, module_, "train");
   if (batch_size) {
-    ARC_CHECK(source.combined == nullptr, "BatchSizeFinder found a batch size of ", *batch_size,
-              " for one training source, but the training data is now a CombinedLoader; return one source from ",
-              "train_dataloader(), or remove BatchSizeFinder");
+    ARC_CHECK(source.combined == nullptr, "the fit trains with batch size ", *batch_size, " (BatchSizeFinder's, or ",
+              "that of the checkpoint it resumes from) for one training source, but the training data is now a ",
+              "CombinedLoader; give the fit the one source it was tuned for");
     source.options.batch_size(*batch_size);
   }
   return loader(source);

@@ -687,6 +687,27 @@ TEST(Config, LightningCliPrintedBatchSizeFinderScalesTheExampleMlp) {
       << spawned.output;
 }
 
+// SpikeDetection's entry as LightningCLI prints it, with rtol 0: the first loss above the one before
+// is a spike, which ends fit and lists the batch and the one before in exclude_batches_path.
+TEST(Config, LightningCliPrintedSpikeDetectionEndsFitAtTheFirstRise) {
+  const auto dir = std::filesystem::temp_directory_path() / ("arc_spikes_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string config =
+      "trainer:\n  max_epochs: 1\n  limit_train_batches: 40\n  limit_val_batches: 1\n  num_threads: 1\n"
+      "  enable_progress_bar: false\n  enable_checkpointing: false\n  logger: false\n  callbacks:\n"
+      "  - class_path: lightning.pytorch.callbacks.SpikeDetection\n    init_args:\n      mode: min\n"
+      "      window: 10\n      warmup: 1\n      atol: null\n      rtol: 0.0\n      exclude_batches_path: " +
+      dir.string() + "\n      finite_only: true\n";
+  const auto run = arc("fit --config " + write_config("spike_detection.yaml", config));
+  EXPECT_NE(run.status, 0);
+  const auto at = run.output.find("Training spike detected in batch ");
+  ASSERT_NE(at, std::string::npos) << run.output;
+  const int64_t batch = std::stoll(run.output.substr(at + 33));
+  const auto listed = nlohmann::json::parse(std::ifstream(dir / "skip_batches.json"));
+  EXPECT_EQ(listed, nlohmann::json({batch - 1, batch})) << run.output;
+  std::filesystem::remove_all(dir);
+}
+
 // The README's YAML example, shortened to a few batches, trains and writes where it says.
 TEST(Config, ReadmeYamlRuns) {
   std::ifstream readme(std::string(ARC_SOURCE_DIR) + "/README.md");

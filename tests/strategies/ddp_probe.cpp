@@ -13,7 +13,7 @@
 //             [--collective-timeout 1] [--stall-rank 1 --stall-step 3 --stall-ms 20000]
 //             [--slow-rank 1 --slow-ms 20] [--log-every 5] [--num-nodes 2] [--out-every-rank 1] [--fail-node 1]
 //             [--fit-again 1] [--combined 96] [--gather 1] [--finetune 1] [--toggle 1]
-//             [--freeze-rank 1 [--freeze-bias-elsewhere 1]]
+//             [--freeze-rank 1 [--freeze-bias-elsewhere 1]] [--spike-rank 1 --spike-batch 5]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -50,6 +50,8 @@
 // other ranks freeze fc1's bias, as many tensors but not the same).
 // --val-stream N: validation on a stream of the first N samples, logging `val_loss` (sync_dist, per
 // epoch; --val-step-sync: per step too).
+// --spike-rank R/--spike-batch B: a SpikeDetection callback, and that rank's loss is 1000 times larger
+// at that batch of the first epoch (its gradient as it was).
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
 // --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
 // Every rank prints "STOPPED <rank> <global step>" after fit.
@@ -91,6 +93,7 @@ struct Args {
   int64_t elastic_every = 0, step_ms = 0, stop_rank = -1, stop_step = -1, early_stop_rank = -1, late_rank = -1;
   int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0, skip_rank = -1, skip_batch = -1, stream = 0;
   int64_t val_stream = 0, uneven_drop = 0, stall_rank = -1, stall_step = -1, stall_ms = 0;
+  int64_t spike_rank = -1, spike_batch = -1;
   int64_t slow_rank = -1, slow_ms = 0, log_every = 0, num_nodes = 1, fail_node = -1, combined = 0, gather = 0;
   int64_t finetune = -1, freeze_rank = -1;
   double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300;
@@ -165,6 +168,8 @@ Args parse(int argc, char** argv) {
     if (key == "--log-every") a.log_every = std::stoll(value);
     if (key == "--num-nodes") a.num_nodes = std::stoll(value);
     if (key == "--fail-node") a.fail_node = std::stoll(value);
+    if (key == "--spike-rank") a.spike_rank = std::stoll(value);
+    if (key == "--spike-batch") a.spike_batch = std::stoll(value);
     if (key == "--fit-again") a.fit_again = value == "1";
     if (key == "--out-every-rank") a.out_every_rank = value == "1";
     if (key == "--even-batches") a.even_batches = value;
@@ -223,6 +228,8 @@ class Probe : public arc::TrainModule {
     log("rank_min", rank, {.on_epoch = true, .reduce = arc::Reduce::min, .sync_dist = true});
     log("rank_sum", rank, {.on_step = false, .on_epoch = true, .reduce = arc::Reduce::sum, .sync_dist = true});
     const bool skip = trainer().global_rank() == args_.skip_rank && batch_idx == args_.skip_batch;
+    const bool spike = trainer().global_rank() == args_.spike_rank && batch_idx == args_.spike_batch;
+    if (spike && current_epoch() == 0) loss = loss + 999 * loss.detach();
     return skip && current_epoch() == 0 ? torch::Tensor() : loss;
   }
   void on_validation_start() override {
@@ -375,6 +382,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::vector<std::shared_ptr<arc::Callback>> callbacks;
+    if (args.spike_rank >= 0) callbacks.push_back(std::make_shared<arc::SpikeDetection>());
     arc::DataSource val;
     if (args.early_stop_rank >= 0) {
       callbacks.push_back(std::make_shared<arc::EarlyStopping>(

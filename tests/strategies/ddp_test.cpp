@@ -101,6 +101,21 @@ TEST(DDP, AStepOneRankSkipsIsSkippedByEveryRank) {
   EXPECT_NE(inside.output.find("STOPPED 1 10"), std::string::npos) << inside.output;
 }
 
+// SpikeDetection: a spike that rank 1 alone sees ends every rank at that batch, rank 0 too with the
+// spike's own error (not as a failed rank's), and rank 0 lists the batches to skip.
+TEST(DDP, ASpikeOnOneRankEndsEveryRankAtThatBatch) {
+  const std::string root = scratch_path("spike");
+  std::filesystem::remove_all(root);
+  const auto run = probe("--strategy ddp_spawn --devices 2 --steps 20 --spike-rank 1 --spike-batch 5 --root " + root);
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.output.find("probe: error: Training spike detected in batch 5 of epoch 0 (SpikeDetection)"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("rank 1 failed"), std::string::npos) << run.output;
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(root + "/skip_batches.json")), nlohmann::json({4, 5}));
+  std::filesystem::remove_all(root);
+}
+
 // Lightning's sync_batchnorm: two ranks of 32 samples normalize as one process of 64 does; without
 // it each rank normalizes its own half and the weights part. Not bit for bit: LibTorch's batch_norm
 // kernel and the summed statistics round differently (after 20 steps 3e-5 apart at most, against
