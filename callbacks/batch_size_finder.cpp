@@ -16,12 +16,6 @@ BatchSizeFinder::BatchSizeFinder(BatchSizeOptions options, std::string batch_arg
   check_batch_size_options(options_);
 }
 
-void BatchSizeFinder::setup(Trainer& trainer, TrainModule&, Stage stage) {
-  ARC_CHECK(stage != Stage::fit || trainer.world_size() == 1, "BatchSizeFinder searches in one process (as ",
-            "Lightning's), and this fit has ", trainer.world_size(), " ranks; find the size with one device (arc ",
-            "scale_batch_size, or the fit with devices=1 and this callback), then give it to the DDP run's data");
-}
-
 void BatchSizeFinder::on_fit_start(Trainer& trainer, TrainModule& module) {
   if (trainer.options().fast_dev_run()) {
     console().warn("BatchSizeFinder: skipped, since fast_dev_run is on");

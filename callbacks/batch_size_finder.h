@@ -19,15 +19,14 @@ namespace arc {
 /// counting estimated_stepping_batches counts the new batches) and the module's hyper-parameter
 /// `batch_arg_name`, when it has one, holds it (hparams.yaml records it). Validation keeps its own
 /// batch size. Lightning's needs a `batch_size` attribute that its data hooks read; here any training
-/// data will do except a CombinedLoader. One process only (a DDP fit is an error at setup, as
-/// Lightning's). Checkpoints keep the size: a resumed fit trains with it again instead of searching,
-/// so that it continues exactly. fast_dev_run skips the search, as Lightning's.
+/// data will do except a CombinedLoader. One process only, as Lightning's (a DDP fit is an error at
+/// fit start, before anything trains). Checkpoints keep the size: a resumed fit trains with it again
+/// instead of searching, so that it continues exactly. fast_dev_run skips the search, as Lightning's.
 /// Subclasses that search elsewhere override on_fit_start; the search runs only before the first step.
 class BatchSizeFinder : public Callback {
  public:
   explicit BatchSizeFinder(BatchSizeOptions options = {}, std::string batch_arg_name = "batch_size");
   std::string state_key() const override { return "BatchSizeFinder"; }
-  void setup(Trainer& trainer, TrainModule& module, Stage stage) override;
   void on_fit_start(Trainer& trainer, TrainModule& module) override;
   nlohmann::json state_dict() const override;
   void load_state_dict(const nlohmann::json& state) override;

@@ -72,7 +72,8 @@ void SpikeDetection::handle_spike(Trainer& trainer, int64_t batch_idx) {
   bad_batches_.push_back(batch_idx);
   const std::string path = exclude_batches_path(trainer);
   if (trainer.is_global_zero()) {
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    if (const auto folder = std::filesystem::path(path).parent_path(); !folder.empty())
+      std::filesystem::create_directories(folder);
     OutputFile file(path, "SpikeDetection's list of batches to skip", "exclude_batches_path");
     const std::string text = nlohmann::json(bad_batches_).dump(4) + "\n";
     file.write(text.data(), text.size());

@@ -438,13 +438,18 @@ bool fits_in_memory(int64_t size, const std::function<void()>& trial) {
   return false;
 }
 
-// The search of scale_batch_size over `fits`, with sizes up to `samples` (the dataset's size).
-int64_t search_batch_size(const BatchSizeOptions& options, int64_t samples, const std::function<bool(int64_t)>& fits) {
-  const int64_t top = std::min(options.max_val(), samples);
+// The search of scale_batch_size: `trial` trains on `train` with the batch size to try, which grows
+// up to the dataset's size (a stream has no such bound) or max_val.
+int64_t search_batch_size(const BatchSizeOptions& options, const DataSource& train,
+                          const std::function<void(const DataSource&)>& trial) {
+  const int64_t top = std::min(options.max_val(), train.dataset ? train.dataset->size() : kUnknownLength);
   // low: the largest size that fit; high: the smallest that did not (0: none yet).
-  int64_t low = 0, high = 0, size = std::min(options.init_val(), top);
-  for (int64_t trial = 0; trial < options.max_trials(); ++trial) {
-    if (fits(size)) {
+  int64_t low = 0, high = 0, size = std::min(options.init_val(), top), tried = 0;
+  for (int64_t count = 0; count < options.max_trials(); ++count) {
+    DataSource sized = train;
+    sized.options.batch_size(size);
+    tried = size;
+    if (fits_in_memory(size, [&] { trial(sized); })) {
       low = size;
       // Every size up to the dataset (or max_val) fits, or power mode met a size that did not.
       if (size >= top || (high > 0 && options.mode() == "power")) break;
@@ -459,7 +464,7 @@ int64_t search_batch_size(const BatchSizeOptions& options, int64_t samples, cons
     if (high > 0 && high - low <= 1) break;
   }
   ARC_CHECK(low > 0, "scale_batch_size: no batch size fit in ", options.max_trials(), " trials (the last tried was ",
-            size, "); lower init_val (", options.init_val(), ") or raise max_trials");
+            tried, "); lower init_val (", options.init_val(), ") or raise max_trials");
   if (options.mode() == "binsearch" && options.margin() > 0) {
     const auto lowered = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(low) * (1 - options.margin())));
     if (lowered != low)
@@ -468,9 +473,6 @@ int64_t search_batch_size(const BatchSizeOptions& options, int64_t samples, cons
   }
   return low;
 }
-
-// A batch never grows past the dataset (a stream has no such bound).
-int64_t samples_of(const DataSource& train) { return train.dataset ? train.dataset->size() : kUnknownLength; }
 
 }  // namespace
 
@@ -484,11 +486,8 @@ int64_t Tuner::scale_batch_size(TrainModule& module, DataSource train, const Bat
             "source's batch size alone (pass that source), then combine them");
   const auto run_options = trial_options(options.steps_per_trial());
   const Restore restore(module, run_options.default_root_dir());
-  const int64_t size = search_batch_size(options, samples_of(train), [&](int64_t size) {
-    DataSource trial_data = train;
-    trial_data.options.batch_size(size);
-    return fits_in_memory(size, [&] { Trainer(run_options, {}, {}).fit(module, trial_data); });
-  });
+  const int64_t size = search_batch_size(
+      options, train, [&](const DataSource& sized) { Trainer(run_options, {}, {}).fit(module, sized); });
   console().info("scale_batch_size: batch size {} fits", size);
   return size;
 }
@@ -505,11 +504,8 @@ int64_t Tuner::scale_batch_size_in_fit(TrainModule& module, const BatchSizeOptio
   const DataSource train = trainer_.state_->train_loader->source();
   ARC_CHECK(train.combined == nullptr, "BatchSizeFinder changes one source's batch size, but the fit's training data ",
             "is a CombinedLoader; return one source from train_dataloader(), or remove BatchSizeFinder");
-  const int64_t size = search_batch_size(options, samples_of(train), [&](int64_t size) {
-    DataSource trial_data = train;
-    trial_data.options.batch_size(size);
-    return fits_in_memory(size,
-                          [&] { run_in_fit(module, trial_options(options.steps_per_trial()), nullptr, trial_data); });
+  const int64_t size = search_batch_size(options, train, [&](const DataSource& sized) {
+    run_in_fit(module, trial_options(options.steps_per_trial()), nullptr, sized);
   });
   console().info("BatchSizeFinder: training with batch size {}", size);
   Trainer& t = trainer_;

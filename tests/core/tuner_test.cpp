@@ -118,7 +118,7 @@ TEST(Tuner, ScaleBatchSizeFindsTheLargestThatFits) {
   EXPECT_EQ(Tuner(trainer).scale_batch_size(module, data, BatchSizeOptions().init_val(128)), 32);
   EXPECT_NE(testing::error_of([&] {
               Tuner(trainer).scale_batch_size(module, data, BatchSizeOptions().init_val(128).max_trials(2));
-            }).find("no batch size fit in 2 trials (the last tried was 32); lower init_val (128) or raise max_trials"),
+            }).find("no batch size fit in 2 trials (the last tried was 64); lower init_val (128) or raise max_trials"),
             std::string::npos);
   EXPECT_NE(testing::error_of([&] {
               Tuner(trainer).scale_batch_size(module, data, BatchSizeOptions().mode("linear"));
