@@ -262,7 +262,6 @@ void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, D
   run_stage(Stage::fit, module, data, [&] {
     // The hooks are asked again when reload_dataloaders_every_n_epochs says; what fit was given stays.
     const DataConnector connector(options_, *strategy_, module, data);
-    state_->train_batch_size.reset();  // each fit's BatchSizeFinder chooses anew
     FitData fit_data{[&] { return connector.train(train, state_->train_batch_size); },
                      [&] { return connector.val(val, false); }};
     // What saves that a crash or SIGKILL interrupted left behind in this run's folders.
@@ -278,6 +277,9 @@ void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, D
                      resume.empty() ? "starting afresh" : "'" + resume + "'", strategy_->restart_count());
       resume = automatic;
     }
+    // Each fit's BatchSizeFinder chooses anew; a resumed one trains at the size of the run it continues,
+    // known before its data is loaded and its optimizers count the batches.
+    state_->train_batch_size = resume.empty() ? std::nullopt : CheckpointConnector::train_batch_size(resume);
     FitLoop(*this, *state_, module, std::move(fit_data), resume).run();
   });
 }

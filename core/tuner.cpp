@@ -283,6 +283,14 @@ std::optional<std::string> rate_hparam(const TrainModule& module, const std::str
   return std::nullopt;
 }
 
+// What a tuner found, written where configure_optimizers() and the data hooks read it (and
+// hparams.yaml records it).
+void set_hparam(TrainModule& module, const std::string& key, const nlohmann::json& value) {
+  auto hparams = module.hparams();
+  hparams[key] = value;
+  module.save_hyperparameters(std::move(hparams));
+}
+
 // The first parameter group's rate of each optimizer.
 std::vector<double> first_rates(const std::vector<OptimizerConfig>& configs) {
   std::vector<double> out;
@@ -310,9 +318,11 @@ LRFinder Tuner::lr_find(TrainModule& module, DataSource train, const LRFinderOpt
 
 void Tuner::require_fit_start(const char* what) const {
   const Trainer& t = trainer_;
-  ARC_CHECK(t.stage() == Stage::fit && t.state_->fit_loop != nullptr && t.global_step() == 0 && t.current_epoch() == 0,
-            what, " runs before the fit's first step, and this Trainer is at epoch ", t.current_epoch(), ", step ",
-            t.global_step(), t.stage() == Stage::fit ? "" : " of no fit", "; run it from on_fit_start");
+  ARC_CHECK(t.stage() == Stage::fit && t.state_->fit_loop != nullptr, what,
+            " runs inside a running fit, and this Trainer runs none; call it from a callback's on_fit_start");
+  ARC_CHECK(t.global_step() == 0 && t.current_epoch() == 0, what,
+            " runs before the fit's first step, and this fit is at epoch ", t.current_epoch(), ", step ",
+            t.global_step(), "; run it from on_fit_start");
 }
 
 void Tuner::run_in_fit(TrainModule& module, TrainerOptions options, std::shared_ptr<Callback> callback,
@@ -377,11 +387,7 @@ LRFinder Tuner::lr_find_in_fit(TrainModule& module, const LRFinderOptions& optio
     optimizer["init_args"]["lr"] = *lr;
     module.set_optimizer_config(std::move(optimizer), module.lr_scheduler_config());
   }
-  if (hparam) {
-    auto hparams = module.hparams();
-    hparams[*hparam] = *lr;
-    module.save_hyperparameters(std::move(hparams));
-  }
+  if (hparam) set_hparam(module, *hparam, *lr);
   const auto before = first_rates(t.state_->optimizers);
   t.state_->optimizers = checked_optimizers(module);
   const auto after = first_rates(t.state_->optimizers);
@@ -510,11 +516,8 @@ int64_t Tuner::scale_batch_size_in_fit(TrainModule& module, const BatchSizeOptio
   console().info("BatchSizeFinder: training with batch size {}", size);
   Trainer& t = trainer_;
   t.state_->train_batch_size = size;
-  if (module.hparams().is_object() && module.hparams().contains(batch_arg_name)) {
-    auto hparams = module.hparams();
-    hparams[batch_arg_name] = size;
-    module.save_hyperparameters(std::move(hparams));
-  }
+  if (module.hparams().is_object() && module.hparams().contains(batch_arg_name))
+    set_hparam(module, batch_arg_name, size);
   t.state_->fit_loop->reload_train();
   t.state_->optimizers = checked_optimizers(module);
   return size;

@@ -153,6 +153,12 @@ void CheckpointConnector::save(TrainModule& module, const std::string& path, boo
   writer.write(path);
 }
 
+std::optional<int64_t> CheckpointConnector::train_batch_size(const std::string& path) {
+  const auto meta = CheckpointReader::read_meta(path);
+  if (!meta.contains("train_batch_size")) return std::nullopt;
+  return meta.at("train_batch_size").get<int64_t>();
+}
+
 void CheckpointConnector::restore_weights(TrainModule& module, const std::string& path) {
   load_checkpoint_weights(module, path);
 }

@@ -5,6 +5,7 @@
 #include <torch/types.h>
 #include <nlohmann/json_fwd.hpp>
 
+#include <optional>
 #include <string>
 
 namespace arc {
@@ -31,6 +32,9 @@ class CheckpointConnector {
   void save(TrainModule& module, const std::string& path, bool weights_only, bool in_background = false);
   /// Restores everything for resuming fit, the loggers' versions included.
   void restore_training(TrainModule& module, const std::string& path);
+  /// The training batch size BatchSizeFinder chose for the run that wrote `path`; none when it chose
+  /// none.
+  static std::optional<int64_t> train_batch_size(const std::string& path);
   /// Restores only the module's weights (validate, test, predict).
   void restore_weights(TrainModule& module, const std::string& path);
   /// "last" and "best" through the ModelCheckpoint callback ("last": the newest last.ckpt, among

@@ -2,7 +2,6 @@
 #include <arc/core/detail/fit_loop.h>
 
 #include <arc/base/console.h>
-#include <arc/core/checkpoint.h>
 #include <arc/core/detail/checkpoint_connector.h>
 #include <arc/core/detail/evaluation_loop.h>
 #include <arc/core/detail/run_state.h>
@@ -141,15 +140,6 @@ bool FitLoop::stop_requested() const {
 
 void FitLoop::run() {
   auto& t = trainer_;
-  // The batch size BatchSizeFinder chose for the run this one continues, before the optimizers
-  // count the batches.
-  if (!resume_from_.empty()) {
-    const auto meta = CheckpointReader::read_meta(resume_from_);
-    if (meta.contains("train_batch_size")) {
-      state_.train_batch_size = meta.at("train_batch_size").get<int64_t>();
-      reload_train();
-    }
-  }
   state_.optimizers = checked_optimizers(module_);
   state_.progress = Progress();
   state_.accumulate_grad_batches = t.options().accumulate_grad_batches();

@@ -41,7 +41,7 @@ class FitLoop {
   ~FitLoop();
   void run();
   /// Loads the training data again and counts its batches anew (BatchSizeFinder changed its batch
-  /// size before the first step or as fit resumes).
+  /// size before the first step).
   void reload_train();
 
  private:

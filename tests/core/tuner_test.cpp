@@ -276,6 +276,7 @@ class SizedModule : public TrainModule {
   torch::Tensor training_step(Batch& batch, int64_t) override {
     if (batch.batch_size() > limit_) torch::empty({int64_t{1} << 50}, torch::kByte);
     batch_sizes.insert(batch.batch_size());
+    if (trainer().current_epoch() > 0) later_batch_sizes.insert(batch.batch_size());
     return torch::mse_loss(linear(torch::dropout(batch[0], 0.1, is_training())), batch[1]);
   }
   std::vector<OptimizerConfig> configure_optimizers() override {
@@ -286,6 +287,7 @@ class SizedModule : public TrainModule {
     return {{sgd, one_cycle}};
   }
   DataSource train_dataloader() override {
+    ++data_loads;
     auto data = shuffled_regression();
     data.options.batch_size(hparams().at("batch_size").get<int64_t>());
     return data;
@@ -295,6 +297,9 @@ class SizedModule : public TrainModule {
 
   torch::nn::Linear linear{nullptr};
   std::set<int64_t> batch_sizes;
+  /// The sizes of the fit's own batches after its first epoch (no trial runs there).
+  std::set<int64_t> later_batch_sizes;
+  int data_loads = 0;
   int fit_starts = 0;
   int train_starts = 0;
 
@@ -339,17 +344,22 @@ TEST(BatchSizeFinder, KeepsTheSizeWhenTheDataIsLoadedAnewAndWhenFitResumes) {
   const auto dir = testing::process_scratch() / "batch_size_resume";
   std::filesystem::remove_all(dir);
   const auto options = three_epochs().reload_dataloaders_every_n_epochs(1);
+  // The finder writes no hyper-parameter here ("unused"), so the hook keeps returning batches of 8:
+  // the size found must replace them at every load.
   SizedModule whole(8);
   auto checkpoints = std::make_shared<ModelCheckpoint>(
       ModelCheckpointOptions().dirpath(dir.string()).save_top_k(-1).filename("{epoch}"));
-  Trainer(options, {std::make_shared<BatchSizeFinder>(), checkpoints}).fit(whole);
-  EXPECT_EQ(whole.batch_sizes, (std::set<int64_t>{2, 4, 8, 16, 32}));  // the trials', then the fit's
-  // Resumed after the first epoch: the checkpoint's size, no search, the same bits.
+  Trainer(options, {std::make_shared<BatchSizeFinder>(BatchSizeOptions(), "unused"), checkpoints}).fit(whole);
+  EXPECT_EQ(whole.hparams().at("batch_size").get<int64_t>(), 8);
+  EXPECT_EQ(whole.later_batch_sizes, (std::set<int64_t>{32}));
+  // Resumed after the first epoch: the checkpoint's size, no search, the same bits; the data is
+  // loaded once when fit starts and once at each later epoch, as without the finder.
   SizedModule resumed(8);
   auto finder = std::make_shared<BatchSizeFinder>();
   Trainer(options, {finder}).fit(resumed, {}, {}, (dir / "epoch=0.ckpt").string());
   EXPECT_EQ(resumed.train_starts, 1);
   EXPECT_EQ(resumed.batch_sizes, (std::set<int64_t>{32}));
+  EXPECT_EQ(resumed.data_loads, 3);
   EXPECT_EQ(finder->optimal_batch_size(), 32);
   EXPECT_TRUE(torch::equal(weights_of(resumed), weights_of(whole)));
   std::filesystem::remove_all(dir);
@@ -383,7 +393,7 @@ TEST(BatchSizeFinder, SaysWhatItCannotSearchAndSkipsFastDevRun) {
   };
   SizedModule late(8);
   const auto later = testing::error_of([&] { Trainer(three_epochs(), {std::make_shared<Later>()}).fit(late); });
-  EXPECT_NE(later.find("runs before the fit's first step, and this Trainer is at epoch 1, step 32"), std::string::npos)
+  EXPECT_NE(later.find("runs before the fit's first step, and this fit is at epoch 1, step 32"), std::string::npos)
       << later;
   // fast_dev_run skips the search, as Lightning's.
   SizedModule quick(8);
