@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <cstddef>
+#include <cstring>
 
 namespace arc {
 
@@ -83,6 +84,20 @@ bool GradReducer::grad_in_slot(size_t parameter) const {
          static_cast<const std::byte*>(buffer.data_ptr()) + offset_of_[parameter] * buffer.element_size();
 }
 
+// A plain memcpy where it can (a dense CPU gradient of the bucket's type): this runs for every
+// parameter of every step, and copy_ of a narrowed slot builds two tensors and an iterator first.
+void GradReducer::copy_to_slot(size_t parameter) {
+  const auto& grad = parameters_[parameter].grad();
+  const auto& buffer = buckets_[bucket_of_[parameter]]->buffer;
+  if (grad.layout() == torch::kStrided && grad.is_contiguous() && grad.device().is_cpu() && buffer.device().is_cpu() &&
+      grad.scalar_type() == buffer.scalar_type()) {
+    std::memcpy(static_cast<std::byte*>(buffer.data_ptr()) + offset_of_[parameter] * buffer.element_size(),
+                grad.data_ptr(), grad.nbytes());
+    return;
+  }
+  slot(parameter).copy_(grad.reshape({-1}));
+}
+
 // A tensor of the parameter's shape on the slot's memory, not a view (the optimizer's zero_grad may
 // detach it in place, which autograd refuses for views).
 torch::Tensor GradReducer::slot_alias(size_t parameter) const {
@@ -126,7 +141,7 @@ void GradReducer::reduce_without_backward(Profiler* profiler) {
     if (!grad.defined()) {
       slot(i).zero_();
     } else if (!grad_in_slot(i)) {
-      slot(i).copy_(grad.reshape({-1}));
+      copy_to_slot(i);
     }
     ready_[i] = true;
     buckets_[bucket_of_[i]]->pending = 0;
@@ -149,7 +164,7 @@ void GradReducer::mark_ready(size_t parameter) {
   }
   ready_[parameter] = true;
   auto& bucket = *buckets_[bucket_of_[parameter]];
-  if (!grad_in_slot(parameter)) slot(parameter).copy_(parameters_[parameter].grad().reshape({-1}));
+  if (!grad_in_slot(parameter)) copy_to_slot(parameter);
   --bucket.pending;
   if (bucket.pending == 0) launch_ready_buckets();
 }

@@ -71,6 +71,8 @@ class GradReducer {
   /// Whether the parameter's gradient is its slot (gradient_as_bucket_view after a first step).
   bool grad_in_slot(size_t parameter) const;
   torch::Tensor slot_alias(size_t parameter) const;
+  /// Copies the parameter's gradient into its slot.
+  void copy_to_slot(size_t parameter);
   void mark_ready(size_t parameter);
   void launch_ready_buckets();
   void finalize();
