@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -115,11 +116,13 @@ inline Result run_together(const std::string& command, int copies) {
   for (int i = 0; i < copies; ++i) pipes.push_back(start_command(command));
   Result result;
   double sum = 0;
+  double slowest = std::numeric_limits<double>::infinity();
   std::string failure;
   for (FILE* pipe : pipes) {  // every copy is waited for, even after one failed
     try {
       const auto json = result_from(pipe, command);
       sum += json["train_sps"].get<double>();
+      slowest = std::min(slowest, json["train_sps"].get<double>());
       if (result.json.is_null()) result.json = json;
     } catch (const std::runtime_error& error) {
       failure = error.what();
@@ -127,6 +130,8 @@ inline Result run_together(const std::string& command, int copies) {
   }
   if (!failure.empty()) throw std::runtime_error(failure);
   result.json["train_sps"] = sum;
+  // What copies that had to keep in step would reach: every one at the slowest one's pace.
+  result.json["in_step_sps"] = slowest * copies;
   result.wall_s = unix_now() - start;
   return result;
 }
