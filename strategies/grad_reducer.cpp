@@ -84,13 +84,14 @@ bool GradReducer::grad_in_slot(size_t parameter) const {
          static_cast<const std::byte*>(buffer.data_ptr()) + offset_of_[parameter] * buffer.element_size();
 }
 
-// A plain memcpy where it can (a dense CPU gradient of the bucket's type): this runs for every
-// parameter of every step, and copy_ of a narrowed slot builds two tensors and an iterator first.
+// A plain memcpy where it can (a dense CPU gradient of the bucket's type and the slot's size): this
+// runs for every parameter of every step, and copy_ of a narrowed slot builds two tensors and an
+// iterator first.
 void GradReducer::copy_to_slot(size_t parameter) {
   const auto& grad = parameters_[parameter].grad();
   const auto& buffer = buckets_[bucket_of_[parameter]]->buffer;
   if (grad.layout() == torch::kStrided && grad.is_contiguous() && grad.device().is_cpu() && buffer.device().is_cpu() &&
-      grad.scalar_type() == buffer.scalar_type()) {
+      grad.scalar_type() == buffer.scalar_type() && grad.numel() == parameters_[parameter].numel()) {
     std::memcpy(static_cast<std::byte*>(buffer.data_ptr()) + offset_of_[parameter] * buffer.element_size(),
                 grad.data_ptr(), grad.nbytes());
     return;

@@ -171,5 +171,23 @@ TEST(GradReducer, ARankThatSkipsVotesInTheReductionItJoins) {
   EXPECT_FALSE(reducer.skip_voted());
 }
 
+// Dense contiguous gradients go into their slots with a memcpy; others (here transposed) take
+// copy_, and a gradient of the wrong size (set by hand) is an error, not a write past its slot.
+TEST(GradReducer, GradientsTheMemcpyCannotTakeGoThroughCopy) {
+  auto group = solo();
+  auto w = torch::zeros({2, 3}, torch::requires_grad());
+  auto b = torch::zeros({2}, torch::requires_grad());
+  GradReducer reducer({w, b}, {"w", "b"}, *group, ReducerOptions{});
+  const auto values = torch::arange(6, torch::kFloat).view({3, 2});
+  w.mutable_grad() = values.t();
+  b.mutable_grad() = torch::full({2}, 7.0f);
+  ASSERT_FALSE(w.grad().is_contiguous());
+  reducer.reduce_without_backward();
+  EXPECT_TRUE(torch::equal(w.grad(), values.t()));
+  EXPECT_TRUE(torch::equal(b.grad(), torch::full({2}, 7.0f)));
+  w.mutable_grad() = torch::ones({8});
+  EXPECT_ANY_THROW(reducer.reduce_without_backward());
+}
+
 }  // namespace
 }  // namespace arc
