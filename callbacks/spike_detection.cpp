@@ -72,8 +72,13 @@ void SpikeDetection::handle_spike(Trainer& trainer, int64_t batch_idx) {
   bad_batches_.push_back(batch_idx);
   const std::string path = exclude_batches_path(trainer);
   if (trainer.is_global_zero()) {
-    if (const auto folder = std::filesystem::path(path).parent_path(); !folder.empty())
-      std::filesystem::create_directories(folder);
+    if (const auto folder = std::filesystem::path(path).parent_path(); !folder.empty()) {
+      std::error_code error;
+      std::filesystem::create_directories(folder, error);
+      ARC_CHECK(!error, "SpikeDetection found a spike in batch ", batch_idx, " of epoch ", trainer.current_epoch(),
+                " but cannot make the folder of its exclude_batches_path '", path, "' (", error.message(),
+                "); set exclude_batches_path (or default_root_dir) to a folder it can write");
+    }
     OutputFile file(path, "SpikeDetection's list of batches to skip", "exclude_batches_path");
     const std::string text = nlohmann::json(bad_batches_).dump(4) + "\n";
     file.write(text.data(), text.size());

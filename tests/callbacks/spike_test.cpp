@@ -155,5 +155,29 @@ TEST(SpikeDetection, AResumedFitKeepsTheListAndTheRunningMean) {
   std::filesystem::remove_all(dir);
 }
 
+// A list that cannot be written (here its folder would be under a file) is an arc::Error naming the
+// spike, the setting and the path, not a bare filesystem exception.
+TEST(SpikeDetection, AListItCannotWriteIsAnErrorNamingExcludeBatchesPath) {
+  const auto dir = testing::process_scratch() / "spike_unwritable";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "a_file") << "not a folder";
+  const auto path = dir / "a_file" / "lists" / "skip.json";
+  SpikyModule module(Spikes{{0, 9}});
+  const auto failed = testing::error_of([&] {
+    Trainer(testing::quiet().max_epochs(1).default_root_dir(dir.string()),
+            {std::make_shared<SpikeDetection>(SpikeDetectionOptions().exclude_batches_path(path.string()))})
+        .fit(module, noisy_regression());
+  });
+  EXPECT_NE(failed.find("SpikeDetection found a spike in batch 9 of epoch 0 but cannot make the folder of its "
+                        "exclude_batches_path '" +
+                        path.string() + "' ("),
+            std::string::npos)
+      << failed;
+  EXPECT_NE(failed.find("set exclude_batches_path (or default_root_dir) to a folder it can write"), std::string::npos)
+      << failed;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace arc
