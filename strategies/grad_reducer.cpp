@@ -75,13 +75,15 @@ torch::Tensor GradReducer::slot(size_t parameter) const {
   return buckets_[bucket_of_[parameter]]->buffer.narrow(0, offset_of_[parameter], parameters_[parameter].numel());
 }
 
+std::byte* GradReducer::slot_data(size_t parameter) const {
+  const auto& buffer = buckets_[bucket_of_[parameter]]->buffer;
+  return static_cast<std::byte*>(buffer.data_ptr()) + offset_of_[parameter] * buffer.element_size();
+}
+
 // By address, without making a tensor of the slot: it runs for every parameter of every step.
 bool GradReducer::grad_in_slot(size_t parameter) const {
   const auto& grad = parameters_[parameter].grad();
-  if (!grad.defined() || !grad.is_contiguous()) return false;
-  const auto& buffer = buckets_[bucket_of_[parameter]]->buffer;
-  return grad.data_ptr() ==
-         static_cast<const std::byte*>(buffer.data_ptr()) + offset_of_[parameter] * buffer.element_size();
+  return grad.defined() && grad.is_contiguous() && grad.data_ptr() == slot_data(parameter);
 }
 
 // A plain memcpy where it can (a dense CPU gradient of the bucket's type and the slot's size): this
@@ -92,8 +94,7 @@ void GradReducer::copy_to_slot(size_t parameter) {
   const auto& buffer = buckets_[bucket_of_[parameter]]->buffer;
   if (grad.layout() == torch::kStrided && grad.is_contiguous() && grad.device().is_cpu() && buffer.device().is_cpu() &&
       grad.scalar_type() == buffer.scalar_type() && grad.numel() == parameters_[parameter].numel()) {
-    std::memcpy(static_cast<std::byte*>(buffer.data_ptr()) + offset_of_[parameter] * buffer.element_size(),
-                grad.data_ptr(), grad.nbytes());
+    std::memcpy(slot_data(parameter), grad.data_ptr(), grad.nbytes());
     return;
   }
   slot(parameter).copy_(grad.reshape({-1}));

@@ -10,6 +10,7 @@
 
 #include <torch/types.h>
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,8 @@ class GradReducer {
   void reset(Profiler* profiler);
   /// Where parameter `parameter`'s gradient sits in its bucket.
   torch::Tensor slot(size_t parameter) const;
+  /// The first byte of the parameter's slot.
+  std::byte* slot_data(size_t parameter) const;
   /// Whether the parameter's gradient is its slot (gradient_as_bucket_view after a first step).
   bool grad_in_slot(size_t parameter) const;
   torch::Tensor slot_alias(size_t parameter) const;
