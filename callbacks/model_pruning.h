@@ -5,6 +5,8 @@
 #include <arc/base/arg.h>
 #include <arc/callbacks/callback.h>
 
+#include <torch/nn/module.h>
+
 #include <functional>
 #include <optional>
 #include <string>

@@ -9,6 +9,7 @@
 #include <arc/core/detail/fit_loop.h>
 #include <arc/core/detail/run_state.h>
 #include <arc/core/trainer.h>
+#include <arc/data/data_loader.h>
 #include <arc/strategies/strategy.h>
 
 #include <fmt/format.h>

@@ -145,7 +145,7 @@ TEST(ModelPruning, KeepsPrunedWeightsAtZeroResetsTheRestAndResumesExactly) {
   const auto largest_pruned = [&](bool gradients) {
     double largest = 0;
     for (const auto& [name, mask] : pruning->masks()) {
-      const auto& parameter = module.named_parameters()[name];
+      const auto parameter = module.named_parameters()[name];
       const auto pruned = (gradients ? parameter.grad() : parameter.detach()).masked_select(mask == 0);
       if (pruned.numel() == 0) continue;
       largest = std::max(largest, pruned.abs().max().item<double>());

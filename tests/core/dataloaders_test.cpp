@@ -18,6 +18,11 @@ using testing::TinyModule;
 // apart and one that merges them.
 class PerLoader : public TinyModule {
  public:
+  // TinyModule's two-argument steps stay visible beside these (GCC 13's -Woverloaded-virtual).
+  using TinyModule::predict_step;
+  using TinyModule::test_step;
+  using TinyModule::validation_step;
+
   void validation_step(Batch& batch, int64_t batch_idx, int64_t dataloader_idx) override {
     steps.emplace_back(dataloader_idx, batch_idx);
     hook_indices.push_back(trainer().dataloader_idx());
