@@ -2,6 +2,7 @@
 #include <arc/strategies/detail/shm_segment.h>
 
 #include <arc/base/error.h>
+#include <arc/strategies/detail/spin.h>
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -51,14 +52,6 @@ void futex_wait(std::atomic<uint32_t>& word, uint32_t expected, std::chrono::nan
 
 void futex_wake_all(std::atomic<uint32_t>& word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-}
-
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#else
-  std::this_thread::yield();
-#endif
 }
 
 bool reached(uint32_t arrived, uint32_t step) { return static_cast<int32_t>(arrived - step) >= 0; }
@@ -242,9 +235,7 @@ int64_t ShmSegment::global_rank_of(int64_t local) const { return peer(local).glo
 
 // Spins briefly (peers usually arrive within microseconds), then, up to spin_, checks between
 // yields of the core, then sleeps on the peer's counter in short slices, checking between them
-// that the peer still lives and the deadline holds. Waking a sleeping thread takes long on some
-// machines (150 us and more on virtual ones, whose idle cores the host takes back), which a rank
-// with a core of its own need not pay.
+// that the peer still lives and the deadline holds (spin.h says why not sleep at once).
 void ShmSegment::wait_for(int64_t local, uint32_t step, std::chrono::steady_clock::time_point deadline,
                           std::chrono::milliseconds timeout, const std::atomic<bool>& stop, const char* option) {
   auto& other = peer(local);

@@ -1,5 +1,6 @@
 // Shared-memory collectives with every rank a thread of this process (each rank maps the segment
 // on its own, as separate processes do), checked against a fixed-order reference and Gloo.
+#include <arc/strategies/detail/ordered_worker.h>
 #include <arc/strategies/detail/shm_segment.h>
 #include <arc/strategies/grad_reducer.h>
 #include <arc/strategies/process_group.h>
@@ -591,6 +592,74 @@ TEST(ShmSegment, ALongSpinWaitsForALatePeerWithoutSleeping) {
     }
   }
   EXPECT_TRUE(segments_of_this_process().empty());
+}
+
+// Voluntary context switches of the calling thread so far (yielding the core is not one).
+long sleeps_of_this_thread() {
+  rusage usage{};
+  getrusage(RUSAGE_THREAD, &usage);
+  return usage.ru_nvcsw;
+}
+
+// With a long spin, the worker's thread waits for a job that comes 50 ms after the last, and the
+// caller for a job that takes 50 ms, without sleeping; without one both sleep. Jobs still run in
+// order and a failure still reaches the caller.
+TEST(OrderedWorker, ALongSpinHandsJobsOverWithoutSleeping) {
+  for (const bool long_spin : {true, false}) {
+    SCOPED_TRACE(long_spin ? "long spin" : "no spin");
+    OrderedWorker worker(true, long_spin ? std::chrono::microseconds(20s) : std::chrono::microseconds(0));
+    std::vector<int> order;
+    long worker_at_end = 0, worker_at_start = 0;
+    worker.call([&] {
+      order.push_back(1);
+      worker_at_end = sleeps_of_this_thread();
+    });
+    std::this_thread::sleep_for(50ms);
+    const auto done = worker.submit([&] {
+      worker_at_start = sleeps_of_this_thread();
+      order.push_back(2);
+      const auto until = std::chrono::steady_clock::now() + 50ms;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    });
+    const long caller_before = sleeps_of_this_thread();
+    OrderedWorker::wait(done, worker.spin());
+    const long caller_sleeps = sleeps_of_this_thread() - caller_before;
+    EXPECT_EQ(order, (std::vector<int>{1, 2}));
+    if (long_spin) {
+      EXPECT_EQ(worker_at_start - worker_at_end, 0);
+      EXPECT_EQ(caller_sleeps, 0);
+    } else {
+      EXPECT_GE(worker_at_start - worker_at_end, 1);
+      EXPECT_GE(caller_sleeps, 1);
+    }
+    const auto failed = worker.submit([] { throw Error("bucket 3 failed"); });
+    EXPECT_EQ(testing::error_of([&] { OrderedWorker::wait(failed, worker.spin()); }), "bucket 3 failed");
+  }
+}
+
+// DDP's wiring of the same: with a helper thread and the group's spin, the training thread waits
+// for an all-reduce that a late peer holds up 50 ms without sleeping.
+TEST(ShmCollectives, TheTrainingThreadWaitsForTheHelperForTheGroupsSpin) {
+  for (const bool long_spin : {true, false}) {
+    SCOPED_TRACE(long_spin ? "long spin" : "no spin");
+    Group options;
+    if (long_spin) options.spin = 20s;
+    long caller_sleeps = -1;
+    on_ranks(2, options, [&](int64_t rank, Collectives& group) {
+      auto tensor = torch::full({10}, static_cast<double>(rank + 1));
+      if (rank == 1) std::this_thread::sleep_for(50ms);
+      const long before = sleeps_of_this_thread();
+      group.all_reduce(tensor, Reduce::sum).wait();
+      if (rank == 0) caller_sleeps = sleeps_of_this_thread() - before;
+      EXPECT_TRUE(torch::equal(tensor, torch::full({10}, 3.0)));
+    });
+    if (long_spin) {
+      EXPECT_EQ(caller_sleeps, 0);
+    } else {
+      EXPECT_GE(caller_sleeps, 1);
+    }
+  }
 }
 
 TEST(ShmSegment, RemovesSegmentsThatDeadProcessesLeftBehind) {
