@@ -2,21 +2,14 @@
 // ddp_spawn x2, against PyTorch DDP (torchrun, gloo) on the same workload in the same invocation.
 // Every run is a fresh command; the table compares their RESULT lines (WORKLOAD.md section 6).
 //   arc_bench_ddp [repeats=3] [models=mlp,cnn]
+// The PyTorch side runs under $ARC_BENCH_PYTHON, else the first of /usr/bin/python3 and python3
+// that imports torch (torchrun as that Python's torch.distributed.run); without one, its rows are
+// left out and the ratios are against Arclight's Gloo row.
 #include "bench_util.h"
 
 #include <nlohmann/json.hpp>
 
 #include <iomanip>
-
-namespace arc::bench {
-namespace {
-
-bool have_torchrun() {
-  return std::system("command -v torchrun >/dev/null 2>&1 && /usr/bin/python3 -c 'import torch' 2>/dev/null") == 0;
-}
-
-}  // namespace
-}  // namespace arc::bench
 
 int main(int argc, char** argv) try {
   using namespace arc::bench;
@@ -28,8 +21,9 @@ int main(int argc, char** argv) try {
   const std::string arc =
       std::string(ARC_BINARY) + " train --set trainer.num_threads=1 --set trainer.enable_progress_bar=false";
   const std::string script = std::string(ARC_SOURCE_DIR) + "/bench/python/torch_workload.py";
-  const bool python = have_torchrun();
-  if (!python) std::cout << "(torchrun or python3-torch missing: PyTorch rows skipped)\n";
+  const std::string python_command = find_python();
+  const bool python = !python_command.empty();
+  if (!python) std::cout << "(no python3 that imports torch: PyTorch rows skipped; set ARC_BENCH_PYTHON)\n";
 
   for (const std::string model : {"mlp", "cnn"}) {
     if (models.find(model) == std::string::npos) continue;
@@ -58,12 +52,15 @@ int main(int argc, char** argv) try {
       if (model == "cnn")
         rows[7].runs.push_back(run(arc + " --set module.name=" + module + " --set data.batch_size=128"));
       if (!python) continue;
-      rows[4].runs.push_back(run("TORCH_THREADS=1 /usr/bin/python3 " + script + " --model " + model));
-      rows[5].runs.push_back(
-          run("TORCH_THREADS=1 torchrun --nproc_per_node 2 -r 9:1 -t 9:1 " + script + " --model " + model));
+      rows[4].runs.push_back(run("TORCH_THREADS=1 " + python_command + " " + script + " --model " + model));
+      rows[5].runs.push_back(run("TORCH_THREADS=1 " + python_command +
+                                 " -m torch.distributed.run --nproc_per_node 2 -r 9:1 -t 9:1 " + script + " --model " +
+                                 model));
     }
     const double reference = python ? rows[5].sps() : rows[3].sps();
-    std::cout << "\n" << model << " (ratio = samples/s against PyTorch DDP x2)\n";
+    std::cout << "\n"
+              << model << " (ratio = samples/s against "
+              << (python ? "PyTorch DDP x2" : "Arclight ddp_spawn x2 through Gloo") << ")\n";
     std::cout << std::left << std::setw(38) << "run" << std::right << std::setw(12) << "samples/s" << std::setw(8)
               << "ratio" << std::setw(12) << "1st step s" << std::setw(9) << "wall s" << std::setw(9) << "val_acc"
               << "  final params sha256\n";

@@ -12,24 +12,6 @@
 #include <cstdlib>
 #include <iomanip>
 
-namespace arc::bench {
-namespace {
-
-bool imports(const std::string& python, const std::string& module) {
-  return std::system((python + " -c 'import " + module + "' >/dev/null 2>&1").c_str()) == 0;
-}
-
-std::string find_python() {
-  std::vector<std::string> candidates = {"/usr/bin/python3", "python3"};
-  if (const char* chosen = std::getenv("ARC_BENCH_PYTHON")) candidates.insert(candidates.begin(), chosen);
-  for (const auto& python : candidates)
-    if (imports(python, "torch")) return python;
-  return "";
-}
-
-}  // namespace
-}  // namespace arc::bench
-
 int main(int argc, char** argv) try {
   using namespace arc::bench;
   const std::string accelerator = argc > 1 ? argv[1] : "gpu";

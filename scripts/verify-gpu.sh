@@ -42,7 +42,7 @@ if [[ $steps == *build* ]]; then
   grep -E "warning:" "$logs/build.log" || echo "verify-gpu: built with no warnings"
 fi
 if [[ $steps == *test* ]]; then
-  cuda_tests='[Cc]uda'
+  cuda_tests='[Cc]uda|Gpu'
   status=0
   (cd build-gpu && CUDA_VISIBLE_DEVICES='' ctest -j "$(nproc)" -E "$cuda_tests" --output-on-failure) \
     >"$logs/ctest-cpu.log" 2>&1 || status=1
