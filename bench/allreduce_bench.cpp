@@ -27,7 +27,7 @@ const std::vector<int64_t> kBytes = {4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 <<
 // As DDP chooses for two ranks of one thread.
 RendezvousOptions fitted() {
   RendezvousOptions options;
-  fit_shm_to_cores(options, 2);
+  fit_shm_to_cores(options, 2, 1);
   return options;
 }
 

@@ -70,7 +70,7 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
   rendezvous.node = host_name() + "#" + std::to_string(environment_->node_rank());
   rendezvous.shared_memory = plan.ddp.shared_memory && device_.is_cpu();
   rendezvous.nccl = nccl;
-  fit_shm_to_cores(rendezvous, local_world_size_ * plan.threads_per_process);
+  fit_shm_to_cores(rendezvous, local_world_size_, plan.threads_per_process);
   rendezvous.store_hosted_elsewhere = environment_->launcher_hosts_store();
   rendezvous.peer_failure = peer_failure();
   collectives_ = make_collectives(rendezvous, hosted_store());

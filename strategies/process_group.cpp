@@ -297,8 +297,9 @@ std::unique_ptr<Collectives> make_untraced(const RendezvousOptions& options,
 
 }  // namespace
 
-void fit_shm_to_cores(RendezvousOptions& options, int64_t threads) {
-  options.shm_helper_thread = threads < usable_cores();
+void fit_shm_to_cores(RendezvousOptions& options, int64_t local_ranks, int64_t threads_per_rank) {
+  const int64_t threads = local_ranks * threads_per_rank;
+  options.shm_helper_thread = threads + local_ranks <= usable_cores();
   options.shm_spin.reset();
   if (threads <= usable_cores()) options.shm_spin = std::chrono::milliseconds(1);
 }

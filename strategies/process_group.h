@@ -64,11 +64,13 @@ class StoreServer {
   c10::intrusive_ptr<c10d::TCPStore> store_;
 };
 
-/// Fits the shared-memory collectives to the cores that `threads` compute threads (local ranks x
-/// threads per rank) leave: a helper thread only where a core is free for it; a rank with a core
-/// of its own waits for the others up to a millisecond before it sleeps (waking a sleeping thread
-/// costs an all-reduce 150 us and more on virtual machines, whose idle cores the host takes back).
-void fit_shm_to_cores(RendezvousOptions& options, int64_t threads);
+/// Fits the shared-memory collectives to the cores that the local ranks' compute threads leave: a
+/// helper thread per rank only where each has a core of its own (one that takes turns with the
+/// training threads, or sleeps between collectives, costs more than its overlap gains); a rank with
+/// a core of its own waits for the others, and for its helper, up to a millisecond before it sleeps
+/// (waking a sleeping thread costs 150 us and more on virtual machines, whose idle cores the host
+/// takes back).
+void fit_shm_to_cores(RendezvousOptions& options, int64_t local_ranks, int64_t threads_per_rank);
 
 /// Joins the group: rank 0 uses `hosted` (or hosts a store itself, unless it is hosted elsewhere),
 /// other ranks connect; every rank checks in and waits for all others, and a timeout names the

@@ -1,5 +1,6 @@
 // Shared-memory collectives with every rank a thread of this process (each rank maps the segment
 // on its own, as separate processes do), checked against a fixed-order reference and Gloo.
+#include <arc/base/host.h>
 #include <arc/strategies/detail/ordered_worker.h>
 #include <arc/strategies/detail/shm_segment.h>
 #include <arc/strategies/grad_reducer.h>
@@ -636,6 +637,24 @@ TEST(OrderedWorker, ALongSpinHandsJobsOverWithoutSleeping) {
     const auto failed = worker.submit([] { throw Error("bucket 3 failed"); });
     EXPECT_EQ(testing::error_of([&] { OrderedWorker::wait(failed, worker.spin()); }), "bucket 3 failed");
   }
+}
+
+// DDP gives each rank a helper thread only where the ranks' compute threads leave every helper a core
+// of its own, and lets a rank wait without sleeping where the compute threads each have one.
+TEST(ShmCollectives, AHelperThreadOnlyWhereEveryRanksHelperHasACore) {
+  const int64_t cores = usable_cores();
+  RendezvousOptions options;
+  fit_shm_to_cores(options, 1, cores - 1);
+  EXPECT_TRUE(options.shm_helper_thread);
+  EXPECT_EQ(options.shm_spin, std::chrono::microseconds(1ms));
+  fit_shm_to_cores(options, 1, cores);
+  EXPECT_FALSE(options.shm_helper_thread);
+  EXPECT_EQ(options.shm_spin, std::chrono::microseconds(1ms));
+  fit_shm_to_cores(options, 2, 1);
+  EXPECT_EQ(options.shm_helper_thread, cores >= 4);
+  fit_shm_to_cores(options, 2, cores);
+  EXPECT_FALSE(options.shm_helper_thread);
+  EXPECT_FALSE(options.shm_spin.has_value());
 }
 
 // DDP's wiring of the same: with a helper thread and the group's spin, the training thread waits
