@@ -16,15 +16,11 @@ inline void cpu_relax() {
 #endif
 }
 
-/// Checks `done` until it holds or `limit` has passed; returns whether it holds.
+/// Checks `done` until it holds or `limit` has passed.
 template <typename Done>
-bool spin_until(Done done, std::chrono::microseconds limit) {
+void spin_until(Done done, std::chrono::microseconds limit) {
   const auto until = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= until) return false;
-    cpu_relax();
-  }
-  return true;
+  while (!done() && std::chrono::steady_clock::now() < until) cpu_relax();
 }
 
 }  // namespace arc
