@@ -41,11 +41,11 @@ inline std::string mapped_blas() {
   return out.empty() ? "none mapped" : out;
 }
 
-// The Python that runs the PyTorch side: $ARC_BENCH_PYTHON, else the first of /usr/bin/python3 and
-// python3 that imports torch ("" when none does).
 inline bool imports(const std::string& python, const std::string& module) {
   return std::system((python + " -c 'import " + module + "' >/dev/null 2>&1").c_str()) == 0;
 }
+// The Python that runs the PyTorch side: $ARC_BENCH_PYTHON, else the first of /usr/bin/python3 and
+// python3 that imports torch ("" when none does).
 inline std::string find_python() {
   std::vector<std::string> candidates = {"/usr/bin/python3", "python3"};
   if (const char* chosen = std::getenv("ARC_BENCH_PYTHON")) candidates.insert(candidates.begin(), chosen);

@@ -297,11 +297,11 @@ std::unique_ptr<Collectives> make_untraced(const RendezvousOptions& options,
 
 }  // namespace
 
-void fit_shm_to_cores(RendezvousOptions& options, int64_t local_ranks, int64_t threads_per_rank) {
+void fit_shm_to_cores(RendezvousOptions& options, int64_t local_ranks, int64_t threads_per_rank, int64_t cores) {
   const int64_t threads = local_ranks * threads_per_rank;
-  options.shm_helper_thread = threads + local_ranks <= usable_cores();
+  options.shm_helper_thread = threads + local_ranks <= cores;
   options.shm_spin.reset();
-  if (threads <= usable_cores()) options.shm_spin = std::chrono::milliseconds(1);
+  if (threads <= cores) options.shm_spin = std::chrono::milliseconds(1);
 }
 
 std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,

@@ -4,6 +4,7 @@
 // The c10d calls here are the same in LibTorch 1.13 and 2.x (differences go to core/torch_compat).
 #pragma once
 
+#include <arc/base/host.h>
 #include <arc/strategies/collectives.h>
 
 #include <c10/util/intrusive_ptr.h>
@@ -36,8 +37,8 @@ struct RendezvousOptions {
   bool shared_memory = true;
   /// Shared-memory collectives on a helper thread (see ShmGroupOptions::helper_thread).
   bool shm_helper_thread = true;
-  /// How long a rank waiting in a shared-memory collective checks before it sleeps (unset: 20 us;
-  /// see ShmGroupOptions::spin).
+  /// How long a rank waiting in a shared-memory collective, or for its helper thread, checks before
+  /// it sleeps (see ShmGroupOptions::spin).
   std::optional<std::chrono::microseconds> shm_spin;
   /// CUDA tensors through NCCL (when LibTorch has it), CPU tensors through Gloo.
   bool nccl = false;
@@ -69,8 +70,9 @@ class StoreServer {
 /// training threads, or sleeps between collectives, costs more than its overlap gains); a rank with
 /// a core of its own waits for the others, and for its helper, up to a millisecond before it sleeps
 /// (waking a sleeping thread costs 150 us and more on virtual machines, whose idle cores the host
-/// takes back).
-void fit_shm_to_cores(RendezvousOptions& options, int64_t local_ranks, int64_t threads_per_rank);
+/// takes back). `cores`: those this process may use.
+void fit_shm_to_cores(RendezvousOptions& options, int64_t local_ranks, int64_t threads_per_rank,
+                      int64_t cores = usable_cores());
 
 /// Joins the group: rank 0 uses `hosted` (or hosts a store itself, unless it is hosted elsewhere),
 /// other ranks connect; every rank checks in and waits for all others, and a timeout names the

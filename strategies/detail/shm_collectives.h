@@ -31,8 +31,9 @@ struct ShmGroupOptions {
   /// Collectives run on a helper thread, so that all-reduces overlap backward; off, they run on
   /// the calling thread, which is faster when no core is left for the helper.
   bool helper_thread = true;
-  /// How long a rank waiting for another checks before it sleeps (unset: ShmSegment's 20 us; see
-  /// fit_shm_to_cores for when DDP sets it).
+  /// How long a rank waiting for another checks before it sleeps (unset: ShmSegment's 20 us), and,
+  /// with a helper thread, how long the helper waits for the next collective and the caller for the
+  /// helper's result before they sleep (unset: not at all); see fit_shm_to_cores for when DDP sets it.
   std::optional<std::chrono::microseconds> spin;
 };
 

@@ -655,6 +655,18 @@ TEST(ShmCollectives, AHelperThreadOnlyWhereEveryRanksHelperHasACore) {
   fit_shm_to_cores(options, 2, cores);
   EXPECT_FALSE(options.shm_helper_thread);
   EXPECT_FALSE(options.shm_spin.has_value());
+  // On other machines: two ranks of one thread get helpers from four cores on, not on three (where
+  // the helpers would take turns with the training threads), and wait without sleeping on both.
+  fit_shm_to_cores(options, 2, 1, 3);
+  EXPECT_FALSE(options.shm_helper_thread);
+  EXPECT_EQ(options.shm_spin, std::chrono::microseconds(1ms));
+  fit_shm_to_cores(options, 2, 1, 4);
+  EXPECT_TRUE(options.shm_helper_thread);
+  fit_shm_to_cores(options, 2, 2, 5);
+  EXPECT_FALSE(options.shm_helper_thread);
+  EXPECT_EQ(options.shm_spin, std::chrono::microseconds(1ms));
+  fit_shm_to_cores(options, 2, 2, 6);
+  EXPECT_TRUE(options.shm_helper_thread);
 }
 
 // DDP's wiring of the same: with a helper thread and the group's spin, the training thread waits
