@@ -133,6 +133,7 @@ TEST(StochasticWeightAveraging, TakesLightningsDeviceAndNullAvgFnFromAConfig) {
 TEST(StochasticWeightAveraging, KeepsTheAverageOnTheCpuWhileTheModuleTrainsOnAGpu) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
   const auto fit = [](std::optional<torch::Device> device) {
+    torch::manual_seed(0);  // both fits start from the same weights
     SwaWatched module;
     auto swa = std::make_shared<StochasticWeightAveraging>(std::vector<double>{0.02}, 2, 1, "cos", device);
     Trainer(testing::quiet().accelerator("gpu").devices(Devices::of_count(1)).max_epochs(3), {swa})
