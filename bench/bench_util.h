@@ -25,7 +25,8 @@
 
 namespace arc::bench {
 
-/// Which BLAS libraries this process maps (from /proc/self/maps), e.g. openblas-openmp.
+/// Which CPU BLAS libraries this process maps (from /proc/self/maps), e.g. openblas-openmp; a
+/// CUDA LibTorch's cuBLAS is not one of them.
 inline std::string mapped_blas() {
   std::ifstream maps("/proc/self/maps");
   std::set<std::string> found;
@@ -34,11 +35,12 @@ inline std::string mapped_blas() {
     const auto slash = line.find('/');
     if (slash == std::string::npos) continue;
     const std::string path = line.substr(slash);
-    if (path.find("blas") != std::string::npos || path.find("mkl") != std::string::npos) found.insert(path);
+    const bool blas = path.find("blas") != std::string::npos || path.find("mkl") != std::string::npos;
+    if (blas && path.find("cublas") == std::string::npos) found.insert(path);
   }
   std::string out;
   for (const auto& path : found) out += (out.empty() ? "" : ", ") + path;
-  return out.empty() ? "none mapped" : out;
+  return out.empty() ? "none mapped on its own (linked into LibTorch, as MKL is in a pip PyTorch)" : out;
 }
 
 inline bool imports(const std::string& python, const std::string& module) {
