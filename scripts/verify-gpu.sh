@@ -2,7 +2,8 @@
 # On a GPU machine that has PyTorch with CUDA (its LibTorch, CUDA and NCCL) but none of our Debian
 # packages: builds Arclight against that LibTorch and the folder made by scripts/gpu-deps.sh, runs
 # the test suite and the GPU benchmark. The CPU tests run with the GPU hidden (accelerator "auto"
-# would take it, and they compare against CPU results); then every CUDA test runs with it visible.
+# would take it, and they compare against CPU results); then every CUDA test, and every test that
+# skipped with it hidden, runs with it visible.
 #   scripts/verify-gpu.sh [deps folder=.gpu-deps] [steps=build,test,bench]
 # Logs go to $OUT when it is set (the device tool's output folder), else to build-gpu/logs.
 # TORCH_PREFIX overrides the LibTorch CMake prefix read from python3 (ARC_BENCH_PYTHON, if set).
@@ -46,7 +47,10 @@ if [[ $steps == *test* ]]; then
   status=0
   (cd build-gpu && CUDA_VISIBLE_DEVICES='' ctest -j "$(nproc)" -E "$cuda_tests" --output-on-failure) \
     >"$logs/ctest-cpu.log" 2>&1 || status=1
-  (cd build-gpu && ctest -R "$cuda_tests" --output-on-failure -V) >"$logs/ctest-cuda.log" 2>&1 || status=1
+  # A test that skipped with the GPU hidden runs again with it visible, whatever its name.
+  skipped=$(sed -n 's/^[[:space:]]*[0-9]* - \(.*\) (Skipped)$/^\1$/p' "$logs/ctest-cpu.log" | paste -sd'|')
+  (cd build-gpu && ctest -R "$cuda_tests${skipped:+|$skipped}" --output-on-failure -V) >"$logs/ctest-cuda.log" 2>&1 ||
+    status=1
   tail -n 4 "$logs/ctest-cpu.log" "$logs/ctest-cuda.log"
   [ $status -eq 0 ] || echo "verify-gpu: tests failed; see $logs/ctest-*.log" >&2
 fi
