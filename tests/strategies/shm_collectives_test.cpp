@@ -567,6 +567,13 @@ TEST(ShmSegment, RefusesASegmentWithTheWrongMode) {
   EXPECT_TRUE(segments_of_this_process().empty());
 }
 
+// Voluntary context switches of the calling thread so far (yielding the core is not one).
+long sleeps_of_this_thread() {
+  rusage usage{};
+  getrusage(RUSAGE_THREAD, &usage);
+  return usage.ru_nvcsw;
+}
+
 // A rank that may spin long waits for a late peer without sleeping (no voluntary context switch:
 // yielding the core is not one); with the default 20 us it sleeps on the futex.
 TEST(ShmSegment, ALongSpinWaitsForALatePeerWithoutSleeping) {
@@ -580,12 +587,10 @@ TEST(ShmSegment, ALongSpinWaitsForALatePeerWithoutSleeping) {
       std::this_thread::sleep_for(50ms);
       second->arrive_and_wait(1, 20s, stop);
     });
-    rusage before{}, after{};
-    getrusage(RUSAGE_THREAD, &before);
+    const long before = sleeps_of_this_thread();
     first->arrive_and_wait(1, 20s, stop);
-    getrusage(RUSAGE_THREAD, &after);
+    const long sleeps = sleeps_of_this_thread() - before;
     late.join();
-    const auto sleeps = after.ru_nvcsw - before.ru_nvcsw;
     if (long_spin) {
       EXPECT_EQ(sleeps, 0);
     } else {
@@ -593,13 +598,6 @@ TEST(ShmSegment, ALongSpinWaitsForALatePeerWithoutSleeping) {
     }
   }
   EXPECT_TRUE(segments_of_this_process().empty());
-}
-
-// Voluntary context switches of the calling thread so far (yielding the core is not one).
-long sleeps_of_this_thread() {
-  rusage usage{};
-  getrusage(RUSAGE_THREAD, &usage);
-  return usage.ru_nvcsw;
 }
 
 // With a long spin, the worker's thread waits for a job that comes 50 ms after the last, and the
