@@ -4,6 +4,7 @@
 #include <arc/base/error.h>
 #include <arc/base/host.h>
 
+#include <algorithm>
 #include <fstream>
 #include <vector>
 
