@@ -216,6 +216,60 @@ bool load_raw(const CheckpointReader& reader, const std::string& name, const nlo
   return true;
 }
 
+// Restores a LibTorch archive (what format-2 files hold) into `optimizer` when it is a
+// Kind::OptimizerType; false when it is not. LibTorch's Optimizer::load pairs each saved state with
+// a parameter through the text of that parameter's address at saving, which LibTorch 1.x wrote in
+// hex ("0x55d4...") and 2.x reads as a decimal number: under 2.x every state of a 1.x archive lands
+// on one key, and Adam steps with another parameter's state. Here the state saved under the key of
+// a group's i-th parameter goes to the group's i-th parameter, whichever LibTorch wrote the text,
+// and each group's options are restored, as in format 3.
+template <typename Kind>
+bool load_archived(torch::serialize::InputArchive& archive, const CheckpointReader& reader, const std::string& name,
+                   Optimizer& optimizer) {
+  if (dynamic_cast<typename Kind::OptimizerType*>(&optimizer) == nullptr) return false;
+  torch::serialize::InputArchive states, groups;
+  archive.read("state", states);
+  archive.read("param_groups", groups);
+  const auto size_of = [](torch::serialize::InputArchive& from, const std::string& key) {
+    torch::Tensor size;
+    from.read(key, size);
+    return size.item<int64_t>();
+  };
+  std::vector<torch::serialize::InputArchive> saved_groups(static_cast<size_t>(size_of(groups, "param_groups/size")));
+  nlohmann::json layout = {{"groups", nlohmann::json::array()}};
+  for (size_t g = 0; g < saved_groups.size(); ++g) {
+    groups.read("param_groups/" + std::to_string(g), saved_groups[g]);
+    layout["groups"].push_back({{"params", size_of(saved_groups[g], "params/size")}});
+  }
+  check_groups(reader, name, layout, optimizer);
+  const auto saved_keys = states.keys();
+  for (size_t g = 0; g < saved_groups.size(); ++g) {
+    auto& group = optimizer.param_groups()[g];
+    torch::serialize::InputArchive options;
+    saved_groups[g].read("options", options);
+    static_cast<typename Kind::Options&>(group.options()).serialize(options);
+    for (size_t i = 0; i < group.params().size(); ++i) {
+      const auto& parameter = group.params()[i];
+      c10::IValue key;
+      saved_groups[g].read("params/" + std::to_string(i), key);
+      if (std::find(saved_keys.begin(), saved_keys.end(), key.toStringRef()) == saved_keys.end()) {
+        compat::set_param_state(optimizer, parameter, nullptr);
+        continue;
+      }
+      torch::serialize::InputArchive saved;
+      states.read(key.toStringRef(), saved);
+      auto state = std::make_unique<typename Kind::State>();
+      state->serialize(saved);
+      Kind::each_field(*state, [&](const char*, auto& value) {
+        if constexpr (is_tensor<decltype(value)>)
+          if (value.defined()) value = value.to(parameter.device());
+      });
+      compat::set_param_state(optimizer, parameter, std::move(state));
+    }
+  }
+  return true;
+}
+
 // The types stored raw, tried in order: the first that matches saves or restores.
 template <typename... Kinds>
 struct RawKinds {
@@ -225,6 +279,10 @@ struct RawKinds {
   static bool load(const CheckpointReader& reader, const std::string& name, const nlohmann::json& layout,
                    Optimizer& optimizer) {
     return (load_raw<Kinds>(reader, name, layout, optimizer) || ...);
+  }
+  static bool load_archive(torch::serialize::InputArchive& archive, const CheckpointReader& reader,
+                           const std::string& name, Optimizer& optimizer) {
+    return (load_archived<Kinds>(archive, reader, name, optimizer) || ...);
   }
 };
 using Shipped = RawKinds<SgdKind, AdamKind, AdamWKind, RmspropKind, AdagradKind>;
@@ -241,7 +299,7 @@ void save_optimizer(CheckpointWriter& writer, const std::string& name, const Opt
 void load_optimizer(const CheckpointReader& reader, const std::string& name, Optimizer& optimizer) {
   if (reader.holds_archive(name)) {
     auto archive = reader.archive(name);
-    optimizer.load(archive);
+    if (!Shipped::load_archive(archive, reader, name, optimizer)) optimizer.load(archive);
     return;
   }
   const auto& layout = reader.json(name);
