@@ -45,7 +45,7 @@ WriteInterval write_interval_named(const std::string& name);
 
 /// The writer a config can name (`PredictionWriter`, init_args output_dir and write_interval), so
 /// that `arc predict` leaves its predictions in files. Each rank writes its own, which Python's
-/// `torch.load` and LibTorch's `torch::pickle_load` read as a dict of "predictions" and
+/// `torch.load` (weights_only too) and LibTorch's `torch::pickle_load` read as a dict of "predictions" and
 /// "batch_indices" (the dataset indices of their samples): after every batch
 /// `<output_dir>/rank_<r>_dataloader_<d>_batch_<i>.pt` (a tensor each), at the end
 /// `<output_dir>/predictions_rank_<r>.pt` (a list of tensors each, one per batch). A file is written

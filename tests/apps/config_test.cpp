@@ -486,7 +486,7 @@ TEST(Config, PredictionWriterLeavesPredictionsThatPythonReads) {
                            "def by_index(files, many):\n"
                            "    out = {}\n"
                            "    for f in files:\n"
-                           "        d = torch.load(f)\n"
+                           "        d = torch.load(f, weights_only=True)\n"
                            "        pairs = zip(d['predictions'], d['batch_indices']) if many else "
                            "[(d['predictions'], d['batch_indices'])]\n"
                            "        for p, i in pairs:\n"
@@ -515,10 +515,10 @@ TEST(Config, PredictionWriterLeavesPredictionsThatPythonReads) {
   std::ifstream file(dir + "/one/predictions_rank_0.pt", std::ios::binary);
   const std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   const auto contents = torch::pickle_load(bytes).toGenericDict();
-  const auto predictions = contents.at("predictions").toTensorList();
+  const auto predictions = contents.at("predictions").toList();
   ASSERT_EQ(predictions.size(), 3u);
-  EXPECT_EQ(predictions.get(0).size(0), 1000);
-  EXPECT_EQ(contents.at("batch_indices").toTensorList().get(2)[0].item<int64_t>(), 2000);
+  EXPECT_EQ(predictions.get(0).toTensor().size(0), 1000);
+  EXPECT_EQ(contents.at("batch_indices").toList().get(2).toTensor()[0].item<int64_t>(), 2000);
   const auto bad = arc_in(dir,
                           "predict --set trainer.limit_predict_batches=1 --set 'trainer.callbacks=[{\"class_path\": "
                           "\"PredictionWriter\", \"init_args\": {\"output_dir\": \"out\", "
