@@ -193,7 +193,10 @@ void SignalConnector::save_and_stop(const Ballot& received) {
   std::string requeued = "the job";
   if (trainer_.is_global_zero()) {
     try {
-      requeued = environment_.requeue();
+      requeued = environment_.requeue_job();
+      // Said first: a launcher may end this process as it requeues the job (Slurm 24.11 does).
+      console().info("requeuing {}", requeued);
+      environment_.requeue();
     } catch (const Error& error) {
       ARC_FAIL("fit stopped by ", name, " at global step ", step, " and saved '", path, "', but ", error.what(),
                "; submit the job again to resume from it");

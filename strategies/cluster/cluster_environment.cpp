@@ -50,9 +50,12 @@ void ClusterEnvironment::validate(int64_t devices, int64_t num_nodes) const {
             " is outside world size ", world_size(), "; check the launcher's rank variables");
 }
 
-std::string ClusterEnvironment::requeue() const {
+std::string ClusterEnvironment::requeue_job() const {
   ARC_FAIL("the ", name(), " launcher cannot requeue a job; resubmit it to resume from the saved checkpoint");
 }
+
+// requeue_job() says why this launcher cannot.
+void ClusterEnvironment::requeue() const { requeue_job(); }
 
 std::optional<std::string> env(const std::string& name) {
   const char* value = std::getenv(name.c_str());

@@ -52,9 +52,11 @@ class ClusterEnvironment {
   /// The signal's name on which this job saves and asks its launcher to requeue it, or nullopt where
   /// the launcher cannot requeue (or requeue is off).
   virtual std::optional<std::string> requeue_signal() const { return std::nullopt; }
-  /// Puts this job back in its launcher's queue and says what it requeued ("SLURM job 42"); an error
-  /// that says what failed where it cannot.
-  virtual std::string requeue() const;
+  /// The job that requeue() puts back in its launcher's queue ("SLURM job 42"); an error that says so
+  /// where the launcher cannot requeue.
+  virtual std::string requeue_job() const;
+  /// Puts requeue_job() back in its launcher's queue; an error that says what failed.
+  virtual void requeue() const;
 };
 
 /// Environments by name: local, slurm, torchelastic, mpi, lsf, kubeflow; SLURM's takes the requeue options.

@@ -65,7 +65,9 @@ std::optional<std::string> SlurmEnvironment::requeue_signal() const {
   return requeue_.signal;
 }
 
-std::string SlurmEnvironment::requeue() const {
+std::string SlurmEnvironment::requeue_job() const { return "SLURM job " + env("SLURM_JOB_ID").value_or(""); }
+
+void SlurmEnvironment::requeue() const {
   const std::string job = env("SLURM_JOB_ID").value_or("");
   int code = 0;
   try {
@@ -74,7 +76,6 @@ std::string SlurmEnvironment::requeue() const {
     ARC_FAIL("'scontrol requeue ", job, "' failed (", error.what(), ")");
   }
   ARC_CHECK(code == 0, "'scontrol requeue ", job, "' failed (exit code ", code, ")");
-  return "SLURM job " + job;
 }
 
 }  // namespace arc::cluster

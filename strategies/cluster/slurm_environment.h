@@ -27,8 +27,10 @@ class SlurmEnvironment : public ClusterEnvironment {
   int64_t restart_count() const override;
   /// The requeue signal inside a SLURM job (SLURM_JOB_ID set) with auto_requeue on.
   std::optional<std::string> requeue_signal() const override;
+  /// "SLURM job $SLURM_JOB_ID".
+  std::string requeue_job() const override;
   /// `scontrol requeue $SLURM_JOB_ID`, given a minute.
-  std::string requeue() const override;
+  void requeue() const override;
 
  private:
   RequeueOptions requeue_;

@@ -305,6 +305,7 @@ TEST(ClusterEnvironment, OnlyASlurmJobWithAutoRequeueCatchesTheRequeueSignal) {
   EXPECT_EQ(detect({false, "SIGUSR2"})->requeue_signal(), std::nullopt);
   EXPECT_EQ(cluster_registry().create("slurm", {true, "SIGHUP"})->requeue_signal(),
             std::optional<std::string>("SIGHUP"));
+  EXPECT_EQ(cluster_registry().create("slurm", {true, "SIGHUP"})->requeue_job(), "SLURM job 77");
   const auto local = cluster_registry().create("local", {});
   EXPECT_EQ(local->requeue_signal(), std::nullopt);
   EXPECT_NE(error_of([&] { local->requeue(); }).find("the local launcher cannot requeue a job"), std::string::npos);

@@ -330,7 +330,7 @@ TEST_F(Slurm, RequeueSignalSavesRequeuesAndTheJobResumesExactly) {
   ASSERT_TRUE(wait_for_text(dir_ + "/job.out", "PROBE ", 120)) << job_output();
   ASSERT_TRUE(cluster_->wait_for_end(id, 60)) << job_output();
   const auto output = job_output();
-  EXPECT_NE(output.find("requeued SLURM job " + id), std::string::npos) << output;
+  EXPECT_NE(output.find("requeuing SLURM job " + id), std::string::npos) << output;
   EXPECT_NE(output.find("attempt 1"), std::string::npos) << output;
   EXPECT_NE(output.find("resuming from '" + dir_ + "/hpc_ckpt_1.ckpt'"), std::string::npos) << output;
   const auto starts = timings(output, "start");
