@@ -154,15 +154,14 @@ bool save_raw(CheckpointWriter& writer, const std::string& name, const Optimizer
   return true;
 }
 
-// Checks that `optimizer` has the groups `layout` describes, by count and size.
-void check_groups(const CheckpointReader& reader, const std::string& name, const nlohmann::json& layout,
+// Checks that `optimizer` has groups of the saved sizes, by count and size.
+void check_groups(const CheckpointReader& reader, const std::string& name, const std::vector<size_t>& sizes,
                   const Optimizer& optimizer) {
-  const auto& groups = layout.at("groups");
-  ARC_CHECK(groups.size() == optimizer.param_groups().size(), "checkpoint '", reader.path(), "' holds ", groups.size(),
+  ARC_CHECK(sizes.size() == optimizer.param_groups().size(), "checkpoint '", reader.path(), "' holds ", sizes.size(),
             " parameter groups for ", name, ", the optimizer has ", optimizer.param_groups().size(),
             "; configure_optimizers() must build the optimizer it was saved with");
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const auto saved = groups[g].at("params").get<size_t>(), now = optimizer.param_groups()[g].params().size();
+  for (size_t g = 0; g < sizes.size(); ++g) {
+    const auto saved = sizes[g], now = optimizer.param_groups()[g].params().size();
     ARC_CHECK(saved == now, "checkpoint '", reader.path(), "' holds ", saved, " parameters in group ", g, " of ", name,
               ", the optimizer has ", now, "; configure_optimizers() must build the optimizer it was saved with");
   }
@@ -177,7 +176,9 @@ bool load_raw(const CheckpointReader& reader, const std::string& name, const nlo
   ARC_CHECK(dynamic_cast<typename Kind::OptimizerType*>(&optimizer) != nullptr, "checkpoint '", reader.path(),
             "' holds ", name, " as the state of an optimizer of type ", Kind::type,
             ", but configure_optimizers() returns another type; resume with the optimizer it was saved with");
-  check_groups(reader, name, layout, optimizer);
+  std::vector<size_t> sizes;
+  for (const auto& group : layout.at("groups")) sizes.push_back(group.at("params").get<size_t>());
+  check_groups(reader, name, sizes, optimizer);
   size_t index = 0;
   for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
     auto& group = optimizer.param_groups()[g];
@@ -216,32 +217,31 @@ bool load_raw(const CheckpointReader& reader, const std::string& name, const nlo
   return true;
 }
 
-// Restores a LibTorch archive (what format-2 files hold) into `optimizer` when it is a
-// Kind::OptimizerType; false when it is not. LibTorch's Optimizer::load pairs each saved state with
-// a parameter through the text of that parameter's address at saving, which LibTorch 1.x wrote in
-// hex ("0x55d4...") and 2.x reads as a decimal number: under 2.x every state of a 1.x archive lands
-// on one key, and Adam steps with another parameter's state. Here the state saved under the key of
-// a group's i-th parameter goes to the group's i-th parameter, whichever LibTorch wrote the text,
-// and each group's options are restored, as in format 3.
+// Restores a LibTorch archive (what format-2 files hold) into a Kind::OptimizerType. LibTorch's
+// Optimizer::load pairs each saved state with a parameter through the text of that parameter's
+// address at saving, which LibTorch 1.x wrote in hex ("0x55d4...") and 2.x reads as a decimal
+// number: under 2.x every state of a 1.x archive lands on one key, and Adam steps with another
+// parameter's state. Here the state saved under the key of a group's i-th parameter goes to the
+// group's i-th parameter, whichever LibTorch wrote the text, and each group's options are restored,
+// as in format 3.
 template <typename Kind>
-bool load_archived(torch::serialize::InputArchive& archive, const CheckpointReader& reader, const std::string& name,
-                   Optimizer& optimizer) {
-  if (dynamic_cast<typename Kind::OptimizerType*>(&optimizer) == nullptr) return false;
+void restore_archive(torch::serialize::InputArchive& archive, const CheckpointReader& reader, const std::string& name,
+                     Optimizer& optimizer) {
   torch::serialize::InputArchive states, groups;
   archive.read("state", states);
   archive.read("param_groups", groups);
   const auto size_of = [](torch::serialize::InputArchive& from, const std::string& key) {
     torch::Tensor size;
     from.read(key, size);
-    return size.item<int64_t>();
+    return static_cast<size_t>(size.item<int64_t>());
   };
-  std::vector<torch::serialize::InputArchive> saved_groups(static_cast<size_t>(size_of(groups, "param_groups/size")));
-  nlohmann::json layout = {{"groups", nlohmann::json::array()}};
+  std::vector<torch::serialize::InputArchive> saved_groups(size_of(groups, "param_groups/size"));
+  std::vector<size_t> sizes;
   for (size_t g = 0; g < saved_groups.size(); ++g) {
     groups.read("param_groups/" + std::to_string(g), saved_groups[g]);
-    layout["groups"].push_back({{"params", size_of(saved_groups[g], "params/size")}});
+    sizes.push_back(size_of(saved_groups[g], "params/size"));
   }
-  check_groups(reader, name, layout, optimizer);
+  check_groups(reader, name, sizes, optimizer);
   const auto saved_keys = states.keys();
   for (size_t g = 0; g < saved_groups.size(); ++g) {
     auto& group = optimizer.param_groups()[g];
@@ -266,6 +266,21 @@ bool load_archived(torch::serialize::InputArchive& archive, const CheckpointRead
       });
       compat::set_param_state(optimizer, parameter, std::move(state));
     }
+  }
+}
+
+// restore_archive when `optimizer` is a Kind::OptimizerType; false when it is not. An archive that
+// this type cannot read (another optimizer's: format 2 did not store the type) is an error saying so.
+template <typename Kind>
+bool load_archived(torch::serialize::InputArchive& archive, const CheckpointReader& reader, const std::string& name,
+                   Optimizer& optimizer) {
+  if (dynamic_cast<typename Kind::OptimizerType*>(&optimizer) == nullptr) return false;
+  try {
+    restore_archive<Kind>(archive, reader, name, optimizer);
+  } catch (const c10::Error& error) {
+    ARC_FAIL("checkpoint '", reader.path(), "' holds ", name, " as a LibTorch archive that LibTorch's ", Kind::type,
+             " cannot read (LibTorch: ", error.what_without_backtrace(),
+             "); configure_optimizers() must build the optimizer it was saved with");
   }
   return true;
 }

@@ -213,5 +213,24 @@ TEST(OptimizerState, AnotherOptimizerOrGroupSizeIsNamed) {
   EXPECT_NE(size.find("holds 2 parameters in group 0 of optimizer_0, the optimizer has 1"), std::string::npos) << size;
 }
 
+// Format 2 did not store the optimizer's type: an archive another type cannot read says so.
+TEST(OptimizerState, AFormatTwoArchiveOfAnotherOptimizerOrGroupSizeIsNamed) {
+  const std::string file = std::string(ARC_SOURCE_DIR) + "/tests/core/data/format2_adam.ckpt";
+  const CheckpointReader reader(file);
+  torch::nn::Linear model(4, 3);
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  const auto kind = testing::error_of([&] { load_optimizer(reader, "optimizer_0", sgd); });
+  EXPECT_NE(kind.find("checkpoint '" + file +
+                      "' holds optimizer_0 as a LibTorch archive that LibTorch's SGD "
+                      "cannot read (LibTorch: "),
+            std::string::npos)
+      << kind;
+  EXPECT_NE(kind.find("); configure_optimizers() must build the optimizer it was saved with"), std::string::npos)
+      << kind;
+  torch::optim::Adam fewer(std::vector<torch::Tensor>{model->weight}, torch::optim::AdamOptions(0.01));
+  const auto size = testing::error_of([&] { load_optimizer(reader, "optimizer_0", fewer); });
+  EXPECT_NE(size.find("holds 2 parameters in group 0 of optimizer_0, the optimizer has 1"), std::string::npos) << size;
+}
+
 }  // namespace
 }  // namespace arc
