@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <system_error>
 
-/// Walks the folder tree at `root` and removes it, through std::filesystem as this library links it;
-/// how many entries it removed.
+/// Calls what Arclight calls of std::filesystem, so that this library links those parts in and exports
+/// them; the test locates the library by this function's address.
 std::uintmax_t exporter_remove_tree(const std::filesystem::path& root) {
   std::error_code error;
   for (std::filesystem::directory_iterator it(root, error), end; it != end; it.increment(error)) {

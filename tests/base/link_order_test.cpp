@@ -3,9 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <dlfcn.h>
-#include <unistd.h>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 std::uintmax_t exporter_remove_tree(const std::filesystem::path& root);
@@ -58,17 +56,6 @@ TEST(LinkOrder, StdFilesystemIsLibstdcxxsWhereALibraryLoadedBeforeItExportsItsOw
   }
   dlclose(exporter);
   dlclose(libstdcxx);
-}
-
-TEST(LinkOrder, FolderTreesAreRemovedThroughEitherCopy) {
-  const auto root = std::filesystem::temp_directory_path() / ("arc_link_order_" + std::to_string(getpid()));
-  for (int round = 0; round < 2; ++round) {
-    std::filesystem::create_directories(root / "a" / "b");
-    std::ofstream(root / "a" / "b" / "file") << "x";
-    std::ofstream(root / "a" / "file") << "x";
-    EXPECT_EQ(round == 0 ? std::filesystem::remove_all(root) : exporter_remove_tree(root), 5u);
-    EXPECT_FALSE(std::filesystem::exists(root));
-  }
 }
 
 }  // namespace
