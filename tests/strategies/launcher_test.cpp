@@ -352,6 +352,35 @@ TEST_F(Slurm, SigtermSavesAndExitsNonZeroAndTheNextRunResumesExactly) {
   EXPECT_EQ(read_file(dir_ + "/w.bin"), reference_weights(60));
 }
 
+// What a cancel cannot reach (here: nothing can, the controller is gone) the test cluster still ends
+// by PID: slurmd's step daemons outlive slurmd by design, and under Slurm 24.11 a requeued job's did.
+TEST(SlurmTestCluster, EndsEveryProcessOfItsJobsEvenWithItsControllerGone) {
+  if (!SlurmCluster::available()) GTEST_SKIP() << "SLURM is not installed (Debian package slurm-wlm)";
+  const auto dir = scratch("SlurmTestCluster");
+  std::string mark;
+  {
+    SlurmCluster cluster;
+    mark = cluster.mark();
+    cluster.submit("sleep 600", dir + "/job.out");
+    // The processes of the cluster's jobs whose command line holds `part`.
+    const auto marked = [&](const std::string& part) {
+      int found = 0;
+      for (const int pid : SlurmCluster::marked_pids(mark))
+        found += read_file("/proc/" + std::to_string(pid) + "/cmdline").find(part) != std::string::npos;
+      return found;
+    };
+    const std::string sleep = std::string("sleep") + '\0' + "600";
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (marked(sleep) < 2 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_EQ(marked(sleep), 2) << read_file(dir + "/job.out");
+    EXPECT_GE(marked("slurmstepd: ["), 1) << "no step daemon carries the mark";
+    ASSERT_EQ(kill(std::stoi(read_file(cluster.dir() + "/slurmctld.pid")), SIGKILL), 0);
+  }
+  EXPECT_EQ(SlurmCluster::marked_pids(mark), std::vector<int>{});
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Signals, SigtermToDdpSpawnSavesEveryRankStopsAndTheNextFitResumesExactly) {
   const std::string dir = scratch("sigterm_spawn");
   const std::string args = "--strategy ddp_spawn --steps 60 --root " + dir + " --out " + dir + "/w.bin";

@@ -65,19 +65,27 @@ inline std::vector<std::vector<int64_t>> timings(const std::string& output, cons
   return out;
 }
 
-/// The pids of the processes whose command line holds `tag` (not counting a `timeout` wrapper).
-inline std::vector<int> tagged_pids(const std::string& tag) {
+/// The pids of the processes whose /proc/<pid>/<file> (cmdline, environ) `matches`.
+template <typename Match>
+std::vector<int> pids_where(const std::string& file, Match matches) {
   std::vector<int> found;
   DIR* proc = opendir("/proc");
   while (dirent* entry = readdir(proc)) {
     const std::string pid = entry->d_name;
     if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in("/proc/" + pid + "/cmdline");
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmdline.find(tag) != std::string::npos && cmdline.rfind("timeout", 0) != 0) found.push_back(std::stoi(pid));
+    std::ifstream in("/proc/" + pid + "/" + file, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (matches(text)) found.push_back(std::stoi(pid));
   }
   closedir(proc);
   return found;
+}
+
+/// The pids of the processes whose command line holds `tag` (not counting a `timeout` wrapper).
+inline std::vector<int> tagged_pids(const std::string& tag) {
+  return pids_where("cmdline", [&](const std::string& cmdline) {
+    return cmdline.find(tag) != std::string::npos && cmdline.rfind("timeout", 0) != 0;
+  });
 }
 
 inline int count_tagged(const std::string& tag) { return static_cast<int>(tagged_pids(tag).size()); }

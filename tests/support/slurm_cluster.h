@@ -2,6 +2,9 @@
 // node started by PID with a private slurm.conf (no munge, no cgroups, state in a temp dir), and
 // stopped, with every job cancelled, when the object goes. One node is "localhost"; several are
 // n1, n2, ... (Slurm's multiple-slurmd: each daemon has its port, spool and log), all on this host.
+// Every process of its jobs names the cluster's slurm.conf in its environment (SLURM_CONF): the
+// step daemons, which slurmd starts with it and which outlive slurmd by design, and the tasks, which
+// get it from env(); so what a cancel leaves running is found, by PID, and ended too.
 #pragma once
 
 #include "support/command.h"
@@ -59,8 +62,17 @@ class SlurmCluster {
   SlurmCluster& operator=(const SlurmCluster&) = delete;
 
   /// What a command needs in front of it to talk to this cluster.
-  std::string env() const { return "SLURM_CONF=" + conf() + " "; }
+  std::string env() const { return mark() + " "; }
   const std::string& dir() const { return dir_; }
+  /// The environment entry that the processes of this cluster's jobs carry.
+  std::string mark() const { return "SLURM_CONF=" + conf(); }
+
+  /// The processes whose environment holds the entry `mark`.
+  static std::vector<int> marked_pids(const std::string& mark) {
+    return pids_where("environ", [&](const std::string& environment) {
+      return ('\0' + environment).find('\0' + mark + '\0') != std::string::npos;
+    });
+  }
 
   /// Submits a 2-task batch job that prints its attempt, then runs `command` under srun, all of it
   /// appended to `output` (a requeued job adds to it); returns the job id.
@@ -161,20 +173,32 @@ class SlurmCluster {
     return pid;
   }
 
-  // Cancels every job, waits for the queue to drain, then ends both daemons by PID.
+  // Cancels every job and waits for the queue to drain (while the controller lives), ends the
+  // daemons by PID, then every process left with the cluster's mark: step daemons that did not
+  // end with their job, and the tasks under them.
   void stop() {
     if (controller_ == 0) return;
-    run_command(env() + " timeout 10 scancel --full --user=$(id -un)");
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!run_command(env() + " timeout 5 squeue -h").output.empty() && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const bool controller_alive = waitpid(controller_, nullptr, WNOHANG) == 0;
+    if (controller_alive) {
+      run_command(env() + " timeout 10 scancel --full --user=$(id -un)");
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!run_command(env() + " timeout 5 squeue -h").output.empty() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     for (const pid_t pid : node_daemons_) end(pid);
-    end(controller_);
+    if (controller_alive) end(controller_);
     controller_ = 0;
     node_daemons_.clear();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (auto left = marked_pids(mark()); !left.empty() && std::chrono::steady_clock::now() < deadline;
+         left = marked_pids(mark())) {
+      for (const pid_t pid : left) kill(pid, SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
     std::filesystem::remove_all(dir_);
   }
 
+  // SIGTERM, then SIGKILL after 5 s, to a daemon this object started (and reaps).
   static void end(pid_t pid) {
     kill(pid, SIGTERM);
     for (int i = 0; i < 100; ++i) {
