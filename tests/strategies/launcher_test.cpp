@@ -357,27 +357,29 @@ TEST_F(Slurm, SigtermSavesAndExitsNonZeroAndTheNextRunResumesExactly) {
 TEST(SlurmTestCluster, EndsEveryProcessOfItsJobsEvenWithItsControllerGone) {
   if (!SlurmCluster::available()) GTEST_SKIP() << "SLURM is not installed (Debian package slurm-wlm)";
   const auto dir = scratch("SlurmTestCluster");
-  std::string mark;
+  std::string cluster_dir;
   {
     SlurmCluster cluster;
-    mark = cluster.mark();
+    cluster_dir = cluster.dir();
     cluster.submit("sleep 600", dir + "/job.out");
-    // The processes of the cluster's jobs whose command line holds `part`.
-    const auto marked = [&](const std::string& part) {
-      int found = 0;
-      for (const int pid : SlurmCluster::marked_pids(mark))
-        found += read_file("/proc/" + std::to_string(pid) + "/cmdline").find(part) != std::string::npos;
-      return found;
+    // The processes of the cluster's jobs whose program name (less its folder) starts with `name`.
+    const auto found = [&](const std::string& name) {
+      int count = 0;
+      for (const int pid : SlurmCluster::processes_of(cluster_dir)) {
+        const auto cmdline = read_file("/proc/" + std::to_string(pid) + "/cmdline");
+        const auto program = cmdline.substr(0, cmdline.find('\0'));
+        count += program.substr(program.rfind('/') + 1).rfind(name, 0) == 0;
+      }
+      return count;
     };
-    const std::string sleep = std::string("sleep") + '\0' + "600";
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (marked(sleep) < 2 && std::chrono::steady_clock::now() < deadline)
+    while (found("sleep") < 2 && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    ASSERT_EQ(marked(sleep), 2) << read_file(dir + "/job.out");
-    EXPECT_GE(marked("slurmstepd: ["), 1) << "no step daemon carries the mark";
-    ASSERT_EQ(kill(std::stoi(read_file(cluster.dir() + "/slurmctld.pid")), SIGKILL), 0);
+    ASSERT_EQ(found("sleep"), 2) << read_file(dir + "/job.out");
+    EXPECT_GE(found("slurmstepd"), 1) << "no step daemon found";
+    ASSERT_EQ(kill(std::stoi(read_file(cluster_dir + "/slurmctld.pid")), SIGKILL), 0);
   }
-  EXPECT_EQ(SlurmCluster::marked_pids(mark), std::vector<int>{});
+  EXPECT_EQ(SlurmCluster::processes_of(cluster_dir), std::vector<int>{});
   std::filesystem::remove_all(dir);
 }
 

@@ -65,7 +65,8 @@ inline std::vector<std::vector<int64_t>> timings(const std::string& output, cons
   return out;
 }
 
-/// The pids of the processes whose /proc/<pid>/<file> (cmdline, environ) `matches`.
+/// The pids of the processes whose /proc/<pid>/<file> (cmdline, environ) `matches`, called with the
+/// file's text and the pid.
 template <typename Match>
 std::vector<int> pids_where(const std::string& file, Match matches) {
   std::vector<int> found;
@@ -75,7 +76,7 @@ std::vector<int> pids_where(const std::string& file, Match matches) {
     if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
     std::ifstream in("/proc/" + pid + "/" + file, std::ios::binary);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (matches(text)) found.push_back(std::stoi(pid));
+    if (matches(text, pid)) found.push_back(std::stoi(pid));
   }
   closedir(proc);
   return found;
@@ -83,7 +84,7 @@ std::vector<int> pids_where(const std::string& file, Match matches) {
 
 /// The pids of the processes whose command line holds `tag` (not counting a `timeout` wrapper).
 inline std::vector<int> tagged_pids(const std::string& tag) {
-  return pids_where("cmdline", [&](const std::string& cmdline) {
+  return pids_where("cmdline", [&](const std::string& cmdline, const std::string&) {
     return cmdline.find(tag) != std::string::npos && cmdline.rfind("timeout", 0) != 0;
   });
 }

@@ -2,9 +2,9 @@
 // node started by PID with a private slurm.conf (no munge, no cgroups, state in a temp dir), and
 // stopped, with every job cancelled, when the object goes. One node is "localhost"; several are
 // n1, n2, ... (Slurm's multiple-slurmd: each daemon has its port, spool and log), all on this host.
-// Every process of its jobs names the cluster's slurm.conf in its environment (SLURM_CONF): the
-// step daemons, which slurmd starts with it and which outlive slurmd by design, and the tasks, which
-// get it from env(); so what a cancel leaves running is found, by PID, and ended too.
+// What a cancel leaves running is found, by PID, and ended too: the step daemons, which outlive
+// slurmd by design (under Slurm 24.11 a requeued job's did), hold a socket in its spool folder, and
+// the tasks name the cluster's slurm.conf in their environment (SLURM_CONF, from env()).
 #pragma once
 
 #include "support/command.h"
@@ -21,6 +21,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -62,15 +64,30 @@ class SlurmCluster {
   SlurmCluster& operator=(const SlurmCluster&) = delete;
 
   /// What a command needs in front of it to talk to this cluster.
-  std::string env() const { return mark() + " "; }
+  std::string env() const { return "SLURM_CONF=" + conf() + " "; }
   const std::string& dir() const { return dir_; }
-  /// The environment entry that the processes of this cluster's jobs carry.
-  std::string mark() const { return "SLURM_CONF=" + conf(); }
 
-  /// The processes whose environment holds the entry `mark`.
-  static std::vector<int> marked_pids(const std::string& mark) {
-    return pids_where("environ", [&](const std::string& environment) {
-      return ('\0' + environment).find('\0' + mark + '\0') != std::string::npos;
+  /// The processes of the jobs of the cluster in `dir` (its dir()): step daemons, which hold a socket
+  /// bound in its spool folder (Slurm 24.11's overwrite their environment with their title), and
+  /// processes with its slurm.conf as SLURM_CONF.
+  static std::vector<int> processes_of(const std::string& dir) {
+    std::set<std::string> sockets;
+    std::ifstream unix_sockets("/proc/net/unix");
+    for (std::string line; std::getline(unix_sockets, line);) {
+      std::istringstream fields(line);
+      std::string skip, inode, path;
+      for (int i = 0; i < 6; ++i) fields >> skip;
+      if (fields >> inode >> path && path.rfind(dir + "/spool/", 0) == 0) sockets.insert("socket:[" + inode + "]");
+    }
+    const std::string entry = std::string(1, '\0') + "SLURM_CONF=" + dir + "/slurm.conf" + '\0';
+    return pids_where("environ", [&](const std::string& environment, const std::string& pid) {
+      if (('\0' + environment).find(entry) != std::string::npos) return true;
+      std::error_code error;
+      for (const auto& fd : std::filesystem::directory_iterator("/proc/" + pid + "/fd", error)) {
+        const auto target = std::filesystem::read_symlink(fd.path(), error);
+        if (!error && sockets.count(target.string()) > 0) return true;
+      }
+      return false;
     });
   }
 
@@ -174,8 +191,8 @@ class SlurmCluster {
   }
 
   // Cancels every job and waits for the queue to drain (while the controller lives), ends the
-  // daemons by PID, then every process left with the cluster's mark: step daemons that did not
-  // end with their job, and the tasks under them.
+  // daemons by PID, then every process of the jobs still there: step daemons that did not end with
+  // their job, and the tasks under them.
   void stop() {
     if (controller_ == 0) return;
     const bool controller_alive = waitpid(controller_, nullptr, WNOHANG) == 0;
@@ -190,8 +207,8 @@ class SlurmCluster {
     controller_ = 0;
     node_daemons_.clear();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    for (auto left = marked_pids(mark()); !left.empty() && std::chrono::steady_clock::now() < deadline;
-         left = marked_pids(mark())) {
+    for (auto left = processes_of(dir_); !left.empty() && std::chrono::steady_clock::now() < deadline;
+         left = processes_of(dir_)) {
       for (const pid_t pid : left) kill(pid, SIGKILL);
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
