@@ -156,10 +156,17 @@ inline Result run_together(const std::string& command, int copies) {
 struct Row {
   std::string name;
   std::vector<Result> runs;
-  double sps() const {
+  double sps() const { return median(all_sps()); }
+  /// (slowest - fastest) / median of the runs' samples/s: how much the machine moved between runs.
+  double sps_spread() const {
+    const auto v = all_sps();
+    const auto [low, high] = std::minmax_element(v.begin(), v.end());
+    return (*high - *low) / median(v);
+  }
+  std::vector<double> all_sps() const {
     std::vector<double> v;
     for (const auto& r : runs) v.push_back(r.json["train_sps"].get<double>());
-    return median(v);
+    return v;
   }
   double first_step() const {
     std::vector<double> v;

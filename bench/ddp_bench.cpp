@@ -2,6 +2,8 @@
 // ddp_spawn x2, against PyTorch DDP (torchrun, gloo) on the same workload in the same invocation.
 // Every run is a fresh command; the table compares their RESULT lines (WORKLOAD.md section 6).
 //   arc_bench_ddp [repeats=3] [models=mlp,cnn]
+// "spread" is how far apart a row's runs were ((fastest - slowest) / median): a ratio between two rows
+// means little where it is as wide as their spreads.
 // The PyTorch side runs under $ARC_BENCH_PYTHON, else the first of /usr/bin/python3 and python3
 // that imports torch (torchrun as that Python's torch.distributed.run); without one, its rows are
 // left out and the ratios are against Arclight's Gloo row.
@@ -62,14 +64,16 @@ int main(int argc, char** argv) try {
               << model << " (ratio = samples/s against "
               << (python ? "PyTorch DDP x2" : "Arclight ddp_spawn x2 through Gloo") << ")\n";
     std::cout << std::left << std::setw(38) << "run" << std::right << std::setw(12) << "samples/s" << std::setw(8)
-              << "ratio" << std::setw(12) << "1st step s" << std::setw(9) << "wall s" << std::setw(9) << "val_acc"
+              << "spread" << std::setw(8) << "ratio" << std::setw(12) << "1st step s" << std::setw(9) << "wall s"
+              << std::setw(9) << "val_acc"
               << "  final params sha256\n";
     for (const auto& row : rows) {
       if (row.runs.empty()) continue;
       std::cout << std::left << std::setw(38) << row.name << std::right << std::fixed << std::setprecision(0)
-                << std::setw(12) << row.sps() << std::setprecision(3) << std::setw(8) << row.sps() / reference
-                << std::setw(12) << row.first_step() << std::setprecision(2) << std::setw(9) << row.wall()
-                << std::setprecision(4) << std::setw(9) << row.runs.front().json["val_acc"].get<double>() << "  "
+                << std::setw(12) << row.sps() << std::setw(7) << 100 * row.sps_spread() << "%" << std::setprecision(3)
+                << std::setw(8) << row.sps() / reference << std::setw(12) << row.first_step() << std::setprecision(2)
+                << std::setw(9) << row.wall() << std::setprecision(4) << std::setw(9)
+                << row.runs.front().json["val_acc"].get<double>() << "  "
                 << row.runs.front().json["final_param_sha256"].get<std::string>().substr(0, 16) << "\n";
     }
     std::cout
