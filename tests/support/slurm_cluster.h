@@ -43,7 +43,7 @@ class SlurmCluster {
     dir_ = "/tmp/arc_slurm_" + std::to_string(getpid());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_ + "/state");
-    for (const auto& node : node_names()) std::filesystem::create_directories(dir_ + "/spool/" + node);
+    for (const auto& node : node_names()) std::filesystem::create_directories(spool_of(dir_) + node);
     write_config();
     controller_ = start({"slurmctld", "-D", "-f", conf()}, dir_ + "/slurmctld.out");
     for (const auto& node : node_names())
@@ -77,9 +77,9 @@ class SlurmCluster {
       std::istringstream fields(line);
       std::string skip, inode, path;
       for (int i = 0; i < 6; ++i) fields >> skip;
-      if (fields >> inode >> path && path.rfind(dir + "/spool/", 0) == 0) sockets.insert("socket:[" + inode + "]");
+      if (fields >> inode >> path && path.rfind(spool_of(dir), 0) == 0) sockets.insert("socket:[" + inode + "]");
     }
-    const std::string entry = std::string(1, '\0') + "SLURM_CONF=" + dir + "/slurm.conf" + '\0';
+    const std::string entry = std::string(1, '\0') + "SLURM_CONF=" + conf_of(dir) + '\0';
     return pids_where("environ", [&](const std::string& environment, const std::string& pid) {
       if (('\0' + environment).find(entry) != std::string::npos) return true;
       std::error_code error;
@@ -113,7 +113,10 @@ class SlurmCluster {
   }
 
  private:
-  std::string conf() const { return dir_ + "/slurm.conf"; }
+  static std::string conf_of(const std::string& dir) { return dir + "/slurm.conf"; }
+  /// The folder of the node daemons' spool folders (SlurmdSpoolDir less its %n).
+  static std::string spool_of(const std::string& dir) { return dir + "/spool/"; }
+  std::string conf() const { return conf_of(dir_); }
 
   std::vector<std::string> node_names() const {
     if (nodes_ == 1) return {"localhost"};
@@ -156,7 +159,7 @@ class SlurmCluster {
         << "SlurmctldPort=" << free_port() << "\n"
         << "AuthType=auth/none\nCredType=cred/none\nProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
         << "SwitchType=switch/none\nMpiDefault=none\nSlurmUser=" << name << "\nSlurmdUser=" << name << "\n"
-        << "StateSaveLocation=" << dir_ << "/state\nSlurmdSpoolDir=" << dir_ << "/spool/%n\n"
+        << "StateSaveLocation=" << dir_ << "/state\nSlurmdSpoolDir=" << spool_of(dir_) << "%n\n"
         << "SlurmctldPidFile=" << dir_ << "/slurmctld.pid\nSlurmdPidFile=" << dir_ << "/slurmd-%n.pid\n"
         << "SlurmctldLogFile=" << dir_ << "/slurmctld.log\nSlurmdLogFile=" << dir_
         << "/slurmd-%n.log\n"
