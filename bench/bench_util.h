@@ -14,6 +14,8 @@
 
 #include <arc/apps/cli.h>
 
+#include "support/python.h"
+
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
@@ -41,19 +43,6 @@ inline std::string mapped_blas() {
   std::string out;
   for (const auto& path : found) out += (out.empty() ? "" : ", ") + path;
   return out.empty() ? "none mapped on its own (linked into LibTorch, as MKL is in a pip PyTorch)" : out;
-}
-
-inline bool imports(const std::string& python, const std::string& module) {
-  return std::system((python + " -c 'import " + module + "' >/dev/null 2>&1").c_str()) == 0;
-}
-// The Python that runs the PyTorch side: $ARC_BENCH_PYTHON, else the first of /usr/bin/python3 and
-// python3 that imports torch ("" when none does).
-inline std::string find_python() {
-  std::vector<std::string> candidates = {"/usr/bin/python3", "python3"};
-  if (const char* chosen = std::getenv("ARC_BENCH_PYTHON")) candidates.insert(candidates.begin(), chosen);
-  for (const auto& python : candidates)
-    if (imports(python, "torch")) return python;
-  return "";
 }
 
 inline void print_header(const std::string& title) {

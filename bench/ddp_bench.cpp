@@ -23,7 +23,7 @@ int main(int argc, char** argv) try {
   const std::string arc =
       std::string(ARC_BINARY) + " train --set trainer.num_threads=1 --set trainer.enable_progress_bar=false";
   const std::string script = std::string(ARC_SOURCE_DIR) + "/bench/python/torch_workload.py";
-  const std::string python_command = find_python();
+  const std::string python_command = arc::testing::python_with_torch();
   const bool python = !python_command.empty();
   if (!python) std::cout << "(no python3 that imports torch: PyTorch rows skipped; set ARC_BENCH_PYTHON)\n";
 

@@ -32,8 +32,9 @@ int main(int argc, char** argv) try {
   print_header("Arclight vs a PyTorch loop vs PyTorch Lightning, one epoch on one " + accelerator +
                ", 1 CPU thread, median of " + std::to_string(repeats));
   if (gpu) std::cout << "GPU: " << torch::cuda::device_count() << " visible CUDA device(s)\n";
-  const std::string python = find_python();
-  const bool lightning = !python.empty() && (imports(python, "lightning") || imports(python, "pytorch_lightning"));
+  const std::string python = arc::testing::python_with_torch();
+  const bool lightning = !python.empty() && (arc::testing::imports(python, "lightning") ||
+                                             arc::testing::imports(python, "pytorch_lightning"));
   if (python.empty()) std::cout << "(no python3 that imports torch: PyTorch and Lightning rows left out)\n";
   if (!python.empty() && !lightning) std::cout << "(Lightning does not import under " << python << ": rows left out)\n";
   const std::string scripts = std::string(ARC_SOURCE_DIR) + "/bench/python/";

@@ -1,6 +1,7 @@
 // Config-driven runs as LightningCLI's: callbacks and loggers from the config, YAML and JSON, several
 // files merged, --print_config, and errors that name the file and the key.
 #include "support/arc_tool.h"
+#include "support/python.h"
 #include "support/terminal.h"
 
 #include <gtest/gtest.h>
@@ -466,6 +467,8 @@ module:
 // torch.load reads; put back in dataset order by their batch_indices, two ranks' predictions are one
 // rank's, and the end-of-predict file holds what the per-batch files do.
 TEST(Config, PredictionWriterLeavesPredictionsThatPythonReads) {
+  const auto python = arc::testing::python_with_torch();
+  if (python.empty()) GTEST_SKIP() << "no python3 imports torch (Debian package python3-torch)";
   const auto dir = scratch("predictions");
   const auto predict = [&](const std::string& name, int devices) {
     const std::string writer = "{class_path: PredictionWriter, init_args: {output_dir: " + dir + "/" + name +
@@ -499,7 +502,7 @@ TEST(Config, PredictionWriterLeavesPredictionsThatPythonReads) {
                            "    res[name] = {'samples': len(end), 'batches_agree': end == batches}\n"
                            "    res[name + '_predictions'] = [end[k] for k in sorted(end)]\n"
                            "print('READ', json.dumps(res))\n";
-  const auto read = arc::testing::run_command("/usr/bin/python3 " + script + " " + dir);
+  const auto read = arc::testing::run_command(python + " " + script + " " + dir);
   ASSERT_EQ(read.status, 0) << read.output;
   const auto found = arc::cli::read_report(read.output, "READ");
   EXPECT_EQ(found["one"]["samples"], 3000) << "three batches of 1000";

@@ -2,6 +2,7 @@
 // exactly as an uninterrupted one.
 #include "support/command.h"
 #include "support/errors.h"
+#include "support/python.h"
 #include "support/scratch.h"
 #include "support/tiny_module.h"
 
@@ -60,6 +61,8 @@ nlohmann::json pruned_masks(ModelPruningOptions options, const std::vector<Pruni
 }
 
 TEST(ModelPruning, MasksAreTorchPrunesGlobalLocalAndStructured) {
+  const auto interpreter = testing::python_with_torch();
+  if (interpreter.empty()) GTEST_SKIP() << "no python3 imports torch (Debian package python3-torch)";
   TwoLayers module;
   nlohmann::json weights = nlohmann::json::object();
   for (const auto& item : module.named_parameters()) {
@@ -102,7 +105,7 @@ TEST(ModelPruning, MasksAreTorchPrunesGlobalLocalAndStructured) {
          "out['structured'] = masks(m, [('a', 'weight')])\n"
          "print('MASKS', json.dumps(out))\n";
   const auto python =
-      testing::run_command("/usr/bin/python3 " + (dir / "prune.py").string() + " " + (dir / "weights.json").string());
+      testing::run_command(interpreter + " " + (dir / "prune.py").string() + " " + (dir / "weights.json").string());
   ASSERT_EQ(python.status, 0) << python.output;
   const auto torch_masks = nlohmann::json::parse(python.output.substr(python.output.find("MASKS ") + 6));
 
