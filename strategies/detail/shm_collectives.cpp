@@ -253,10 +253,12 @@ class ShmCollectives : public Collectives {
   }
 
   // Pieces of kPieceBytes, so that a piece's slots stay in cache between the copy in and the
-  // reduction: every rank copies its piece into its slot; below kScatterBytes every rank then
-  // reduces the whole piece (one barrier); above, each reduces its share of the piece into its own
-  // slot and, after a second barrier, copies every share out (reduce-scatter, then all-gather). The
-  // sources are combined in rank order either way, so every rank gets the same bits.
+  // reduction. Below kScatterBytes every rank copies its piece into its slot and, after a barrier,
+  // reduces the whole piece. Above, each rank reduces a share of the piece: it copies the others'
+  // shares of its data into its slot, and after a barrier reduces its own share from its tensor and
+  // their slots, then writes the result into its slot; after a second barrier it copies the others'
+  // results out (reduce-scatter, then all-gather, each byte of the tensor read and written once).
+  // The sources are combined in rank order either way, so every rank gets the same bits.
   static constexpr int64_t kPieceBytes = 256 << 10;
   static constexpr int64_t kScatterBytes = 16 << 10;
 
@@ -269,22 +271,31 @@ class ShmCollectives : public Collectives {
     in_pieces(tensor, kPieceBytes, [&](int64_t begin, int64_t count) {
       const int64_t set = next_set();
       std::byte* piece = data + begin * element;
-      std::memcpy(segment_->slot(set, me), piece, static_cast<size_t>(count * element));
-      step();
+      std::byte* mine = segment_->slot(set, me);
       if (count * element < kScatterBytes) {
+        std::memcpy(mine, piece, static_cast<size_t>(count * element));
+        step();
         for (int64_t s = 0; s < ranks; ++s) sources[static_cast<size_t>(s)] = segment_->slot(set, s);
         combine(tensor.scalar_type(), op, piece, sources, count);
         return;
       }
-      const auto [first, end] = share_of(me, count, element);
-      for (int64_t s = 0; s < ranks; ++s) sources[static_cast<size_t>(s)] = segment_->slot(set, s) + first * element;
-      combine(tensor.scalar_type(), op, segment_->slot(set, me) + first * element, sources, end - first);
+      // Copies, for every rank but this one, its share between `from` (the tensor or a slot) and `to`.
+      const auto others_shares = [&](std::byte* to, const auto& from) {
+        for (int64_t s = 0; s < ranks; ++s) {
+          if (s == me) continue;
+          const auto [first, end] = share_of(s, count, element);
+          std::memcpy(to + first * element, from(s) + first * element, static_cast<size_t>((end - first) * element));
+        }
+      };
+      others_shares(mine, [&](int64_t) { return piece; });
       step();
-      for (int64_t s = 0; s < ranks; ++s) {
-        const auto [from, to] = share_of(s, count, element);
-        std::memcpy(piece + from * element, segment_->slot(set, s) + from * element,
-                    static_cast<size_t>((to - from) * element));
-      }
+      const auto [first, end] = share_of(me, count, element);
+      for (int64_t s = 0; s < ranks; ++s)
+        sources[static_cast<size_t>(s)] = (s == me ? piece : segment_->slot(set, s)) + first * element;
+      combine(tensor.scalar_type(), op, piece + first * element, sources, end - first);
+      std::memcpy(mine + first * element, piece + first * element, static_cast<size_t>((end - first) * element));
+      step();
+      others_shares(piece, [&](int64_t s) { return segment_->slot(set, s); });
     });
   }
 
