@@ -468,7 +468,7 @@ module:
 // rank's, and the end-of-predict file holds what the per-batch files do.
 TEST(Config, PredictionWriterLeavesPredictionsThatPythonReads) {
   const auto python = arc::testing::python_with_torch();
-  if (python.empty()) GTEST_SKIP() << "no python3 imports torch (Debian package python3-torch)";
+  ASSERT_FALSE(python.empty()) << arc::testing::kNoPythonWithTorch;
   const auto dir = scratch("predictions");
   const auto predict = [&](const std::string& name, int devices) {
     const std::string writer = "{class_path: PredictionWriter, init_args: {output_dir: " + dir + "/" + name +

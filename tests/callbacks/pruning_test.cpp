@@ -62,7 +62,7 @@ nlohmann::json pruned_masks(ModelPruningOptions options, const std::vector<Pruni
 
 TEST(ModelPruning, MasksAreTorchPrunesGlobalLocalAndStructured) {
   const auto interpreter = testing::python_with_torch();
-  if (interpreter.empty()) GTEST_SKIP() << "no python3 imports torch (Debian package python3-torch)";
+  ASSERT_FALSE(interpreter.empty()) << testing::kNoPythonWithTorch;
   TwoLayers module;
   nlohmann::json weights = nlohmann::json::object();
   for (const auto& item : module.named_parameters()) {

@@ -22,4 +22,9 @@ inline std::string python_with_torch() {
   return "";
 }
 
+/// What a test that needs python_with_torch() says when there is none.
+inline constexpr const char* kNoPythonWithTorch =
+    "no python3 imports torch: install Debian's python3-torch (scripts/install-deps.sh --tests), or set "
+    "ARC_BENCH_PYTHON to a python3 that does";
+
 }  // namespace arc::testing

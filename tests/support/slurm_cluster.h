@@ -64,7 +64,7 @@ class SlurmCluster {
   SlurmCluster& operator=(const SlurmCluster&) = delete;
 
   /// What a command needs in front of it to talk to this cluster.
-  std::string env() const { return "SLURM_CONF=" + conf() + " "; }
+  std::string env() const { return conf_entry(dir_) + " "; }
   const std::string& dir() const { return dir_; }
 
   /// The processes of the jobs of the cluster in `dir` (its dir()): step daemons, which hold a socket
@@ -79,7 +79,7 @@ class SlurmCluster {
       for (int i = 0; i < 6; ++i) fields >> skip;
       if (fields >> inode >> path && path.rfind(spool_of(dir), 0) == 0) sockets.insert("socket:[" + inode + "]");
     }
-    const std::string entry = std::string(1, '\0') + "SLURM_CONF=" + conf_of(dir) + '\0';
+    const std::string entry = std::string(1, '\0') + conf_entry(dir) + '\0';
     return pids_where("environ", [&](const std::string& environment, const std::string& pid) {
       if (('\0' + environment).find(entry) != std::string::npos) return true;
       std::error_code error;
@@ -114,6 +114,8 @@ class SlurmCluster {
 
  private:
   static std::string conf_of(const std::string& dir) { return dir + "/slurm.conf"; }
+  /// The environment entry that points Slurm's commands, and the cluster's tasks, at its slurm.conf.
+  static std::string conf_entry(const std::string& dir) { return "SLURM_CONF=" + conf_of(dir); }
   /// The folder of the node daemons' spool folders (SlurmdSpoolDir less its %n).
   static std::string spool_of(const std::string& dir) { return dir + "/spool/"; }
   std::string conf() const { return conf_of(dir_); }
