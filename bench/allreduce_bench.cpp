@@ -1,8 +1,10 @@
 // All-reduce latency and bandwidth between two local processes: shared memory (an ordinary tensor,
 // copied through the slots, and a buffer from reduce_buffer, reduced where it lies, as DDP's
-// buckets are) against Gloo, in the same invocation. The program starts its second rank itself
-// (the same binary, with the same arguments, so that both ranks run the same number of all-reduces).
-//   arc_bench_allreduce [iterations=200] [backends=shm,buffer,gloo: any of them]
+// buckets are; and such a buffer that each rank writes whole before every all-reduce, as backward
+// writes DDP's buckets, so that each rank reads the other's share from the other core's cache, not
+// from its own as in back-to-back all-reduces) against Gloo, in the same invocation. The program starts its second rank
+// itself (the same binary, with the same arguments, so that both ranks run the same number of all-reduces).
+//   arc_bench_allreduce [iterations=200] [backends=shm,buffer,written,gloo: any of them]
 #include "bench_util.h"
 
 #include <arc/strategies/process_group.h>
@@ -42,17 +44,19 @@ std::unique_ptr<Collectives> join(int64_t rank, int64_t port, bool shared_memory
   return make_collectives(options, std::move(hosted));
 }
 
-const std::vector<std::string> kBackends = {"shm", "buffer", "gloo"};
+const std::vector<std::string> kBackends = {"shm", "buffer", "written", "gloo"};
 
-// Median microseconds of one all-reduce of `bytes` of float32, for every size; of a buffer from
-// reduce_buffer where `shared_buffer`.
-std::vector<double> measure(Collectives& group, int iterations, bool shared_buffer) {
+// Median microseconds of one all-reduce of `bytes` of float32, for every size: of an ordinary
+// tensor (shm, gloo), or of a buffer from reduce_buffer (buffer; written: filled before each).
+std::vector<double> measure(Collectives& group, int iterations, const std::string& backend) {
+  const bool shared_buffer = backend == "buffer" || backend == "written";
   std::vector<double> micros;
   for (const int64_t bytes : kBytes) {
     auto tensor = shared_buffer ? group.reduce_buffer(bytes / 4, torch::kFloat).fill_(1) : torch::ones({bytes / 4});
     const int runs = bytes >= (16 << 20) ? std::max(iterations / 10, 5) : iterations;
     std::vector<double> times;
     for (int i = 0; i < runs + 5; ++i) {
+      if (backend == "written") tensor.fill_(i);
       group.barrier();
       const double t = seconds([&] { group.all_reduce(tensor, Reduce::sum).wait(); });
       if (i >= 5) times.push_back(t * 1e6);
@@ -89,10 +93,10 @@ int main(int argc, char** argv) try {
   }
   // Which backends to time, in the table's order.
   std::vector<std::string> chosen;
-  std::stringstream names(argc > 2 ? argv[2] : "shm,buffer,gloo");
+  std::stringstream names(argc > 2 ? argv[2] : "shm,buffer,written,gloo");
   for (std::string name; std::getline(names, name, ',');) {
     if (std::find(kBackends.begin(), kBackends.end(), name) == kBackends.end()) {
-      std::cerr << "arc_bench_allreduce: unknown backend '" << name << "'; name any of shm, buffer, gloo\n";
+      std::cerr << "arc_bench_allreduce: unknown backend '" << name << "'; name any of shm, buffer, written, gloo\n";
       return 2;
     }
     chosen.push_back(name);
@@ -100,7 +104,7 @@ int main(int argc, char** argv) try {
   const auto run = [&](const std::string& backend, int64_t rank, int64_t port,
                        c10::intrusive_ptr<c10d::TCPStore> store) {
     auto group = join(rank, port, backend != "gloo", std::move(store));
-    return measure(*group, iterations, backend == "buffer");
+    return measure(*group, iterations, backend);
   };
   if (const char* ports = std::getenv("ARC_BENCH_PORTS")) {
     std::stringstream list(ports);
@@ -134,11 +138,13 @@ int main(int argc, char** argv) try {
   waitpid(child, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw std::runtime_error("rank 1 (pid " + std::to_string(child) + ") failed; its error is above");
-  std::cout << std::right << std::setw(10) << "size" << std::setw(12) << "shm us" << std::setw(12) << "buffer us"
-            << std::setw(12) << "gloo us" << std::setw(12) << "shm GB/s" << std::setw(12) << "buffer GB/s"
-            << std::setw(12) << "gloo GB/s" << std::setw(14) << "gloo/buffer" << std::setw(12) << "shm/buffer"
-            << "\n";
-  // A figure, or blank where its backend was not timed (0).
+  // Each backend's microseconds, then its GB/s, then the ratios to the buffer; a blank where a
+  // backend was not timed.
+  std::cout << std::right << std::setw(10) << "size";
+  for (const auto& backend : kBackends) std::cout << std::setw(12) << backend + " us";
+  for (const auto& backend : kBackends) std::cout << std::setw(13) << backend + " GB/s";
+  for (const auto* backend : {"shm", "written", "gloo"}) std::cout << std::setw(16) << std::string(backend) + "/buffer";
+  std::cout << "\n";
   const auto cell = [](double value) {
     std::ostringstream text;
     if (value > 0) text << std::fixed << std::setprecision(value < 10 ? 2 : 1) << value;
@@ -149,13 +155,14 @@ int main(int argc, char** argv) try {
     std::ostringstream size;
     size << (mb < 1 ? kBytes[i] / 1024 : static_cast<int64_t>(mb)) << (mb < 1 ? " KB" : " MB");
     const auto us = [&](const std::string& backend) { return micros.count(backend) ? micros[backend][i] : 0.0; };
-    const double s = us("shm"), f = us("buffer"), g = us("gloo");
-    const double bytes = static_cast<double>(kBytes[i]);
-    const auto rate = [&](double micro) { return micro > 0 ? bytes / micro / 1e3 : 0.0; };
-    std::cout << std::setw(10) << size.str() << std::setw(12) << cell(s) << std::setw(12) << cell(f) << std::setw(12)
-              << cell(g) << std::setw(12) << cell(rate(s)) << std::setw(12) << cell(rate(f)) << std::setw(12)
-              << cell(rate(g)) << std::setw(14) << cell(f > 0 ? g / f : 0) << std::setw(12) << cell(f > 0 ? s / f : 0)
-              << "\n";
+    const double bytes = static_cast<double>(kBytes[i]), buffer = us("buffer");
+    std::cout << std::setw(10) << size.str();
+    for (const auto& backend : kBackends) std::cout << std::setw(12) << cell(us(backend));
+    for (const auto& backend : kBackends)
+      std::cout << std::setw(13) << cell(us(backend) > 0 ? bytes / us(backend) / 1e3 : 0.0);
+    for (const auto* backend : {"shm", "written", "gloo"})
+      std::cout << std::setw(16) << cell(buffer > 0 ? us(backend) / buffer : 0.0);
+    std::cout << "\n";
   }
   return 0;
 } catch (const std::exception& error) {
