@@ -22,9 +22,8 @@ fi
 # Left out, with the reason each fails on Debian 13 whatever Arclight does:
 # - every test that starts torchrun (the Ctrl-C test's mpirun half goes with it): Debian 13's
 #   torchrun cannot start (`torchrun --nproc_per_node 1 --no_python true` fails): its rendezvous asks
-#   for TCPStore's libuv backend, which that build lacks, and USE_LIBUV=0 does not reach it;
-# - Slurm.Sigterm...: `scancel` of a running job does not return under Slurm 24.11 in the chroot.
+#   for TCPStore's libuv backend, which that build lacks, and USE_LIBUV=0 does not reach it.
 excluded='Launchers\.(Torchrun|TwoTorchrun|TwoSlurmNodes|ElasticAcross|CtrlCStopsEveryRankUnderTorchrun)|ElasticKill|'\
-'Elastic\.MoreFailures|Slurm\.Sigterm'
+'Elastic\.MoreFailures'
 chroot "$root" env CUDA_HOME="$cuda_home" bash -c "cd /src && scripts/install-deps.sh --tests && scripts/build.sh &&
   ctest --test-dir build --output-on-failure -j \"\$(nproc)\" -E '$excluded'"

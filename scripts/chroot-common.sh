@@ -28,6 +28,9 @@ arc_chroot_enter() {
   mount --make-rslave "$ARC_CHROOT_ROOT/dev"
   mount --make-rslave "$ARC_CHROOT_ROOT/sys"
   cp /etc/resolv.conf "$ARC_CHROOT_ROOT/etc/resolv.conf"
+  # An installed Debian names its host in /etc/hosts (127.0.1.1); debootstrap's does not, and Slurm
+  # 24.11's slurmctld resolves the host name to reach srun when a job is cancelled (scancel hung).
+  grep -qw "$(hostname)" "$ARC_CHROOT_ROOT/etc/hosts" || echo "127.0.1.1 $(hostname)" >>"$ARC_CHROOT_ROOT/etc/hosts"
   rm -rf "$ARC_CHROOT_ROOT/src"
   mkdir -p "$ARC_CHROOT_ROOT/src"
   git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -C "$ARC_CHROOT_ROOT/src" -xf -
