@@ -1,9 +1,10 @@
 // All-reduce latency and bandwidth between two local processes: shared memory (an ordinary tensor,
-// copied through the slots, and a buffer from reduce_buffer, reduced where it lies, as DDP's
-// buckets are; and such a buffer that each rank writes whole before every all-reduce, as backward
-// writes DDP's buckets, so that each rank reads the other's share from the other core's cache, not
-// from its own as in back-to-back all-reduces) against Gloo, in the same invocation. The program starts its second rank
-// itself (the same binary, with the same arguments, so that both ranks run the same number of all-reduces).
+// copied through the slots; a buffer from reduce_buffer, reduced where it lies, as DDP's buckets
+// are; and such a buffer that each rank writes whole before every all-reduce, as backward writes
+// DDP's buckets, so that each rank reads the other's share from the other core's cache, not from
+// its own as in back-to-back all-reduces) against Gloo, in the same invocation. The program starts
+// its second rank itself (the same binary, with the same arguments, so that both ranks run the same
+// number of all-reduces).
 //   arc_bench_allreduce [iterations=200] [backends=shm,buffer,written,gloo: any of them]
 #include "bench_util.h"
 

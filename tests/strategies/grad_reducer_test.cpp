@@ -1,4 +1,4 @@
-// GradReducer bucketing and averaging on a one-rank Gloo group (multi-rank runs: ddp_test).
+// GradReducer bucketing on a one-rank Gloo group, which exchanges nothing (averaging over ranks: ddp_test).
 #include <arc/base/error.h>
 #include <arc/profilers/simple_profiler.h>
 #include <arc/strategies/grad_reducer.h>
