@@ -176,8 +176,6 @@ void GradReducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_]->pending == 0) {
     const CollectiveName name("gradient bucket", static_cast<int64_t>(next_bucket_));
     auto& bucket = *buckets_[next_bucket_++];
-    // One rank's mean is its own gradient, bit for bit: nothing to exchange.
-    if (collectives_.world_size() == 1) continue;
     ProfileScope scope(profiler_, "[GradReducer].all_reduce");
     bucket.work = collectives_.all_reduce(bucket.buffer, Reduce::mean);
   }

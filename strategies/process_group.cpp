@@ -98,6 +98,9 @@ class C10dCollectives : public Collectives {
 
   PendingWork all_reduce(torch::Tensor tensor, Reduce op) override {
     check_reduction(tensor, op);
+    // One rank's sum, mean (x / 1 is exact), max and min are its tensor: nothing to exchange (a
+    // one-rank Gloo all-reduce cost the MLP's DDP step 0.2 ms in its gradient buckets).
+    if (world_size() == 1) return {};
     std::vector<torch::Tensor> tensors{writable(tensor)};
     c10d::AllreduceOptions options;
     options.reduceOp = to_c10d(op);
