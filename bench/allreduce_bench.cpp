@@ -46,18 +46,20 @@ std::unique_ptr<Collectives> join(int64_t rank, int64_t port, bool shared_memory
 }
 
 const std::vector<std::string> kBackends = {"shm", "buffer", "written", "gloo"};
+// The backends whose ratio to the buffer the table gives.
+const std::vector<std::string> kAgainstBuffer = {"shm", "written", "gloo"};
 
 // Median microseconds of one all-reduce of `bytes` of float32, for every size: of an ordinary
 // tensor (shm, gloo), or of a buffer from reduce_buffer (buffer; written: filled before each).
 std::vector<double> measure(Collectives& group, int iterations, const std::string& backend) {
-  const bool shared_buffer = backend == "buffer" || backend == "written";
+  const bool write_first = backend == "written", shared_buffer = write_first || backend == "buffer";
   std::vector<double> micros;
   for (const int64_t bytes : kBytes) {
     auto tensor = shared_buffer ? group.reduce_buffer(bytes / 4, torch::kFloat).fill_(1) : torch::ones({bytes / 4});
     const int runs = bytes >= (16 << 20) ? std::max(iterations / 10, 5) : iterations;
     std::vector<double> times;
     for (int i = 0; i < runs + 5; ++i) {
-      if (backend == "written") tensor.fill_(i);
+      if (write_first) tensor.fill_(i);
       group.barrier();
       const double t = seconds([&] { group.all_reduce(tensor, Reduce::sum).wait(); });
       if (i >= 5) times.push_back(t * 1e6);
@@ -144,7 +146,7 @@ int main(int argc, char** argv) try {
   std::cout << std::right << std::setw(10) << "size";
   for (const auto& backend : kBackends) std::cout << std::setw(12) << backend + " us";
   for (const auto& backend : kBackends) std::cout << std::setw(13) << backend + " GB/s";
-  for (const auto* backend : {"shm", "written", "gloo"}) std::cout << std::setw(16) << std::string(backend) + "/buffer";
+  for (const auto& backend : kAgainstBuffer) std::cout << std::setw(16) << backend + "/buffer";
   std::cout << "\n";
   const auto cell = [](double value) {
     std::ostringstream text;
@@ -161,7 +163,7 @@ int main(int argc, char** argv) try {
     for (const auto& backend : kBackends) std::cout << std::setw(12) << cell(us(backend));
     for (const auto& backend : kBackends)
       std::cout << std::setw(13) << cell(us(backend) > 0 ? bytes / us(backend) / 1e3 : 0.0);
-    for (const auto* backend : {"shm", "written", "gloo"})
+    for (const auto& backend : kAgainstBuffer)
       std::cout << std::setw(16) << cell(buffer > 0 ? us(backend) / buffer : 0.0);
     std::cout << "\n";
   }
