@@ -17,12 +17,16 @@ std::string format_duration(double seconds) {
   return fmt::format("{:02d}:{:02d}", total / 60, total % 60);
 }
 
-std::string rate_and_times(double elapsed, int64_t done, int64_t total) {
-  const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0;
+// The rate counts the batches run since the bar started (`done - first`: a resumed epoch's earlier
+// batches ran in another process); with none yet, the rate and time left are unknown ("?", as tqdm's).
+std::string rate_and_times(double elapsed, int64_t first, int64_t done, int64_t total) {
+  const bool known = done > first && elapsed > 0;
+  const double rate = known ? static_cast<double>(done - first) / elapsed : 0.0;
+  const std::string rate_text = known ? fmt::format("{:.2f} it/s", rate) : "? it/s";
   // A stream's batches are not counted ahead: no total and no time left.
-  if (total == kUnknownLength) return fmt::format("{}/? [{}, {:.2f} it/s]", done, format_duration(elapsed), rate);
-  const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
-  return fmt::format("{}/{} [{}<{}, {:.2f} it/s]", done, total, format_duration(elapsed), format_duration(eta), rate);
+  if (total == kUnknownLength) return fmt::format("{}/? [{}, {}]", done, format_duration(elapsed), rate_text);
+  const std::string eta = known ? format_duration(static_cast<double>(total - done) / rate) : "?";
+  return fmt::format("{}/{} [{}<{}, {}]", done, total, format_duration(elapsed), eta, rate_text);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -42,18 +46,20 @@ ProgressBar::ProgressBar(std::optional<int64_t> refresh_rate, bool leave)
             "; give the batches between redraws (1 or more), or 0 for no progress bar");
 }
 
-void ProgressBar::on_train_epoch_start(Trainer&, TrainModule&) {
+void ProgressBar::on_train_epoch_start(Trainer& trainer, TrainModule&) {
   epoch_start_ = last_draw_ = std::chrono::steady_clock::now();
+  epoch_first_ = trainer.progress().epoch_batches;
 }
 
 std::string ProgressBar::line(Trainer& trainer, int64_t done) const {
-  return with_metrics(fmt::format("Epoch {}: {}", trainer.current_epoch(),
-                                  rate_and_times(seconds_since(epoch_start_), done, trainer.num_training_batches())),
-                      trainer);
+  return with_metrics(
+      fmt::format("Epoch {}: {}", trainer.current_epoch(),
+                  rate_and_times(seconds_since(epoch_start_), epoch_first_, done, trainer.num_training_batches())),
+      trainer);
 }
 
 std::string ProgressBar::eval_line(Trainer& trainer, const char* title, int64_t done) const {
-  return fmt::format("{}: {}", title, rate_and_times(seconds_since(eval_start_), done, trainer.num_val_batches()));
+  return fmt::format("{}: {}", title, rate_and_times(seconds_since(eval_start_), 0, done, trainer.num_val_batches()));
 }
 
 void ProgressBar::draw(const std::string& text, bool final_line) {

@@ -64,6 +64,8 @@ class ProgressBar : public Callback {
   std::chrono::steady_clock::time_point eval_start_;
   std::chrono::steady_clock::time_point last_draw_;
   size_t drawn_width_ = 0;
+  /// The epoch's batch this process started at (after resuming, the checkpoint's).
+  int64_t epoch_first_ = 0;
   int64_t eval_done_ = 0;
 };
 

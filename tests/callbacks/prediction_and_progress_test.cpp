@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <optional>
+#include <thread>
 
 namespace arc {
 namespace {
@@ -119,6 +122,38 @@ TEST(ProgressBar, ShowsValidationTestAndPredictProgress) {
   const auto fitted = progress_of([&](Trainer& t) { t.fit(module, tiny_data(4, 2), tiny_data(2, 2)); });
   EXPECT_NE(fitted.find("Epoch 0: 2/2 ["), std::string::npos) << fitted;
   EXPECT_EQ(occurrences(fitted, "Validation: 1/1 ["), 2u) << fitted;  // drawn after its batch, then ended
+}
+
+struct SlowSteps : TinyModule {
+  torch::Tensor training_step(Batch& batch, int64_t i) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return TinyModule::training_step(batch, i);
+  }
+};
+
+// A resumed epoch's rate counts only the batches this run did: resumed after batch 2 of 4, the
+// bar's 50 ms batches go at 20 it/s or slower (counting the 2 earlier ones gave twice the rate);
+// resumed with none left, the rate and time left are unknown, not the batches over no time.
+TEST(ProgressBar, AResumedEpochCountsOnlyItsOwnBatchesInTheRate) {
+  const auto dir = std::filesystem::temp_directory_path() / ("arc_resumed_bar_" + std::to_string(getpid()));
+  TinyModule first;
+  Trainer(quiet().max_epochs(1),
+          {std::make_shared<ModelCheckpoint>(
+              ModelCheckpointOptions().dirpath(dir.string()).every_n_train_steps(2).save_top_k(-1))})
+      .fit(first, tiny_data(8, 2), tiny_data(2, 2));
+  const auto resumed_from = [&](const std::string& name) {
+    SlowSteps module;
+    return progress_of([&](Trainer& t) { t.fit(module, tiny_data(8, 2), tiny_data(2, 2), (dir / name).string()); });
+  };
+  const auto halfway = resumed_from("epoch=0-step=2.ckpt");
+  EXPECT_EQ(halfway.find("Epoch 0: 2/4 ["), std::string::npos) << halfway;
+  const auto at = halfway.find("Epoch 0: 4/4 [");
+  ASSERT_NE(at, std::string::npos) << halfway;
+  const auto rate_at = halfway.find(", ", at) + 2;
+  EXPECT_LE(std::stod(halfway.substr(rate_at)), 20.0) << halfway;
+  const auto at_end = resumed_from("epoch=0-step=4.ckpt");
+  EXPECT_NE(at_end.find("Epoch 0: 4/4 [00:00<?, ? it/s]"), std::string::npos) << at_end;
+  std::filesystem::remove_all(dir);
 }
 
 // Lightning's refresh_rate: a line every n batches and at the epoch's end; 0 draws nothing (it
