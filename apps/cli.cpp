@@ -2,6 +2,7 @@
 #include <arc/apps/cli.h>
 
 #include <arc/apps/examples/run_report.h>
+#include <arc/base/class_path.h>
 #include <arc/base/config.h>
 #include <arc/base/console.h>
 #include <arc/base/error.h>
@@ -46,6 +47,8 @@ A config (JSON, or YAML for .yaml and .yml) has three sections:
    "data": {"batch_size": 64},
    "trainer": {"max_epochs": 1, "accelerator": "cpu",
                "callbacks": [{"class_path": "EarlyStopping", "init_args": {"monitor": "val_loss"}}]}}
+  As in LightningCLI, the module's section may be called "model", and the module and data may be
+  given as {"class_path": "mlp_classifier", "init_args": {"hidden": 256}}.
 )";
 
 // What a config section names, built and checked.
@@ -103,20 +106,44 @@ nlohmann::json with_seed_everything(nlohmann::json trainer, const nlohmann::json
   return trainer;
 }
 
+// Whether a module or data section is LightningCLI's {class_path, init_args} entry (or its
+// class_path alone) rather than Arclight's {name, <options>}.
+bool is_class_path_entry(const nlohmann::json& section) {
+  return section.is_string() || (section.is_object() && section.contains("class_path"));
+}
+
+// What the module or data section `path` builds: the registered class its "name" gives (`fallback`
+// when it gives none; "" makes the name required) with the section's other keys as its options, or
+// LightningCLI's entry's class with its init_args. `name` is set to the class chosen.
+template <typename T>
+std::shared_ptr<T> from_section(const Registry<T, const Config&>& registry, const nlohmann::json* section,
+                                const std::string& path, const std::string& fallback, std::string& name) {
+  if (section != nullptr && is_class_path_entry(*section))
+    return detail::with_class_path(*section, path, [&](const std::string& class_name, const Config& init_args) {
+      name = class_name;
+      return registry.create(class_name, init_args);
+    });
+  Config options(section ? *section : nlohmann::json::object(), path);
+  name = fallback.empty() ? options.require<std::string>("name") : options.get<std::string>("name", fallback);
+  auto built = registry.create(name, options);
+  options.finish();
+  return built;
+}
+
 Experiment build(const nlohmann::json& config_json) {
   Config root(config_json, "");
   Experiment out;
+  // LightningCLI calls the module's section "model".
   const auto* module_json = root.find("module");
-  Config module(module_json ? *module_json : nlohmann::json::object(), "module");
-  const std::string module_name = module.get<std::string>("name", "mlp_classifier");
-  out.module = module_registry().create(module_name, module);
-  module.finish();
+  const auto* model_json = root.find("model");
+  ARC_CHECK(module_json == nullptr || model_json == nullptr,
+            "the config has both 'module' and 'model' (LightningCLI's name for the same section); keep one of them");
+  const std::string module_key = model_json != nullptr ? "model" : "module";
+  std::string module_name, data_name;
+  out.module =
+      from_section(module_registry(), model_json ? model_json : module_json, module_key, "mlp_classifier", module_name);
   const auto* data_json = root.find("data");
-  Config data(data_json ? *data_json : nlohmann::json::object(), "data");
-  const std::string fallback = default_data_module(module_name);
-  const auto data_name = fallback.empty() ? data.require<std::string>("name") : data.get<std::string>("name", fallback);
-  out.data = data_module_registry().create(data_name, data);
-  data.finish();
+  out.data = from_section(data_module_registry(), data_json, "data", default_data_module(module_name), data_name);
   const auto* trainer_json = root.find("trainer");
   const auto* seed_everything = root.find("seed_everything");
   out.options = TrainerOptions::from_json(
@@ -131,8 +158,10 @@ Experiment build(const nlohmann::json& config_json) {
     out.module->set_optimizer_config(optimizer ? *optimizer : nullptr, lr_scheduler ? *lr_scheduler : nullptr);
   root.finish();
   out.resolved = config_json;
-  out.resolved["module"]["name"] = module_name;
-  out.resolved["data"]["name"] = data_name;
+  // A LightningCLI entry names its class already.
+  if (!is_class_path_entry(config_json.value(module_key, nlohmann::json())))
+    out.resolved[module_key]["name"] = module_name;
+  if (!is_class_path_entry(config_json.value("data", nlohmann::json()))) out.resolved["data"]["name"] = data_name;
   out.resolved["trainer"] = out.options.to_json();
   // The seed that seed_everything chose, as LightningCLI saves it, so that config.yaml repeats the run.
   if (seed_everything != nullptr && out.options.seed()) out.resolved["seed_everything"] = *out.options.seed();

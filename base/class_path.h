@@ -51,20 +51,23 @@ auto with_class_path(const nlohmann::json& entry, const std::string& path, const
   const auto* init_json = fields.find("init_args");
   fields.finish();
   Config init_args(init_json != nullptr ? *init_json : nlohmann::json::object(), path + ".init_args");
-  try {
-    auto built = build(registered_name(class_path), init_args);
-    init_args.finish();
-    return built;
-  } catch (const Error& error) {
-    // A misspelt key explains a missing or defaulted one best ("save_dri": did you mean "save_dir"?).
-    const std::string message = error.what();
-    init_args.finish_after(message);
-    // Config's messages name the key already ('trainer.callbacks[1].init_args.mode'); the registry's
-    // names the class, and a constructor's the option, which is the init_args key of that name.
-    if (message.find("'" + path) != std::string::npos) throw;
-    const auto key = init_json != nullptr ? key_named_in(message, *init_json) : std::string();
-    throw Error((key.empty() ? path : path + ".init_args." + key) + " (" + class_path + "): " + message);
-  }
+  // finish() after the build, outside its handler: its message names the key already.
+  auto built = [&] {
+    try {
+      return build(registered_name(class_path), init_args);
+    } catch (const Error& error) {
+      // A misspelt key explains a missing or defaulted one best ("save_dri": did you mean "save_dir"?).
+      const std::string message = error.what();
+      init_args.finish_after(message);
+      // Config's messages name the key already ('trainer.callbacks[1].init_args.mode'); the registry's
+      // names the class, and a constructor's the option, which is the init_args key of that name.
+      if (message.find("'" + path) != std::string::npos) throw;
+      const auto key = init_json != nullptr ? key_named_in(message, *init_json) : std::string();
+      throw Error((key.empty() ? path : path + ".init_args." + key) + " (" + class_path + "): " + message);
+    }
+  }();
+  init_args.finish();
+  return built;
 }
 
 /// `T` built by `registry` from `entry`, as with_class_path.

@@ -150,9 +150,14 @@ TEST(Cli, LightningCliDottedFlagsAreOverrides) {
                                 "or --trainer.max_epochs <value>"),
             std::string::npos)
       << missing.output;
-  const auto model = arc("fit --model.lr 0.1");
-  EXPECT_EQ(model.status, 2) << model.output;
-  EXPECT_NE(model.output.find("unknown config key 'model'; did you mean 'module'?"), std::string::npos) << model.output;
+  // LightningCLI's --model.<key> sets the module's option.
+  const std::string short_run = " --trainer.max_steps=5 --trainer.limit_val_batches=0 --trainer.logger=false";
+  const auto model = arc("fit --model.lr 0.5" + short_run);
+  const auto module = arc("fit --module.lr 0.5" + short_run);
+  const auto default_lr = arc("fit" + short_run);
+  ASSERT_EQ(model.status, 0) << model.output;
+  EXPECT_EQ(result_of(model.output)["final_param_sha256"], result_of(module.output)["final_param_sha256"]);
+  EXPECT_NE(result_of(model.output)["final_param_sha256"], result_of(default_lr.output)["final_param_sha256"]);
 }
 
 // LightningCLI's top-level seed_everything: an integer is trainer.seed; true a seed chosen for the
@@ -237,8 +242,8 @@ TEST(Cli, BadConfigKeysNameTheKeyAndSuggest) {
   out = arc("train --set trainer.strategy=dpp");
   EXPECT_EQ(out.status, 2);
   EXPECT_NE(out.output.find("unknown strategy 'dpp'"), std::string::npos) << out.output;
-  out = arc("train --set model.name=x");
-  EXPECT_NE(out.output.find("unknown config key 'model'; did you mean 'module'?"), std::string::npos) << out.output;
+  out = arc("train --set modell.name=x");
+  EXPECT_NE(out.output.find("unknown config key 'modell'; did you mean 'model'?"), std::string::npos) << out.output;
 }
 
 TEST(Cli, UnreadableOrInvalidConfigFilesAreErrors) {

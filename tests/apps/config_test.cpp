@@ -180,6 +180,64 @@ TEST(Config, LightningImportPathsLoneEntriesAndBareClassPathsNameTheSameClasses)
   fs::remove_all(dir);
 }
 
+// What `arc fit` prints for the config `content`, written to `name`, which must fail as a bad config.
+std::string error_for(const std::string& name, const std::string& content) {
+  const auto run = arc("fit --config " + write_config(name, content));
+  EXPECT_EQ(run.status, 2) << run.output;
+  return run.output;
+}
+
+void expect_in(const std::string& output, const std::string& text) {
+  EXPECT_NE(output.find(text), std::string::npos) << "'" << text << "' in:\n" << output;
+}
+
+// LightningCLI's model section and {class_path, init_args} module and data entries build what
+// Arclight's module section names: the same weights, and --print_config keeps the section's spelling,
+// so that its output runs again.
+TEST(Config, LightningCliModelAndDataEntriesNameTheSameClasses) {
+  const auto dir = scratch("model");
+  const std::string trainer =
+      "trainer:\n  limit_train_batches: 10\n  limit_val_batches: 1\n  num_threads: 1\n"
+      "  enable_progress_bar: false\n  logger: false\n  enable_checkpointing: false\n";
+  const auto run = [&](const std::string& name, const std::string& sections, const std::string& flags = "") {
+    return arc_in(dir, "fit --config " + write_config(name, trainer + sections) + flags);
+  };
+  const auto arclight = run("module.yaml", "module: {name: mlp_classifier, hidden: 64}\ndata: {batch_size: 32}\n");
+  const auto model = run("model.yaml", "model: {name: mlp_classifier, hidden: 64}\ndata: {batch_size: 32}\n");
+  const std::string entries =
+      "model:\n  class_path: my_project.models.mlp_classifier\n  init_args: {hidden: 64}\n"
+      "data:\n  class_path: canonical\n  init_args: {batch_size: 32}\n";
+  const auto lightning = run("entries.yaml", entries);
+  for (const auto* each : {&arclight, &model, &lightning}) ASSERT_EQ(each->status, 0) << each->output;
+  const auto weights = result_of(arclight.output)["final_param_sha256"];
+  EXPECT_EQ(result_of(model.output)["final_param_sha256"], weights);
+  EXPECT_EQ(result_of(lightning.output)["final_param_sha256"], weights);
+  // A hidden size of 64, not the default's: the summary's first layer has 784 x 64 + 64 parameters.
+  EXPECT_NE(lightning.output.find("50240"), std::string::npos) << lightning.output;
+  const auto printed = run("entries.yaml", entries, " --print_config 2>/dev/null");
+  ASSERT_EQ(printed.status, 0) << printed.output;
+  EXPECT_EQ(printed.output.find("module:"), std::string::npos) << printed.output;
+  const auto again = arc_in(dir, "fit --config " + write_config("printed.yaml", printed.output));
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_EQ(result_of(again.output)["final_param_sha256"], weights);
+  // The CNN by a LightningCLI flag; both spellings of the section at once are an error.
+  const auto cnn = arc_in(dir,
+                          "fit --model.class_path cnn_classifier --trainer.max_steps=2 --trainer.logger=false "
+                          "--trainer.limit_val_batches=0 --trainer.enable_progress_bar=false");
+  ASSERT_EQ(cnn.status, 0) << cnn.output;
+  EXPECT_NE(cnn.output.find("Conv2d"), std::string::npos) << cnn.output;
+  expect_in(error_for("both.yaml", "module: {hidden: 64}\nmodel: {hidden: 32}\n"),
+            "both.yaml: the config has both 'module' and 'model' (LightningCLI's name for the same section); keep one "
+            "of them");
+  expect_in(error_for("hiden.yaml", "model: {class_path: mlp_classifier, init_args: {hiden: 64}}\n"),
+            "hiden.yaml: unknown config key 'model.init_args.hiden'; did you mean 'hidden'? known keys in "
+            "'model.init_args': hidden, lr, momentum");
+  expect_in(error_for("class.yaml", "model: {class_path: my_project.mlp_clasifier}\n"),
+            "class.yaml: model (my_project.mlp_clasifier): unknown module 'mlp_clasifier'; did you mean "
+            "'mlp_classifier'?");
+  fs::remove_all(dir);
+}
+
 // Three short epochs with LearningRateMonitor (and `more_callbacks`, YAML list entries), and
 // LightningCLI's optimizer and lr_scheduler sections: Adam at 1e-3, halved every epoch by StepLR.
 std::string adam_halved_each_epoch(const std::string& more_callbacks = "") {
@@ -237,14 +295,6 @@ TEST(Config, PrintConfigRoundTripsToTheSameRun) {
 
 // Each bad config is an error that names the file, the key and the fix, and trains nothing.
 TEST(Config, BadConfigsNameTheFileAndTheKey) {
-  const auto error_for = [](const std::string& name, const std::string& content) {
-    const auto run = arc("fit --config " + write_config(name, content));
-    EXPECT_EQ(run.status, 2) << run.output;
-    return run.output;
-  };
-  const auto expect_in = [](const std::string& output, const std::string& text) {
-    EXPECT_NE(output.find(text), std::string::npos) << "'" << text << "' in:\n" << output;
-  };
   const std::string callbacks =
       "trainer:\n  callbacks:\n    - class_path: EarlyStopping\n"
       "      init_args: {monitor: val_loss}\n    - class_path: ModelCheckpoint\n";
@@ -254,6 +304,7 @@ TEST(Config, BadConfigsNameTheFileAndTheKey) {
   const auto unknown = error_for("unknown.yaml", callbacks + "      init_args: {mode: max, monitr: val_acc}\n");
   expect_in(unknown,
             "unknown.yaml: unknown config key 'trainer.callbacks[1].init_args.monitr'; did you mean 'monitor'?");
+  EXPECT_EQ(unknown.find("(and: "), std::string::npos) << "said once:\n" << unknown;
   // A misspelt required key: the misspelling and the missing key, not a list of known keys that
   // stopped at the missing one.
   const auto required = error_for("required.yaml",
