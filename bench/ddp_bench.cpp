@@ -87,6 +87,20 @@ int main(int argc, char** argv) try {
         << "; Arclight ddp_spawn x2 (shared memory) vs it: " << rows[2].sps() / rows[8].sps() << "\n"
         << "gradients in their buckets (gradient_as_bucket_view) vs copied back: " << rows[2].sps() / rows[6].sps()
         << "\n";
+    // The VM's speed drifts within a run of this bench: each round's DDP run against the 1-process
+    // run just before it, and the runs' median steps, which leave out the stalls that a short run
+    // cannot average away.
+    std::vector<double> paired, one_step, ddp_step;
+    for (size_t r = 0; r < rows[2].runs.size(); ++r) {
+      paired.push_back(rows[2].runs[r].json["train_sps"].get<double>() /
+                       (2 * rows[0].runs[r].json["train_sps"].get<double>()));
+      one_step.push_back(rows[0].runs[r].json["median_step_ms"].get<double>());
+      ddp_step.push_back(rows[2].runs[r].json["median_step_ms"].get<double>());
+    }
+    const auto [low, high] = std::minmax_element(paired.begin(), paired.end());
+    std::cout << "the same, each round's runs paired: median " << median(paired) << " (" << *low << " to " << *high
+              << "); by the runs' median steps (" << median(one_step) << " ms against " << median(ddp_step)
+              << " ms, batch 64 per rank): " << median(one_step) / median(ddp_step) << "\n";
     if (!rows[7].runs.empty())
       std::cout << "Arclight ddp_spawn x2 vs 2 x 1 process at batch 128 (DDP's global batch: nearly the same weights "
                 << "step by step, so the same data-dependent kernel costs): " << rows[2].sps() / (2 * rows[7].sps())
