@@ -208,10 +208,15 @@ TEST(Config, LightningCliModelAndDataEntriesNameTheSameClasses) {
       "model:\n  class_path: my_project.models.mlp_classifier\n  init_args: {hidden: 64}\n"
       "data:\n  class_path: canonical\n  init_args: {batch_size: 32}\n";
   const auto lightning = run("entries.yaml", entries);
-  for (const auto* each : {&arclight, &model, &lightning}) ASSERT_EQ(each->status, 0) << each->output;
+  // jsonargparse's flags: keys beside class_path are init_args.
+  const auto flags = run("trainer.yaml", "",
+                         " --model.class_path my_project.models.mlp_classifier --model.hidden 64 --data.class_path "
+                         "canonical --data.batch_size=32");
+  for (const auto* each : {&arclight, &model, &lightning, &flags}) ASSERT_EQ(each->status, 0) << each->output;
   const auto weights = result_of(arclight.output)["final_param_sha256"];
   EXPECT_EQ(result_of(model.output)["final_param_sha256"], weights);
   EXPECT_EQ(result_of(lightning.output)["final_param_sha256"], weights);
+  EXPECT_EQ(result_of(flags.output)["final_param_sha256"], weights);
   // A hidden size of 64, not the default's: the summary's first layer has 784 x 64 + 64 parameters.
   EXPECT_NE(lightning.output.find("50240"), std::string::npos) << lightning.output;
   const auto printed = run("entries.yaml", entries, " --print_config 2>/dev/null");
@@ -232,6 +237,9 @@ TEST(Config, LightningCliModelAndDataEntriesNameTheSameClasses) {
   expect_in(error_for("hiden.yaml", "model: {class_path: mlp_classifier, init_args: {hiden: 64}}\n"),
             "hiden.yaml: unknown config key 'model.init_args.hiden'; did you mean 'hidden'? known keys in "
             "'model.init_args': hidden, lr, momentum");
+  expect_in(error_for("twice.yaml", "model: {class_path: mlp_classifier, hidden: 32, init_args: {hidden: 64}}\n"),
+            "twice.yaml: model.hidden (32) and model.init_args.hidden (64) disagree; set one of them "
+            "(--model.init_args.hidden=<value> overrides a config file's)");
   expect_in(error_for("class.yaml", "model: {class_path: my_project.mlp_clasifier}\n"),
             "class.yaml: model (my_project.mlp_clasifier): unknown module 'mlp_clasifier'; did you mean "
             "'mlp_classifier'?");
