@@ -112,27 +112,6 @@ bool is_class_path_entry(const nlohmann::json& section) {
   return section.is_string() || (section.is_object() && section.contains("class_path"));
 }
 
-// LightningCLI's entry with the keys beside class_path and init_args moved into init_args, as
-// jsonargparse takes `--model.hidden 64` for `--model.init_args.hidden 64`; a key given both ways
-// with two values is an error.
-nlohmann::json with_init_args_gathered(nlohmann::json entry, const std::string& path) {
-  if (!entry.is_object()) return entry;
-  auto& init_args = entry["init_args"];
-  if (init_args.is_null()) init_args = nlohmann::json::object();
-  const nlohmann::json given_keys = entry;
-  for (const auto& item : given_keys.items()) {
-    const std::string& key = item.key();
-    if (key == "class_path" || key == "init_args" || !init_args.is_object()) continue;
-    const auto given = init_args.find(key);
-    ARC_CHECK(given == init_args.end() || *given == item.value(), path, ".", key, " (", item.value().dump(), ") and ",
-              path, ".init_args.", key, " (", given == init_args.end() ? "" : given->dump(),
-              ") disagree; set one of them (--", path, ".init_args.", key, "=<value> overrides a config file's)");
-    init_args[key] = item.value();
-    entry.erase(key);
-  }
-  return entry;
-}
-
 // What the module or data section `path` builds: the registered class its "name" gives (`fallback`
 // when it gives none; "" makes the name required) with the section's other keys as its options, or
 // LightningCLI's entry's class with its init_args. `name` is set to the class chosen.
@@ -140,11 +119,10 @@ template <typename T>
 std::shared_ptr<T> from_section(const Registry<T, const Config&>& registry, const nlohmann::json* section,
                                 const std::string& path, const std::string& fallback, std::string& name) {
   if (section != nullptr && is_class_path_entry(*section))
-    return detail::with_class_path(with_init_args_gathered(*section, path), path,
-                                   [&](const std::string& class_name, const Config& init_args) {
-                                     name = class_name;
-                                     return registry.create(class_name, init_args);
-                                   });
+    return detail::with_class_path(*section, path, [&](const std::string& class_name, const Config& init_args) {
+      name = class_name;
+      return registry.create(class_name, init_args);
+    });
   Config options(section ? *section : nlohmann::json::object(), path);
   name = fallback.empty() ? options.require<std::string>("name") : options.get<std::string>("name", fallback);
   auto built = registry.create(name, options);

@@ -41,12 +41,35 @@ inline std::string registered_name(const std::string& class_path) {
   return dot == std::string::npos ? class_path : class_path.substr(dot + 1);
 }
 
+/// `entry` with the keys beside class_path and init_args moved into init_args, as jsonargparse takes
+/// `--optimizer.lr 0.01` for `--optimizer.init_args.lr 0.01`; a key given both ways with two values
+/// is an error. A string (a class_path alone) becomes {"class_path": entry}.
+inline nlohmann::json with_init_args_gathered(const nlohmann::json& entry, const std::string& path) {
+  if (!entry.is_object()) return entry.is_string() ? nlohmann::json{{"class_path", entry}} : entry;
+  nlohmann::json gathered = entry;
+  auto& init_args = gathered["init_args"];
+  if (init_args.is_null()) init_args = nlohmann::json::object();
+  if (!init_args.is_object()) return entry;  // Config says what init_args must be
+  for (const auto& item : entry.items()) {
+    const std::string& key = item.key();
+    if (key == "class_path" || key == "init_args") continue;
+    const auto given = init_args.find(key);
+    ARC_CHECK(given == init_args.end() || *given == item.value(), path, ".", key, " (", item.value().dump(), ") and ",
+              path, ".init_args.", key, " (", given == init_args.end() ? "" : given->dump(),
+              ") disagree; set one of them (--", path, ".init_args.", key, "=<value> overrides a config file's)");
+    init_args[key] = item.value();
+    gathered.erase(key);
+  }
+  return gathered;
+}
+
 /// What `build(class name, init_args)` makes of `entry` ({"class_path", "init_args"}, or the
-/// class_path alone as a string, as LightningCLI takes it), every init_args key read; errors name
-/// `path` (the entry's place in the config).
+/// class_path alone as a string, as LightningCLI takes it, and keys beside class_path as init_args:
+/// with_init_args_gathered), every init_args key read; errors name `path` (the entry's place in the
+/// config).
 template <typename Build>
 auto with_class_path(const nlohmann::json& entry, const std::string& path, const Build& build) {
-  Config fields(entry.is_string() ? nlohmann::json{{"class_path", entry}} : entry, path);
+  Config fields(with_init_args_gathered(entry, path), path);
   const auto class_path = fields.require<std::string>("class_path");
   const auto* init_json = fields.find("init_args");
   fields.finish();

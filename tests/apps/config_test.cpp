@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -231,18 +232,19 @@ TEST(Config, LightningCliModelAndDataEntriesNameTheSameClasses) {
                           "--trainer.limit_val_batches=0 --trainer.enable_progress_bar=false");
   ASSERT_EQ(cnn.status, 0) << cnn.output;
   EXPECT_NE(cnn.output.find("Conv2d"), std::string::npos) << cnn.output;
-  expect_in(error_for("both.yaml", "module: {hidden: 64}\nmodel: {hidden: 32}\n"),
-            "both.yaml: the config has both 'module' and 'model' (LightningCLI's name for the same section); keep one "
-            "of them");
-  expect_in(error_for("hiden.yaml", "model: {class_path: mlp_classifier, init_args: {hiden: 64}}\n"),
-            "hiden.yaml: unknown config key 'model.init_args.hiden'; did you mean 'hidden'? known keys in "
-            "'model.init_args': hidden, lr, momentum");
-  expect_in(error_for("twice.yaml", "model: {class_path: mlp_classifier, hidden: 32, init_args: {hidden: 64}}\n"),
-            "twice.yaml: model.hidden (32) and model.init_args.hidden (64) disagree; set one of them "
-            "(--model.init_args.hidden=<value> overrides a config file's)");
-  expect_in(error_for("class.yaml", "model: {class_path: my_project.mlp_clasifier}\n"),
-            "class.yaml: model (my_project.mlp_clasifier): unknown module 'mlp_clasifier'; did you mean "
-            "'mlp_classifier'?");
+  // {file, content, the error it gives}
+  const std::vector<std::array<std::string, 3>> bad = {
+      {"both.yaml", "module: {hidden: 64}\nmodel: {hidden: 32}\n",
+       "the config has both 'module' and 'model' (LightningCLI's name for the same section); keep one of them"},
+      {"hiden.yaml", "model: {class_path: mlp_classifier, init_args: {hiden: 64}}\n",
+       "unknown config key 'model.init_args.hiden'; did you mean 'hidden'? known keys in 'model.init_args': hidden, "
+       "lr, momentum"},
+      {"twice.yaml", "model: {class_path: mlp_classifier, hidden: 32, init_args: {hidden: 64}}\n",
+       "model.hidden (32) and model.init_args.hidden (64) disagree; set one of them (--model.init_args.hidden=<value> "
+       "overrides a config file's)"},
+      {"class.yaml", "model: {class_path: my_project.mlp_clasifier}\n",
+       "model (my_project.mlp_clasifier): unknown module 'mlp_clasifier'; did you mean 'mlp_classifier'?"}};
+  for (const auto& [name, content, message] : bad) expect_in(error_for(name, content), name + ": " + message);
   fs::remove_all(dir);
 }
 
@@ -270,6 +272,16 @@ TEST(Config, OptimizerAndSchedulerFromTheConfigSetTheLearningRate) {
   const auto run = arc_in(dir, "fit --config " + write_config("optimizer.yaml", adam_halved_each_epoch()));
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_EQ(column(dir + "/lightning_logs/version_0/metrics.csv", "lr-Adam"),
+            (std::vector<double>{0.001, 0.0005, 0.00025}));
+  // LightningCLI's flags, init_args beside class_path: the same rates.
+  std::string trainer_only = adam_halved_each_epoch();
+  trainer_only.erase(trainer_only.find("optimizer:"));
+  const auto flags =
+      arc_in(dir, "fit --config " + write_config("trainer.yaml", trainer_only) +
+                      " --optimizer.class_path Adam --optimizer.lr 1e-3 --lr_scheduler.class_path StepLR "
+                      "--lr_scheduler.step_size 1 --lr_scheduler.gamma 0.5");
+  ASSERT_EQ(flags.status, 0) << flags.output;
+  EXPECT_EQ(column(dir + "/lightning_logs/version_1/metrics.csv", "lr-Adam"),
             (std::vector<double>{0.001, 0.0005, 0.00025}));
   const auto bad = arc("fit --config " + write_config("adm.yaml", "optimizer: {class_path: Adm}\n"));
   EXPECT_NE(bad.output.find("adm.yaml: optimizer (Adm): unknown optimizer 'Adm'; did you mean 'Adam'?"),
