@@ -13,6 +13,23 @@
 
 #include <iomanip>
 
+#include <sched.h>
+
+namespace {
+
+// The CPUs this process may run on.
+std::vector<int> usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  return cpus;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) try {
   using namespace arc::bench;
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 3;
@@ -26,6 +43,14 @@ int main(int argc, char** argv) try {
   const std::string python_command = arc::testing::python_with_torch();
   const bool python = !python_command.empty();
   if (!python) std::cout << "(no python3 that imports torch: PyTorch rows skipped; set ARC_BENCH_PYTHON)\n";
+  // Where the two ranks fill the machine, each has a CPU of its own, and ranks kept in step by their
+  // all-reduces go at the slower CPU's pace; on a virtual machine one vCPU may run slower than the
+  // other for minutes (its host core is shared). A one-process run pinned to each CPU measures both.
+  const std::vector<int> cpus = usable_cpus();
+  const bool per_cpu = cpus.size() == 2 && std::system("taskset -p 1 >/dev/null 2>&1") == 0;
+  if (!per_cpu)
+    std::cout << "(rows pinned to each CPU skipped: they need taskset and a machine of 2 CPUs, which the 2 ranks "
+              << "fill; this one has " << cpus.size() << ")\n";
 
   for (const std::string model : {"mlp", "cnn"}) {
     if (models.find(model) == std::string::npos) continue;
@@ -39,10 +64,16 @@ int main(int argc, char** argv) try {
                              {"ddp_spawn x2 shm, gradients copied", {}},
                              {"Arclight, 1 process, batch 128", {}},
                              {"2 separate at once, slower one's pace", {}}};
+    const size_t first_pinned = rows.size();
+    if (per_cpu)
+      for (const int cpu : cpus) rows.push_back({"Arclight, 1 process on CPU " + std::to_string(cpu), {}});
     const std::string spawn = arc + " --set module.name=" + module + " --set trainer.strategy=ddp_spawn" +
                               " --set trainer.devices=2 --set trainer.shared_memory=";
     for (int r = 0; r < repeats; ++r) {
       rows[0].runs.push_back(run(arc + " --set module.name=" + module));
+      for (size_t c = first_pinned; c < rows.size(); ++c)
+        rows[c].runs.push_back(
+            run("taskset -c " + std::to_string(cpus[c - first_pinned]) + " " + arc + " --set module.name=" + module));
       rows[1].runs.push_back(run_together(arc + " --set module.name=" + module, 2));
       rows[8].runs.push_back(rows[1].runs.back());
       rows[8].runs.back().json["train_sps"] = rows[1].runs.back().json["in_step_sps"];
@@ -101,6 +132,26 @@ int main(int argc, char** argv) try {
     std::cout << "the same, each round's runs paired: median " << median(paired) << " (" << *low << " to " << *high
               << "); by the runs' median steps (" << median(one_step) << " ms against " << median(ddp_step)
               << " ms, batch 64 per rank): " << median(one_step) / median(ddp_step) << "\n";
+    if (per_cpu) {
+      // Each round's DDP run against twice the slower of that round's pinned runs.
+      std::vector<double> against_slower, slower_step;
+      for (size_t r = 0; r < rows[2].runs.size(); ++r) {
+        const auto& a = rows[first_pinned].runs[r].json;
+        const auto& b = rows[first_pinned + 1].runs[r].json;
+        against_slower.push_back(rows[2].runs[r].json["train_sps"].get<double>() /
+                                 (2 * std::min(a["train_sps"].get<double>(), b["train_sps"].get<double>())));
+        slower_step.push_back(std::max(a["median_step_ms"].get<double>(), b["median_step_ms"].get<double>()));
+      }
+      const double sps_a = rows[first_pinned].sps(), sps_b = rows[first_pinned + 1].sps();
+      const auto [lowest, highest] = std::minmax_element(against_slower.begin(), against_slower.end());
+      std::cout << "each CPU on its own (1 process pinned to it): CPU " << cpus[0] << " " << std::setprecision(0)
+                << sps_a << ", CPU " << cpus[1] << " " << sps_b << " samples/s, the slower at " << std::setprecision(3)
+                << std::min(sps_a, sps_b) / std::max(sps_a, sps_b) << " of the faster\n"
+                << "Arclight ddp_spawn x2 (shared memory) vs 2 x the slower CPU's 1 process, each round paired: median "
+                << median(against_slower) << " (" << *lowest << " to " << *highest << "); by median steps ("
+                << median(slower_step) << " ms against " << median(ddp_step)
+                << " ms): " << median(slower_step) / median(ddp_step) << "\n";
+    }
     if (!rows[7].runs.empty())
       std::cout << "Arclight ddp_spawn x2 vs 2 x 1 process at batch 128 (DDP's global batch: nearly the same weights "
                 << "step by step, so the same data-dependent kernel costs): " << rows[2].sps() / (2 * rows[7].sps())
