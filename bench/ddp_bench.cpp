@@ -47,7 +47,8 @@ int main(int argc, char** argv) try {
   // all-reduces go at the slower CPU's pace; on a virtual machine one vCPU may run slower than the
   // other for minutes (its host core is shared). A one-process run pinned to each CPU measures both.
   const std::vector<int> cpus = usable_cpus();
-  const bool per_cpu = cpus.size() == 2 && std::system("taskset -p 1 >/dev/null 2>&1") == 0;
+  const bool per_cpu =
+      cpus.size() == 2 && std::system(("taskset -c " + std::to_string(cpus[0]) + " true >/dev/null 2>&1").c_str()) == 0;
   if (!per_cpu)
     std::cout << "(rows pinned to each CPU skipped: they need taskset and a machine of 2 CPUs, which the 2 ranks "
               << "fill; this one has " << cpus.size() << ")\n";
