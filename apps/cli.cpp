@@ -320,7 +320,8 @@ int run(int argc, char** argv) {
                         "config file, JSON or YAML (.yaml, .yml); give several to merge them, later ones winning");
     command->add_option("--set,-s", overrides,
                         "override one key: section.key=value (JSON or text), after the files; LightningCLI's "
-                        "--section.key=value and --section.key value are the same");
+                        "--section.key=value and --section.key value are the same, and "
+                        "--trainer.callbacks+=<class> appends an entry whose init_args the keys after it set");
   };
   for (const char* name : {"fit", "validate", "test", "predict"}) {
     auto* command = app.add_subcommand(name, std::string(name) + " a registered module as the config says");

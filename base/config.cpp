@@ -65,20 +65,41 @@ void Config::finish_after(const std::string& error) const {
   }
 }
 
-void set_dotted(nlohmann::json& root, const std::string& path, const std::string& text) {
+void set_dotted(nlohmann::json& root, const std::string& key, const std::string& text) {
+  const bool append = !key.empty() && key.back() == '+';
+  const std::string path = append ? key.substr(0, key.size() - 1) : key;
   ARC_CHECK(!path.empty() && path.front() != '.' && path.back() != '.',
-            "--set needs key=value with a dotted key such as trainer.max_epochs=3, got '", path, "'");
+            "--set needs key=value with a dotted key such as trainer.max_epochs=3, got '", key, "'");
+  auto value = nlohmann::json::parse(text, nullptr, false);
+  if (value.is_discarded()) value = text;
   nlohmann::json* node = &root;
   size_t begin = 0;
   while (true) {
     const size_t dot = path.find('.', begin);
     const std::string part = path.substr(begin, dot - begin);
     ARC_CHECK(!part.empty(), "--set key '", path, "' has an empty part; write it as section.key");
+    if (node->is_array()) {
+      const std::string list = path.substr(0, begin - 1);
+      ARC_CHECK(!node->empty(), "--set key '", path, "': '", list,
+                "' is an empty list, so it has no last entry to set '", part, "' of; append one first (--", list,
+                "+=<class name>)");
+      node = &node->back();
+      if (node->is_string()) *node = {{"class_path", *node}};
+    }
     if (node->is_null()) *node = nlohmann::json::object();
     ARC_CHECK(node->is_object(), "--set key '", path, "': '", part, "' is inside a value that is not an object");
     if (dot == std::string::npos) {
-      (*node)[part] = nlohmann::json::parse(text, nullptr, false);
-      if ((*node)[part].is_discarded()) (*node)[part] = text;
+      auto& target = (*node)[part];
+      if (!append) {
+        target = value;
+        return;
+      }
+      if (target.is_null()) target = nlohmann::json::array();
+      if (target.is_object() || target.is_string()) target = nlohmann::json::array({target});
+      ARC_CHECK(target.is_array(), "--", path, "+=", text, ": '", path, "' holds ", target.dump(),
+                ", not a list of entries to append to; set it with --", path, "=<value>");
+      if (!value.is_array()) value = nlohmann::json::array({value});
+      for (auto& entry : value) target.push_back(std::move(entry));
       return;
     }
     node = &(*node)[part];

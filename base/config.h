@@ -130,7 +130,11 @@ class Config {
 };
 
 /// Sets `path` ("trainer.max_epochs") in `root` to `text` parsed as JSON, or kept as a string
-/// when it is not JSON; this is how `--set key=value` reaches a config.
+/// when it is not JSON; this is how `--set key=value` reaches a config. For lists of class entries
+/// it takes LightningCLI's forms: "trainer.callbacks+" appends the value (a class name, an entry or
+/// a list of them) to the list, a lone entry there becoming its first; and a path that goes on
+/// through a list ("trainer.callbacks.patience") sets that key of the list's last entry, so that the
+/// keys after "--trainer.callbacks+=EarlyStopping" are the init_args of the entry it appended.
 void set_dotted(nlohmann::json& root, const std::string& path, const std::string& text);
 
 }  // namespace arc

@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -190,6 +191,61 @@ std::string error_for(const std::string& name, const std::string& content) {
 
 void expect_in(const std::string& output, const std::string& text) {
   EXPECT_NE(output.find(text), std::string::npos) << "'" << text << "' in:\n" << output;
+}
+
+// LightningCLI's callbacks on the command line: --trainer.callbacks+=<class> appends an entry, and the
+// keys after it (--trainer.callbacks.<key>) are that entry's init_args. The same run as the config
+// file's list: EarlyStopping ends it after the second epoch (no change of 1.0 in val_loss), and the
+// monitor logs every step's rate.
+TEST(Config, LightningCliAppendedCallbacksAreTheConfigFilesList) {
+  const auto dir = scratch("append");
+  const std::string limits =
+      " --trainer.max_epochs=3 --trainer.limit_train_batches=10 --trainer.limit_val_batches=2 "
+      "--trainer.num_threads=1 --trainer.enable_progress_bar=false --trainer.log_every_n_steps=1";
+  const auto listed = arc_in(
+      dir, "fit" + limits + " --config " +
+               write_config("listed.yaml",
+                            "trainer:\n  logger: {class_path: CSVLogger, init_args: {save_dir: " + dir +
+                                "/listed}}\n  callbacks:\n"
+                                "    - {class_path: EarlyStopping, init_args: {monitor: val_loss, patience: 0, "
+                                "min_delta: 1.0}}\n"
+                                "    - {class_path: LearningRateMonitor, init_args: {logging_interval: step}}\n"));
+  const std::string appended_flags =
+      " --trainer.callbacks+=EarlyStopping --trainer.callbacks.monitor=val_loss --trainer.callbacks.patience 0"
+      " --trainer.callbacks.min_delta=1.0 --trainer.callbacks+=lightning.pytorch.callbacks.LearningRateMonitor"
+      " --trainer.callbacks.logging_interval=step --trainer.logger+=CSVLogger --trainer.logger.save_dir=" +
+      dir + "/appended";
+  const auto appended = arc_in(dir, "fit" + limits + appended_flags);
+  ASSERT_EQ(listed.status, 0) << listed.output;
+  ASSERT_EQ(appended.status, 0) << appended.output;
+  EXPECT_EQ(result_of(appended.output)["final_param_sha256"], result_of(listed.output)["final_param_sha256"]);
+  EXPECT_EQ(result_of(appended.output)["steps"], 20) << "EarlyStopping ends the run after 2 of its 3 epochs";
+  const auto rates = column(dir + "/appended/lightning_logs/version_0/metrics.csv", "lr-SGD");
+  EXPECT_EQ(rates.size(), 20u);
+  EXPECT_EQ(rates, column(dir + "/listed/lightning_logs/version_0/metrics.csv", "lr-SGD"));
+  // Appended to a config file's list, after its entries; a key goes to the last entry.
+  const auto printed = arc_in(dir, "fit --print_config --config " +
+                                       write_config("one.yaml", "trainer:\n  callbacks: [EarlyStopping]\n") +
+                                       " --trainer.callbacks.monitor=val_acc --trainer.callbacks+=Timer 2>/dev/null");
+  ASSERT_EQ(printed.status, 0) << printed.output;
+  const auto early = printed.output.find("class_path: \"EarlyStopping\"");
+  const auto monitor = printed.output.find("monitor: \"val_acc\"");
+  const auto timer = printed.output.find("- \"Timer\"");
+  EXPECT_TRUE(early != std::string::npos && early < monitor && monitor < timer && timer != std::string::npos)
+      << printed.output;
+  // Appending to what is not a list, and setting a key of an empty list's last entry, say what to do.
+  const std::vector<std::pair<std::string, std::string>> errors = {
+      {"--trainer.max_epochs+=2",
+       "'trainer.max_epochs' holds 1, not a list of entries to append to; set it with --trainer.max_epochs=<value>"},
+      {"--trainer.callbacks=[] --trainer.callbacks.patience=2",
+       "'trainer.callbacks' is an empty list, so it has no last entry to set 'patience' of; append one first "
+       "(--trainer.callbacks+=<class name>)"}};
+  for (const auto& [flags, message] : errors) {
+    const auto run = arc("fit " + flags);
+    EXPECT_EQ(run.status, 2) << run.output;
+    expect_in(run.output, message);
+  }
+  fs::remove_all(dir);
 }
 
 // LightningCLI's model section and {class_path, init_args} module and data entries build what
