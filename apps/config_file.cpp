@@ -95,10 +95,7 @@ LoadedConfig load_config(const std::vector<std::string>& config_paths, const std
   for (const auto& item : overrides) {
     const auto equals = item.find('=');
     ARC_CHECK(equals != std::string::npos, "--set needs key=value, e.g. trainer.max_epochs=3, got '", item, "'");
-    std::string key = item.substr(0, equals);
-    set_dotted(out.config, key, item.substr(equals + 1));
-    if (key.back() == '+') key.pop_back();  // LightningCLI's append to a list
-    out.origins[key] = "--set";
+    out.origins[set_dotted(out.config, item.substr(0, equals), item.substr(equals + 1))] = "--set";
   }
   return out;
 }

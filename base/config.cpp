@@ -65,7 +65,7 @@ void Config::finish_after(const std::string& error) const {
   }
 }
 
-void set_dotted(nlohmann::json& root, const std::string& key, const std::string& text) {
+std::string set_dotted(nlohmann::json& root, const std::string& key, const std::string& text) {
   const bool append = !key.empty() && key.back() == '+';
   const std::string path = append ? key.substr(0, key.size() - 1) : key;
   ARC_CHECK(!path.empty() && path.front() != '.' && path.back() != '.',
@@ -78,6 +78,7 @@ void set_dotted(nlohmann::json& root, const std::string& key, const std::string&
     const size_t dot = path.find('.', begin);
     const std::string part = path.substr(begin, dot - begin);
     ARC_CHECK(!part.empty(), "--set key '", path, "' has an empty part; write it as section.key");
+    const nlohmann::json* holder = node;  // what the path so far names
     if (node->is_array()) {
       const std::string list = path.substr(0, begin - 1);
       ARC_CHECK(!node->empty(), "--set key '", path, "': '", list,
@@ -87,12 +88,16 @@ void set_dotted(nlohmann::json& root, const std::string& key, const std::string&
       if (node->is_string()) *node = {{"class_path", *node}};
     }
     if (node->is_null()) *node = nlohmann::json::object();
-    ARC_CHECK(node->is_object(), "--set key '", path, "': '", part, "' is inside a value that is not an object");
+    if (!node->is_object()) {
+      const std::string at = path.substr(0, begin - 1);
+      ARC_FAIL("--set key '", path, "': '", at, "' holds ", holder->dump(), ", which has no key '", part, "'",
+               holder->is_array() ? " in its last entry" : "", "; set '", at, "' itself (--", at, "=<value>)");
+    }
     if (dot == std::string::npos) {
       auto& target = (*node)[part];
       if (!append) {
         target = value;
-        return;
+        return path;
       }
       if (target.is_null()) target = nlohmann::json::array();
       if (target.is_object() || target.is_string()) target = nlohmann::json::array({target});
@@ -100,7 +105,7 @@ void set_dotted(nlohmann::json& root, const std::string& key, const std::string&
                 ", not a list of entries to append to; set it with --", path, "=<value>");
       if (!value.is_array()) value = nlohmann::json::array({value});
       for (auto& entry : value) target.push_back(std::move(entry));
-      return;
+      return path;
     }
     node = &(*node)[part];
     begin = dot + 1;

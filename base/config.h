@@ -135,6 +135,7 @@ class Config {
 /// a list of them) to the list, a lone entry there becoming its first; and a path that goes on
 /// through a list ("trainer.callbacks.patience") sets that key of the list's last entry, so that the
 /// keys after "--trainer.callbacks+=EarlyStopping" are the init_args of the entry it appended.
-void set_dotted(nlohmann::json& root, const std::string& path, const std::string& text);
+/// Returns the path set ("trainer.callbacks" for "trainer.callbacks+").
+std::string set_dotted(nlohmann::json& root, const std::string& path, const std::string& text);
 
 }  // namespace arc

@@ -119,39 +119,42 @@ int main(int argc, char** argv) try {
         << "; Arclight ddp_spawn x2 (shared memory) vs it: " << rows[2].sps() / rows[8].sps() << "\n"
         << "gradients in their buckets (gradient_as_bucket_view) vs copied back: " << rows[2].sps() / rows[6].sps()
         << "\n";
-    // The VM's speed drifts within a run of this bench: each round's DDP run against the 1-process
-    // run just before it, and the runs' median steps, which leave out the stalls that a short run
-    // cannot average away.
-    std::vector<double> paired, one_step, ddp_step;
-    for (size_t r = 0; r < rows[2].runs.size(); ++r) {
-      paired.push_back(rows[2].runs[r].json["train_sps"].get<double>() /
-                       (2 * rows[0].runs[r].json["train_sps"].get<double>()));
-      one_step.push_back(rows[0].runs[r].json["median_step_ms"].get<double>());
-      ddp_step.push_back(rows[2].runs[r].json["median_step_ms"].get<double>());
-    }
-    const auto [low, high] = std::minmax_element(paired.begin(), paired.end());
-    std::cout << "the same, each round's runs paired: median " << median(paired) << " (" << *low << " to " << *high
-              << "); by the runs' median steps (" << median(one_step) << " ms against " << median(ddp_step)
-              << " ms, batch 64 per rank): " << median(one_step) / median(ddp_step) << "\n";
-    if (per_cpu) {
-      // Each round's DDP run against twice the slower of that round's pinned runs.
-      std::vector<double> against_slower, slower_step;
+    // The VM's speed drifts within a run of this bench: each round's DDP run against a run of the same
+    // round (`sps` and `step`: its samples/s and median step in round r), by samples/s and by the runs'
+    // median steps, which leave out the stalls that a short run cannot average away.
+    const auto paired_with = [&](const auto& sps, const auto& step) {
+      std::vector<double> ratios, steps, ddp_steps;
       for (size_t r = 0; r < rows[2].runs.size(); ++r) {
-        const auto& a = rows[first_pinned].runs[r].json;
-        const auto& b = rows[first_pinned + 1].runs[r].json;
-        against_slower.push_back(rows[2].runs[r].json["train_sps"].get<double>() /
-                                 (2 * std::min(a["train_sps"].get<double>(), b["train_sps"].get<double>())));
-        slower_step.push_back(std::max(a["median_step_ms"].get<double>(), b["median_step_ms"].get<double>()));
+        const auto& ddp = rows[2].runs[r].json;
+        ratios.push_back(ddp["train_sps"].get<double>() / (2 * sps(r)));
+        steps.push_back(step(r));
+        ddp_steps.push_back(ddp["median_step_ms"].get<double>());
       }
-      const double sps_a = rows[first_pinned].sps(), sps_b = rows[first_pinned + 1].sps();
-      const auto [lowest, highest] = std::minmax_element(against_slower.begin(), against_slower.end());
+      const auto [low, high] = std::minmax_element(ratios.begin(), ratios.end());
+      std::ostringstream line;
+      line << std::fixed << std::setprecision(3) << "median " << median(ratios) << " (" << *low << " to " << *high
+           << "); by the runs' median steps (" << median(steps) << " ms against " << median(ddp_steps)
+           << " ms): " << median(steps) / median(ddp_steps);
+      return line.str();
+    };
+    const auto field = [&](size_t row, size_t r, const char* name) {
+      return rows[row].runs[r].json[name].get<double>();
+    };
+    std::cout << "the same, each round's runs paired (batch 64 per rank): "
+              << paired_with([&](size_t r) { return field(0, r, "train_sps"); },
+                             [&](size_t r) { return field(0, r, "median_step_ms"); })
+              << "\n";
+    if (per_cpu) {
+      const size_t a = first_pinned, b = first_pinned + 1;
       std::cout << "each CPU on its own (1 process pinned to it): CPU " << cpus[0] << " " << std::setprecision(0)
-                << sps_a << ", CPU " << cpus[1] << " " << sps_b << " samples/s, the slower at " << std::setprecision(3)
-                << std::min(sps_a, sps_b) / std::max(sps_a, sps_b) << " of the faster\n"
-                << "Arclight ddp_spawn x2 (shared memory) vs 2 x the slower CPU's 1 process, each round paired: median "
-                << median(against_slower) << " (" << *lowest << " to " << *highest << "); by median steps ("
-                << median(slower_step) << " ms against " << median(ddp_step)
-                << " ms): " << median(slower_step) / median(ddp_step) << "\n";
+                << rows[a].sps() << ", CPU " << cpus[1] << " " << rows[b].sps() << " samples/s, the slower at "
+                << std::setprecision(3)
+                << std::min(rows[a].sps(), rows[b].sps()) / std::max(rows[a].sps(), rows[b].sps()) << " of the faster\n"
+                << "Arclight ddp_spawn x2 (shared memory) vs 2 x the slower CPU's 1 process, each round paired: "
+                << paired_with(
+                       [&](size_t r) { return std::min(field(a, r, "train_sps"), field(b, r, "train_sps")); },
+                       [&](size_t r) { return std::max(field(a, r, "median_step_ms"), field(b, r, "median_step_ms")); })
+                << "\n";
     }
     if (!rows[7].runs.empty())
       std::cout << "Arclight ddp_spawn x2 vs 2 x 1 process at batch 128 (DDP's global batch: nearly the same weights "

@@ -233,13 +233,19 @@ TEST(Config, LightningCliAppendedCallbacksAreTheConfigFilesList) {
   const auto timer = printed.output.find("- \"Timer\"");
   EXPECT_TRUE(early != std::string::npos && early < monitor && monitor < timer && timer != std::string::npos)
       << printed.output;
-  // Appending to what is not a list, and setting a key of an empty list's last entry, say what to do.
+  // Appending to what is not a list, and a key inside a number or an empty list, say what to do.
   const std::vector<std::pair<std::string, std::string>> errors = {
       {"--trainer.max_epochs+=2",
        "'trainer.max_epochs' holds 1, not a list of entries to append to; set it with --trainer.max_epochs=<value>"},
       {"--trainer.callbacks=[] --trainer.callbacks.patience=2",
        "'trainer.callbacks' is an empty list, so it has no last entry to set 'patience' of; append one first "
-       "(--trainer.callbacks+=<class name>)"}};
+       "(--trainer.callbacks+=<class name>)"},
+      {"--trainer.max_epochs.x=2",
+       "'trainer.max_epochs' holds 1, which has no key 'x'; set 'trainer.max_epochs' itself "
+       "(--trainer.max_epochs=<value>)"},
+      {"--trainer.devices=[0,1] --trainer.devices.x=2",
+       "'trainer.devices' holds [0,1], which has no key 'x' in its last entry; set 'trainer.devices' itself "
+       "(--trainer.devices=<value>)"}};
   for (const auto& [flags, message] : errors) {
     const auto run = arc("fit " + flags);
     EXPECT_EQ(run.status, 2) << run.output;
