@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <cstdio>
 #include <iomanip>
 #include <sstream>
@@ -70,7 +71,16 @@ inline double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-/// Reads the output of `command`, started by popen, to its end; the JSON of its RESULT line.
+/// The last `count` lines of `text`.
+inline std::string last_lines(const std::string& text, int count) {
+  size_t at = text.size();
+  if (at > 0 && text[at - 1] == '\n') --at;
+  for (int i = 0; i < count && at != std::string::npos && at > 0; ++i) at = text.rfind('\n', at - 1);
+  return at == std::string::npos ? text : text.substr(at + 1);
+}
+
+/// Reads the output of `command`, started by popen, to its end; the JSON of its RESULT line. A command
+/// that fails or prints none is an error with its exit status and its last lines, which say why.
 inline nlohmann::json result_from(FILE* pipe, const std::string& command) {
   if (pipe == nullptr) throw std::runtime_error("could not start: " + command);
   std::string output;
@@ -79,12 +89,24 @@ inline nlohmann::json result_from(FILE* pipe, const std::string& command) {
   while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
   const int status = pclose(pipe);
   auto result = cli::read_report(output);
-  if (status != 0 || result.is_null()) throw std::runtime_error("no RESULT line from: " + command + "\n" + output);
+  if (status != 0 || result.is_null())
+    throw std::runtime_error("no RESULT line from: " + command + "\n(exit status " +
+                             std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : status) + "; its last lines:)\n" +
+                             last_lines(output, 20));
   return result;
 }
 
-/// Starts `command`, its standard error dropped, its output to be read by result_from.
-inline FILE* start_command(const std::string& command) { return popen((command + " 2>/dev/null").c_str(), "r"); }
+/// Starts `command`, its standard error with its output, to be read by result_from.
+inline FILE* start_command(const std::string& command) { return popen((command + " 2>&1").c_str(), "r"); }
+
+#ifdef ARC_BINARY
+/// `arc train` on `accelerator` with `threads` intra-op threads and no progress bar: how every bench
+/// starts a fresh run of the canonical workload. The accelerator is named, as "auto" would take a GPU.
+inline std::string arc_train(const std::string& accelerator = "cpu", int threads = 1) {
+  return std::string(ARC_BINARY) + " train --set trainer.accelerator=" + accelerator +
+         " --set trainer.num_threads=" + std::to_string(threads) + " --set trainer.enable_progress_bar=false";
+}
+#endif
 
 /// Runs `command` (an `arc train ...`) and returns the JSON of its RESULT line.
 inline nlohmann::json result_of(const std::string& command) { return result_from(start_command(command), command); }

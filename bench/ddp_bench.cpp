@@ -37,8 +37,7 @@ int main(int argc, char** argv) try {
   torch::set_num_threads(1);
   print_header("DDP on the canonical workload: 1 thread per process, " + std::to_string(repeats) +
                " runs each, median");
-  const std::string arc =
-      std::string(ARC_BINARY) + " train --set trainer.num_threads=1 --set trainer.enable_progress_bar=false";
+  const std::string arc = arc_train();
   const std::string script = std::string(ARC_SOURCE_DIR) + "/bench/python/torch_workload.py";
   const std::string python_command = arc::testing::python_with_torch();
   const bool python = !python_command.empty();

@@ -38,9 +38,8 @@ int main(int argc, char** argv) try {
   if (python.empty()) std::cout << "(no python3 that imports torch: PyTorch and Lightning rows left out)\n";
   if (!python.empty() && !lightning) std::cout << "(Lightning does not import under " << python << ": rows left out)\n";
   const std::string scripts = std::string(ARC_SOURCE_DIR) + "/bench/python/";
-  const std::string arc = std::string(ARC_BINARY) + " train --set trainer.num_threads=1" +
-                          " --set trainer.enable_progress_bar=false --set trainer.accelerator=" + accelerator +
-                          " --set trainer.devices=1 --set data.pin_memory=" + (gpu ? "true" : "false");
+  const std::string arc =
+      arc_train(accelerator) + " --set trainer.devices=1 --set data.pin_memory=" + (gpu ? "true" : "false");
 
   for (const std::string model : {"mlp", "cnn"}) {
     if (models.find(model) == std::string::npos) continue;

@@ -23,10 +23,8 @@ int main(int argc, char** argv) try {
       std::vector<double> sps;
       double acc = 0;
       for (int r = 0; r < repeats; ++r) {
-        const auto result =
-            result_of(std::string(ARC_BINARY) + " train --set module.name=" + model +
-                      "_classifier --set trainer.num_threads=" + std::to_string(threads) +
-                      " --set trainer.enable_progress_bar=false" + " --set trainer.precision=" + precision);
+        const auto result = result_of(arc_train("cpu", threads) + " --set module.name=" + model +
+                                      "_classifier --set trainer.precision=" + precision);
         sps.push_back(result["train_sps"].get<double>());
         acc = result["val_acc"].get<double>();
       }

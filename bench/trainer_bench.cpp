@@ -82,7 +82,7 @@ class CountingProfiler : public SimpleProfiler {
 
 double tiny_trainer(const TinyData& data, bool log_loss, bool defaults, std::shared_ptr<Profiler> profiler = nullptr) {
   Tiny model(log_loss);
-  auto options = TrainerOptions().max_epochs(1).num_threads(1).default_root_dir(scratch_root());
+  auto options = TrainerOptions().accelerator("cpu").max_epochs(1).num_threads(1).default_root_dir(scratch_root());
   if (!defaults) options.enable_progress_bar(false).enable_model_summary(false).enable_checkpointing(false);
   Trainer trainer(options, {}, {}, std::move(profiler));
   DataSource source(std::make_shared<TensorDataset>(std::vector<torch::Tensor>{data.x, data.y}),
@@ -104,7 +104,8 @@ double mlp_hand() {
 double mlp_trainer(bool defaults) {
   examples::MlpClassifier model(Config(nlohmann::json::object(), "module"));
   examples::CanonicalData data(Config(nlohmann::json::object(), "data"));
-  auto options = TrainerOptions().max_epochs(1).num_threads(1).limit_val_batches(BatchAmount::fraction(0.0));
+  auto options =
+      TrainerOptions().accelerator("cpu").max_epochs(1).num_threads(1).limit_val_batches(BatchAmount::fraction(0.0));
   options.default_root_dir(scratch_root());
   if (!defaults) options.enable_progress_bar(false).enable_model_summary(false).enable_checkpointing(false);
   Trainer trainer(options);
@@ -118,9 +119,8 @@ struct ChildRun {
 
 // Runs `arc train` on the CNN in a fresh process: malloc settings are per process.
 ChildRun cnn_child(bool tune_malloc, int64_t batches) {
-  const std::string command = std::string(ARC_BINARY) +
-                              " train --set module.name=cnn_classifier --set trainer.num_threads=1"
-                              " --set trainer.enable_progress_bar=false --set trainer.limit_val_batches=0"
+  const std::string command = arc_train() +
+                              " --set module.name=cnn_classifier --set trainer.limit_val_batches=0"
                               " --set trainer.limit_train_batches=" +
                               std::to_string(batches) +
                               " --set trainer.tune_malloc=" + (tune_malloc ? "true" : "false");
