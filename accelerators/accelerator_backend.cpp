@@ -25,8 +25,9 @@ Registry<AcceleratorBackend>& accelerator_registry() {
 
 std::shared_ptr<AcceleratorBackend> resolve_accelerator(const std::string& name) {
   if (name != "auto") return accelerator_registry().create(name);
-  auto cuda = accelerator_registry().create("cuda");
-  return cuda->available() ? cuda : accelerator_registry().create("cpu");
+  auto cuda = std::make_shared<CudaAccelerator>(/*chosen_by_auto=*/true);
+  if (cuda->available()) return cuda;
+  return accelerator_registry().create("cpu");
 }
 
 }  // namespace arc

@@ -28,7 +28,10 @@ std::vector<c10::Device> CudaAccelerator::select(const Devices& devices) const {
   if (indices.empty()) {
     const int64_t wanted = count(devices);
     ARC_CHECK(wanted <= present, "devices=", wanted, " asks for more GPUs than the ", present,
-              " visible ones; lower devices or check CUDA_VISIBLE_DEVICES");
+              " visible ones; lower devices or check CUDA_VISIBLE_DEVICES",
+              chosen_by_auto_ ? ", or set accelerator to \"cpu\" for " + std::to_string(wanted) +
+                                    " processes on the CPU (accelerator \"auto\" took the GPU)"
+                              : std::string());
     for (int64_t i = 0; i < wanted; ++i) indices.push_back(i);
   }
   std::vector<c10::Device> out;

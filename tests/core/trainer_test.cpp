@@ -1,6 +1,8 @@
 // What runs under each Trainer option: steps, optimizer steps, validation runs and batches.
 #include "support/tiny_module.h"
 
+#include <arc/accelerators/accelerator_backend.h>
+
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -364,6 +366,24 @@ TEST(Trainer, BadStrategyAndAcceleratorChoicesAreErrors) {
       FAIL() << "expected an error";
     } catch (const Error& error) {
       EXPECT_NE(std::string(error.what()).find("no CUDA device is available"), std::string::npos) << error.what();
+    }
+  }
+}
+
+// Where accelerator "auto" took the GPU, a count beyond the GPUs most likely meant processes on the
+// CPU (`devices(2)` on a machine with one GPU): the error says how to ask for them. Where "gpu" was
+// named, it does not.
+TEST(Trainer, MoreDevicesThanGpusUnderAutoSayHowToRunOnTheCpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: accelerator \"auto\" takes the CPU here";
+  const auto too_many = Devices::of_count(static_cast<int64_t>(torch::cuda::device_count()) + 1);
+  for (const std::string name : {"auto", "gpu"}) {
+    try {
+      resolve_accelerator(name)->select(too_many);
+      ADD_FAILURE() << "expected an error under accelerator " << name;
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("asks for more GPUs than the"), std::string::npos) << message;
+      EXPECT_EQ(message.find("set accelerator to \"cpu\"") != std::string::npos, name == "auto") << message;
     }
   }
 }
