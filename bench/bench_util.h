@@ -89,10 +89,12 @@ inline nlohmann::json result_from(FILE* pipe, const std::string& command) {
   while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
   const int status = pclose(pipe);
   auto result = cli::read_report(output);
-  if (status != 0 || result.is_null())
-    throw std::runtime_error("no RESULT line from: " + command + "\n(exit status " +
-                             std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : status) + "; its last lines:)\n" +
+  if (status != 0 || result.is_null()) {
+    const std::string ended = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                                  : "exit status " + std::to_string(WEXITSTATUS(status));
+    throw std::runtime_error("no RESULT line from: " + command + "\n(" + ended + "; its last lines:)\n" +
                              last_lines(output, 20));
+  }
   return result;
 }
 
