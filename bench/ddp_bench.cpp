@@ -145,10 +145,10 @@ int main(int argc, char** argv) try {
               << "\n";
     if (per_cpu) {
       const size_t a = first_pinned, b = first_pinned + 1;
+      const double sps_a = rows[a].sps(), sps_b = rows[b].sps();
       std::cout << "each CPU on its own (1 process pinned to it): CPU " << cpus[0] << " " << std::setprecision(0)
-                << rows[a].sps() << ", CPU " << cpus[1] << " " << rows[b].sps() << " samples/s, the slower at "
-                << std::setprecision(3)
-                << std::min(rows[a].sps(), rows[b].sps()) / std::max(rows[a].sps(), rows[b].sps()) << " of the faster\n"
+                << sps_a << ", CPU " << cpus[1] << " " << sps_b << " samples/s, the slower at " << std::setprecision(3)
+                << std::min(sps_a, sps_b) / std::max(sps_a, sps_b) << " of the faster\n"
                 << "Arclight ddp_spawn x2 (shared memory) vs 2 x the slower CPU's 1 process, each round paired: "
                 << paired_with(
                        [&](size_t r) { return std::min(field(a, r, "train_sps"), field(b, r, "train_sps")); },
