@@ -83,8 +83,8 @@ int main(int argc, char** argv) try {
       rows[6].runs.push_back(run(spawn + "true --set trainer.gradient_as_bucket_view=false"));
       // The CNN's kernels cost more along DDP's weights; the MLP's matrix products would only get
       // more efficient at batch 128, which says nothing about DDP. Accumulating two batches of 64
-      // steps the optimizer on the 128 samples that DDP's step takes from both ranks (the same
-      // weights up to float rounding) with DDP's kernels of batch 64.
+      // steps the optimizer on the 128 samples that DDP's step takes from both ranks (nearly DDP's
+      // weights: only the order of the sums differs) with DDP's kernels of batch 64.
       if (model == "cnn") {
         rows[7].runs.push_back(run(arc + " --set module.name=" + module + " --set data.batch_size=128"));
         rows[9].runs.push_back(run(arc + " --set module.name=" + module + " --set trainer.accumulate_grad_batches=2"));
@@ -168,11 +168,12 @@ int main(int argc, char** argv) try {
                 << "step by step, so the same data-dependent kernel costs): " << rows[2].sps() / (2 * rows[7].sps())
                 << "\n";
     if (!rows[9].runs.empty())
-      std::cout << "Arclight ddp_spawn x2 vs 2 x 1 process accumulating 2 batches of 64 (DDP's weights, DDP's batch "
-                << "per rank), each round paired: "
-                << paired_with([&](size_t r) { return field(9, r, "train_sps"); },
-                               [&](size_t r) { return field(9, r, "median_step_ms"); })
-                << "\n";
+      std::cout
+          << "Arclight ddp_spawn x2 vs 2 x 1 process accumulating 2 batches of 64 (nearly DDP's weights, its batch "
+          << "per rank), each round paired: "
+          << paired_with([&](size_t r) { return field(9, r, "train_sps"); },
+                         [&](size_t r) { return field(9, r, "median_step_ms"); })
+          << "\n";
     const auto sha = [&](size_t row) { return rows[row].runs.front().json["final_param_sha256"]; };
     std::cout << "final weights, shared memory vs Gloo: " << (sha(2) == sha(3) ? "bit-identical" : "DIFFERENT") << "\n";
     std::cout << "final weights, gradients in buckets vs copied: " << (sha(2) == sha(6) ? "bit-identical" : "DIFFERENT")
