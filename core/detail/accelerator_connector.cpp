@@ -29,8 +29,8 @@ DDPOptions ddp_options(const TrainerOptions& options) {
 }
 
 // "auto" devices under a launcher are the processes it started on this node.
-Devices devices_to_select(const Devices& devices, const cluster::ClusterEnvironment* environment) {
-  if (devices.is_auto && environment != nullptr && environment->creates_processes_externally())
+Devices auto_devices(const Devices& devices, const cluster::ClusterEnvironment* environment) {
+  if (environment != nullptr && environment->creates_processes_externally())
     return Devices::of_count(environment->local_world_size());
   return devices;
 }
@@ -51,11 +51,15 @@ ResolvedRun resolve_run(const TrainerOptions& options) {
 
   StrategyPlan plan;
   plan.accelerator = run.accelerator.get();
+  // Devices named outright are selected before the launch, so that ddp_spawn starts no rank only
+  // for it to fail on them.
+  if (!options.devices().is_auto) plan.devices = run.accelerator->select(options.devices());
   plan.environment = run.strategy->launch(request);
   run.cluster_environment = plan.environment && plan.environment->creates_processes_externally()
                                 ? plan.environment
                                 : cluster::detect(request.requeue);
-  plan.devices = run.accelerator->select(devices_to_select(options.devices(), plan.environment.get()));
+  if (options.devices().is_auto)
+    plan.devices = run.accelerator->select(auto_devices(options.devices(), plan.environment.get()));
   plan.num_nodes = options.num_nodes();
   run.threads_per_process = options.threads_per_process(plan.environment ? plan.environment->local_world_size() : 1);
   plan.threads_per_process = run.threads_per_process;

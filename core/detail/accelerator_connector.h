@@ -32,7 +32,8 @@ struct ResolvedRun {
 };
 
 /// Picks the accelerator and the strategy, runs the strategy's launch step (ddp_spawn starts its
-/// ranks here), selects this node's devices — the only place that does — and sets the strategy up.
+/// ranks here), selects this node's devices — the only place that does; devices named outright
+/// before the launch, "auto" after it, as the launcher's processes — and sets the strategy up.
 ResolvedRun resolve_run(const TrainerOptions& options);
 
 }  // namespace detail

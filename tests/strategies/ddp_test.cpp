@@ -409,6 +409,19 @@ TEST(DDP, AProgramWhoseRankFailedCannotStartItsRanksAgain) {
   EXPECT_LT(run.seconds, timeout / 2) << run.output;
 }
 
+// Devices that cannot be had are an error before ddp_spawn starts a rank: the program's error
+// alone, not also a rank started to fail on them and the launcher's line about that rank.
+TEST(DDP, DevicesThatCannotBeHadFailBeforeAnyRankStarts) {
+  const auto run = probe("--strategy ddp_spawn --device-list 0,1 --steps 4");
+  EXPECT_EQ(run.status, 1) << run.output;
+  const std::string error =
+      "probe: error: accelerator 'cpu' takes devices as a process count, not indices; write devices: 2";
+  const size_t first = run.output.find(error);
+  ASSERT_NE(first, std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find(error, first + 1), std::string::npos) << "a rank started and failed too: " << run.output;
+  EXPECT_EQ(run.output.find("ddp_spawn: rank 1"), std::string::npos) << run.output;
+}
+
 // Rank 0 sleeps 60 s in the step where rank 1 fails: it gets to no wait for the others, so after
 // collective_timeout (1 s) its launcher ends it, naming rank 1's error, as a peer's timeout would.
 TEST(DDP, ARankZeroThatDoesNotNoticeAFailedRankIsEndedAfterCollectiveTimeout) {
