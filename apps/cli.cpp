@@ -20,6 +20,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -304,6 +305,54 @@ int fail(const std::string& kind, const std::string& message, int code) {
   return code;
 }
 
+// The names `command`'s options go by on a command line: --config, -c, ...
+std::vector<std::string> option_names(const CLI::App& command) {
+  std::vector<std::string> names;
+  for (const auto* option : command.get_options()) {
+    for (const auto& name : option->get_lnames()) names.push_back("--" + name);
+    for (const auto& name : option->get_snames()) names.push_back("-" + name);
+  }
+  return names;
+}
+
+// CLI11's usage errors ("A subcommand is required", "The following arguments were not expected:
+// x --confg", exit codes 106 and 109), said as the tool's other errors are: the word that is wrong,
+// the nearest right one, and where the right ones are listed.
+std::string usage_error(const std::vector<CLI::App*>& commands, const std::vector<std::string>& args,
+                        const CLI::ParseError& error) {
+  std::vector<std::string> names;
+  for (const auto* command : commands) {
+    names.push_back(command->get_name());
+    for (const auto& alias : command->get_aliases()) names.push_back(alias);
+  }
+  if (args.empty() || args[0].rfind('-', 0) == 0)
+    return "no subcommand given" + (args.empty() ? std::string() : " before '" + args[0] + "'") +
+           "; the first argument is one of " + join(names) + " (arc --help says what each does)";
+  const auto found = std::find_if(commands.begin(), commands.end(),
+                                  [&](const CLI::App* command) { return command->check_name(args[0]); });
+  if (found == commands.end())
+    return unknown_name_message("subcommand", args[0], names) + " (arc --help says what each does)";
+  const std::string command = "arc " + args[0];
+  const auto options = option_names(**found);
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string name = args[i].substr(0, args[i].find('='));
+    const bool is_option =
+        name.size() > 1 && name[0] == '-' && !std::isdigit(static_cast<unsigned char>(name[1])) && name[1] != '.';
+    if (is_option && std::find(options.begin(), options.end(), name) == options.end())
+      return command + ": " + unknown_name_message("option", name, options);
+  }
+  std::vector<std::string> extra;
+  for (const auto& arg : (*found)->remaining()) extra.push_back("'" + arg + "'");
+  if (dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr && !extra.empty()) {
+    return command + ": unexpected argument " + join(extra) +
+           "; it takes options only, such as --config FILE and --set section.key=value (" + command +
+           " --help lists them)";
+  }
+  std::string message = error.what();
+  if (!message.empty()) message[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(message[0])));
+  return command + ": " + message + " (" + command + " --help lists its options)";
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -391,7 +440,10 @@ int run(int argc, char** argv) {
   try {
     app.parse(static_cast<int>(rewritten.size()), rewritten.data());
   } catch (const CLI::ParseError& error) {
-    return app.exit(error);
+    if (error.get_exit_code() == 0) return app.exit(error);  // --help
+    std::vector<CLI::App*> commands = runs;
+    commands.insert(commands.end(), {lr_find, scale_batch_size, modules});
+    return fail("error", usage_error(commands, args, error), 2);
   }
   LoadedConfig loaded;
   try {

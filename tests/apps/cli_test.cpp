@@ -246,6 +246,30 @@ TEST(Cli, BadConfigKeysNameTheKeyAndSuggest) {
   EXPECT_NE(out.output.find("unknown config key 'modell'; did you mean 'model'?"), std::string::npos) << out.output;
 }
 
+// A mistyped subcommand or option is the tool's error as a bad config key is (exit status 2): the
+// word, the nearest right one, and the right ones.
+TEST(Cli, MistypedSubcommandsAndOptionsNameTheWordAndSuggest) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"trian --set trainer.max_epochs=1",
+       "arc: error: unknown subcommand 'trian'; did you mean 'train'? known: fit, train, validate, test, predict, "
+       "lr_find, scale_batch_size, modules"},
+      {"", "arc: error: no subcommand given; the first argument is one of fit, train"},
+      {"fit --confg run.json", "arc: error: arc fit: unknown option '--confg'; did you mean '--config'? known: --help"},
+      {"validate --set trainer.limit_val_batches=1 --resume last",
+       "arc validate: unknown option '--resume'; known: --help, -h, --config, -c, --set, -s, --print_config, --ckpt, "
+       "--ckpt_path"},
+      {"fit run.json more.json",
+       "arc fit: unexpected argument 'run.json', 'more.json'; it takes options only, such as --config FILE"},
+      {"lr_find --min_lr abc", "arc lr_find: could not convert: --min_lr = abc (arc lr_find --help lists its options)"},
+  };
+  for (const auto& [args, error] : cases) {
+    const auto out = arc(args);
+    EXPECT_EQ(out.status, 2) << args << ": " << out.output;
+    EXPECT_NE(out.output.find(error), std::string::npos) << args << ": " << out.output;
+  }
+  EXPECT_EQ(arc("fit --help").status, 0);
+}
+
 TEST(Cli, UnreadableOrInvalidConfigFilesAreErrors) {
   auto out = arc("train --config /nonexistent/run.json");
   EXPECT_EQ(out.status, 2);
