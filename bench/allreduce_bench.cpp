@@ -88,22 +88,9 @@ pid_t spawn_rank1(char** argv, const std::string& ports) {
 int main(int argc, char** argv) try {
   using namespace arc::bench;
   torch::set_num_threads(1);
-  const std::string count = argc > 1 ? argv[1] : "200";
-  const int iterations = std::atoi(count.c_str());
-  if (iterations < 1) {
-    std::cerr << "arc_bench_allreduce: iterations must be a whole number of at least 1, got '" << count << "'\n";
-    return 2;
-  }
+  const int iterations = static_cast<int>(whole_arg(argc, argv, 1, "iterations", 200));
   // Which backends to time, in the table's order.
-  std::vector<std::string> chosen;
-  std::stringstream names(argc > 2 ? argv[2] : "shm,buffer,written,gloo");
-  for (std::string name; std::getline(names, name, ',');) {
-    if (std::find(kBackends.begin(), kBackends.end(), name) == kBackends.end()) {
-      std::cerr << "arc_bench_allreduce: unknown backend '" << name << "'; name any of shm, buffer, written, gloo\n";
-      return 2;
-    }
-    chosen.push_back(name);
-  }
+  const auto chosen = names_arg(argc, argv, 2, "backend", kBackends, "shm,buffer,written,gloo");
   const auto run = [&](const std::string& backend, int64_t rank, int64_t port,
                        c10::intrusive_ptr<c10d::TCPStore> store) {
     auto group = join(rank, port, backend != "gloo", std::move(store));

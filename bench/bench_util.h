@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <arc/apps/cli.h>
+#include <arc/base/error.h>
 
 #include "support/python.h"
 
@@ -52,12 +53,58 @@ inline void print_header(const std::string& title) {
             << "BLAS mapped: " << mapped_blas() << "\n\n";
 }
 
+/// A command-line argument the bench cannot take; `failed` says so and returns 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 /// What a bench's `main` returns when it throws: it says so, naming the bench and the cause, and
-/// exits non-zero (not through std::terminate).
+/// exits non-zero (not through std::terminate): 2 for an argument it cannot take, else 1.
 inline int failed(const char* bench, const std::exception& error) {
   std::cout << std::flush;
+  if (dynamic_cast<const UsageError*>(&error) != nullptr) {
+    std::cerr << bench << ": " << error.what() << "\n";
+    return 2;
+  }
   std::cerr << bench << " failed: " << error.what() << "\n";
   return 1;
+}
+
+/// Argument `index` as a whole number of at least `least`; `fallback` where it is not given.
+inline int64_t whole_arg(int argc, char** argv, int index, const std::string& name, int64_t fallback,
+                         int64_t least = 1) {
+  if (index >= argc) return fallback;
+  const std::string text = argv[index];
+  size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::logic_error&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || value < least)
+    throw UsageError(name + " must be a whole number of at least " + std::to_string(least) + ", got '" + text + "'");
+  return value;
+}
+
+/// Argument `index` as a comma-separated list of names from `known`; `fallback` where it is not given.
+inline std::vector<std::string> names_arg(int argc, char** argv, int index, const std::string& name,
+                                          const std::vector<std::string>& known, const std::string& fallback) {
+  const std::string text = index < argc ? argv[index] : fallback;
+  std::vector<std::string> names;
+  for (size_t start = 0;;) {
+    const size_t comma = text.find(',', start);
+    names.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (std::find(known.begin(), known.end(), names.back()) == known.end())
+      throw UsageError(unknown_name_message(name, names.back(), known));
+    if (comma == std::string::npos) return names;
+    start = comma + 1;
+  }
+}
+
+/// Whether `names` holds `name`.
+inline bool has(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
 }
 
 inline double seconds(const std::function<void()>& fn) {

@@ -161,7 +161,8 @@ void background_saves(torch::nn::Sequential& model, torch::optim::SGD& sgd, cons
 int main(int argc, char** argv) try {
   using namespace arc::bench;
   const std::string folder = argc > 1 ? argv[1] : "/tmp";
-  const int repeats = argc > 2 ? std::atoi(argv[2]) : 3;
+  if (!std::filesystem::is_directory(folder)) throw UsageError("folder '" + folder + "' is not a directory");
+  const int repeats = static_cast<int>(whole_arg(argc, argv, 2, "repeats", 3));
   print_header("Checkpoint I/O, ~100M parameters, " + std::to_string(repeats) + " runs, median");
   auto model = big_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));

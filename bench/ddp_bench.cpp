@@ -32,8 +32,8 @@ std::vector<int> usable_cpus() {
 
 int main(int argc, char** argv) try {
   using namespace arc::bench;
-  const int repeats = argc > 1 ? std::atoi(argv[1]) : 3;
-  const std::string models = argc > 2 ? argv[2] : "mlp,cnn";
+  const int repeats = static_cast<int>(whole_arg(argc, argv, 1, "repeats", 3));
+  const auto models = names_arg(argc, argv, 2, "model", {"mlp", "cnn"}, "mlp,cnn");
   torch::set_num_threads(1);
   print_header("DDP on the canonical workload: 1 thread per process, " + std::to_string(repeats) +
                " runs each, median");
@@ -53,7 +53,7 @@ int main(int argc, char** argv) try {
               << "fill; this one has " << cpus.size() << ")\n";
 
   for (const std::string model : {"mlp", "cnn"}) {
-    if (models.find(model) == std::string::npos) continue;
+    if (!has(models, model)) continue;
     const std::string module = model == "mlp" ? "mlp_classifier" : "cnn_classifier";
     std::vector<Row> rows = {{"Arclight, 1 process", {}},
                              {"Arclight, 2 separate processes at once", {}},

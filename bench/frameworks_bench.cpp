@@ -15,12 +15,10 @@
 int main(int argc, char** argv) try {
   using namespace arc::bench;
   const std::string accelerator = argc > 1 ? argv[1] : "gpu";
-  const int repeats = argc > 2 ? std::atoi(argv[2]) : 1;
-  const std::string models = argc > 3 ? argv[3] : "mlp,cnn";
-  if (accelerator != "gpu" && accelerator != "cpu") {
-    std::cerr << "arc_bench_frameworks: accelerator must be gpu or cpu, got '" << accelerator << "'\n";
-    return 2;
-  }
+  const int repeats = static_cast<int>(whole_arg(argc, argv, 2, "repeats", 1));
+  const auto models = names_arg(argc, argv, 3, "model", {"mlp", "cnn"}, "mlp,cnn");
+  if (accelerator != "gpu" && accelerator != "cpu")
+    throw UsageError("accelerator must be gpu or cpu, got '" + accelerator + "'");
   const bool gpu = accelerator == "gpu";
   if (gpu && !torch::cuda::is_available()) {
     std::cerr << "arc_bench_frameworks: no CUDA device is visible to this LibTorch; run it on a GPU machine "
@@ -42,7 +40,7 @@ int main(int argc, char** argv) try {
       arc_train(accelerator) + " --set trainer.devices=1 --set data.pin_memory=" + (gpu ? "true" : "false");
 
   for (const std::string model : {"mlp", "cnn"}) {
-    if (models.find(model) == std::string::npos) continue;
+    if (!has(models, model)) continue;
     std::cout << "\n"
               << model << " (ratio = samples/s against the PyTorch loop at the same precision)\n"
               << std::left << std::setw(40) << "run" << std::right << std::setw(12) << "samples/s" << std::setw(8)

@@ -104,7 +104,7 @@ void print_row(const std::string& name, double ms, double baseline) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  const int runs = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
+  const int runs = static_cast<int>(arc::bench::whole_arg(argc, argv, 1, "runs", 5));
   const std::string root = "/tmp/arc_bench_launch_" + std::to_string(getpid());
   std::filesystem::create_directories(root);
   const std::string common = " --strategy ddp --root " + root;

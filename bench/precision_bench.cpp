@@ -8,16 +8,16 @@
 
 int main(int argc, char** argv) try {
   using namespace arc::bench;
-  const int repeats = argc > 1 ? std::atoi(argv[1]) : 1;
-  const std::string models = argc > 2 ? argv[2] : "mlp,cnn";
-  const int threads = argc > 3 ? std::atoi(argv[3]) : 1;
+  const int repeats = static_cast<int>(whole_arg(argc, argv, 1, "repeats", 1));
+  const auto models = names_arg(argc, argv, 2, "model", {"mlp", "cnn"}, "mlp,cnn");
+  const int threads = static_cast<int>(whole_arg(argc, argv, 3, "threads", 1));
   torch::set_num_threads(threads);
   print_header("Precision: one epoch, " + std::to_string(threads) + " thread(s), median of " + std::to_string(repeats));
   std::cout << std::left << std::setw(24) << "run" << std::right << std::setw(12) << "samples/s" << std::setw(8)
             << "ratio" << std::setw(10) << "val_acc" << std::setw(10) << "d acc"
             << "\n";
   for (const std::string model : {"mlp", "cnn"}) {
-    if (models.find(model) == std::string::npos) continue;
+    if (!has(models, model)) continue;
     double base_sps = 0, base_acc = 0;
     for (const std::string precision : {"32-true", "bf16-mixed", "64-true"}) {
       std::vector<double> sps;

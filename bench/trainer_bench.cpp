@@ -143,8 +143,8 @@ void row(const std::string& name, double value, const std::string& unit, double 
 
 int main(int argc, char** argv) try {
   using namespace arc::bench;
-  const int repeats = argc > 1 ? std::atoi(argv[1]) : 5;
-  const int64_t cnn_batches = argc > 2 ? std::atoll(argv[2]) : 400;
+  const int repeats = static_cast<int>(whole_arg(argc, argv, 1, "repeats", 5));
+  const int64_t cnn_batches = whole_arg(argc, argv, 2, "cnn_steps", 400);
   torch::set_num_threads(1);
   print_header("Trainer overhead vs a hand-written LibTorch loop (1 thread, " + std::to_string(repeats) +
                " runs, median)");
