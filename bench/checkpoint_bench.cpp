@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -43,18 +44,28 @@ double mb(const std::vector<torch::Tensor>& tensors) {
   return bytes / 1e6;
 }
 
+FILE* open_file(const std::string& path, const char* mode) {
+  FILE* file = std::fopen(path.c_str(), mode);
+  if (file == nullptr) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+  return file;
+}
+
 void plain_write(const std::vector<torch::Tensor>& tensors, const std::string& path) {
-  FILE* file = std::fopen(path.c_str(), "wb");
-  for (const auto& t : tensors) std::fwrite(t.data_ptr(), 1, t.nbytes(), file);
-  std::fflush(file);
-  fsync(fileno(file));
+  FILE* file = open_file(path, "wb");
+  bool written = true;
+  for (const auto& t : tensors) written = written && std::fwrite(t.data_ptr(), 1, t.nbytes(), file) == t.nbytes();
+  written = written && std::fflush(file) == 0 && fsync(fileno(file)) == 0;
   std::fclose(file);
+  if (!written) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
 }
 
 void plain_read(const std::vector<torch::Tensor>& tensors, const std::string& path) {
-  FILE* file = std::fopen(path.c_str(), "rb");
+  FILE* file = open_file(path, "rb");
   for (const auto& t : tensors)
-    if (std::fread(t.data_ptr(), 1, t.nbytes(), file) != t.nbytes()) throw std::runtime_error("short read");
+    if (std::fread(t.data_ptr(), 1, t.nbytes(), file) != t.nbytes()) {
+      std::fclose(file);
+      throw std::runtime_error("short read of " + path);
+    }
   std::fclose(file);
 }
 

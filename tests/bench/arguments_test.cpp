@@ -33,4 +33,14 @@ TEST(BenchArguments, AnArgumentABenchCannotTakeIsNamedWithExitStatus2) {
   }
 }
 
+// A bench that fails on the way says so and exits 1: the checkpoint bench's plain-file baseline
+// once wrote through a null FILE* where it could not create its file (exit 139).
+TEST(BenchArguments, ABenchThatCannotWriteItsFilesSaysSo) {
+  const auto run =
+      arc::testing::run_command("timeout 120 " + std::string(ARC_BENCH_DIR) + "/arc_bench_checkpoint /proc 1");
+  EXPECT_EQ(run.status, 1) << run.output;
+  EXPECT_NE(run.output.find("arc_bench_checkpoint failed: cannot open /proc/arc_bench_plain.bin"), std::string::npos)
+      << run.output;
+}
+
 }  // namespace
