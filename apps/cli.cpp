@@ -341,9 +341,9 @@ std::string usage_error(const std::vector<CLI::App*>& commands, const std::vecto
     if (is_option && std::find(options.begin(), options.end(), name) == options.end())
       return command + ": " + unknown_name_message("option", name, options);
   }
-  std::vector<std::string> extra;
-  for (const auto& arg : (*found)->remaining()) extra.push_back("'" + arg + "'");
-  if (dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr && !extra.empty()) {
+  if (dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr && !(*found)->remaining().empty()) {
+    std::vector<std::string> extra;
+    for (const auto& arg : (*found)->remaining()) extra.push_back("'" + arg + "'");
     return command + ": unexpected argument " + join(extra) +
            "; it takes options only, such as --config FILE and --set section.key=value (" + command +
            " --help lists them)";

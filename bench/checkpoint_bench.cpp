@@ -46,7 +46,9 @@ double mb(const std::vector<torch::Tensor>& tensors) {
 
 FILE* open_file(const std::string& path, const char* mode) {
   FILE* file = std::fopen(path.c_str(), mode);
-  if (file == nullptr) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+  if (file == nullptr)
+    throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno) +
+                             "; give the bench a folder it can write as its first argument");
   return file;
 }
 
@@ -172,7 +174,9 @@ void background_saves(torch::nn::Sequential& model, torch::optim::SGD& sgd, cons
 int main(int argc, char** argv) try {
   using namespace arc::bench;
   const std::string folder = argc > 1 ? argv[1] : "/tmp";
-  if (!std::filesystem::is_directory(folder)) throw UsageError("folder '" + folder + "' is not a directory");
+  if (!std::filesystem::is_directory(folder))
+    throw UsageError("folder '" + folder +
+                     "' is not a directory; give one it can write its test files in (default /tmp)");
   const int repeats = static_cast<int>(whole_arg(argc, argv, 2, "repeats", 3));
   print_header("Checkpoint I/O, ~100M parameters, " + std::to_string(repeats) + " runs, median");
   auto model = big_model();

@@ -28,11 +28,11 @@ DDPOptions ddp_options(const TrainerOptions& options) {
   return ddp;
 }
 
-// "auto" devices under a launcher are the processes it started on this node.
-Devices auto_devices(const Devices& devices, const cluster::ClusterEnvironment* environment) {
+// What "auto" devices are: under a launcher, the processes it started on this node.
+Devices auto_devices(const cluster::ClusterEnvironment* environment) {
   if (environment != nullptr && environment->creates_processes_externally())
     return Devices::of_count(environment->local_world_size());
-  return devices;
+  return Devices::automatic();
 }
 
 }  // namespace
@@ -58,8 +58,7 @@ ResolvedRun resolve_run(const TrainerOptions& options) {
   run.cluster_environment = plan.environment && plan.environment->creates_processes_externally()
                                 ? plan.environment
                                 : cluster::detect(request.requeue);
-  if (options.devices().is_auto)
-    plan.devices = run.accelerator->select(auto_devices(options.devices(), plan.environment.get()));
+  if (options.devices().is_auto) plan.devices = run.accelerator->select(auto_devices(plan.environment.get()));
   plan.num_nodes = options.num_nodes();
   run.threads_per_process = options.threads_per_process(plan.environment ? plan.environment->local_world_size() : 1);
   plan.threads_per_process = run.threads_per_process;
