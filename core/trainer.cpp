@@ -11,6 +11,7 @@
 #include <arc/core/detail/data_connector.h>
 #include <arc/core/detail/evaluation_loop.h>
 #include <arc/core/detail/fit_loop.h>
+#include <arc/core/detail/results_table.h>
 #include <arc/core/detail/run_state.h>
 #include <arc/core/detail/signal_connector.h>
 #include <arc/data/data_loader.h>
@@ -305,24 +306,24 @@ void Trainer::save_checkpoint(const std::string& path, bool weights_only, std::o
   CheckpointConnector(*this, *state_).save(*module, path, weights_only, background);
 }
 
-Metrics Trainer::validate(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
-  return run_evaluation(Stage::validate, module, &data, {}, ckpt_path);
+Metrics Trainer::validate(TrainModule& module, DataModule& data, const std::string& ckpt_path, bool verbose) {
+  return run_evaluation(Stage::validate, module, &data, {}, ckpt_path, verbose);
 }
 
-Metrics Trainer::validate(TrainModule& module, DataSources val, const std::string& ckpt_path) {
-  return run_evaluation(Stage::validate, module, nullptr, std::move(val), ckpt_path);
+Metrics Trainer::validate(TrainModule& module, DataSources val, const std::string& ckpt_path, bool verbose) {
+  return run_evaluation(Stage::validate, module, nullptr, std::move(val), ckpt_path, verbose);
 }
 
-Metrics Trainer::test(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
-  return run_evaluation(Stage::test, module, &data, {}, ckpt_path);
+Metrics Trainer::test(TrainModule& module, DataModule& data, const std::string& ckpt_path, bool verbose) {
+  return run_evaluation(Stage::test, module, &data, {}, ckpt_path, verbose);
 }
 
-Metrics Trainer::test(TrainModule& module, DataSources test_data, const std::string& ckpt_path) {
-  return run_evaluation(Stage::test, module, nullptr, std::move(test_data), ckpt_path);
+Metrics Trainer::test(TrainModule& module, DataSources test_data, const std::string& ckpt_path, bool verbose) {
+  return run_evaluation(Stage::test, module, nullptr, std::move(test_data), ckpt_path, verbose);
 }
 
 Metrics Trainer::run_evaluation(Stage stage, TrainModule& module, DataModule* data, DataSources given,
-                                const std::string& ckpt_path) {
+                                const std::string& ckpt_path, bool verbose) {
   const bool testing = stage == Stage::test;
   Metrics out;
   run_stage(stage, module, data, [&] {
@@ -332,6 +333,7 @@ Metrics Trainer::run_evaluation(Stage stage, TrainModule& module, DataModule* da
     const auto& limit = testing ? options_.limit_test_batches() : options_.limit_val_batches();
     out = EvaluationLoop(*this, *state_, module, stage)
               .run(loaders, limited_batches(loaders, limit, testing ? "limit_test_batches" : "limit_val_batches"));
+    if (verbose && is_global_zero()) detail::print_results(out, testing ? "test" : "validate", loaders.size());
   });
   return out;
 }

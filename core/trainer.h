@@ -58,12 +58,14 @@ class Trainer {
   /// several: `{val_a, val_b}`) if given.
   void fit(TrainModule& module, DataSource train = {}, DataSources val = {}, const std::string& ckpt_path = "");
   /// One pass over the validation data (weights from `ckpt_path` if given); the epoch metrics (with
-  /// several loaders, each one's names end in "/dataloader_idx_N").
-  Metrics validate(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
-  Metrics validate(TrainModule& module, DataSources val = {}, const std::string& ckpt_path = "");
-  /// One pass over the test data (weights from `ckpt_path` if given); the epoch metrics.
-  Metrics test(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
-  Metrics test(TrainModule& module, DataSources test_data = {}, const std::string& ckpt_path = "");
+  /// several loaders, each one's names end in "/dataloader_idx_N"). With `verbose`, rank 0 prints
+  /// them as Lightning's table on standard output.
+  Metrics validate(TrainModule& module, DataModule& data, const std::string& ckpt_path = "", bool verbose = true);
+  Metrics validate(TrainModule& module, DataSources val = {}, const std::string& ckpt_path = "", bool verbose = true);
+  /// One pass over the test data (weights from `ckpt_path` if given); the epoch metrics, printed as
+  /// validate prints them.
+  Metrics test(TrainModule& module, DataModule& data, const std::string& ckpt_path = "", bool verbose = true);
+  Metrics test(TrainModule& module, DataSources test_data = {}, const std::string& ckpt_path = "", bool verbose = true);
   /// predict_step's outputs, batch by batch (loader after loader when there are several).
   std::vector<torch::Tensor> predict(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
   std::vector<torch::Tensor> predict(TrainModule& module, DataSources predict_data = {},
@@ -169,7 +171,7 @@ class Trainer {
   [[noreturn]] void end_interrupted(TrainModule& module, const Interrupted& interrupted);
   void run_fit(TrainModule& module, DataModule* data, DataSource train, DataSources val, const std::string& ckpt_path);
   Metrics run_evaluation(Stage stage, TrainModule& module, DataModule* data, DataSources given,
-                         const std::string& ckpt_path);
+                         const std::string& ckpt_path, bool verbose);
   std::vector<torch::Tensor> run_predict(TrainModule& module, DataModule* data, DataSources given,
                                          const std::string& ckpt_path);
   void load_weights(TrainModule& module, const std::string& ckpt_path);

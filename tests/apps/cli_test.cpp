@@ -317,8 +317,13 @@ TEST(Cli, ValidateTestPredictAndModules) {
   auto out = arc("validate --set trainer.limit_val_batches=2 --set trainer.enable_progress_bar=false");
   ASSERT_EQ(out.status, 0) << out.output;
   EXPECT_TRUE(result_of(out.output).contains("val_acc"));
-  out = arc("test --set trainer.limit_test_batches=1");
+  EXPECT_NE(out.output.find("Validate metric"), std::string::npos) << "Lightning's table: " << out.output;
+  // Under DDP only rank 0 prints the table, as Lightning.
+  out = arc("test --set trainer.limit_test_batches=1 --set trainer.strategy=ddp_spawn --set trainer.devices=2");
   EXPECT_TRUE(result_of(out.output).contains("test_loss")) << out.output;
+  const auto table = out.output.find("Test metric");
+  ASSERT_NE(table, std::string::npos) << out.output;
+  EXPECT_EQ(out.output.find("Test metric", table + 1), std::string::npos) << out.output;
   out = arc("predict --set trainer.limit_predict_batches=2");
   EXPECT_EQ(result_of(out.output)["predictions"], 2000) << out.output;
   out = arc("modules");

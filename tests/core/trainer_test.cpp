@@ -3,6 +3,7 @@
 
 #include <arc/accelerators/accelerator_backend.h>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -306,6 +307,38 @@ TEST(Trainer, ValidateTestAndPredictReturnResults) {
   ASSERT_EQ(predictions.size(), 3u);
   EXPECT_EQ(predictions[2].size(0), 1);
   EXPECT_TRUE(module.is_training());
+}
+
+// As Lightning's trainer.validate(verbose=True) and trainer.test: a table on standard output after
+// the pass, none after fit's own validation, none with verbose off.
+TEST(Trainer, ValidateAndTestPrintTheirMetricsUnlessToldNotTo) {
+  TinyModule module;
+  Trainer trainer(quiet().max_epochs(1));
+  ::testing::internal::CaptureStdout();
+  trainer.fit(module, tiny_data(4, 2), tiny_data(4, 2));
+  const std::string after_fit = ::testing::internal::GetCapturedStdout();
+  ::testing::internal::CaptureStdout();
+  const auto val = trainer.validate(module, {tiny_data(6, 2), tiny_data(4, 2)});
+  const std::string after_validate = ::testing::internal::GetCapturedStdout();
+  ::testing::internal::CaptureStdout();
+  trainer.test(module, tiny_data(6, 4), "", false);
+  const std::string after_quiet_test = ::testing::internal::GetCapturedStdout();
+  ::testing::internal::CaptureStdout();
+  trainer.test(module, tiny_data(6, 4));
+  const std::string after_test = ::testing::internal::GetCapturedStdout();
+
+  EXPECT_EQ(after_fit, "");
+  EXPECT_EQ(after_quiet_test, "");
+  const auto header = after_validate.find("Validate metric");
+  ASSERT_NE(header, std::string::npos) << after_validate;
+  EXPECT_NE(after_validate.find("DataLoader 1", header), std::string::npos) << after_validate;
+  const auto row = after_validate.find("val_loss");
+  ASSERT_NE(row, std::string::npos) << after_validate;
+  const std::string line = after_validate.substr(row, after_validate.find('\n', row) - row);
+  for (const char* key : {"val_loss/dataloader_idx_0", "val_loss/dataloader_idx_1"})
+    EXPECT_NE(line.find(fmt::format("{}", val.at(key))), std::string::npos) << key << " in: " << line;
+  EXPECT_NE(after_test.find("Test metric"), std::string::npos) << after_test;
+  EXPECT_NE(after_test.find("test_loss"), std::string::npos) << after_test;
 }
 
 TEST(Trainer, ValidationLossIsTheSampleWeightedMean) {
