@@ -174,7 +174,25 @@ void FitLoop::run() {
   if (!state_.tuning) call_hook(t, module_, "on_fit_end", &Callback::on_fit_end, &TrainModule::on_fit_end);
   finish_background_saves();
   state_.training = false;
-  if (!state_.stop_reason.empty()) console().info("fit stopped: {}", state_.stop_reason);
+  say_why_fit_ended();
+}
+
+void FitLoop::say_why_fit_ended() const {
+  if (!state_.stop_reason.empty()) {
+    console().info("fit stopped: {}", state_.stop_reason);
+    return;
+  }
+  // A tuning run's limits are the tuner's, not the user's.
+  if (state_.tuning) return;
+  const auto& o = trainer_.options();
+  if (agreed_.time_up) {
+    console().info("fit stopped: max_time={} s reached ({:.1f} s elapsed)", o.max_time().value_or(0),
+                   trainer_.elapsed_seconds());
+  } else if (o.max_steps() != -1 && state_.progress.global_step >= o.max_steps()) {
+    console().info("fit stopped: max_steps={} reached", o.max_steps());
+  } else if (epochs_done()) {
+    console().info("fit stopped: max_epochs={} reached", max_epochs_);
+  }
 }
 
 void FitLoop::finish_background_saves() {

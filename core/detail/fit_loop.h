@@ -48,6 +48,9 @@ class FitLoop {
   bool epochs_done() const;
   bool steps_done() const;
   bool stop_requested() const;
+  /// Lightning's line on why fit ended: a stop asked for, or (outside tuning) max_time, max_steps or
+  /// max_epochs.
+  void say_why_fit_ended() const;
   void run_epoch();
   /// Takes the training loader from `data_.train` and counts its batches.
   void load_train();

@@ -232,6 +232,25 @@ TEST(Trainer, ShouldStopWaitsForMinEpochsAndMinSteps) {
   EXPECT_EQ(trainer_steps.stop_reason(), "test asked to stop");
 }
 
+// Lightning's line at the end of fit ("`Trainer.fit` stopped: `max_epochs=2` reached."), so that
+// a run that ends sooner than meant says which option ended it.
+TEST(Trainer, FitSaysWhatEndedIt) {
+  const auto said = [](TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks = {}) {
+    TinyModule module;
+    Trainer trainer(options.limit_val_batches(BatchAmount::count(0)), std::move(callbacks));
+    ::testing::internal::CaptureStderr();
+    trainer.fit(module, tiny_data(10, 2));
+    return ::testing::internal::GetCapturedStderr();
+  };
+  EXPECT_NE(said(quiet().max_epochs(2)).find("fit stopped: max_epochs=2 reached"), std::string::npos);
+  EXPECT_NE(said(quiet().max_epochs(5).max_steps(3)).find("fit stopped: max_steps=3 reached"), std::string::npos);
+  EXPECT_NE(said(quiet().max_epochs(5).max_time(1e-9)).find("fit stopped: max_time=1e-09 s reached ("),
+            std::string::npos);
+  EXPECT_NE(
+      said(quiet().max_epochs(5), {std::make_shared<StopAtFirstEpochEnd>()}).find("fit stopped: test asked to stop"),
+      std::string::npos);
+}
+
 TEST(Trainer, HooksRunInLightningsOrder) {
   TinyModule module;
   Trainer trainer(quiet().max_epochs(1).limit_train_batches(BatchAmount::count(1)).num_sanity_val_steps(0));
