@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 namespace arc::cli {
@@ -64,6 +65,8 @@ struct Experiment {
   nlohmann::json resolved;
   /// LightningCLI's top-level ckpt_path ("" when none): what --resume or --ckpt give, when they are not.
   std::string ckpt_path;
+  /// LightningCLI's top-level verbose of validate and test: whether they print their table.
+  std::optional<bool> verbose;
 };
 
 // Whether trainer.callbacks or trainer.logger `value` names objects (entries, lists of them, class_path
@@ -155,6 +158,7 @@ Experiment build(const nlohmann::json& config_json) {
   const auto* optimizer = root.find("optimizer");
   const auto* lr_scheduler = root.find("lr_scheduler");
   out.ckpt_path = root.get_optional<std::string>("ckpt_path").value_or("");
+  out.verbose = root.get_optional<bool>("verbose");
   if (optimizer != nullptr || lr_scheduler != nullptr)
     out.module->set_optimizer_config(optimizer ? *optimizer : nullptr, lr_scheduler ? *lr_scheduler : nullptr);
   root.finish();
@@ -200,6 +204,8 @@ void print_result(const nlohmann::json& result) { std::cout << "RESULT " << resu
 
 int train(const nlohmann::json& config, const std::string& resume) {
   auto experiment = build(config);
+  ARC_CHECK(!experiment.verbose, "the config's verbose is validate's and test's (whether they print their table); ",
+            "fit has none: remove it");
   auto report = std::make_shared<examples::RunReport>();
   auto callbacks = experiment.callbacks;
   callbacks.push_back(report);
@@ -212,15 +218,21 @@ int train(const nlohmann::json& config, const std::string& resume) {
   return 0;
 }
 
-int evaluate(const std::string& command, const nlohmann::json& config, const std::string& given_ckpt) {
+// `given_verbose`: --verbose, which wins over the config's.
+int evaluate(const std::string& command, const nlohmann::json& config, const std::string& given_ckpt,
+             std::optional<bool> given_verbose) {
   auto experiment = build(config);
   const std::string& ckpt = given_ckpt.empty() ? experiment.ckpt_path : given_ckpt;
+  const bool verbose = given_verbose.value_or(experiment.verbose.value_or(true));
+  ARC_CHECK(command != "predict" || !experiment.verbose,
+            "the config's verbose is validate's and test's (whether they print their table); predict has none: ",
+            "remove it");
   Trainer trainer(experiment.options, experiment.callbacks, experiment.loggers);
   nlohmann::json result;
   if (command == "validate") {
-    result = trainer.validate(*experiment.module, *experiment.data, ckpt);
+    result = trainer.validate(*experiment.module, *experiment.data, ckpt, verbose);
   } else if (command == "test") {
-    result = trainer.test(*experiment.module, *experiment.data, ckpt);
+    result = trainer.test(*experiment.module, *experiment.data, ckpt, verbose);
   } else {
     const auto outputs = trainer.predict(*experiment.module, *experiment.data, ckpt);
     int64_t count = 0;
@@ -360,6 +372,7 @@ int run(int argc, char** argv) {
   app.footer(kExamples);
   app.require_subcommand(1);
   std::string ckpt;
+  std::optional<bool> verbose;
   std::vector<std::string> config_paths, overrides;
   bool print_config = false;
   std::vector<CLI::App*> runs;
@@ -389,6 +402,11 @@ int run(int argc, char** argv) {
                           "load the weights of this checkpoint (a path or \"last\") first (--ckpt_path: LightningCLI's "
                           "name)");
     }
+    if (std::string(name) == "validate" || std::string(name) == "test")
+      command->add_option_function<bool>(
+          "--verbose", [&](const bool& value) { verbose = value; },
+          "print the table of metrics before RESULT: true (the default) or false; the config's top-level verbose "
+          "says the same");
     command->footer(trainer_keys_help());
     runs.push_back(command);
   }
@@ -461,7 +479,7 @@ int run(int argc, char** argv) {
         return 0;
       }
       return command->get_name() == "fit" ? train(loaded.config, ckpt)
-                                          : evaluate(command->get_name(), loaded.config, ckpt);
+                                          : evaluate(command->get_name(), loaded.config, ckpt, verbose);
     }
   } catch (const Error& error) {
     return fail("error", loaded.locate(error.what()), 2);

@@ -257,7 +257,7 @@ TEST(Cli, MistypedSubcommandsAndOptionsNameTheWordAndSuggest) {
       {"fit --confg run.json", "arc: error: arc fit: unknown option '--confg'; did you mean '--config'? known: --help"},
       {"validate --set trainer.limit_val_batches=1 --resume last",
        "arc validate: unknown option '--resume'; known: --help, -h, --config, -c, --set, -s, --print_config, --ckpt, "
-       "--ckpt_path"},
+       "--ckpt_path, --verbose"},
       {"fit run.json more.json",
        "arc fit: unexpected argument 'run.json', 'more.json'; it takes options only, such as --config FILE"},
       {"lr_find --min_lr abc", "arc lr_find: could not convert: --min_lr = abc (arc lr_find --help lists its options)"},
@@ -324,6 +324,17 @@ TEST(Cli, ValidateTestPredictAndModules) {
   const auto table = out.output.find("Test metric");
   ASSERT_NE(table, std::string::npos) << out.output;
   EXPECT_EQ(out.output.find("Test metric", table + 1), std::string::npos) << out.output;
+  // LightningCLI's verbose: --verbose or the config's top-level key; fit and predict have none.
+  out = arc("validate --set trainer.limit_val_batches=1 --verbose false");
+  EXPECT_TRUE(result_of(out.output).contains("val_acc")) << out.output;
+  EXPECT_EQ(out.output.find("Validate metric"), std::string::npos) << out.output;
+  out = arc("test --set trainer.limit_test_batches=1 --set verbose=false");
+  EXPECT_TRUE(result_of(out.output).contains("test_loss")) << out.output;
+  EXPECT_EQ(out.output.find("Test metric"), std::string::npos) << out.output;
+  out = arc("fit --set verbose=false");
+  EXPECT_EQ(out.status, 2);
+  EXPECT_NE(out.output.find("arc: error: --set: the config's verbose is validate's and test's"), std::string::npos)
+      << out.output;
   out = arc("predict --set trainer.limit_predict_batches=2");
   EXPECT_EQ(result_of(out.output)["predictions"], 2000) << out.output;
   out = arc("modules");
