@@ -13,12 +13,13 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <string_view>
 #include <vector>
 
 namespace arc::detail {
 namespace {
 
-constexpr const char* kLoaderSuffix = "/dataloader_idx_";
+constexpr std::string_view kLoaderSuffix = "/dataloader_idx_";
 
 // As Python's repr of a float, which Lightning prints: shortest round trip, whole numbers with ".0".
 std::string python_float(double value) {
@@ -39,7 +40,7 @@ std::map<std::string, std::vector<std::string>> cells_by_name(const Metrics& met
       std::fill(row.begin(), row.end(), text);
       continue;
     }
-    const size_t loader = std::strtoull(key.c_str() + at + std::char_traits<char>::length(kLoaderSuffix), nullptr, 10);
+    const size_t loader = std::strtoull(key.c_str() + at + kLoaderSuffix.size(), nullptr, 10);
     if (loader < loaders) row[loader] = text;
   }
   return cells;
@@ -102,7 +103,7 @@ std::string results_table(const Metrics& metrics, const std::string& stage, size
     text += bar + centred_row(header, width) + bar;
     for (const auto& [name, row] : cells) {
       // A name wider than half the terminal is cut into pieces, the values beside the first.
-      std::vector<std::string> line = {name.substr(0, std::min(name.size(), half))};
+      std::vector<std::string> line = {name.substr(0, half)};
       line.insert(line.end(), row.begin() + static_cast<std::ptrdiff_t>(first),
                   row.begin() + static_cast<std::ptrdiff_t>(last));
       text += centred_row(line, width);
