@@ -202,10 +202,15 @@ class SaveConfig : public Callback {
 
 void print_result(const nlohmann::json& result) { std::cout << "RESULT " << result.dump() << std::endl; }
 
+// LightningCLI's verbose belongs to validate and test; `command` is another.
+void refuse_verbose(const std::string& command, const Experiment& experiment) {
+  ARC_CHECK(!experiment.verbose, "the config's verbose (", *experiment.verbose ? "true" : "false",
+            ") is validate's and test's (whether they print their table); ", command, " has none: remove it");
+}
+
 int train(const nlohmann::json& config, const std::string& resume) {
   auto experiment = build(config);
-  ARC_CHECK(!experiment.verbose, "the config's verbose is validate's and test's (whether they print their table); ",
-            "fit has none: remove it");
+  refuse_verbose("fit", experiment);
   auto report = std::make_shared<examples::RunReport>();
   auto callbacks = experiment.callbacks;
   callbacks.push_back(report);
@@ -224,9 +229,7 @@ int evaluate(const std::string& command, const nlohmann::json& config, const std
   auto experiment = build(config);
   const std::string& ckpt = given_ckpt.empty() ? experiment.ckpt_path : given_ckpt;
   const bool verbose = given_verbose.value_or(experiment.verbose.value_or(true));
-  ARC_CHECK(command != "predict" || !experiment.verbose,
-            "the config's verbose is validate's and test's (whether they print their table); predict has none: ",
-            "remove it");
+  if (command == "predict") refuse_verbose(command, experiment);
   Trainer trainer(experiment.options, experiment.callbacks, experiment.loggers);
   nlohmann::json result;
   if (command == "validate") {

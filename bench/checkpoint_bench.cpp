@@ -44,11 +44,15 @@ double mb(const std::vector<torch::Tensor>& tensors) {
   return bytes / 1e6;
 }
 
+// The plain-I/O baseline's file errors: the path, the system's reason, and what to give the bench.
+[[noreturn]] void file_error(const char* what, const std::string& path, int error) {
+  throw std::runtime_error(std::string("cannot ") + what + " " + path + ": " + std::strerror(error) +
+                           "; give the bench a folder it can write as its first argument");
+}
+
 FILE* open_file(const std::string& path, const char* mode) {
   FILE* file = std::fopen(path.c_str(), mode);
-  if (file == nullptr)
-    throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno) +
-                             "; give the bench a folder it can write as its first argument");
+  if (file == nullptr) file_error("open", path, errno);
   return file;
 }
 
@@ -57,8 +61,9 @@ void plain_write(const std::vector<torch::Tensor>& tensors, const std::string& p
   bool written = true;
   for (const auto& t : tensors) written = written && std::fwrite(t.data_ptr(), 1, t.nbytes(), file) == t.nbytes();
   written = written && std::fflush(file) == 0 && fsync(fileno(file)) == 0;
+  const int error = errno;  // before fclose can change it
   std::fclose(file);
-  if (!written) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+  if (!written) file_error("write", path, error);
 }
 
 void plain_read(const std::vector<torch::Tensor>& tensors, const std::string& path) {

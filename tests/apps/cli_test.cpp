@@ -333,7 +333,8 @@ TEST(Cli, ValidateTestPredictAndModules) {
   EXPECT_EQ(out.output.find("Test metric"), std::string::npos) << out.output;
   out = arc("fit --set verbose=false");
   EXPECT_EQ(out.status, 2);
-  EXPECT_NE(out.output.find("arc: error: --set: the config's verbose is validate's and test's"), std::string::npos)
+  EXPECT_NE(out.output.find("arc: error: --set: the config's verbose (false) is validate's and test's"),
+            std::string::npos)
       << out.output;
   out = arc("predict --set trainer.limit_predict_batches=2");
   EXPECT_EQ(result_of(out.output)["predictions"], 2000) << out.output;
