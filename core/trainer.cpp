@@ -187,6 +187,7 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
   state_->stop_reason.clear();
   state_->logging.train_metrics.clear();
   state_->logging.eval_metrics.clear();
+  state_->logging.held_step.reset();
   try {
     setup_environment();
     if (data != nullptr) {

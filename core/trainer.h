@@ -38,6 +38,9 @@ struct Progress {
   int64_t epoch_batches = 0;
   /// Training batches run since fit started.
   int64_t total_batches = 0;
+  /// Training batches that ended an optimizer step's window (every batch under manual optimization,
+  /// however many optimizers it steps): Lightning's `_batches_that_stepped`, the loggers' step.
+  int64_t stepped_batches = 0;
   int64_t validation_runs = 0;
 };
 

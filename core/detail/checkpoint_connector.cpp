@@ -105,6 +105,7 @@ void CheckpointConnector::save(TrainModule& module, const std::string& path, boo
                          {"global_step", progress.global_step},
                          {"epoch_batches", progress.epoch_batches},
                          {"total_batches", progress.total_batches},
+                         {"stepped_batches", progress.stepped_batches},
                          {"validation_runs", progress.validation_runs},
                          {"mid_accumulation", mid_accumulation},
                          {"hparams", module.hparams()}};
@@ -191,6 +192,10 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
   progress.global_step = meta.at("global_step").get<int64_t>();
   progress.epoch_batches = meta.at("epoch_batches").get<int64_t>();
   progress.total_batches = meta.at("total_batches").get<int64_t>();
+  // Files from before stepped_batches was kept: every batch steps under manual optimization; the
+  // automatic loop counts one step per stepped batch.
+  progress.stepped_batches =
+      meta.value("stepped_batches", module.automatic_optimization() ? progress.global_step : progress.total_batches);
   progress.validation_runs = meta.at("validation_runs").get<int64_t>();
   state_.resumed_train_data = meta.value("train_data", nlohmann::json(nullptr));
   if (meta.at("mid_accumulation").get<bool>()) {

@@ -264,18 +264,25 @@ void FitLoop::run_epoch() {
     }
     if (!fetched) break;
     Batch batch = t.transfer_batch(std::move(*fetched), 0);
+    // What the batch and the validation after it log goes to the loggers at the stepped batches
+    // before it, as Lightning's (the first step's metrics at step 0).
+    state_.logging.held_step = progress.stepped_batches;
     if (stragglers_) {
       timed_batch(batch, batch_idx, fetch_start);
     } else {
       run_batch(batch, batch_idx);
     }
     if (validation_due(batch_idx)) validate();
+    state_.logging.held_step.reset();
     vote(false);
   }
-  // Epoch metrics are ready for on_train_epoch_end; values logged there are added after it.
+  // Epoch metrics are ready for on_train_epoch_end; values logged there are added after it. They go
+  // to the loggers at the epoch's last step, as Lightning's.
+  state_.logging.held_step = std::max<int64_t>(0, progress.stepped_batches - 1);
   state_.logging.send(state_.logging.train_metrics.end_epoch(state_.logging.gather()), state_.progress);
   call_hook(t, module_, "on_train_epoch_end", &Callback::on_train_epoch_end, &TrainModule::on_train_epoch_end);
   state_.logging.send(state_.logging.train_metrics.end_epoch(state_.logging.gather()), state_.progress);
+  state_.logging.held_step.reset();
   // Under manual optimization the module steps its schedulers itself (lr_schedulers()), as in Lightning.
   if (module_.automatic_optimization()) step_schedulers(Interval::epoch);
   // A checkpoint written from here to the next epoch's first batch (save_checkpoint once fit
@@ -336,7 +343,9 @@ void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {
   auto& t = trainer_;
   ProfileScope batch_scope(t.profiler(), kTrainingBatchAction);
   state_.current_batch_size = batch.batch_size();
-  state_.logging_batch = (state_.progress.total_batches + 1) % t.options().log_every_n_steps() == 0;
+  // Step metrics go to the loggers at every log_every_n_steps-th stepped batch.
+  const bool steps = !module_.automatic_optimization() || ends_window(batch_idx);
+  state_.logging_batch = steps && (state_.progress.stepped_batches + 1) % t.options().log_every_n_steps() == 0;
   call_hook(t, module_, "on_train_batch_start", &Callback::on_train_batch_start, &TrainModule::on_train_batch_start,
             batch, batch_idx);
   torch::Tensor loss;
@@ -347,6 +356,7 @@ void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {
   }
   ++state_.progress.epoch_batches;
   ++state_.progress.total_batches;
+  if (steps) ++state_.progress.stepped_batches;
   call_hook(t, module_, "on_train_batch_end", &Callback::on_train_batch_end, &TrainModule::on_train_batch_end, loss,
             batch, batch_idx);
   if (state_.logging_batch) log_step();
@@ -370,7 +380,7 @@ void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& los
             "; return a scalar, or call set_automatic_optimization(false) to optimize by hand");
   if (batch_idx % accumulate == 0)
     for (auto& config : state_.optimizers) t.zero_grad(*config.optimizer, batch_idx);
-  const bool boundary = (batch_idx + 1) % accumulate == 0 || batch_idx + 1 == state_.num_training_batches;
+  const bool boundary = ends_window(batch_idx);
   if (!skipped) {
     t.strategy().set_gradient_sync(boundary);
     t.backward(module_, accumulate > 1 ? loss / static_cast<double>(accumulate) : loss);
@@ -378,6 +388,10 @@ void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& los
     loss = loss.detach();
   }
   if (boundary && !t.strategy().agree_on_skip(skipped)) optimizer_step(batch_idx);
+}
+
+bool FitLoop::ends_window(int64_t batch_idx) const {
+  return (batch_idx + 1) % trainer_.accumulate_grad_batches() == 0 || batch_idx + 1 == state_.num_training_batches;
 }
 
 void FitLoop::optimizer_step(int64_t batch_idx) {

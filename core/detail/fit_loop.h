@@ -63,6 +63,8 @@ class FitLoop {
   void timed_batch(Batch& batch, int64_t batch_idx, std::chrono::steady_clock::time_point fetch_start);
   /// The module's training_step under the precision's forward context.
   torch::Tensor training_step(Batch& batch, int64_t batch_idx);
+  /// Whether the batch ends an accumulation window (the automatic loop steps after it).
+  bool ends_window(int64_t batch_idx) const;
   /// training_step, backward and, at an accumulation window's end, the step; an undefined loss
   /// skips the backward and (on every rank) that step.
   void automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& loss);

@@ -26,7 +26,8 @@ void LoggerConnector::send(const Metrics& metrics, const Progress& progress, std
   if (metrics.empty() || !strategy_.is_global_zero()) return;
   Metrics with_epoch = metrics;
   with_epoch["epoch"] = static_cast<double>(progress.current_epoch);
-  for (auto& logger : loggers_) logger->log_metrics(with_epoch, step.value_or(progress.global_step));
+  for (auto& logger : loggers_)
+    logger->log_metrics(with_epoch, step.value_or(held_step.value_or(progress.stepped_batches)));
   for (const auto& [name, value] : with_epoch) logged_metrics_[name] = value;
 }
 

@@ -32,7 +32,10 @@ class LoggerConnector {
   Metrics progress_bar_metrics() const;
   /// What was last sent to the loggers.
   const Metrics& logged_metrics() const { return logged_metrics_; }
-  /// Sends `metrics` (and the epoch) to the loggers at the current global step (or `step`), on rank 0.
+  /// The loggers' step while a training batch runs (the stepped batches before it) and at an
+  /// epoch's end (the last one's index), as Lightning's; unset, Progress::stepped_batches.
+  std::optional<int64_t> held_step;
+  /// Sends `metrics` (and the epoch) to the loggers at the current step (or `step`), on rank 0.
   void send(const Metrics& metrics, const Progress& progress, std::optional<int64_t> step = std::nullopt);
   /// Gathers metric values across ranks, or nullptr with one process.
   GatherFn gather() const;

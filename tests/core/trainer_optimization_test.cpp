@@ -6,8 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 namespace arc {
 namespace {
+
+namespace fs = std::filesystem;
 
 using testing::error_of;
 using testing::quiet;
@@ -216,6 +222,56 @@ class TwoOptimizers : public TinyModule {
 };
 
 // Lightning refuses several optimizers under automatic optimization and points to manual optimization.
+// The loggers' step is Lightning's _batches_that_stepped: one per batch however many optimizers a
+// manually optimized batch steps, one per accumulation window, and a resumed fit goes on counting.
+struct StepRecorder : Logger {
+  std::vector<int64_t> steps;
+  std::string name() const override { return "steps"; }
+  void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override {
+    if (metrics.count("loss_a") || metrics.count("train_loss")) steps.push_back(step);
+  }
+};
+
+struct LoggingManualModule : ManualModule {
+  torch::Tensor training_step(Batch& batch, int64_t batch_idx) override {
+    auto loss = ManualModule::training_step(batch, batch_idx);
+    log("loss_a", loss);
+    return loss;
+  }
+};
+
+TEST(TrainerOptimization, LoggersStepOncePerBatchOrWindowAsLightningDoes) {
+  // 4 batches an epoch, each stepping once or twice (6 optimizer steps): logged at batches 1 and
+  // 3 of each epoch, at the stepped batches before them.
+  auto whole = std::make_shared<StepRecorder>();
+  LoggingManualModule manual;
+  Trainer trainer(quiet().max_epochs(2).log_every_n_steps(2), {}, {whole});
+  trainer.fit(manual, tiny_data(8, 2));
+  EXPECT_EQ(trainer.global_step(), 12);
+  EXPECT_EQ(trainer.progress().stepped_batches, 8);
+  EXPECT_EQ(whole->steps, (std::vector<int64_t>{1, 3, 5, 7}));
+
+  // The same fit stopped after its first epoch and resumed logs at the same steps.
+  const auto path = (fs::temp_directory_path() / ("arc_stepped_" + std::to_string(getpid()) + ".ckpt")).string();
+  auto first = std::make_shared<StepRecorder>(), second = std::make_shared<StepRecorder>();
+  LoggingManualModule resumed;
+  Trainer one(quiet().max_epochs(1).log_every_n_steps(2), {}, {first});
+  one.fit(resumed, tiny_data(8, 2));
+  one.save_checkpoint(path);
+  Trainer two(quiet().max_epochs(2).log_every_n_steps(2), {}, {second});
+  two.fit(resumed, tiny_data(8, 2), {}, path);
+  fs::remove(path);
+  EXPECT_EQ(first->steps, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(second->steps, (std::vector<int64_t>{5, 7}));
+
+  // 8 batches in windows of 2: every 2nd window logged once, at its index (batches 3 and 7).
+  auto windows = std::make_shared<StepRecorder>();
+  TinyModule accumulated;
+  Trainer(quiet().max_epochs(1).accumulate_grad_batches(2).log_every_n_steps(2), {}, {windows})
+      .fit(accumulated, tiny_data(16, 2));
+  EXPECT_EQ(windows->steps, (std::vector<int64_t>{1, 3}));
+}
+
 TEST(TrainerOptimization, AutomaticOptimizationRefusesSeveralOptimizers) {
   TwoOptimizers module;
   Trainer trainer(quiet().max_steps(2));
