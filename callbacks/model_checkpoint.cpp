@@ -56,8 +56,10 @@ void ModelCheckpoint::on_fit_start(Trainer& trainer, TrainModule&) {
   last_save_time_ = std::chrono::steady_clock::now();
 }
 
+// An epoch resumed mid-way keeps the count of its start from the checkpoint: a validation before the
+// checkpoint was this epoch's.
 void ModelCheckpoint::on_train_epoch_start(Trainer& trainer, TrainModule&) {
-  validations_at_epoch_start_ = trainer.progress().validation_runs;
+  if (trainer.progress().epoch_batches == 0) validations_at_epoch_start_ = trainer.progress().validation_runs;
 }
 
 void ModelCheckpoint::on_train_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&, int64_t) {
@@ -187,11 +189,9 @@ std::string ModelCheckpoint::free_name(Trainer& trainer, const std::string& path
 }
 
 nlohmann::json ModelCheckpoint::state_dict() const {
-  return {{"dirpath", dirpath_},
-          {"kept", kept_},
-          {"best_model_path", best_path_},
-          {"last_model_path", last_path_},
-          {"saves", saves_}};
+  return {
+      {"dirpath", dirpath_},           {"kept", kept_},   {"best_model_path", best_path_},
+      {"last_model_path", last_path_}, {"saves", saves_}, {"validations_at_epoch_start", validations_at_epoch_start_}};
 }
 
 void ModelCheckpoint::load_state_dict(const nlohmann::json& state) {
@@ -199,6 +199,7 @@ void ModelCheckpoint::load_state_dict(const nlohmann::json& state) {
   best_path_ = state.at("best_model_path").get<std::string>();
   last_path_ = state.at("last_model_path").get<std::string>();
   saves_ = state.at("saves").get<int64_t>();
+  validations_at_epoch_start_ = state.value("validations_at_epoch_start", validations_at_epoch_start_);
 }
 
 }  // namespace arc

@@ -41,6 +41,7 @@ struct Progress {
   /// Training batches that ended an optimizer step's window (every batch under manual optimization,
   /// however many optimizers it steps): Lightning's `_batches_that_stepped`, the loggers' step.
   int64_t stepped_batches = 0;
+  /// Validations run inside fit, each counted before its on_validation_end.
   int64_t validation_runs = 0;
 };
 

@@ -187,6 +187,8 @@ Metrics EvaluationLoop::run(Loaders& loaders, const std::vector<int64_t>& batche
     call(t, module_, hooks.epoch_end);
     epoch_metrics = state_.logging.eval_metrics.end_epoch(state_.logging.gather());
     if (!state_.sanity_checking) state_.logging.send(epoch_metrics, state_.progress);
+    // Fit's validation counts before its end hooks, so that a checkpoint they write resumes after it.
+    if (was_training && !state_.sanity_checking) ++state_.progress.validation_runs;
     call(t, module_, hooks.end);
   }
   state_.training = was_training;

@@ -451,7 +451,6 @@ void FitLoop::validate() {
   const int64_t reload = t.options().reload_dataloaders_every_n_epochs();
   if (reload > 0 && state_.progress.current_epoch - val_loaded_epoch_ >= reload) load_val();
   EvaluationLoop(t, state_, module_, Stage::validate).run(val_, val_batches_);
-  ++state_.progress.validation_runs;
   last_validation_ = std::chrono::steady_clock::now();
 }
 

@@ -653,6 +653,28 @@ TEST(ModelCheckpoint, DefaultCheckpointingWritesLastAndResumesFromIt) {
   fs::remove_all(root);
 }
 
+// ModelCheckpoint saves after the epoch's validation, before the epoch ends: the fit resumed from
+// that last.ckpt ends the epoch without validating again, and must not save there for want of the
+// monitored value.
+TEST(ModelCheckpoint, ResumingFromTheLastCheckpointOfAMonitoredRunTrainsOn) {
+  const auto root = scratch_dir("monitored_last");
+  const auto options = [&] {
+    return ModelCheckpointOptions().dirpath(root).monitor("val_loss").save_last(true).save_top_k(-1);
+  };
+  TinyModule first;
+  Trainer(quiet().max_epochs(2).enable_checkpointing(true), {std::make_shared<ModelCheckpoint>(options())})
+      .fit(first, tiny_data(4, 2), tiny_data(4, 2));
+  TinyModule second;
+  auto checkpoint = std::make_shared<ModelCheckpoint>(options());
+  Trainer more(quiet().max_epochs(3).enable_checkpointing(true), {checkpoint});
+  more.fit(second, tiny_data(4, 2), tiny_data(4, 2), root + "/last.ckpt");
+  EXPECT_EQ(second.counts["training_step"], 2);  // only the third epoch ran
+  EXPECT_EQ(second.counts["validation_step"], 2);
+  EXPECT_TRUE(fs::exists(root + "/epoch=2-step=6.ckpt"));
+  EXPECT_FALSE(checkpoint->best_model_path().empty());
+  fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace arc
 
