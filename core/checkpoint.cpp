@@ -109,8 +109,8 @@ void CheckpointWriter::replace(const std::string& name, const torch::Tensor& ten
            "entries of the module's parameters and buffers, or add() entries of your own");
 }
 
-void CheckpointWriter::add_module(const torch::nn::Module& module) {
-  for (const auto& [name, tensor] : named_state(module)) add("model/" + name, tensor);
+void CheckpointWriter::add_module(const torch::nn::Module& module, const std::string& prefix) {
+  for (const auto& [name, tensor] : named_state(module)) add(prefix + "/" + name, tensor);
 }
 
 void CheckpointWriter::copy_tensors_to(torch::Tensor& buffer) {
@@ -352,6 +352,17 @@ std::vector<std::string> CheckpointReader::tensor_names() const {
   return names;
 }
 
+bool CheckpointReader::holds_under(const std::string& prefix) const {
+  const auto found = entries_.lower_bound(prefix + "/");
+  return found != entries_.end() && found->first.rfind(prefix + "/", 0) == 0;
+}
+
+std::vector<std::string> CheckpointReader::top_names() const {
+  std::set<std::string> names;
+  for (const auto& [name, e] : entries_) names.insert(name.substr(0, name.find('/')));
+  return {names.begin(), names.end()};
+}
+
 torch::Tensor CheckpointReader::tensor(const std::string& name) const {
   const auto& e = entry(name, "tensor");
   auto out = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
@@ -382,14 +393,15 @@ torch::serialize::InputArchive CheckpointReader::archive(const std::string& name
 
 const nlohmann::json& CheckpointReader::json(const std::string& name) const { return entry(name, "json").value; }
 
-LoadResult CheckpointReader::load_module(torch::nn::Module& module, bool strict) const {
+LoadResult CheckpointReader::load_module(torch::nn::Module& module, bool strict, const std::string& prefix) const {
   auto state = named_state(module);
+  const std::string folder = prefix + "/";
   LoadResult unmatched;
   std::vector<std::string> shapes;
   std::set<std::string> expected;
   for (const auto& [name, tensor] : state) {
-    expected.insert("model/" + name);
-    const auto found = entries_.find("model/" + name);
+    expected.insert(folder + name);
+    const auto found = entries_.find(folder + name);
     if (found == entries_.end()) {
       unmatched.missing_keys.push_back(name);
     } else if (found->second.shape != tensor.sizes().vec()) {
@@ -398,18 +410,20 @@ LoadResult CheckpointReader::load_module(torch::nn::Module& module, bool strict)
     }
   }
   for (const auto& [name, e] : entries_)
-    if (name.rfind("model/", 0) == 0 && expected.count(name) == 0) unmatched.unexpected_keys.push_back(name.substr(6));
+    if (name.rfind(folder, 0) == 0 && expected.count(name) == 0)
+      unmatched.unexpected_keys.push_back(name.substr(folder.size()));
   std::vector<std::string> problems = shapes;
   if (strict) {
     for (const auto& name : unmatched.missing_keys) problems.push_back("missing '" + name + "'");
     for (const auto& name : unmatched.unexpected_keys) problems.push_back("unexpected '" + name + "'");
   }
   ARC_CHECK(
-      problems.empty(), "checkpoint '", path_, "' does not match ", module.name(), ": ", join(problems, "; "),
+      problems.empty(), "checkpoint '", path_, "' does not match ", module.name(),
+      prefix == "model" ? "" : " (its '" + prefix + "')", ": ", join(problems, "; "),
       ". It was written for another model; load it into the same architecture",
       strict && shapes.size() < problems.size() ? " (or load with strict=false to skip the names that differ)" : "");
   for (auto& [name, tensor] : state)
-    if (entries_.count("model/" + name) > 0) read_into("model/" + name, tensor);
+    if (entries_.count(folder + name) > 0) read_into(folder + name, tensor);
   return unmatched;
 }
 

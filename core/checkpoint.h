@@ -56,8 +56,8 @@ class CheckpointWriter {
   void add(const std::string& name, torch::serialize::OutputArchive archive);
   /// A small JSON value kept in the index (an optimizer's layout).
   void add_json(const std::string& name, nlohmann::json value);
-  /// The parameters and buffers of `module`, as "model/<name>".
-  void add_module(const torch::nn::Module& module);
+  /// The parameters and buffers of `module`, as "<prefix>/<name>" ("model/<name>" in a Trainer's).
+  void add_module(const torch::nn::Module& module, const std::string& prefix = "model");
   /// Puts `tensor` (of the same shape) in place of the one added as `name`.
   void replace(const std::string& name, const torch::Tensor& tensor);
   /// Writes through `path.tmp-<pid>`: write, fsync, rename, fsync the folder. A failed write is an
@@ -98,6 +98,10 @@ class CheckpointReader {
   bool contains(const std::string& name) const { return entries_.count(name) > 0; }
   /// The names of the tensors it holds, sorted.
   std::vector<std::string> tensor_names() const;
+  /// Whether it holds an entry "<prefix>/..." (a module's parameters, "model/..." in a Trainer's).
+  bool holds_under(const std::string& prefix) const;
+  /// Its entries' names up to their first '/', sorted, each once: "model", "optimizer_0", ...
+  std::vector<std::string> top_names() const;
   /// Copies tensor `name` into `into`, which must have its shape (converted to into's type and device).
   void read_into(const std::string& name, torch::Tensor& into) const;
   /// Tensor `name` as a new CPU tensor.
@@ -107,10 +111,10 @@ class CheckpointReader {
   bool holds_archive(const std::string& name) const { return contains(name) && entries_.at(name).kind == "archive"; }
   /// The JSON value `name`.
   const nlohmann::json& json(const std::string& name) const;
-  /// Loads "model/<name>" into `module` after checking that names and shapes match; the error
+  /// Loads "<prefix>/<name>" into `module` after checking that names and shapes match; the error
   /// lists what is missing, unexpected or of another shape. Not `strict`: names on one side only are
   /// left alone and returned (shapes must still match, as in PyTorch's load_state_dict).
-  LoadResult load_module(torch::nn::Module& module, bool strict = true) const;
+  LoadResult load_module(torch::nn::Module& module, bool strict = true, const std::string& prefix = "model") const;
 
  private:
   struct Entry {

@@ -3,12 +3,38 @@
 
 #include <arc/accelerators/accelerator_backend.h>
 #include <arc/core/detail/accelerator_connector.h>
+#include <arc/core/optimizer_state.h>
 #include <arc/strategies/strategy.h>
 #include <arc/strategies/sync_batch_norm.h>
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <filesystem>
+
 namespace arc {
+
+void AcceleratorState::check_name(const std::string& name) const {
+  ARC_CHECK(!name.empty() && name.find('/') == std::string::npos, "AcceleratorState names its parts without '/' ",
+            "(it separates a module's name from its parameters'), got '", name, "'; choose another name");
+  const auto taken = [&](const auto& parts) {
+    return std::any_of(parts.begin(), parts.end(), [&](const auto& part) { return part.first == name; });
+  };
+  ARC_CHECK(!taken(modules_) && !taken(optimizers_), "AcceleratorState already holds '", name,
+            "'; give each module and optimizer its own name");
+}
+
+AcceleratorState& AcceleratorState::add(const std::string& name, torch::nn::Module& module) {
+  check_name(name);
+  modules_.emplace_back(name, &module);
+  return *this;
+}
+
+AcceleratorState& AcceleratorState::add(const std::string& name, torch::optim::Optimizer& optimizer) {
+  check_name(name);
+  optimizers_.emplace_back(name, &optimizer);
+  return *this;
+}
 
 Accelerator::Accelerator(TrainerOptions options) : options_(std::move(options)) {
   options_.validate();
@@ -62,6 +88,56 @@ bool Accelerator::step(torch::optim::Optimizer& optimizer) {
   const bool stepped = precision_->optimizer_step(optimizer);
   precision_->update();
   return stepped;
+}
+
+void Accelerator::save(const std::string& path, const AcceleratorState& state) {
+  std::string failure;
+  if (is_global_zero()) {
+    nlohmann::json parts = {
+        {"values", state.values}, {"modules", nlohmann::json::array()}, {"optimizers", nlohmann::json::array()}};
+    for (const auto& [name, module] : state.modules_) parts["modules"].push_back(name);
+    for (const auto& [name, optimizer] : state.optimizers_) parts["optimizers"].push_back(name);
+    CheckpointWriter writer({{"accelerator_state", parts}, {"precision", precision_->state_dict()}});
+    for (const auto& [name, module] : state.modules_) writer.add_module(*module, name);
+    for (const auto& [name, optimizer] : state.optimizers_) save_optimizer(writer, name, *optimizer);
+    try {
+      const auto folder = std::filesystem::path(path).parent_path();
+      std::error_code ignored;  // write() names the folder if it is still missing
+      if (!folder.empty()) std::filesystem::create_directories(folder, ignored);
+      writer.write(path);
+    } catch (const Error& error) {
+      failure = error.what();
+    }
+  }
+  if (world_size() > 1) {
+    const CollectiveName name("Accelerator::save");
+    failure = broadcast(failure);
+  }
+  ARC_CHECK(failure.empty(), world_size() > 1 && !is_global_zero() ? "rank 0 failed to save: " : "", failure);
+}
+
+LoadResult Accelerator::load(const std::string& path, AcceleratorState& state, bool strict) {
+  const CheckpointReader checkpoint(path);
+  LoadResult unmatched;
+  for (const auto& [name, module] : state.modules_)
+    if (!checkpoint.holds_under(name)) unmatched.missing_keys.push_back(name);
+  for (const auto& [name, optimizer] : state.optimizers_)
+    if (!checkpoint.contains(name)) unmatched.missing_keys.push_back(name);
+  ARC_CHECK(!strict || unmatched.missing_keys.empty(), "checkpoint '", path, "' holds no ",
+            join(unmatched.missing_keys), "; it holds ", join(checkpoint.top_names()),
+            ". Load it into the state it was saved from (or with ", "strict=false to leave out what it lacks)");
+  for (const auto& [name, module] : state.modules_) {
+    if (!checkpoint.holds_under(name)) continue;
+    const auto result = checkpoint.load_module(*module, strict, name);
+    for (const auto& key : result.missing_keys) unmatched.missing_keys.push_back(name + "/" + key);
+    for (const auto& key : result.unexpected_keys) unmatched.unexpected_keys.push_back(name + "/" + key);
+  }
+  for (const auto& [name, optimizer] : state.optimizers_)
+    if (checkpoint.contains(name)) load_optimizer(checkpoint, name, *optimizer);
+  const auto parts = checkpoint.meta().value("accelerator_state", nlohmann::json::object());
+  state.values = parts.value("values", nlohmann::json::object());
+  precision_->load_state_dict(checkpoint.meta().value("precision", nlohmann::json(nullptr)));
+  return unmatched;
 }
 
 std::map<std::string, torch::Tensor> Accelerator::all_reduce_dict(const std::map<std::string, torch::Tensor>& values,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <arc/base/reduce.h>
+#include <arc/core/checkpoint.h>
 #include <arc/core/precision.h>
 #include <arc/core/trainer_options.h>
 #include <arc/data/batch.h>
@@ -16,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace torch::optim {
@@ -26,6 +28,22 @@ namespace arc {
 
 class AcceleratorBackend;
 class Strategy;
+
+/// What Accelerator::save writes and Accelerator::load restores, as Fabric's state dictionary:
+/// modules and optimizers by name, restored in place, and JSON `values` (the step, the epoch,
+/// anything else), which load replaces with the file's.
+class AcceleratorState {
+ public:
+  AcceleratorState& add(const std::string& name, torch::nn::Module& module);
+  AcceleratorState& add(const std::string& name, torch::optim::Optimizer& optimizer);
+  nlohmann::json values = nlohmann::json::object();
+
+ private:
+  friend class Accelerator;
+  void check_name(const std::string& name) const;
+  std::vector<std::pair<std::string, torch::nn::Module*>> modules_;
+  std::vector<std::pair<std::string, torch::optim::Optimizer*>> optimizers_;
+};
 
 /// Picks hardware, process topology and precision from TrainerOptions (accelerator, strategy,
 /// devices, num_nodes, num_threads, seed, timeout, precision, DDP options); under ddp_spawn,
@@ -60,6 +78,18 @@ class Accelerator {
   bool step(torch::optim::Optimizer& optimizer);
   /// The precision in effect ("16-mixed" asked for on the CPU reads "bf16-mixed").
   const std::string& precision() const { return precision_->name(); }
+
+  /// Every rank calls it: rank 0 writes `state` and the loss scale of "16-mixed" to `path` (its
+  /// folder made; through a temporary file, fsync and rename, so a crash leaves the previous file),
+  /// and every rank returns once the file is there, or throws rank 0's error.
+  void save(const std::string& path, const AcceleratorState& state);
+  /// Restores `state` from `path` on every rank: each module and optimizer from the entry of its
+  /// name, `values` replaced by the file's, and the loss scale. `strict`: every name of `state` must
+  /// be in the file and every module's parameters match; otherwise what is on one side only is left
+  /// alone and returned, as "<name>" or "<name>/<parameter>". A Trainer's checkpoint loads too (its
+  /// module is "model", its optimizers "optimizer_0", "optimizer_1", ...). A missing, corrupt or
+  /// mismatched file is an arc::Error that says which.
+  LoadResult load(const std::string& path, AcceleratorState& state, bool strict = true);
 
   /// Every value reduced across ranks with one collective.
   std::map<std::string, torch::Tensor> all_reduce_dict(const std::map<std::string, torch::Tensor>& values,

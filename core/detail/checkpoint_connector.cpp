@@ -169,6 +169,9 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
   const auto& meta = checkpoint.meta();
   ARC_CHECK(!meta.value("weights_only", false), "checkpoint '", path, "' holds weights only and cannot resume ",
             "training; pass it to validate/test/predict, or resume from a full checkpoint");
+  ARC_CHECK(!meta.contains("accelerator_state"), "checkpoint '", path, "' was written by Accelerator::save (a loop ",
+            "of your own) and holds no Trainer state to resume; load it with Accelerator::load, or pass it to ",
+            "validate/test/predict, which load the module saved as \"model\"");
   auto& configs = state_.optimizers;
   for (size_t i = 0; i < configs.size(); ++i)
     ARC_CHECK(checkpoint.contains("optimizer_" + std::to_string(i)), "checkpoint '", path,

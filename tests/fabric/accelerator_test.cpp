@@ -1,5 +1,7 @@
-// arc::Accelerator in one process: precision in a hand-written loop, against the Trainer.
+// arc::Accelerator in one process: precision in a hand-written loop, against the Trainer; saving
+// and loading a loop's state.
 #include "support/errors.h"
+#include "support/scratch.h"
 #include "support/tiny_module.h"
 
 #include <arc/base/torch_compat.h>
@@ -84,6 +86,124 @@ TEST(Accelerator, PrecisionNamesFollowTheTrainer) {
   EXPECT_EQ(Accelerator(quiet()).precision(), "32-true");
   const auto message = error_of([] { Accelerator accelerator(quiet().precision("fp8")); });
   EXPECT_NE(message.find("unknown precision 'fp8'"), std::string::npos) << message;
+}
+
+// `steps` Adam steps of a hand-written loop over 16 samples in batches of 4, from `from` (the steps
+// before it: the loader starts at that batch of its epoch).
+void train(Accelerator& accelerator, Regression& module, torch::optim::Optimizer& adam, int64_t from, int64_t to) {
+  auto loader = accelerator.prepare(DataSource(tiny_data(16, 4).dataset, DataLoaderOptions(4).shuffle(true)));
+  for (int64_t step = from; step < to;) {
+    loader->set_epoch(step / 4);
+    loader->start(step % 4);
+    while (step < to) {
+      auto batch = loader->next();
+      if (!batch) break;
+      adam.zero_grad();
+      accelerator.backward(module.loss(accelerator.prepare_batch(*batch)));
+      accelerator.step(adam);
+      ++step;
+    }
+  }
+}
+
+// Fabric's save and load: a loop stopped after 5 steps, saved, and loaded into a new model and
+// optimizer (other initial weights, no Adam moments yet) ends as the loop that never stopped.
+TEST(Accelerator, SaveAndLoadResumeAHandWrittenLoopExactly) {
+  Accelerator accelerator(quiet().seed(7));
+  torch::manual_seed(1);
+  Regression whole, first;
+  {
+    torch::NoGradGuard no_grad;
+    first.linear->weight.copy_(whole.linear->weight);
+    first.linear->bias.copy_(whole.linear->bias);
+  }
+  torch::optim::Adam whole_adam(whole.parameters(), torch::optim::AdamOptions(0.05));
+  train(accelerator, whole, whole_adam, 0, 10);
+
+  const auto path = (process_scratch() / "loop" / "state.ckpt").string();  // its folder is made
+  torch::optim::Adam first_adam(first.parameters(), torch::optim::AdamOptions(0.05));
+  train(accelerator, first, first_adam, 0, 5);
+  AcceleratorState saved;
+  saved.add("model", first).add("optimizer", first_adam);
+  saved.values["step"] = 5;
+  accelerator.save(path, saved);
+
+  Regression resumed;
+  torch::optim::Adam resumed_adam(resumed.parameters(), torch::optim::AdamOptions(0.05));
+  AcceleratorState state;
+  state.add("model", resumed).add("optimizer", resumed_adam);
+  const auto unmatched = accelerator.load(path, state);
+  EXPECT_TRUE(unmatched.missing_keys.empty() && unmatched.unexpected_keys.empty());
+  ASSERT_EQ(state.values.at("step"), 5);
+  train(accelerator, resumed, resumed_adam, 5, 10);
+  EXPECT_TRUE(torch::equal(resumed.linear->weight, whole.linear->weight));
+  EXPECT_TRUE(torch::equal(resumed.linear->bias, whole.linear->bias));
+}
+
+TEST(Accelerator, LoadSaysWhatTheFileLacksAndSkipsItWhenNotStrict) {
+  Accelerator accelerator(quiet());
+  Regression module;
+  torch::optim::SGD sgd(module.parameters(), torch::optim::SGDOptions(0.1));
+  const auto path = (process_scratch() / "partial.ckpt").string();
+  AcceleratorState saved;
+  saved.add("model", module);
+  accelerator.save(path, saved);
+
+  AcceleratorState wider;
+  wider.add("model", module).add("optimizer", sgd);
+  wider.values["kept"] = true;
+  auto message = error_of([&] { accelerator.load(path, wider); });
+  EXPECT_NE(message.find("checkpoint '" + path + "' holds no optimizer; it holds model"), std::string::npos) << message;
+  EXPECT_NE(message.find("strict=false"), std::string::npos) << message;
+  const auto unmatched = accelerator.load(path, wider, false);
+  EXPECT_EQ(unmatched.missing_keys, std::vector<std::string>{"optimizer"});
+  EXPECT_EQ(wider.values, nlohmann::json::object()) << "values are the file's";
+
+  struct Narrower : torch::nn::Module {
+    Narrower() { register_module("linear", torch::nn::Linear(3, 1)); }
+  } narrower;
+  AcceleratorState mismatched;
+  mismatched.add("model", narrower);
+  message = error_of([&] { accelerator.load(path, mismatched); });
+  EXPECT_NE(message.find("'linear.weight' has shape [1,4], the module has [1,3]"), std::string::npos) << message;
+
+  message = error_of([&] { accelerator.load(path + ".missing", wider); });
+  EXPECT_NE(message.find(path + ".missing"), std::string::npos) << message;
+  message = error_of([&] { AcceleratorState().add("a/b", module); });
+  EXPECT_NE(message.find("without '/'"), std::string::npos) << message;
+  message = error_of([&] { AcceleratorState().add("model", module).add("model", sgd); });
+  EXPECT_NE(message.find("already holds 'model'"), std::string::npos) << message;
+}
+
+// A Trainer's checkpoint holds its module as "model" and its optimizers as "optimizer_N".
+TEST(Accelerator, LoadsATrainersCheckpoint) {
+  TinyModule trained;
+  Trainer trainer(quiet().max_steps(3));
+  trainer.fit(trained, tiny_data(8, 2));
+  const auto path = (process_scratch() / "trainer.ckpt").string();
+  trainer.save_checkpoint(path);
+
+  Accelerator accelerator(quiet());
+  TinyModule module;
+  torch::optim::SGD sgd(module.parameters(), torch::optim::SGDOptions(0.1));
+  AcceleratorState state;
+  state.add("model", module).add("optimizer_0", sgd);
+  accelerator.load(path, state);
+  EXPECT_TRUE(torch::equal(module.linear->weight, trained.linear->weight));
+  EXPECT_TRUE(state.values.empty());
+}
+
+// An Accelerator's checkpoint has no Trainer state to resume, but its "model" evaluates.
+TEST(Accelerator, ATrainerEvaluatesButDoesNotResumeAnAcceleratorsCheckpoint) {
+  Accelerator accelerator(quiet());
+  TinyModule saved;
+  const auto path = (process_scratch() / "accelerator.ckpt").string();
+  accelerator.save(path, AcceleratorState().add("model", saved));
+  TinyModule module;
+  const auto message = error_of([&] { Trainer(quiet().max_steps(1)).fit(module, tiny_data(4, 2), {}, path); });
+  EXPECT_NE(message.find("was written by Accelerator::save"), std::string::npos) << message;
+  Trainer(quiet()).validate(module, tiny_data(4, 2), path, false);
+  EXPECT_TRUE(torch::equal(module.linear->weight, saved.linear->weight));
 }
 
 }  // namespace

@@ -95,13 +95,16 @@ struct Args {
   int64_t val_stream = 0, uneven_drop = 0, stall_rank = -1, stall_step = -1, stall_ms = 0;
   int64_t spike_rank = -1, spike_batch = -1;
   int64_t slow_rank = -1, slow_ms = 0, log_every = 0, num_nodes = 1, fail_node = -1, combined = 0, gather = 0;
-  int64_t finetune = -1, freeze_rank = -1;
+  int64_t finetune = -1, freeze_rank = -1, save_at = -1;
   double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
   bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false, async_checkpoint = false;
   bool fit_again = false, toggle = false, freeze_bias_elsewhere = false;
   std::string out, fail, loop = "trainer", root = ".", precision = "32-true", loggers, prepare_log;
   std::string even_batches = "error";
+  // The custom loop's state: saved after step save_at to `state` (Accelerator::save), or loaded from
+  // `resume` before it starts.
+  std::string state, resume;
   // The CPU unless asked: "auto" would take a GPU wherever one is, and the tests count CPU ranks.
   std::string accelerator = "cpu", device_list, process_group_backend = "auto";
 };
@@ -121,6 +124,9 @@ Args parse(int argc, char** argv) {
     if (key == "--fail-step") a.fail_step = std::stoll(value);
     if (key == "--timeout") a.timeout = std::stod(value);
     if (key == "--loop") a.loop = value;
+    if (key == "--save-at") a.save_at = std::stoll(value);
+    if (key == "--state") a.state = value;
+    if (key == "--resume") a.resume = value;
     if (key == "--shared-memory") a.shared_memory = value == "1";
     if (key == "--root") a.root = value;
     if (key == "--elastic-every") a.elastic_every = std::stoll(value);
@@ -314,11 +320,20 @@ void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc
   torch::optim::SGD sgd(module.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   accelerator.prepare(sgd);
   auto loader = accelerator.prepare(data);
-  int64_t step = 0;
+  int64_t step = 0, epoch = 0, first_batch = 0;
+  arc::AcceleratorState state;
+  state.add("model", module).add("optimizer", sgd);
+  if (!args.resume.empty()) {
+    accelerator.load(args.resume, state);
+    step = state.values.at("step");
+    epoch = state.values.at("epoch");
+    first_batch = state.values.at("batch");
+  }
   torch::Tensor loss;
-  for (int64_t epoch = 0; step < args.steps; ++epoch) {
+  for (; step < args.steps; ++epoch) {
     loader->set_epoch(epoch);
-    loader->start();
+    loader->start(first_batch);
+    first_batch = 0;
     while (step < args.steps) {
       auto batch = loader->next();
       if (!batch) break;
@@ -332,6 +347,10 @@ void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc
       accelerator.backward(loss);
       accelerator.step(sgd);
       ++step;
+      if (step == args.save_at) {
+        state.values = {{"step", step}, {"epoch", epoch}, {"batch", loader->position()}};
+        accelerator.save(args.state, state);
+      }
     }
   }
   const auto averaged = accelerator.all_reduce_dict({{"loss", loss.detach()}});

@@ -764,6 +764,21 @@ TEST_P(CustomLoop, OnAcceleratorMatchesTheTrainer) {
   std::remove(trained.c_str());
 }
 
+// Accelerator::save on every rank (rank 0 writes) and load on every rank: a loop saved after step 5
+// (mid-epoch) and resumed from that file ends as the loop that never stopped.
+TEST_P(CustomLoop, SavedAndLoadedOnEveryRankResumesExactly) {
+  const auto whole = scratch_path("whole"), resumed = scratch_path("resumed"), state = scratch_path("state");
+  const std::string common = "--loop custom --strategy ddp_spawn --devices 2 --steps 12 --precision " + GetParam();
+  const auto saving = probe(common + " --save-at 5 --state " + state + " --out " + whole);
+  ASSERT_EQ(saving.status, 0) << saving.output;
+  const auto resuming = probe(common + " --resume " + state + " --out " + resumed);
+  ASSERT_EQ(resuming.status, 0) << resuming.output;
+  ASSERT_FALSE(read_floats(whole).empty());
+  EXPECT_EQ(read_floats(resumed), read_floats(whole));
+  EXPECT_EQ(report(resuming)["global_step"], 12);
+  for (const auto& path : {whole, resumed, state}) std::remove(path.c_str());
+}
+
 // bf16-mixed computes in bfloat16 and keeps float32 weights, which the byte comparison reads.
 INSTANTIATE_TEST_SUITE_P(DDP, CustomLoop, ::testing::Values("32-true", "bf16-mixed"), [](const auto& info) {
   return info.param == "32-true" ? std::string("Float32") : std::string("Bf16Mixed");
