@@ -82,6 +82,25 @@ void Precision::unscale(torch::optim::Optimizer& optimizer) {
   if (scaler_) scaler_->unscale(optimizer);
 }
 
+std::optional<double> Precision::clip_gradients(torch::optim::Optimizer& optimizer, double clip_val,
+                                                const std::string& algorithm) {
+  ARC_CHECK(algorithm == "norm" || algorithm == "value", "clip_gradients: gradient_clip_algorithm is \"", algorithm,
+            "\"; use \"norm\" (the total 2-norm) or \"value\" (each gradient value)");
+  ARC_CHECK(clip_val >= 0, "clip_gradients: gradient_clip_val is ", clip_val,
+            "; give a value >= 0 (0 or none clips nothing)");
+  if (clip_val == 0) return std::nullopt;
+  unscale(optimizer);
+  std::vector<torch::Tensor> parameters;
+  for (auto& group : optimizer.param_groups())
+    for (auto& parameter : group.params())
+      if (parameter.grad().defined()) parameters.push_back(parameter);
+  if (algorithm == "value") {
+    torch::nn::utils::clip_grad_value_(parameters, clip_val);
+    return std::nullopt;
+  }
+  return torch::nn::utils::clip_grad_norm_(parameters, clip_val, 2.0);
+}
+
 bool Precision::optimizer_step(torch::optim::Optimizer& optimizer) {
   if (scaler_) return scaler_->step(optimizer);
   optimizer.step();

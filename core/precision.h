@@ -61,6 +61,11 @@ class Precision {
   torch::Tensor pre_backward(const torch::Tensor& loss) const;
   /// Before clipping: gradients back to their true size.
   void unscale(torch::optim::Optimizer& optimizer);
+  /// Lightning's clip_gradients of its precision plugins: the gradients of `optimizer`'s parameters,
+  /// unscaled first, have their total 2-norm clipped to `clip_val` ("norm", which returns the norm
+  /// before clipping) or each value clipped into [-clip_val, clip_val] ("value"). 0 clips nothing.
+  std::optional<double> clip_gradients(torch::optim::Optimizer& optimizer, double clip_val,
+                                       const std::string& algorithm = "norm");
   /// Steps `optimizer`, unless the scaler found inf/NaN gradients; returns whether it stepped.
   bool optimizer_step(torch::optim::Optimizer& optimizer);
   /// After every optimizer of the iteration stepped.

@@ -72,23 +72,8 @@ void TrainModule::lr_scheduler_step(LRScheduler& scheduler, std::optional<double
 
 void TrainModule::clip_gradients(torch::optim::Optimizer& optimizer, std::optional<double> gradient_clip_val,
                                  const std::string& gradient_clip_algorithm) {
-  ARC_CHECK(gradient_clip_algorithm == "norm" || gradient_clip_algorithm == "value",
-            "clip_gradients: gradient_clip_algorithm is \"", gradient_clip_algorithm,
-            "\"; use \"norm\" (the total 2-norm) or \"value\" (each gradient value)");
-  ARC_CHECK(!gradient_clip_val || *gradient_clip_val >= 0, "clip_gradients: gradient_clip_val is ",
-            gradient_clip_val.value_or(0), "; give a value >= 0 (0 or none clips nothing)");
-  if (!gradient_clip_val || *gradient_clip_val == 0) return;
-  // Hooks and clipping see gradients at their true size.
-  trainer().precision().unscale(optimizer);
-  std::vector<torch::Tensor> parameters;
-  for (auto& group : optimizer.param_groups())
-    for (auto& parameter : group.params())
-      if (parameter.grad().defined()) parameters.push_back(parameter);
-  if (gradient_clip_algorithm == "value") {
-    torch::nn::utils::clip_grad_value_(parameters, *gradient_clip_val);
-  } else {
-    torch::nn::utils::clip_grad_norm_(parameters, *gradient_clip_val, 2.0);
-  }
+  // Hooks and clipping see gradients at their true size: the precision unscales them first.
+  trainer().precision().clip_gradients(optimizer, gradient_clip_val.value_or(0), gradient_clip_algorithm);
 }
 
 void TrainModule::freeze() {

@@ -2,7 +2,9 @@
 #include <arc/fabric/accelerator.h>
 
 #include <arc/accelerators/accelerator_backend.h>
+#include <arc/base/console.h>
 #include <arc/core/detail/accelerator_connector.h>
+#include <arc/core/detail/logger_connector.h>
 #include <arc/core/optimizer_state.h>
 #include <arc/strategies/strategy.h>
 #include <arc/strategies/sync_batch_norm.h>
@@ -36,7 +38,8 @@ AcceleratorState& AcceleratorState::add(const std::string& name, torch::optim::O
   return *this;
 }
 
-Accelerator::Accelerator(TrainerOptions options) : options_(std::move(options)) {
+Accelerator::Accelerator(TrainerOptions options, std::vector<std::shared_ptr<Logger>> loggers)
+    : options_(std::move(options)), loggers_(std::move(loggers)) {
   options_.validate();
   auto run = detail::resolve_run(options_);
   backend_ = std::move(run.accelerator);
@@ -44,13 +47,20 @@ Accelerator::Accelerator(TrainerOptions options) : options_(std::move(options)) 
   precision_ = std::move(run.precision);
   torch::set_num_threads(static_cast<int>(run.threads_per_process));
   if (options_.seed()) torch::manual_seed(*options_.seed());
+  detail::LoggerConnector(loggers_, *strategy_).agree_on_versions();
 }
 
 // The other ranks may still be running; ddp_spawn waits for them when the program exits. An
 // exception that leaves the loop is the rank's failure, as in a Trainer: ddp_spawn's rank 0 stops
 // the others at once (they would wait for it in a collective), another rank tells rank 0.
 Accelerator::~Accelerator() {
-  if (std::uncaught_exceptions() > uncaught_)
+  const bool failed = std::uncaught_exceptions() > uncaught_;
+  try {
+    detail::LoggerConnector(loggers_, *strategy_).finalize(failed ? "failed" : "success");
+  } catch (const std::exception& error) {
+    console().error("the loggers could not write their last records: {}", error.what());
+  }
+  if (failed)
     strategy_->on_failure("an exception left its training loop");
   else
     strategy_->teardown();
@@ -83,6 +93,11 @@ void Accelerator::backward(const torch::Tensor& loss, bool sync) {
 }
 
 void Accelerator::unscale_gradients(torch::optim::Optimizer& optimizer) { precision_->unscale(optimizer); }
+
+std::optional<double> Accelerator::clip_gradients(torch::optim::Optimizer& optimizer, double clip_val,
+                                                  const std::string& algorithm) {
+  return precision_->clip_gradients(optimizer, clip_val, algorithm);
+}
 
 bool Accelerator::step(torch::optim::Optimizer& optimizer) {
   const bool stepped = precision_->optimizer_step(optimizer);
@@ -138,6 +153,15 @@ LoadResult Accelerator::load(const std::string& path, AcceleratorState& state, b
   state.values = parts.value("values", nlohmann::json::object());
   precision_->load_state_dict(checkpoint.meta().value("precision", nlohmann::json(nullptr)));
   return unmatched;
+}
+
+void Accelerator::log_dict(const std::map<std::string, double>& values, int64_t step) {
+  if (!is_global_zero()) return;
+  for (auto& logger : loggers_) logger->log_metrics(values, step);
+}
+
+void Accelerator::log_hyperparams(const nlohmann::json& hparams) {
+  detail::LoggerConnector(loggers_, *strategy_).log_hyperparams(hparams);
 }
 
 std::map<std::string, torch::Tensor> Accelerator::all_reduce_dict(const std::map<std::string, torch::Tensor>& values,

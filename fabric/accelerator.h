@@ -8,6 +8,7 @@
 #include <arc/core/trainer_options.h>
 #include <arc/data/batch.h>
 #include <arc/data/data_loader.h>
+#include <arc/loggers/logger.h>
 
 #include <torch/nn/module.h>
 #include <nlohmann/json.hpp>
@@ -47,10 +48,11 @@ class AcceleratorState {
 
 /// Picks hardware, process topology and precision from TrainerOptions (accelerator, strategy,
 /// devices, num_nodes, num_threads, seed, timeout, precision, DDP options); under ddp_spawn,
-/// constructing it starts the other ranks, which run the same program.
+/// constructing it starts the other ranks, which run the same program. `loggers` (Fabric's) take
+/// what log and log_dict send; every rank agrees on their versions, as under a Trainer.
 class Accelerator {
  public:
-  explicit Accelerator(TrainerOptions options = TrainerOptions());
+  explicit Accelerator(TrainerOptions options = TrainerOptions(), std::vector<std::shared_ptr<Logger>> loggers = {});
   ~Accelerator();
   Accelerator(const Accelerator&) = delete;
   Accelerator& operator=(const Accelerator&) = delete;
@@ -73,6 +75,11 @@ class Accelerator {
   /// Gradients back to their true size under "16-mixed"; call before reading or clipping them.
   /// step() unscales what is still scaled.
   void unscale_gradients(torch::optim::Optimizer& optimizer);
+  /// The gradients of `optimizer`'s parameters, unscaled first under "16-mixed": their total 2-norm
+  /// clipped to `clip_val` ("norm", Fabric's max_norm; returns the norm before clipping) or each
+  /// value into [-clip_val, clip_val] ("value", Fabric's clip_val).
+  std::optional<double> clip_gradients(torch::optim::Optimizer& optimizer, double clip_val,
+                                       const std::string& algorithm = "norm");
   /// optimizer.step(), except under "16-mixed", where a step whose gradients hold inf/NaN is
   /// skipped and the loss scale adapts; returns whether the optimizer stepped.
   bool step(torch::optim::Optimizer& optimizer);
@@ -90,6 +97,14 @@ class Accelerator {
   /// module is "model", its optimizers "optimizer_0", "optimizer_1", ...). A missing, corrupt or
   /// mismatched file is an arc::Error that says which.
   LoadResult load(const std::string& path, AcceleratorState& state, bool strict = true);
+
+  /// Fabric's log_dict: `values` to every logger at `step`, from rank 0 only (reduce other ranks'
+  /// values first, with all_reduce_dict, to log their mean).
+  void log_dict(const std::map<std::string, double>& values, int64_t step);
+  void log(const std::string& name, double value, int64_t step) { log_dict({{name, value}}, step); }
+  /// The run's hyper-parameters to every logger (hparams.yaml, TensorBoard's), from rank 0.
+  void log_hyperparams(const nlohmann::json& hparams);
+  const std::vector<std::shared_ptr<Logger>>& loggers() const { return loggers_; }
 
   /// Every value reduced across ranks with one collective.
   std::map<std::string, torch::Tensor> all_reduce_dict(const std::map<std::string, torch::Tensor>& values,
@@ -114,6 +129,7 @@ class Accelerator {
   std::shared_ptr<AcceleratorBackend> backend_;
   std::shared_ptr<Strategy> strategy_;
   std::unique_ptr<Precision> precision_;
+  std::vector<std::shared_ptr<Logger>> loggers_;
   /// Exceptions in flight when it was made: more at destruction mean one ends the loop.
   int uncaught_ = std::uncaught_exceptions();
 };

@@ -9,6 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <fstream>
+
 namespace arc {
 namespace {
 
@@ -191,6 +194,52 @@ TEST(Accelerator, LoadsATrainersCheckpoint) {
   accelerator.load(path, state);
   EXPECT_TRUE(torch::equal(module.linear->weight, trained.linear->weight));
   EXPECT_TRUE(state.values.empty());
+}
+
+TEST(Accelerator, ClipGradientsByNormOrByValue) {
+  Accelerator accelerator(quiet());
+  Regression module;
+  torch::optim::SGD sgd(module.parameters(), torch::optim::SGDOptions(0.1));
+  const auto gradients = [&](double value) {
+    for (auto& p : module.parameters()) p.mutable_grad() = torch::full_like(p, value);
+  };
+  const auto total_norm = [&] {
+    double squares = 0;
+    for (auto& p : module.parameters()) squares += p.grad().pow(2).sum().item<double>();
+    return std::sqrt(squares);
+  };
+  gradients(3);  // 5 values: norm 3 * sqrt(5)
+  const auto norm = accelerator.clip_gradients(sgd, 1.0);
+  ASSERT_TRUE(norm.has_value());
+  EXPECT_NEAR(*norm, 3 * std::sqrt(5.0), 1e-5);
+  EXPECT_NEAR(total_norm(), 1.0, 1e-5);
+  gradients(-3);
+  EXPECT_FALSE(accelerator.clip_gradients(sgd, 0.5, "value").has_value());
+  EXPECT_TRUE(torch::equal(module.linear->weight.grad(), torch::full({1, 4}, -0.5)));
+  const auto message = error_of([&] { accelerator.clip_gradients(sgd, 1.0, "max"); });
+  EXPECT_NE(message.find("use \"norm\""), std::string::npos) << message;
+}
+
+// Fabric's loggers: log and log_dict at the step given, the hyper-parameters, and the last records
+// written when the Accelerator ends.
+TEST(Accelerator, LoggersGetWhatTheLoopLogs) {
+  const auto dir = process_scratch() / "accelerator_logs";
+  {
+    Accelerator accelerator(quiet(), {std::make_shared<CSVLogger>(dir.string())});
+    accelerator.log_hyperparams({{"lr", 0.1}});
+    for (int64_t step = 0; step < 3; ++step) accelerator.log("loss", 1.0 / static_cast<double>(step + 1), step);
+    accelerator.log_dict({{"loss", 0.25}, {"accuracy", 0.5}}, 3);
+    EXPECT_EQ(accelerator.loggers().front()->version(), "version_0");
+  }
+  std::ifstream csv(dir / "lightning_logs" / "version_0" / "metrics.csv");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(csv, line);) lines.push_back(line);
+  EXPECT_EQ(lines,
+            (std::vector<std::string>{"accuracy,loss,step", ",1,0", ",0.5,1", ",0.3333333333,2", "0.5,0.25,3"}));
+  std::ifstream hparams(dir / "lightning_logs" / "version_0" / "hparams.yaml");
+  std::string first;
+  std::getline(hparams, first);
+  EXPECT_EQ(first, "lr: 0.1");
 }
 
 // An Accelerator's checkpoint has no Trainer state to resume, but its "model" evaluates.

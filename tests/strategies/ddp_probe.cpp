@@ -312,9 +312,15 @@ void write_parameters(torch::nn::Module& module, const std::string& path) {
   }
 }
 
-// The same training written by hand on arc::Accelerator.
+std::vector<std::shared_ptr<arc::Logger>> make_loggers(const Args& args) {
+  if (args.loggers.empty()) return {};
+  return {std::make_shared<arc::CSVLogger>(args.loggers), std::make_shared<arc::TensorBoardLogger>(args.loggers)};
+}
+
+// The same training written by hand on arc::Accelerator (with --loggers, each step's loss logged).
 void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc::DataSource& data) {
-  arc::Accelerator accelerator(options);
+  arc::Accelerator accelerator(options, make_loggers(args));
+  accelerator.log_hyperparams({{"batch", args.batch}});
   Probe module(args);
   accelerator.prepare(module);
   torch::optim::SGD sgd(module.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -346,6 +352,7 @@ void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc
       }
       accelerator.backward(loss);
       accelerator.step(sgd);
+      if (!args.loggers.empty()) accelerator.log("train_loss", loss.item<double>(), step);
       ++step;
       if (step == args.save_at) {
         state.values = {{"step", step}, {"epoch", epoch}, {"batch", loader->position()}};
@@ -453,11 +460,7 @@ int main(int argc, char** argv) {
       callbacks.push_back(std::make_shared<arc::ModelCheckpoint>(arc::ModelCheckpointOptions()
                                                                      .dirpath(args.root + "/checkpoints")
                                                                      .every_n_train_steps(args.checkpoint_every)));
-    std::vector<std::shared_ptr<arc::Logger>> loggers;
-    if (!args.loggers.empty())
-      loggers = {std::make_shared<arc::CSVLogger>(args.loggers),
-                 std::make_shared<arc::TensorBoardLogger>(args.loggers)};
-    arc::Trainer trainer(options, callbacks, loggers);
+    arc::Trainer trainer(options, callbacks, make_loggers(args));
     if (args.fsize_limit > 0 && trainer.is_global_zero()) {
       std::signal(SIGXFSZ, SIG_IGN);
       rlimit limit{};

@@ -449,6 +449,16 @@ TEST(DDP, RendezvousTimeoutNamesTheMissingRank) {
   EXPECT_LT(run.seconds, 10 * timeout + 30) << run.output;
 }
 
+// What the loggers wrote in `dir`/lightning_logs: "<version>/<file name's first 20 characters>", sorted.
+std::vector<std::string> logged_files(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const auto& version : std::filesystem::directory_iterator(dir + "/lightning_logs"))
+    for (const auto& entry : std::filesystem::directory_iterator(version.path()))
+      files.push_back(version.path().filename().string() + "/" + entry.path().filename().string().substr(0, 20));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 // Loggers built in main exist on every rank, but only rank 0 writes, into the one version that
 // every rank agrees on: one version_0 with one metrics file and one events file.
 TEST(DDP, LoggersBuiltInMainWriteOneVersionFromRankZero) {
@@ -456,14 +466,27 @@ TEST(DDP, LoggersBuiltInMainWriteOneVersionFromRankZero) {
   std::filesystem::remove_all(dir);
   const auto run = probe("--strategy ddp_spawn --devices 2 --steps 20 --loggers " + dir);
   ASSERT_EQ(run.status, 0) << run.output;
-  std::vector<std::string> versions, files;
-  for (const auto& entry : std::filesystem::directory_iterator(dir + "/lightning_logs"))
-    versions.push_back(entry.path().filename().string());
-  EXPECT_EQ(versions, (std::vector<std::string>{"version_0"})) << run.output;
-  for (const auto& entry : std::filesystem::directory_iterator(dir + "/lightning_logs/version_0"))
-    files.push_back(entry.path().filename().string().substr(0, 20));
-  std::sort(files.begin(), files.end());
-  EXPECT_EQ(files, (std::vector<std::string>{"events.out.tfevents.", "hparams.yaml", "metrics.csv"})) << run.output;
+  EXPECT_EQ(logged_files(dir), (std::vector<std::string>{"version_0/events.out.tfevents.", "version_0/hparams.yaml",
+                                                         "version_0/metrics.csv"}))
+      << run.output;
+  std::filesystem::remove_all(dir);
+}
+
+// The same with a loop of one's own: arc::Accelerator's loggers write one version, from rank 0.
+TEST(DDP, AnAcceleratorsLoggersWriteOneVersionFromRankZero) {
+  const auto dir = scratch_path("accelerator_loggers");
+  std::filesystem::remove_all(dir);
+  const auto run = probe("--loop custom --strategy ddp_spawn --devices 2 --steps 12 --loggers " + dir);
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_EQ(logged_files(dir), (std::vector<std::string>{"version_0/events.out.tfevents.", "version_0/hparams.yaml",
+                                                         "version_0/metrics.csv"}))
+      << run.output;
+  std::ifstream csv(dir + "/lightning_logs/version_0/metrics.csv");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(csv, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 13u) << "a header and one row a step, from one rank";
+  EXPECT_EQ(lines[0], "step,train_loss");
+  EXPECT_EQ(lines[12].substr(0, 3), "11,");
   std::filesystem::remove_all(dir);
 }
 
