@@ -4,6 +4,8 @@
 #include <arc/base/error.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace arc {
 
@@ -37,16 +39,48 @@ void MetricStore::log(const std::string& name, const torch::Tensor& value, const
   ++entry.count;
 }
 
+nlohmann::json metric_to_json(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  return value;
+}
+
+double metric_from_json(const nlohmann::json& value) {
+  if (!value.is_string()) return value.get<double>();
+  const auto& text = value.get_ref<const std::string&>();
+  ARC_CHECK(text == "nan" || text == "inf" || text == "-inf", "a checkpoint's metric value is \"", text,
+            "\", which is not a number; the file was not written by Arclight");
+  if (text == "nan") return std::numeric_limits<double>::quiet_NaN();
+  return text == "inf" ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+}
+
+nlohmann::json metrics_to_json(const Metrics& metrics) {
+  nlohmann::json json = nlohmann::json::object();
+  for (const auto& [name, value] : metrics) json[name] = metric_to_json(value);
+  return json;
+}
+
+Metrics metrics_from_json(const nlohmann::json& json) {
+  Metrics metrics;
+  for (const auto& [name, value] : json.items()) metrics[name] = metric_from_json(value);
+  return metrics;
+}
+
 nlohmann::json MetricStore::state_dict() const {
   nlohmann::json state = nlohmann::json::object();
   for (const auto& [name, e] : entries_) {
-    state[name] = {{"on_step", e.on_step},           {"on_epoch", e.on_epoch},
-                   {"prog_bar", e.prog_bar},         {"logger", e.logger},
-                   {"sync_dist", e.sync_dist},       {"reduce", static_cast<int>(e.reduce)},
-                   {"weighted_sum", e.weighted_sum}, {"weight", e.weight},
-                   {"extreme", e.extreme},           {"count", e.count}};
-    if (e.step_value.defined()) state[name]["step_value"] = e.step_value.item<double>();
-    if (e.epoch_value) state[name]["epoch_value"] = *e.epoch_value;
+    state[name] = {{"on_step", e.on_step},
+                   {"on_epoch", e.on_epoch},
+                   {"prog_bar", e.prog_bar},
+                   {"logger", e.logger},
+                   {"sync_dist", e.sync_dist},
+                   {"reduce", static_cast<int>(e.reduce)},
+                   {"weighted_sum", metric_to_json(e.weighted_sum)},
+                   {"weight", metric_to_json(e.weight)},
+                   {"extreme", metric_to_json(e.extreme)},
+                   {"count", e.count}};
+    if (e.step_value.defined()) state[name]["step_value"] = metric_to_json(e.step_value.item<double>());
+    if (e.epoch_value) state[name]["epoch_value"] = metric_to_json(*e.epoch_value);
     if (!e.suffix.empty()) state[name]["suffix"] = e.suffix;
   }
   return state;
@@ -62,12 +96,13 @@ void MetricStore::load_state_dict(const nlohmann::json& state) {
     e.logger = json.at("logger").get<bool>();
     e.sync_dist = json.at("sync_dist").get<bool>();
     e.reduce = static_cast<Reduce>(json.at("reduce").get<int>());
-    e.weighted_sum = json.at("weighted_sum").get<double>();
-    e.weight = json.at("weight").get<double>();
-    e.extreme = json.at("extreme").get<double>();
+    e.weighted_sum = metric_from_json(json.at("weighted_sum"));
+    e.weight = metric_from_json(json.at("weight"));
+    e.extreme = metric_from_json(json.at("extreme"));
     e.count = json.at("count").get<int64_t>();
-    if (json.contains("step_value")) e.step_value = torch::tensor(json.at("step_value").get<double>(), torch::kDouble);
-    if (json.contains("epoch_value")) e.epoch_value = json.at("epoch_value").get<double>();
+    if (json.contains("step_value"))
+      e.step_value = torch::tensor(metric_from_json(json.at("step_value")), torch::kDouble);
+    if (json.contains("epoch_value")) e.epoch_value = metric_from_json(json.at("epoch_value"));
     e.suffix = json.value("suffix", std::string());
   }
 }

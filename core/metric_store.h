@@ -39,6 +39,13 @@ struct LogOptions {
 
 using Metrics = std::map<std::string, double>;
 
+/// A metric's value in checkpoint metadata: JSON has no NaN or infinity, so those are the strings
+/// "nan", "inf" and "-inf" (a loss that diverged must not make its checkpoint unreadable).
+nlohmann::json metric_to_json(double value);
+double metric_from_json(const nlohmann::json& value);
+nlohmann::json metrics_to_json(const Metrics& metrics);
+Metrics metrics_from_json(const nlohmann::json& json);
+
 /// Gathers one vector of numbers from every rank, in rank order (one collective).
 using GatherFn = std::function<std::vector<std::vector<double>>(const std::vector<double>&)>;
 

@@ -130,6 +130,7 @@ void CheckpointConnector::save(TrainModule& module, const std::string& path, boo
       loader != nullptr && progress.epoch_batches > 0 && !loader->state_dict().is_null())
     meta["train_data"] = loader->state_dict();
   meta["train_metrics"] = state_.logging.train_metrics.state_dict();
+  meta["callback_metrics"] = metrics_to_json(state_.logging.callback_metrics());
   meta["precision"] = trainer_.precision().state_dict();
   module.on_save_checkpoint(meta);
 
@@ -210,6 +211,7 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
   }
   if (checkpoint.contains("rng_cpu")) set_cpu_rng_state(checkpoint.tensor("rng_cpu"));
   state_.logging.train_metrics.load_state_dict(meta.at("train_metrics"));
+  state_.logging.restore_callback_metrics(metrics_from_json(meta.value("callback_metrics", nlohmann::json::object())));
   trainer_.precision().load_state_dict(meta.at("precision"));
   restore_logger_versions(meta.value("loggers", nlohmann::json::array()));
 }

@@ -29,6 +29,9 @@ class LoggerConnector {
   /// Every metric callbacks may monitor: step values, epoch values.
   const Metrics& callback_metrics() const;
   void clear_callback_metrics() { callback_metrics_.clear(); }
+  /// What callback_metrics() held when a checkpoint was written, for the fit that resumes from it:
+  /// hooks after that point (an epoch's end) monitor what they would have.
+  void restore_callback_metrics(Metrics metrics) { callback_metrics_ = std::move(metrics); }
   Metrics progress_bar_metrics() const;
   /// What was last sent to the loggers.
   const Metrics& logged_metrics() const { return logged_metrics_; }

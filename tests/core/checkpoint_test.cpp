@@ -675,6 +675,55 @@ TEST(ModelCheckpoint, ResumingFromTheLastCheckpointOfAMonitoredRunTrainsOn) {
   fs::remove_all(root);
 }
 
+// That checkpoint comes before the epoch's end, where EarlyStopping and ReduceLROnPlateau read the
+// validation's val_loss: the resumed fit reads the value the checkpoint kept, and ends as the fit
+// that never stopped (the rate halved at the same epochs, stopped at the same one).
+TEST(ModelCheckpoint, AFitResumedAtAnEpochsEndMonitorsThatEpochsValidation) {
+  struct Plateau : Stateful {  // weights that start alike
+    std::vector<OptimizerConfig> configure_optimizers() override {
+      auto sgd = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.05));
+      auto plateau = std::make_shared<ReduceLROnPlateau>(*sgd, ReduceLROnPlateau::Mode::min, 0.5, 0, 0.3);
+      return {OptimizerConfig(sgd, SchedulerConfig{plateau, Interval::epoch, 1, "val_loss"})};
+    }
+  };
+  const auto root = scratch_dir("monitored_end");
+  const auto fit = [&](Plateau& module, int64_t epochs, const std::string& ckpt) {
+    Trainer trainer(quiet().max_epochs(epochs).seed(5).enable_checkpointing(true),
+                    {std::make_shared<ModelCheckpoint>(ModelCheckpointOptions().dirpath(root).save_last(true)),
+                     std::make_shared<EarlyStopping>(EarlyStoppingOptions("val_loss").patience(2).min_delta(0.01))});
+    trainer.fit(module, shuffled(), tiny_data(6, 2), ckpt);
+    return std::make_pair(trainer.current_epoch(),
+                          trainer.optimizer_configs().front().optimizer->param_groups()[0].options().get_lr());
+  };
+  Plateau whole, first, resumed;
+  const auto [whole_epochs, whole_lr] = fit(whole, 40, "");
+  fs::remove_all(root);
+  fit(first, 2, "");
+  const auto [epochs, lr] = fit(resumed, 40, root + "/last.ckpt");
+  EXPECT_LT(whole_epochs, 40) << "EarlyStopping ends it";
+  EXPECT_LT(whole_lr, 0.05) << "the plateau lowered the rate";
+  EXPECT_EQ(epochs, whole_epochs);
+  EXPECT_EQ(lr, whole_lr);
+  EXPECT_TRUE(torch::equal(weights_of(resumed), weights_of(whole)));
+  fs::remove_all(root);
+}
+
+// JSON has no NaN: a checkpoint written after a loss went NaN still loads, with the NaN.
+TEST(Checkpoint, NonFiniteMetricsSurviveTheCheckpoint) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  MetricStore store;
+  store.log("loss", torch::tensor(nan), {.on_step = false, .on_epoch = true}, true, 2);
+  store.log("worst", torch::tensor(-inf), {.on_step = false, .on_epoch = true, .reduce = Reduce::max}, true, 2);
+  MetricStore loaded;
+  loaded.load_state_dict(nlohmann::json::parse(store.state_dict().dump()));
+  const auto metrics = loaded.end_epoch();
+  EXPECT_TRUE(std::isnan(metrics.at("loss")));
+  EXPECT_EQ(metrics.at("worst"), -inf);
+  const auto again = metrics_from_json(nlohmann::json::parse(metrics_to_json(metrics).dump()));
+  EXPECT_TRUE(std::isnan(again.at("loss")));
+  EXPECT_EQ(again.at("worst"), -inf);
+}
+
 }  // namespace
 }  // namespace arc
 
