@@ -4,12 +4,15 @@
 #include <arc/base/console.h>
 #include <arc/base/error.h>
 #include <arc/core/checkpoint.h>
+#include <arc/core/metric_store.h>
 #include <arc/core/trainer.h>
 #include <arc/strategies/strategy.h>
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 
 namespace arc {
 
@@ -142,6 +145,8 @@ void ModelCheckpoint::save(Trainer& trainer) {
     ARC_CHECK(found != metrics.end(), "ModelCheckpoint monitors '", options_.monitor(),
               "', which was not logged; log it (e.g. log(\"", options_.monitor(), "\", value)) or change monitor");
     score = found->second;
+    // A NaN ranks last, as in Lightning.
+    if (std::isnan(score)) score = (options_.mode() == "min" ? 1 : -1) * std::numeric_limits<double>::infinity();
   }
   const int64_t k = options_.save_top_k();
   bool keep = k == -1 || (k > 0 && static_cast<int64_t>(kept_.size()) < k);
@@ -189,13 +194,16 @@ std::string ModelCheckpoint::free_name(Trainer& trainer, const std::string& path
 }
 
 nlohmann::json ModelCheckpoint::state_dict() const {
-  return {
-      {"dirpath", dirpath_},           {"kept", kept_},   {"best_model_path", best_path_},
-      {"last_model_path", last_path_}, {"saves", saves_}, {"validations_at_epoch_start", validations_at_epoch_start_}};
+  return {{"dirpath", dirpath_},
+          {"kept", metrics_to_json(kept_)},
+          {"best_model_path", best_path_},
+          {"last_model_path", last_path_},
+          {"saves", saves_},
+          {"validations_at_epoch_start", validations_at_epoch_start_}};
 }
 
 void ModelCheckpoint::load_state_dict(const nlohmann::json& state) {
-  kept_ = state.at("kept").get<std::map<std::string, double>>();
+  kept_ = metrics_from_json(state.at("kept"));
   best_path_ = state.at("best_model_path").get<std::string>();
   last_path_ = state.at("last_model_path").get<std::string>();
   saves_ = state.at("saves").get<int64_t>();

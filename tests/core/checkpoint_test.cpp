@@ -708,6 +708,34 @@ TEST(ModelCheckpoint, AFitResumedAtAnEpochsEndMonitorsThatEpochsValidation) {
   fs::remove_all(root);
 }
 
+// A NaN monitored value ranks last, as in Lightning, and a fit resumed from a checkpoint that
+// keeps it (as +inf) goes on: JSON has no infinity, which the file keeps as a string.
+TEST(ModelCheckpoint, ANanScoreRanksLastAndItsCheckpointResumes) {
+  struct NanOnce : TinyModule {
+    void validation_step(Batch&, int64_t) override {
+      const int64_t epoch = current_epoch();
+      log("val_loss", epoch == 1 ? std::numeric_limits<double>::quiet_NaN() : 1.0 / static_cast<double>(epoch + 1));
+    }
+  };
+  const auto root = scratch_dir("nan_score");
+  const auto fit = [&](int64_t epochs, const std::string& ckpt) {
+    auto checkpoint = std::make_shared<ModelCheckpoint>(
+        ModelCheckpointOptions().dirpath(root).monitor("val_loss").save_top_k(2).save_last(true));
+    NanOnce module;
+    Trainer(quiet().max_epochs(epochs).enable_checkpointing(true), {checkpoint})
+        .fit(module, tiny_data(4, 2), tiny_data(4, 2), ckpt);
+    return checkpoint;
+  };
+  fit(2, "");  // keeps epoch 0 (1.0) and epoch 1 (NaN, ranked as +inf)
+  const auto checkpoint = fit(4, root + "/last.ckpt");
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(root)) files.push_back(entry.path().filename().string());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"epoch=2-step=6.ckpt", "epoch=3-step=8.ckpt", "last.ckpt"}));
+  EXPECT_EQ(checkpoint->best_model_path(), root + "/epoch=3-step=8.ckpt");
+  fs::remove_all(root);
+}
+
 // JSON has no NaN: a checkpoint written after a loss went NaN still loads, with the NaN.
 TEST(Checkpoint, NonFiniteMetricsSurviveTheCheckpoint) {
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
