@@ -12,7 +12,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <filesystem>
 
 namespace arc {
 
@@ -106,21 +105,16 @@ bool Accelerator::step(torch::optim::Optimizer& optimizer) {
 }
 
 void Accelerator::save(const std::string& path, const AcceleratorState& state) {
+  // Whatever stops rank 0 reaches every rank, which would otherwise wait for it.
   std::string failure;
   if (is_global_zero()) {
-    nlohmann::json parts = {
-        {"values", state.values}, {"modules", nlohmann::json::array()}, {"optimizers", nlohmann::json::array()}};
-    for (const auto& [name, module] : state.modules_) parts["modules"].push_back(name);
-    for (const auto& [name, optimizer] : state.optimizers_) parts["optimizers"].push_back(name);
-    CheckpointWriter writer({{"accelerator_state", parts}, {"precision", precision_->state_dict()}});
-    for (const auto& [name, module] : state.modules_) writer.add_module(*module, name);
-    for (const auto& [name, optimizer] : state.optimizers_) save_optimizer(writer, name, *optimizer);
     try {
-      const auto folder = std::filesystem::path(path).parent_path();
-      std::error_code ignored;  // write() names the folder if it is still missing
-      if (!folder.empty()) std::filesystem::create_directories(folder, ignored);
+      CheckpointWriter writer(
+          {{"accelerator_state", {{"values", state.values}}}, {"precision", precision_->state_dict()}});
+      for (const auto& [name, module] : state.modules_) writer.add_module(*module, name);
+      for (const auto& [name, optimizer] : state.optimizers_) save_optimizer(writer, name, *optimizer);
       writer.write(path);
-    } catch (const Error& error) {
+    } catch (const std::exception& error) {
       failure = error.what();
     }
   }
@@ -140,7 +134,7 @@ LoadResult Accelerator::load(const std::string& path, AcceleratorState& state, b
     if (!checkpoint.contains(name)) unmatched.missing_keys.push_back(name);
   ARC_CHECK(!strict || unmatched.missing_keys.empty(), "checkpoint '", path, "' holds no ",
             join(unmatched.missing_keys), "; it holds ", join(checkpoint.top_names()),
-            ". Load it into the state it was saved from (or with ", "strict=false to leave out what it lacks)");
+            ". Load it into the state it was saved from (or with strict=false to leave out what it lacks)");
   for (const auto& [name, module] : state.modules_) {
     if (!checkpoint.holds_under(name)) continue;
     const auto result = checkpoint.load_module(*module, strict, name);

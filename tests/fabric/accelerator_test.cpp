@@ -170,6 +170,8 @@ TEST(Accelerator, LoadSaysWhatTheFileLacksAndSkipsItWhenNotStrict) {
   message = error_of([&] { accelerator.load(path, mismatched); });
   EXPECT_NE(message.find("'linear.weight' has shape [1,4], the module has [1,3]"), std::string::npos) << message;
 
+  message = error_of([&] { accelerator.save("/proc/arc/state.ckpt", saved); });
+  EXPECT_NE(message.find("/proc/arc"), std::string::npos) << message;
   message = error_of([&] { accelerator.load(path + ".missing", wider); });
   EXPECT_NE(message.find(path + ".missing"), std::string::npos) << message;
   message = error_of([&] { AcceleratorState().add("a/b", module); });
@@ -234,8 +236,7 @@ TEST(Accelerator, LoggersGetWhatTheLoopLogs) {
   std::ifstream csv(dir / "lightning_logs" / "version_0" / "metrics.csv");
   std::vector<std::string> lines;
   for (std::string line; std::getline(csv, line);) lines.push_back(line);
-  EXPECT_EQ(lines,
-            (std::vector<std::string>{"accuracy,loss,step", ",1,0", ",0.5,1", ",0.3333333333,2", "0.5,0.25,3"}));
+  EXPECT_EQ(lines, (std::vector<std::string>{"accuracy,loss,step", ",1,0", ",0.5,1", ",0.3333333333,2", "0.5,0.25,3"}));
   std::ifstream hparams(dir / "lightning_logs" / "version_0" / "hparams.yaml");
   std::string first;
   std::getline(hparams, first);
