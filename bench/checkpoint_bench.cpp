@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -195,6 +196,10 @@ int main(int argc, char** argv) try {
     const auto tensors = payload(*model, optimizer);
     const double size = mb(tensors);
     std::vector<double> pw, pr, cw, cr;
+    // Each round's write ratio, by whether the checkpoint went first: on some disks the second of
+    // two large writes is slower whichever it is, which the medians above give to the kind that
+    // went second in more rounds.
+    std::vector<double> write_first, write_second;
     for (int r = 0; r < repeats; ++r) {
       // Plain and checkpoint take turns going first, so that neither always meets the disk still
       // busy with the other's writes.
@@ -213,6 +218,7 @@ int main(int argc, char** argv) try {
         checkpoint_pass();
         plain_pass();
       }
+      (r % 2 == 0 ? write_second : write_first).push_back(pw.back() / cw.back());
       std::filesystem::remove(plain);
       std::filesystem::remove(ckpt);
     }
@@ -226,6 +232,11 @@ int main(int argc, char** argv) try {
     row("write " + what + ": checkpoint (atomic, fsync)", median(cw), median(pw));
     row("read " + what + ": plain fread", median(pr), median(pr));
     row("read " + what + ": checkpoint (all checksums)", median(cr), median(pr));
+    if (!write_first.empty())
+      std::cout << "  write " << what << ", each round's ratio: checkpoint written first " << std::setprecision(3)
+                << median(write_first) << ", second " << median(write_second)
+                << "; the order's effect cancelled (geometric mean) "
+                << std::sqrt(median(write_first) * median(write_second)) << "\n";
   }
   background_saves(model, sgd, folder, repeats);
   return 0;
