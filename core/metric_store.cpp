@@ -49,7 +49,8 @@ double metric_from_json(const nlohmann::json& value) {
   if (!value.is_string()) return value.get<double>();
   const auto& text = value.get_ref<const std::string&>();
   ARC_CHECK(text == "nan" || text == "inf" || text == "-inf", "a checkpoint's metric value is \"", text,
-            "\", which is not a number; the file was not written by Arclight");
+            "\", which is not a number (nor \"nan\", \"inf\", \"-inf\"): the file was not written by Arclight; ",
+            "resume from a checkpoint Arclight wrote");
   if (text == "nan") return std::numeric_limits<double>::quiet_NaN();
   return text == "inf" ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
 }

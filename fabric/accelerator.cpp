@@ -118,11 +118,9 @@ void Accelerator::save(const std::string& path, const AcceleratorState& state) {
       failure = error.what();
     }
   }
-  if (world_size() > 1) {
-    const CollectiveName name("Accelerator::save");
-    failure = broadcast(failure);
-  }
-  ARC_CHECK(failure.empty(), world_size() > 1 && !is_global_zero() ? "rank 0 failed to save: " : "", failure);
+  const CollectiveName name("Accelerator::save");
+  failure = broadcast(failure);  // as it is with one process
+  ARC_CHECK(failure.empty(), is_global_zero() ? "" : "rank 0 failed to save: ", failure);
 }
 
 LoadResult Accelerator::load(const std::string& path, AcceleratorState& state, bool strict) {

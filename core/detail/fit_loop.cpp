@@ -350,7 +350,7 @@ void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {
             batch, batch_idx);
   torch::Tensor loss;
   if (module_.automatic_optimization()) {
-    automatic_step(batch, batch_idx, loss);
+    automatic_step(batch, batch_idx, steps, loss);
   } else {
     loss = training_step(batch, batch_idx);
   }
@@ -370,7 +370,7 @@ torch::Tensor FitLoop::training_step(Batch& batch, int64_t batch_idx) {
   return module_.training_step(batch, batch_idx);
 }
 
-void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& loss) {
+void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, bool boundary, torch::Tensor& loss) {
   auto& t = trainer_;
   const int64_t accumulate = t.accumulate_grad_batches();
   loss = training_step(batch, batch_idx);
@@ -380,7 +380,6 @@ void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& los
             "; return a scalar, or call set_automatic_optimization(false) to optimize by hand");
   if (batch_idx % accumulate == 0)
     for (auto& config : state_.optimizers) t.zero_grad(*config.optimizer, batch_idx);
-  const bool boundary = ends_window(batch_idx);
   if (!skipped) {
     t.strategy().set_gradient_sync(boundary);
     t.backward(module_, accumulate > 1 ? loss / static_cast<double>(accumulate) : loss);

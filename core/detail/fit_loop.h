@@ -65,9 +65,9 @@ class FitLoop {
   torch::Tensor training_step(Batch& batch, int64_t batch_idx);
   /// Whether the batch ends an accumulation window (the automatic loop steps after it).
   bool ends_window(int64_t batch_idx) const;
-  /// training_step, backward and, at an accumulation window's end, the step; an undefined loss
-  /// skips the backward and (on every rank) that step.
-  void automatic_step(Batch& batch, int64_t batch_idx, torch::Tensor& loss);
+  /// training_step, backward and, at an accumulation window's end (`boundary`), the step; an
+  /// undefined loss skips the backward and (on every rank) that step.
+  void automatic_step(Batch& batch, int64_t batch_idx, bool boundary, torch::Tensor& loss);
   /// The module's optimizer_step, then the step-interval schedulers if it stepped.
   void optimizer_step(int64_t batch_idx);
   void step_schedulers(Interval interval);
