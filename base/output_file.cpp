@@ -11,6 +11,15 @@
 #include <cstring>
 
 namespace arc {
+namespace {
+
+// Writeback starts once this much is dirty: large enough for the disk's sequential speed, small
+// enough that copying into the page cache and writing to the disk overlap (arc_bench_checkpoint's
+// 839 MB on this project's 2-core VM: 2.1-2.7 GB/s to fsync's end, against 1.3-1.6 GB/s when
+// fsync alone sends it to the disk).
+constexpr size_t kWritebackPiece = 16 << 20;
+
+}  // namespace
 
 OutputFile::OutputFile(std::string target, std::string what, std::string elsewhere, std::string smaller)
     : target_(std::move(target)),
@@ -37,6 +46,12 @@ void OutputFile::write(const void* data, size_t size) {
     bytes += n;
     size -= static_cast<size_t>(n);
     offset_ += static_cast<size_t>(n);
+  }
+  if (offset_ - written_back_ >= kWritebackPiece) {
+    // Only a start: its errors, if any, are fsync's to report in commit().
+    ::sync_file_range(fd_, static_cast<off_t>(written_back_), static_cast<off_t>(offset_ - written_back_),
+                      SYNC_FILE_RANGE_WRITE);
+    written_back_ = offset_;
   }
 }
 

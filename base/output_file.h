@@ -1,6 +1,7 @@
 // OutputFile: a file written whole. It is written under a temporary name, flushed to disk and then
 // renamed onto its target, so that a crash or a full disk never leaves a half-written file and the
-// previous file stays intact until the new one is complete.
+// previous file stays intact until the new one is complete. The disk writes it as it grows
+// (writeback is started every few megabytes), so that commit() waits only for the last pieces.
 #pragma once
 
 #include <cstddef>
@@ -37,6 +38,8 @@ class OutputFile {
   std::string smaller_;
   int fd_ = -1;
   size_t offset_ = 0;
+  // Bytes whose writeback has been started.
+  size_t written_back_ = 0;
   bool committed_ = false;
 };
 

@@ -63,7 +63,7 @@ void AsyncCheckpointWriter::run() {
     std::string error;
     try {
       data_->set_meta(std::move(meta));
-      data_->write(path);
+      data_->write(path, CheckpointWriter::Threads::kOne);
     } catch (const std::exception& e) {
       error = e.what();
     }

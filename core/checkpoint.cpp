@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <set>
 
 namespace arc {
@@ -25,7 +26,10 @@ constexpr char kTrailerMagic[8] = {'A', 'R', 'C', 'C', 'K', 'E', 'N', 'D'};
 constexpr size_t kHeaderBytes = 16;
 // index offset, index bytes, index crc32c (4) + 4 spare, magic.
 constexpr size_t kTrailerBytes = 32;
-constexpr size_t kPiece = 4 << 20;
+// Write pieces: checksummed, then written while still in L2.
+constexpr size_t kPiece = 1 << 20;
+// Blobs of this size or more are worth a second thread's checksum.
+constexpr size_t kSummedAside = 8 << 20;
 // Read pieces: summed while still in L2.
 constexpr size_t kReadPiece = 256 << 10;
 
@@ -42,10 +46,20 @@ void pad_to(OutputFile& file, size_t alignment) {
   file.write(zeros, (alignment - file.offset() % alignment) % alignment);
 }
 
-// Checksums and writes in cache-sized pieces.
-std::string write_blob(OutputFile& file, const void* data, size_t size) {
-  BlobChecksum checksum;
+// Checksums and writes `size` bytes. Summing takes about a third of the time that copying into the
+// page cache does, so with two threads a large blob is summed on the second while this one writes it.
+std::string write_blob(OutputFile& file, const void* data, size_t size, CheckpointWriter::Threads threads) {
   const auto* bytes = static_cast<const uint8_t*>(data);
+  if (threads == CheckpointWriter::Threads::kTwo && size >= kSummedAside) {
+    auto checksum = std::async(std::launch::async, [bytes, size] {
+      BlobChecksum sum;
+      sum.update(bytes, size);
+      return sum.hex();
+    });
+    for (size_t at = 0; at < size; at += kPiece) file.write(bytes + at, std::min(kPiece, size - at));
+    return checksum.get();
+  }
+  BlobChecksum checksum;
   for (size_t at = 0; at < size; at += kPiece) {
     const size_t n = std::min(kPiece, size - at);
     checksum.update(bytes + at, n);
@@ -142,7 +156,7 @@ bool CheckpointWriter::same_data(const CheckpointWriter& other) const {
   return true;
 }
 
-void CheckpointWriter::write(const std::string& path) const {
+void CheckpointWriter::write(const std::string& path, Threads threads) const {
   const std::filesystem::path target(path);
   const std::string folder = target.has_parent_path() ? target.parent_path().string() : ".";
   std::error_code error;
@@ -160,7 +174,7 @@ void CheckpointWriter::write(const std::string& path) const {
     const auto tensor = stored.to(torch::kCPU).contiguous();
     pad_to(file, 64);
     const auto offset = file.offset();
-    const auto checksum = write_blob(file, tensor.data_ptr(), tensor.nbytes());
+    const auto checksum = write_blob(file, tensor.data_ptr(), tensor.nbytes(), threads);
     entries[name] = {{"kind", "tensor"},
                      {"offset", offset},
                      {"bytes", tensor.nbytes()},
@@ -174,7 +188,7 @@ void CheckpointWriter::write(const std::string& path) const {
     entries[name] = {{"kind", "archive"},
                      {"offset", offset},
                      {"bytes", bytes.size()},
-                     {"checksum", write_blob(file, bytes.data(), bytes.size())}};
+                     {"checksum", write_blob(file, bytes.data(), bytes.size(), threads)}};
   }
   for (const auto& [name, value] : values_.items()) entries[name] = {{"kind", "json"}, {"value", value}};
   const std::string index = nlohmann::json{{"meta", meta_}, {"entries", entries}}.dump();

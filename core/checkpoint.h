@@ -63,7 +63,10 @@ class CheckpointWriter {
   /// Writes through `path.tmp-<pid>`: write, fsync, rename, fsync the folder. A failed write is an
   /// arc::Error naming the file, the cause and the fix, and leaves no temporary file and the
   /// previous `path` intact. Temporary files of dead writers in that folder are removed first.
-  void write(const std::string& path) const;
+  /// With `kTwo` (for saves that training waits for), large tensors are checksummed on a second
+  /// thread while this one writes them; saves in the background use `kOne`, leaving training its core.
+  enum class Threads { kOne, kTwo };
+  void write(const std::string& path, Threads threads = Threads::kTwo) const;
 
   const nlohmann::json& meta() const { return meta_; }
   void set_meta(nlohmann::json meta) { meta_ = std::move(meta); }

@@ -20,7 +20,7 @@ TEST(BenchArguments, AnArgumentABenchCannotTakeIsNamedWithExitStatus2) {
        "arc_bench_allreduce: unknown backend 'nccl'; known: shm, buffer, written, gloo"},
       {"arc_bench_checkpoint /nonexistent",
        "arc_bench_checkpoint: folder '/nonexistent' is not a directory; give one it can write its test files in"},
-      {"arc_bench_checkpoint /tmp -5", "arc_bench_checkpoint: repeats must be a whole number of at least 1, got '-5'"},
+      {"arc_bench_checkpoint /tmp 1", "arc_bench_checkpoint: repeats must be a whole number of at least 2, got '1'"},
       {"arc_bench_trainer 1 2x", "arc_bench_trainer: cnn_steps must be a whole number of at least 1, got '2x'"},
       {"arc_bench_precision 1 mlp 0", "arc_bench_precision: threads must be a whole number of at least 1, got '0'"},
       {"arc_bench_launchers q", "arc_bench_launchers: runs must be a whole number of at least 1, got 'q'"},
@@ -38,7 +38,7 @@ TEST(BenchArguments, AnArgumentABenchCannotTakeIsNamedWithExitStatus2) {
 // once wrote through a null FILE* where it could not create its file (exit 139).
 TEST(BenchArguments, ABenchThatCannotWriteItsFilesSaysSo) {
   const auto run =
-      arc::testing::run_command("timeout 120 " + std::string(ARC_BENCH_DIR) + "/arc_bench_checkpoint /proc 1");
+      arc::testing::run_command("timeout 120 " + std::string(ARC_BENCH_DIR) + "/arc_bench_checkpoint /proc 2");
   EXPECT_EQ(run.status, 1) << run.output;
   EXPECT_NE(run.output.find("arc_bench_checkpoint failed: cannot open /proc/arc_bench_plain.bin"), std::string::npos)
       << run.output;

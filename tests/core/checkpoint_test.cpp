@@ -517,6 +517,29 @@ TEST_F(BadCheckpoints, CorruptDataChangesNothing) {
   }
 }
 
+// A tensor large enough to be checksummed on a second thread while it is written: the file is the
+// same byte for byte as one thread's, loads, and a flipped byte in it is caught.
+TEST(Checkpoint, LargeTensorsWriteTheSameFileOnOneThreadOrTwo) {
+  const auto dir = scratch_dir("threads");
+  const auto large = torch::randn({3 << 20});  // 12 MB
+  CheckpointWriter writer(nlohmann::json{{"n", 1}});
+  writer.add("large", large);
+  writer.add("small", torch::arange(10));
+  writer.write(dir + "/one.ckpt", CheckpointWriter::Threads::kOne);
+  writer.write(dir + "/two.ckpt", CheckpointWriter::Threads::kTwo);
+  const auto bytes = arc::testing::read_file(dir + "/two.ckpt");
+  EXPECT_TRUE(bytes == arc::testing::read_file(dir + "/one.ckpt"));  // (not EXPECT_EQ: 12 MB to print)
+  EXPECT_TRUE(torch::equal(CheckpointReader(dir + "/two.ckpt").tensor("large"), large));
+  std::fstream file(dir + "/two.ckpt", std::ios::in | std::ios::out | std::ios::binary);
+  file.seekp(static_cast<std::streamoff>(bytes.size() / 2));
+  file.put(static_cast<char>(bytes[bytes.size() / 2] ^ 0x10));
+  file.close();
+  const auto message = error_of([&] { CheckpointReader{dir + "/two.ckpt"}; });
+  EXPECT_NE(message.find("'large'"), std::string::npos) << message;
+  EXPECT_NE(message.find("corrupt"), std::string::npos) << message;
+  fs::remove_all(dir);
+}
+
 TEST_F(BadCheckpoints, WeightsOnlyCannotResumeButCanEvaluate) {
   Stateful module;
   Trainer trainer(quiet().max_steps(1));
