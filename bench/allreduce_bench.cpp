@@ -2,10 +2,12 @@
 // copied through the slots; a buffer from reduce_buffer, reduced where it lies, as DDP's buckets
 // are; and such a buffer that each rank writes whole before every all-reduce, as backward writes
 // DDP's buckets, so that each rank reads the other's share from the other core's cache, not from
-// its own as in back-to-back all-reduces) against Gloo, in the same invocation. The program starts
+// its own as in back-to-back all-reduces) against Gloo, in the same invocation; and, as the limit of
+// an ordinary tensor's all-reduce, a plain memcpy of it on both ranks at once (copy: each rank reads
+// its tensor and writes as many bytes, which the all-reduce must do at least). The program starts
 // its second rank itself (the same binary, with the same arguments, so that both ranks run the same
 // number of all-reduces).
-//   arc_bench_allreduce [iterations=200] [backends=shm,buffer,written,gloo: any of them]
+//   arc_bench_allreduce [iterations=200] [backends=shm,buffer,written,copy,gloo: any of them]
 #include "bench_util.h"
 
 #include <arc/strategies/process_group.h>
@@ -17,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cstdlib>
+#include <cstring>
 #include <iomanip>
 #include <map>
 
@@ -45,23 +48,27 @@ std::unique_ptr<Collectives> join(int64_t rank, int64_t port, bool shared_memory
   return make_collectives(options, std::move(hosted));
 }
 
-const std::vector<std::string> kBackends = {"shm", "buffer", "written", "gloo"};
+const std::vector<std::string> kBackends = {"shm", "buffer", "written", "copy", "gloo"};
 // The backends whose ratio to the buffer the table gives.
 const std::vector<std::string> kAgainstBuffer = {"shm", "written", "gloo"};
 
 // Median microseconds of one all-reduce of `bytes` of float32, for every size: of an ordinary
-// tensor (shm, gloo), or of a buffer from reduce_buffer (buffer; written: filled before each).
+// tensor (shm, gloo), or of a buffer from reduce_buffer (buffer; written: filled before each); or
+// of a memcpy of an ordinary tensor into another (copy), both ranks at once.
 std::vector<double> measure(Collectives& group, int iterations, const std::string& backend) {
   const bool write_first = backend == "written", shared_buffer = write_first || backend == "buffer";
   std::vector<double> micros;
   for (const int64_t bytes : kBytes) {
     auto tensor = shared_buffer ? group.reduce_buffer(bytes / 4, torch::kFloat).fill_(1) : torch::ones({bytes / 4});
+    const auto copy = backend == "copy" ? torch::empty_like(tensor) : torch::Tensor();
     const int runs = bytes >= (16 << 20) ? std::max(iterations / 10, 5) : iterations;
     std::vector<double> times;
     for (int i = 0; i < runs + 5; ++i) {
       if (write_first) tensor.fill_(i);
       group.barrier();
-      const double t = seconds([&] { group.all_reduce(tensor, Reduce::sum).wait(); });
+      const double t = copy.defined()
+                           ? seconds([&] { std::memcpy(copy.data_ptr(), tensor.data_ptr(), tensor.nbytes()); })
+                           : seconds([&] { group.all_reduce(tensor, Reduce::sum).wait(); });
       if (i >= 5) times.push_back(t * 1e6);
     }
     micros.push_back(median(times));
@@ -90,7 +97,7 @@ int main(int argc, char** argv) try {
   torch::set_num_threads(1);
   const int iterations = static_cast<int>(whole_arg(argc, argv, 1, "iterations", 200));
   // Which backends to time, in the table's order.
-  const auto chosen = names_arg(argc, argv, 2, "backend", kBackends, "shm,buffer,written,gloo");
+  const auto chosen = names_arg(argc, argv, 2, "backend", kBackends, "shm,buffer,written,copy,gloo");
   const auto run = [&](const std::string& backend, int64_t rank, int64_t port,
                        c10::intrusive_ptr<c10d::TCPStore> store) {
     auto group = join(rank, port, backend != "gloo", std::move(store));
@@ -134,7 +141,8 @@ int main(int argc, char** argv) try {
   for (const auto& backend : kBackends) std::cout << std::setw(12) << backend + " us";
   for (const auto& backend : kBackends) std::cout << std::setw(13) << backend + " GB/s";
   for (const auto& backend : kAgainstBuffer) std::cout << std::setw(16) << backend + "/buffer";
-  std::cout << "\n";
+  std::cout << std::setw(10) << "shm/copy"
+            << "\n";
   const auto cell = [](double value) {
     std::ostringstream text;
     if (value > 0) text << std::fixed << std::setprecision(value < 10 ? 2 : 1) << value;
@@ -152,7 +160,7 @@ int main(int argc, char** argv) try {
       std::cout << std::setw(13) << cell(us(backend) > 0 ? bytes / us(backend) / 1e3 : 0.0);
     for (const auto& backend : kAgainstBuffer)
       std::cout << std::setw(16) << cell(buffer > 0 ? us(backend) / buffer : 0.0);
-    std::cout << "\n";
+    std::cout << std::setw(10) << cell(us("copy") > 0 ? us("shm") / us("copy") : 0.0) << "\n";
   }
   return 0;
 } catch (const std::exception& error) {
