@@ -84,10 +84,13 @@ void Precision::unscale(torch::optim::Optimizer& optimizer) {
 
 std::optional<double> Precision::clip_gradients(torch::optim::Optimizer& optimizer, double clip_val,
                                                 const std::string& algorithm) {
-  ARC_CHECK(algorithm == "norm" || algorithm == "value", "clip_gradients: gradient_clip_algorithm is \"", algorithm,
-            "\"; use \"norm\" (the total 2-norm) or \"value\" (each gradient value)");
-  ARC_CHECK(clip_val >= 0, "clip_gradients: gradient_clip_val is ", clip_val,
-            "; give a value >= 0 (0 or none clips nothing)");
+  // One check for the Trainer's options and the Accelerator's arguments, naming both.
+  ARC_CHECK(algorithm == "norm" || algorithm == "value", "clip_gradients: the algorithm \"", algorithm,
+            "\" (gradient_clip_algorithm, or Accelerator::clip_gradients' algorithm) is unknown; use \"norm\" ",
+            "(the total 2-norm) or \"value\" (each gradient value)");
+  ARC_CHECK(clip_val >= 0, "clip_gradients: the clip value ", clip_val,
+            " (gradient_clip_val, or Accelerator::clip_gradients' clip_val) is negative; give a value >= 0 (0 or none ",
+            "clips nothing)");
   if (clip_val == 0) return std::nullopt;
   unscale(optimizer);
   std::vector<torch::Tensor> parameters;

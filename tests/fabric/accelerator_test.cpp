@@ -219,7 +219,15 @@ TEST(Accelerator, ClipGradientsByNormOrByValue) {
   EXPECT_FALSE(accelerator.clip_gradients(sgd, 0.5, "value").has_value());
   EXPECT_TRUE(torch::equal(module.linear->weight.grad(), torch::full({1, 4}, -0.5)));
   const auto message = error_of([&] { accelerator.clip_gradients(sgd, 1.0, "max"); });
-  EXPECT_NE(message.find("use \"norm\""), std::string::npos) << message;
+  EXPECT_NE(message.find("the algorithm \"max\" (gradient_clip_algorithm, or Accelerator::clip_gradients' algorithm) "
+                         "is unknown; use \"norm\""),
+            std::string::npos)
+      << message;
+  const auto negative = error_of([&] { accelerator.clip_gradients(sgd, -1.0); });
+  EXPECT_NE(negative.find("the clip value -1 (gradient_clip_val, or Accelerator::clip_gradients' clip_val) is "
+                          "negative; give a value >= 0"),
+            std::string::npos)
+      << negative;
 }
 
 // Fabric's loggers: log and log_dict at the step given, the hyper-parameters, and the last records
