@@ -193,14 +193,14 @@ int main(int argc, char** argv) try {
   for (auto& p : model->parameters()) p.mutable_grad() = torch::ones_like(p);
   sgd.step();
   const std::string plain = folder + "/arc_bench_plain.bin", ckpt = folder + "/arc_bench.ckpt";
-  std::cout << std::left << std::setw(64) << "case" << std::right << std::setw(8) << "MB" << std::setw(10) << "MB/s"
+  std::cout << std::left << std::setw(74) << "case" << std::right << std::setw(8) << "MB" << std::setw(10) << "MB/s"
             << std::setw(9) << "ratio\n";
   for (auto* optimizer : {static_cast<torch::optim::SGD*>(nullptr), &sgd}) {
     const auto tensors = payload(*model, optimizer);
     const double size = mb(tensors);
-    // Write times by position in the round ([0]: written first, [1]: second). On some disks the
-    // second of two large writes is much slower whichever it is (a VM's host absorbing the first
-    // in its cache), so writes are compared only with writes in the same position.
+    // Write times by position in the round ([0]: written first, [1]: second). On some machines the
+    // second of two large writes is much slower whichever it is (a VM whose fresh page-cache memory
+    // is slow to come by), so writes are compared only with writes in the same position.
     std::vector<double> pw[2], cw[2], pr, cr;
     for (int r = 0; r < repeats; ++r) {
       const bool checkpoint_first = r % 2 == 1;
@@ -224,7 +224,7 @@ int main(int argc, char** argv) try {
     }
     const std::string what = optimizer == nullptr ? "model" : "model + SGD momentum";
     const auto row = [&](const std::string& name, double s, double base) {
-      std::cout << std::left << std::setw(64) << name << std::right << std::fixed << std::setprecision(0)
+      std::cout << std::left << std::setw(74) << name << std::right << std::fixed << std::setprecision(0)
                 << std::setw(8) << size << std::setw(10) << size / s << std::setw(9) << std::setprecision(3) << base / s
                 << "\n";
     };

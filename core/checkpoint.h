@@ -60,12 +60,13 @@ class CheckpointWriter {
   void add_module(const torch::nn::Module& module, const std::string& prefix = "model");
   /// Puts `tensor` (of the same shape) in place of the one added as `name`.
   void replace(const std::string& name, const torch::Tensor& tensor);
+  /// The threads write() uses: with `kTwo` (for saves that training waits for), large tensors are
+  /// checksummed on a second thread while this one writes them; saves in the background use
+  /// `kOne`, leaving training its core.
+  enum class Threads { kOne, kTwo };
   /// Writes through `path.tmp-<pid>`: write, fsync, rename, fsync the folder. A failed write is an
   /// arc::Error naming the file, the cause and the fix, and leaves no temporary file and the
   /// previous `path` intact. Temporary files of dead writers in that folder are removed first.
-  /// With `kTwo` (for saves that training waits for), large tensors are checksummed on a second
-  /// thread while this one writes them; saves in the background use `kOne`, leaving training its core.
-  enum class Threads { kOne, kTwo };
   void write(const std::string& path, Threads threads = Threads::kTwo) const;
 
   const nlohmann::json& meta() const { return meta_; }
