@@ -237,10 +237,11 @@ int main(int argc, char** argv) try {
     }
     // Where writing into the page cache itself varies (a VM whose host hands memory back slowly),
     // each kind's fastest round shows what it costs when nothing else interferes.
-    const double best_plain =
-        std::min(*std::min_element(pw[0].begin(), pw[0].end()), *std::min_element(pw[1].begin(), pw[1].end()));
-    const double best_checkpoint =
-        std::min(*std::min_element(cw[0].begin(), cw[0].end()), *std::min_element(cw[1].begin(), cw[1].end()));
+    const auto fastest = [](const std::vector<double>(&times)[2]) {
+      return std::min(*std::min_element(times[0].begin(), times[0].end()),
+                      *std::min_element(times[1].begin(), times[1].end()));
+    };
+    const double best_plain = fastest(pw), best_checkpoint = fastest(cw);
     std::cout << "  write " << what << ": the two ratios' geometric mean " << std::setprecision(3)
               << std::sqrt(write_ratios) << "; fastest rounds " << std::setprecision(0) << size / best_plain
               << " MB/s plain, " << size / best_checkpoint << " MB/s checkpoint, ratio " << std::setprecision(3)

@@ -50,22 +50,20 @@ void pad_to(OutputFile& file, size_t alignment) {
 // page cache does, so with two threads a large blob is summed on the second while this one writes it.
 std::string write_blob(OutputFile& file, const void* data, size_t size, CheckpointWriter::Threads threads) {
   const auto* bytes = static_cast<const uint8_t*>(data);
-  if (threads == CheckpointWriter::Threads::kTwo && size >= kSummedAside) {
-    auto checksum = std::async(std::launch::async, [bytes, size] {
+  std::future<std::string> aside;
+  if (threads == CheckpointWriter::Threads::kTwo && size >= kSummedAside)
+    aside = std::async(std::launch::async, [bytes, size] {
       BlobChecksum sum;
       sum.update(bytes, size);
       return sum.hex();
     });
-    for (size_t at = 0; at < size; at += kPiece) file.write(bytes + at, std::min(kPiece, size - at));
-    return checksum.get();
-  }
   BlobChecksum checksum;
   for (size_t at = 0; at < size; at += kPiece) {
     const size_t n = std::min(kPiece, size - at);
-    checksum.update(bytes + at, n);
+    if (!aside.valid()) checksum.update(bytes + at, n);
     file.write(bytes + at, n);
   }
-  return checksum.hex();
+  return aside.valid() ? aside.get() : checksum.hex();
 }
 
 torch::ScalarType scalar_type_named(const std::string& name, const std::string& path) {

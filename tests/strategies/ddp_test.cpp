@@ -459,28 +459,30 @@ std::vector<std::string> logged_files(const std::string& dir) {
   return files;
 }
 
-// Loggers built in main exist on every rank, but only rank 0 writes, into the one version that
-// every rank agrees on: one version_0 with one metrics file and one events file.
-TEST(DDP, LoggersBuiltInMainWriteOneVersionFromRankZero) {
-  const auto dir = scratch_path("loggers");
+// Runs the probe with loggers writing under `dir` (emptied first) and expects one version, written
+// by rank 0 alone: one metrics file, one events file, the hyper-parameters.
+void expect_one_version_from_rank_zero(const std::string& args, const std::string& dir) {
   std::filesystem::remove_all(dir);
-  const auto run = probe("--strategy ddp_spawn --devices 2 --steps 20 --loggers " + dir);
+  const auto run = probe(args + " --loggers " + dir);
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_EQ(logged_files(dir), (std::vector<std::string>{"version_0/events.out.tfevents.", "version_0/hparams.yaml",
                                                          "version_0/metrics.csv"}))
       << run.output;
+}
+
+// Loggers built in main exist on every rank, but only rank 0 writes, into the one version that
+// every rank agrees on: one version_0 with one metrics file and one events file.
+TEST(DDP, LoggersBuiltInMainWriteOneVersionFromRankZero) {
+  const auto dir = scratch_path("loggers");
+  ASSERT_NO_FATAL_FAILURE(expect_one_version_from_rank_zero("--strategy ddp_spawn --devices 2 --steps 20", dir));
   std::filesystem::remove_all(dir);
 }
 
 // The same with a loop of one's own: arc::Accelerator's loggers write one version, from rank 0.
 TEST(DDP, AnAcceleratorsLoggersWriteOneVersionFromRankZero) {
   const auto dir = scratch_path("accelerator_loggers");
-  std::filesystem::remove_all(dir);
-  const auto run = probe("--loop custom --strategy ddp_spawn --devices 2 --steps 12 --loggers " + dir);
-  ASSERT_EQ(run.status, 0) << run.output;
-  EXPECT_EQ(logged_files(dir), (std::vector<std::string>{"version_0/events.out.tfevents.", "version_0/hparams.yaml",
-                                                         "version_0/metrics.csv"}))
-      << run.output;
+  ASSERT_NO_FATAL_FAILURE(
+      expect_one_version_from_rank_zero("--loop custom --strategy ddp_spawn --devices 2 --steps 12", dir));
   std::ifstream csv(dir + "/lightning_logs/version_0/metrics.csv");
   std::vector<std::string> lines;
   for (std::string line; std::getline(csv, line);) lines.push_back(line);
