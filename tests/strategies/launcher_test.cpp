@@ -194,8 +194,8 @@ TEST(Launchers, TwoSlurmNodesOfTwoRanksTrainToTheBitsOfTwoTorchrunNodes) {
 
 // Elastic across nodes: every worker of node 1 (ranks 2 and 3), or one of them (rank 2), is killed
 // at step 13; both agents restart their workers, the group resumes from the step-10 checkpoint, and
-// every rank ends with the bits of an uninterrupted two-node run. So does a run whose node 1 dies
-// whole, agent included, and gets a new agent.
+// every rank ends with the bits of an uninterrupted two-node run. So does a run whose node 1's agent is
+// killed, its workers follow it, and a new agent starts there.
 TEST(Launchers, ElasticAcrossTwoNodesSurvivesKilledWorkersOrAgentOfNodeOneBitIdentical) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
   const std::string dir = scratch("two_nodes_elastic");
@@ -219,23 +219,31 @@ TEST(Launchers, ElasticAcrossTwoNodesSurvivesKilledWorkersOrAgentOfNodeOneBitIde
     EXPECT_EQ(timings(node1, "kill").size(), victims == "--fail-node 1" ? 2u : 1u) << node1;
     for (const auto& rank : weights_of_ranks(root + "/killed.bin")) EXPECT_EQ(rank, expected);
   }
-  // Node 1 dies whole: its agent and workers (the agent's process group) are SIGKILLed once the first
-  // checkpoint is written, and a new agent starts there, as a scheduler would. Node 0's workers fail
-  // and its agent restarts them; the new agent's workers (restart count 0) meet them in the
+  // Node 1's agent is SIGKILLed once the first checkpoint is written, and a new agent starts there,
+  // as a scheduler would. Its workers (which PyTorch 2.x's torchrun starts in sessions of their own,
+  // out of reach of a kill of the agent's group) see their agent gone and exit, so node 0's workers
+  // fail and its agent restarts them; the new agent's workers (restart count 0) meet them in the
   // generation of the store that every rank's second start shares, and the group resumes.
   const std::string root = dir + "/agent";
   std::filesystem::create_directories(root);
   const std::string port = std::to_string(arc::testing::free_port());
   const std::string args = common + root + "/killed.bin --step-ms 30";
-  // The shell waits at most 120 s for the checkpoint.
+  const std::string tag = "tag_" + std::to_string(getpid()) + "_first_agent_of_node_1";
+  // Without `timeout`, so that $! is the agent itself: the shell kills it within 120 s whatever happens.
+  std::string first_agent = agent(1, port, root, agents, args + " --tag " + tag);
+  first_agent.erase(0, std::string("timeout 120 ").size());
   const auto killed =
-      run_command("setsid " + agent(1, port, root, agents, args) + " > " + root + "/node1.log 2>&1 & node1=$!; " +
-                  agent(0, port, root, agents, args) + " > " + root + "/node0.log 2>&1 & node0=$!; " +
-                  "for i in $(seq 1200); do [ -f " + root + "/elastic_last.ckpt ] && break; sleep 0.1; done; " +
-                  "kill -9 -$node1; wait $node1; " + agent(1, port, root, agents, args) + " > " + root +
+      run_command(first_agent + " > " + root + "/node1.log 2>&1 & node1=$!; " + agent(0, port, root, agents, args) +
+                  " > " + root + "/node0.log 2>&1 & node0=$!; " + "for i in $(seq 1200); do [ -f " + root +
+                  "/elastic_last.ckpt ] && break; sleep 0.1; done; " + "kill -9 $node1; wait $node1; " +
+                  agent(1, port, root, agents, args) + " > " + root +
                   "/node1b.log 2>&1 & node1=$!; wait $node0; status=$?; wait $node1 || exit 1; exit $status");
-  const auto node0 = read_file(root + "/node0.log"), new_node1 = read_file(root + "/node1b.log");
-  ASSERT_EQ(killed.status, 0) << node0 << new_node1;
+  const auto node0 = read_file(root + "/node0.log"), node1 = read_file(root + "/node1.log"),
+             new_node1 = read_file(root + "/node1b.log");
+  EXPECT_EQ(arc::testing::count_tagged_after(tag, 30), 0) << "a worker outlived its agent: " << node1;
+  arc::testing::kill_tagged(tag);
+  ASSERT_EQ(killed.status, 0) << node0 << node1 << new_node1;
+  EXPECT_EQ(arc::testing::occurrences(node1, "torchrun's agent (pid"), 2) << node1;
   EXPECT_NE(node0.find("resumed from '" + root + "/elastic_last.ckpt'"), std::string::npos) << node0;
   // The new agent's workers join at their first start, not after failing on the first generation's
   // keys (torchrun reports a failed worker as "failed (exitcode: 1) local_rank: ...").

@@ -105,6 +105,13 @@ inline void kill_tagged(const std::string& tag) {
   for (const int pid : tagged_pids(tag)) kill(pid, SIGKILL);
 }
 
+/// How often `part` occurs in `text`.
+inline int occurrences(const std::string& text, const std::string& part) {
+  int found = 0;
+  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + part.size())) ++found;
+  return found;
+}
+
 /// The whole file, or "" when it cannot be read.
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
