@@ -8,7 +8,12 @@
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <unistd.h>
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
 
 namespace arc {
 namespace {
@@ -25,6 +30,25 @@ bool use_nccl(const std::string& backend, c10::Device device) {
   return true;
 }
 
+// A worker whose launcher's agent dies exits with it, as it would with its node: an orphan would train
+// on alone (or, under strategy elastic, with the other nodes' workers, in a generation that the agent
+// replacing the dead one cannot join, and the job would hang); exiting, it makes the others fail and
+// restart.
+void exit_with_agent() {
+  static std::once_flag watching;
+  std::call_once(watching, [] {
+    const pid_t agent = getppid();
+    std::thread([agent] {
+      while (getppid() == agent) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      console().error(
+          "the launcher's agent (pid {}) is gone; this worker exits with it (under strategy elastic, the "
+          "other workers restart and meet those of the agent that replaces it)",
+          agent);
+      std::_Exit(1);
+    }).detach();
+  });
+}
+
 }  // namespace
 
 std::shared_ptr<cluster::ClusterEnvironment> DDPStrategy::launch(const LaunchRequest& request) {
@@ -34,6 +58,7 @@ std::shared_ptr<cluster::ClusterEnvironment> DDPStrategy::launch(const LaunchReq
   ARC_CHECK(found->creates_processes_externally(),
             "strategy 'ddp' joins processes started by srun, mpirun or torchrun, but ", found->no_launcher_reason());
   request.check(*found);
+  if (found->parent_is_agent()) exit_with_agent();
   return found;
 }
 

@@ -11,7 +11,7 @@ namespace arc {
 class ElasticStrategy : public DDPStrategy {
  public:
   std::string name() const override { return "elastic"; }
-  /// torchrun's environment; an error without it. From then on, the process exits if its agent dies.
+  /// torchrun's environment; an error without it.
   std::shared_ptr<cluster::ClusterEnvironment> launch(const LaunchRequest& request) override;
   void setup(const StrategyPlan& plan) override;
   bool elastic() const override { return true; }

@@ -160,6 +160,27 @@ std::string same_bits_on_every_rank_twice(const std::string& dir, const std::str
   return weights.front();
 }
 
+// SIGKILL to a torchrun agent under strategy ddp: its workers (in sessions of their own under PyTorch
+// 2.x's torchrun) exit too, as ddp_spawn's ranks do with their launcher, instead of running on alone.
+TEST(Launchers, TorchrunWorkersExitWithTheirKilledAgent) {
+  if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
+  const std::string dir = scratch("killed_agent");
+  const std::string tag = "tag_" + std::to_string(getpid()) + "_killed_agent";
+  // Without `timeout`, so that $! is the agent itself: the shell kills it within 120 s whatever happens.
+  std::string agent = torchrun(kProbe) + " --strategy ddp --steps 100000 --step-ms 5 --root " + dir + " --tag " + tag;
+  agent.erase(0, std::string("timeout 120 ").size());
+  const std::string log = dir + "/agent.log";
+  run_command(agent + " > " + log + " 2>&1 & agent=$!; for i in $(seq 1200); do grep -q 'TIMING start' " + log +
+              " && break; sleep 0.1; done; kill -9 $agent; wait $agent");
+  const int left = arc::testing::count_tagged_after(tag, 30);
+  arc::testing::kill_tagged(tag);
+  const auto output = read_file(log);
+  EXPECT_NE(output.find("TIMING start"), std::string::npos) << output;
+  EXPECT_EQ(left, 0) << "a worker outlived its agent: " << output;
+  EXPECT_EQ(arc::testing::occurrences(output, "the launcher's agent (pid"), 2) << output;
+  std::filesystem::remove_all(dir);
+}
+
 // Two nodes of two ranks on one machine. Node identity is host name + node rank, so Arclight reduces
 // through shared memory within each "node" and Gloo across them; every rank ends with the same
 // weights, and a second run gives the same bits.
@@ -243,7 +264,7 @@ TEST(Launchers, ElasticAcrossTwoNodesSurvivesKilledWorkersOrAgentOfNodeOneBitIde
   EXPECT_EQ(arc::testing::count_tagged_after(tag, 30), 0) << "a worker outlived its agent: " << node1;
   arc::testing::kill_tagged(tag);
   ASSERT_EQ(killed.status, 0) << node0 << node1 << new_node1;
-  EXPECT_EQ(arc::testing::occurrences(node1, "torchrun's agent (pid"), 2) << node1;
+  EXPECT_EQ(arc::testing::occurrences(node1, "the launcher's agent (pid"), 2) << node1;
   EXPECT_NE(node0.find("resumed from '" + root + "/elastic_last.ckpt'"), std::string::npos) << node0;
   // The new agent's workers join at their first start, not after failing on the first generation's
   // keys (torchrun reports a failed worker as "failed (exitcode: 1) local_rank: ...").
