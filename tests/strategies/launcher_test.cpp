@@ -160,15 +160,22 @@ std::string same_bits_on_every_rank_twice(const std::string& dir, const std::str
   return weights.front();
 }
 
+// A launcher's command (which starts with `timeout 120`) without its timeout, so that the shell's $! is
+// the launcher itself, to be killed: the shells below do so within 120 s whatever happens.
+std::string without_timeout(std::string command) {
+  const std::string timeout = "timeout 120 ";
+  EXPECT_EQ(command.rfind(timeout, 0), 0u) << command;
+  return command.erase(0, timeout.size());
+}
+
 // SIGKILL to a torchrun agent under strategy ddp: its workers (in sessions of their own under PyTorch
 // 2.x's torchrun) exit too, as ddp_spawn's ranks do with their launcher, instead of running on alone.
 TEST(Launchers, TorchrunWorkersExitWithTheirKilledAgent) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
   const std::string dir = scratch("killed_agent");
   const std::string tag = "tag_" + std::to_string(getpid()) + "_killed_agent";
-  // Without `timeout`, so that $! is the agent itself: the shell kills it within 120 s whatever happens.
-  std::string agent = torchrun(kProbe) + " --strategy ddp --steps 100000 --step-ms 5 --root " + dir + " --tag " + tag;
-  agent.erase(0, std::string("timeout 120 ").size());
+  const std::string agent =
+      without_timeout(torchrun(kProbe) + " --strategy ddp --steps 100000 --step-ms 5 --root " + dir + " --tag " + tag);
   const std::string log = dir + "/agent.log";
   run_command(agent + " > " + log + " 2>&1 & agent=$!; for i in $(seq 1200); do grep -q 'TIMING start' " + log +
               " && break; sleep 0.1; done; kill -9 $agent; wait $agent");
@@ -250,9 +257,7 @@ TEST(Launchers, ElasticAcrossTwoNodesSurvivesKilledWorkersOrAgentOfNodeOneBitIde
   const std::string port = std::to_string(arc::testing::free_port());
   const std::string args = common + root + "/killed.bin --step-ms 30";
   const std::string tag = "tag_" + std::to_string(getpid()) + "_first_agent_of_node_1";
-  // Without `timeout`, so that $! is the agent itself: the shell kills it within 120 s whatever happens.
-  std::string first_agent = agent(1, port, root, agents, args + " --tag " + tag);
-  first_agent.erase(0, std::string("timeout 120 ").size());
+  const std::string first_agent = without_timeout(agent(1, port, root, agents, args + " --tag " + tag));
   const auto killed =
       run_command(first_agent + " > " + root + "/node1.log 2>&1 & node1=$!; " + agent(0, port, root, agents, args) +
                   " > " + root + "/node0.log 2>&1 & node0=$!; " + "for i in $(seq 1200); do [ -f " + root +
