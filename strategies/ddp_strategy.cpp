@@ -30,20 +30,17 @@ bool use_nccl(const std::string& backend, c10::Device device) {
   return true;
 }
 
-// A worker whose launcher's agent dies exits with it, as it would with its node: an orphan would train
-// on alone (or, under strategy elastic, with the other nodes' workers, in a generation that the agent
-// replacing the dead one cannot join, and the job would hang); exiting, it makes the others fail and
-// restart.
-void exit_with_agent() {
+// A rank whose launcher dies exits with it, as it would with its node: an orphan would train on
+// alone, or, under strategy elastic, with the other nodes' ranks, in a generation that the agent
+// replacing the dead one cannot join, and the job would hang. Exiting, it makes the others fail (and
+// restart, under elastic).
+void exit_with_launcher(const std::string& launcher) {
   static std::once_flag watching;
-  std::call_once(watching, [] {
-    const pid_t agent = getppid();
-    std::thread([agent] {
-      while (getppid() == agent) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      console().error(
-          "the launcher's agent (pid {}) is gone; this worker exits with it (under strategy elastic, the "
-          "other workers restart and meet those of the agent that replaces it)",
-          agent);
+  std::call_once(watching, [launcher] {
+    const pid_t parent = getppid();
+    std::thread([launcher, parent] {
+      while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      console().error("{} (pid {}), which started this rank, is gone; the rank exits with it", launcher, parent);
       std::_Exit(1);
     }).detach();
   });
@@ -58,7 +55,7 @@ std::shared_ptr<cluster::ClusterEnvironment> DDPStrategy::launch(const LaunchReq
   ARC_CHECK(found->creates_processes_externally(),
             "strategy 'ddp' joins processes started by srun, mpirun or torchrun, but ", found->no_launcher_reason());
   request.check(*found);
-  if (found->parent_is_agent()) exit_with_agent();
+  if (const auto launcher = found->parent_launcher()) exit_with_launcher(*launcher);
   return found;
 }
 

@@ -45,10 +45,10 @@ class ClusterEnvironment {
   /// Whether the launcher already hosts the rendezvous store at the main address and port (torchrun's
   /// agent does), so that rank 0 joins it instead of opening one.
   virtual bool launcher_hosts_store() const { return false; }
-  /// Whether this process's parent is the launcher's agent, with which it must end: torchrun's agent,
-  /// which starts each worker in a session of its own (PyTorch 2.x), where a killed agent's workers
-  /// would run on alone.
-  virtual bool parent_is_agent() const { return false; }
+  /// The launcher this process must end with, where that is its parent and starts each rank in a
+  /// session or process group of its own, so that killing it leaves the ranks running (torchrun's
+  /// agent under PyTorch 2.x, mpirun); nullopt where the launcher ends its ranks itself (srun).
+  virtual std::optional<std::string> parent_launcher() const { return std::nullopt; }
   /// How many times the launcher restarted this job's processes (torchrun --max_restarts, SLURM requeue).
   virtual int64_t restart_count() const { return 0; }
   /// Checks the launch against the Trainer's devices and num_nodes.

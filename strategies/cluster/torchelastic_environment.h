@@ -22,7 +22,7 @@ class TorchElasticEnvironment : public ClusterEnvironment {
   int64_t local_world_size() const override;
   /// TORCHELASTIC_USE_AGENT_STORE=True.
   bool launcher_hosts_store() const override;
-  bool parent_is_agent() const override { return true; }
+  std::optional<std::string> parent_launcher() const override { return "torchrun's agent"; }
   /// TORCHELASTIC_RESTART_COUNT.
   int64_t restart_count() const override;
 };

@@ -168,24 +168,32 @@ std::string without_timeout(std::string command) {
   return command.erase(0, timeout.size());
 }
 
-// SIGKILL to a torchrun agent under strategy ddp: its workers (in sessions of their own under PyTorch
-// 2.x's torchrun) exit too, as ddp_spawn's ranks do with their launcher, instead of running on alone.
-TEST(Launchers, TorchrunWorkersExitWithTheirKilledAgent) {
-  if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
-  const std::string dir = scratch("killed_agent");
-  const std::string tag = "tag_" + std::to_string(getpid()) + "_killed_agent";
-  const std::string agent =
-      without_timeout(torchrun(kProbe) + " --strategy ddp --steps 100000 --step-ms 5 --root " + dir + " --tag " + tag);
-  const std::string log = dir + "/agent.log";
-  run_command(agent + " > " + log + " 2>&1 & agent=$!; for i in $(seq 1200); do grep -q 'TIMING start' " + log +
-              " && break; sleep 0.1; done; kill -9 $agent; wait $agent");
-  const int left = arc::testing::count_tagged_after(tag, 30);
-  arc::testing::kill_tagged(tag);
-  const auto output = read_file(log);
-  EXPECT_NE(output.find("TIMING start"), std::string::npos) << output;
-  EXPECT_EQ(left, 0) << "a worker outlived its agent: " << output;
-  EXPECT_EQ(arc::testing::occurrences(output, "the launcher's agent (pid"), 2) << output;
-  std::filesystem::remove_all(dir);
+// SIGKILL to the launcher of a ddp run: its ranks (in sessions of their own under PyTorch 2.x's torchrun,
+// in process groups of their own under mpirun) exit too, as ddp_spawn's ranks do with their launcher,
+// instead of running on alone. Under torchrun they say so; mpirun took their output along.
+TEST(Launchers, RanksExitWithTheirKilledTorchrunAgentOrMpirun) {
+  for (const std::string launcher : {"torchrun", "mpirun"}) {
+    if (!installed(launcher)) continue;
+    SCOPED_TRACE(launcher);
+    const std::string dir = scratch("killed_" + launcher);
+    const std::string tag = "tag_" + std::to_string(getpid()) + "_killed_" + launcher;
+    const std::string command =
+        without_timeout(launcher == "torchrun" ? torchrun(kProbe) : arc::testing::mpirun(kProbe)) +
+        " --strategy ddp --steps 100000 --step-ms 5 --root " + dir + " --tag " + tag;
+    const std::string log = dir + "/launcher.log";
+    run_command(command + " > " + log + " 2>&1 & launcher=$!; for i in $(seq 1200); do grep -q 'TIMING start' " + log +
+                " && break; sleep 0.1; done; kill -9 $launcher; wait $launcher");
+    const int left = arc::testing::count_tagged_after(tag, 30);
+    arc::testing::kill_tagged(tag);
+    const auto output = read_file(log);
+    EXPECT_NE(output.find("TIMING start"), std::string::npos) << output;
+    EXPECT_EQ(left, 0) << "a rank outlived its launcher: " << output;
+    // The first rank to see its launcher gone says so; the other may end first on that rank's exit.
+    if (launcher == "torchrun") {
+      EXPECT_GE(arc::testing::occurrences(output, "torchrun's agent (pid"), 1) << output;
+    }
+    std::filesystem::remove_all(dir);
+  }
 }
 
 // Two nodes of two ranks on one machine. Node identity is host name + node rank, so Arclight reduces
@@ -269,7 +277,7 @@ TEST(Launchers, ElasticAcrossTwoNodesSurvivesKilledWorkersOrAgentOfNodeOneBitIde
   EXPECT_EQ(arc::testing::count_tagged_after(tag, 30), 0) << "a worker outlived its agent: " << node1;
   arc::testing::kill_tagged(tag);
   ASSERT_EQ(killed.status, 0) << node0 << node1 << new_node1;
-  EXPECT_EQ(arc::testing::occurrences(node1, "the launcher's agent (pid"), 2) << node1;
+  EXPECT_GE(arc::testing::occurrences(node1, "torchrun's agent (pid"), 1) << node1;
   EXPECT_NE(node0.find("resumed from '" + root + "/elastic_last.ckpt'"), std::string::npos) << node0;
   // The new agent's workers join at their first start, not after failing on the first generation's
   // keys (torchrun reports a failed worker as "failed (exitcode: 1) local_rank: ...").
