@@ -5,6 +5,8 @@
 # hidden (accelerator "auto" would take it, and they compare against CPU results); then every test
 # that skipped with it hidden, with it visible.
 #   scripts/verify-gpu.sh [deps folder=.gpu-deps] [steps=build,test,bench]
+# ARC_TESTS (a ctest -R regex) narrows the CPU pass to the tests it names; the CUDA pass runs whole.
+# A test that runs past ARC_TEST_TIMEOUT seconds (default 300) fails instead of holding the machine.
 # Logs go to $OUT when it is set (the device tool's output folder), else to build-gpu/logs.
 # TORCH_PREFIX overrides the LibTorch CMake prefix read from python3 (ARC_BENCH_PYTHON, if set).
 set -euo pipefail
@@ -44,18 +46,23 @@ if [[ $steps == *build* ]]; then
 fi
 if [[ $steps == *test* ]]; then
   cuda_tests='[Cc]uda|Gpu'
+  timeout=(--timeout "${ARC_TEST_TIMEOUT:-300}")
+  selected=()
+  [ -z "${ARC_TESTS:-}" ] || selected=(-R "$ARC_TESTS")
   status=0
   # The GPU's own tests first: only this machine runs them, and their log comes back even when a time
   # limit cuts the longer CPU pass short.
-  (cd build-gpu && ctest -R "$cuda_tests" --output-on-failure -V) >"$logs/ctest-cuda.log" 2>&1 || status=1
+  (cd build-gpu && ctest "${timeout[@]}" -R "$cuda_tests" --output-on-failure -V) >"$logs/ctest-cuda.log" 2>&1 ||
+    status=1
   tail -n 4 "$logs/ctest-cuda.log"
-  (cd build-gpu && CUDA_VISIBLE_DEVICES='' ctest -j "$(nproc)" -E "$cuda_tests" --output-on-failure) \
-    >"$logs/ctest-cpu.log" 2>&1 || status=1
+  (cd build-gpu && CUDA_VISIBLE_DEVICES='' ctest "${timeout[@]}" -j "$(nproc)" "${selected[@]}" -E "$cuda_tests" \
+    --output-on-failure) >"$logs/ctest-cpu.log" 2>&1 || status=1
   tail -n 4 "$logs/ctest-cpu.log"
   # A test that skipped with the GPU hidden runs again with it visible, whatever its name.
   skipped=$(sed -n 's/^[[:space:]]*[0-9]* - \(.*\) (Skipped)$/^\1$/p' "$logs/ctest-cpu.log" | paste -sd'|')
   if [ -n "$skipped" ]; then
-    (cd build-gpu && ctest -R "$skipped" --output-on-failure -V) >>"$logs/ctest-cuda.log" 2>&1 || status=1
+    (cd build-gpu && ctest "${timeout[@]}" -R "$skipped" --output-on-failure -V) >>"$logs/ctest-cuda.log" 2>&1 ||
+      status=1
     tail -n 4 "$logs/ctest-cuda.log"
   fi
   [ $status -eq 0 ] || echo "verify-gpu: tests failed; see $logs/ctest-*.log" >&2
