@@ -89,6 +89,13 @@ int main(int argc, char** argv) try {
         rows[7].runs.push_back(run(arc + " --set module.name=" + module + " --set data.batch_size=128"));
         rows[9].runs.push_back(run(arc + " --set module.name=" + module + " --set trainer.accumulate_grad_batches=2"));
       }
+      // The table comes at the end; this line keeps each round's main ratio where a time limit cuts
+      // the benchmark short.
+      std::cerr << model << ", round " << r + 1 << " of " << repeats << ": ddp_spawn x2 (shared memory) at "
+                << std::fixed << std::setprecision(3)
+                << rows[2].runs.back().json["train_sps"].get<double>() /
+                       (2 * rows[0].runs.back().json["train_sps"].get<double>())
+                << " of twice one process" << std::endl;
       if (!python) continue;
       rows[4].runs.push_back(run("TORCH_THREADS=1 " + python_command + " " + script + " --model " + model));
       rows[5].runs.push_back(run("TORCH_THREADS=1 " + python_command +
