@@ -47,7 +47,7 @@ class ClusterEnvironment {
   virtual bool launcher_hosts_store() const { return false; }
   /// The launcher this process must end with, where that is its parent and starts each rank in a
   /// session or process group of its own, so that killing it leaves the ranks running (torchrun's
-  /// agent under PyTorch 2.x, mpirun); nullopt where the launcher ends its ranks itself (srun).
+  /// agent under PyTorch 2.x, mpirun); nullopt elsewhere (srun's ranks are its step daemon's children).
   virtual std::optional<std::string> parent_launcher() const { return std::nullopt; }
   /// How many times the launcher restarted this job's processes (torchrun --max_restarts, SLURM requeue).
   virtual int64_t restart_count() const { return 0; }

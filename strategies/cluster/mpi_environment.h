@@ -20,7 +20,7 @@ class MpiEnvironment : public ClusterEnvironment {
   int64_t local_rank() const override;
   int64_t node_rank() const override;
   int64_t local_world_size() const override;
-  std::optional<std::string> parent_launcher() const override { return "mpirun (or its daemon on this node)"; }
+  std::optional<std::string> parent_launcher() const override { return "mpirun or its daemon on this node"; }
 };
 
 }  // namespace arc::cluster
