@@ -40,7 +40,10 @@ void exit_with_launcher(const std::string& launcher) {
     const pid_t parent = getppid();
     std::thread([launcher, parent] {
       while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      console().error("{} (pid {}), which started this rank, is gone; the rank exits with it", launcher, parent);
+      console().error(
+          "{} (pid {}), which started this rank, is gone, so the rank exits too, as it would with its node; start "
+          "the job again (under strategy elastic, a torchrun started again on this node rejoins the running job)",
+          launcher, parent);
       std::_Exit(1);
     }).detach();
   });

@@ -191,6 +191,9 @@ TEST(Launchers, RanksExitWithTheirKilledTorchrunAgentOrMpirun) {
     // The first rank to see its launcher gone says so; the other may end first on that rank's exit.
     if (launcher == "torchrun") {
       EXPECT_GE(arc::testing::occurrences(output, "torchrun's agent (pid"), 1) << output;
+      EXPECT_NE(output.find("is gone, so the rank exits too, as it would with its node; start the job again"),
+                std::string::npos)
+          << output;
     }
     std::filesystem::remove_all(dir);
   }
