@@ -1,14 +1,23 @@
 # Compiles, syntax only, the sources that a CUDA build of LibTorch switches on (ARC_WITH_CUDA,
 # ARC_WITH_NCCL), with their real compile commands (or their unity batch's), against this machine's
-# CUDA toolkit headers; prints "SKIP" when there are none. A CPU package of LibTorch lacks the one
-# generated header of its CUDA build, c10/cuda/impl/cuda_cmake_macros.h; its line is written to a
-# scratch folder.
-#   cmake -DBUILD_DIR=... -DWORK_DIR=... -DSOURCES="a.cpp;b.cpp" -P check_sources.cmake
+# CUDA toolkit headers and NCCL's (found as the build finds them, Torch_DIR leading to the NVIDIA
+# wheels of a pip-installed PyTorch); prints "SKIP" when there are none. A CPU package of LibTorch
+# lacks the one generated header of its CUDA build, c10/cuda/impl/cuda_cmake_macros.h; its line is
+# written to a scratch folder.
+#   cmake -DBUILD_DIR=... -DWORK_DIR=... -DTorch_DIR=... -DSOURCES="a.cpp;b.cpp" -P check_sources.cmake
 find_path(CUDA_INCLUDE cuda_runtime_api.h PATHS $ENV{CUDA_HOME}/include /usr/local/cuda/include NO_DEFAULT_PATH)
 include(${CMAKE_CURRENT_LIST_DIR}/../../cmake/ArclightNccl.cmake)
 arc_find_nccl(NCCL_INCLUDE NCCL_LIBRARY ${CUDA_INCLUDE})
-if(NOT CUDA_INCLUDE OR NOT NCCL_INCLUDE)
-  message("SKIP: no CUDA toolkit headers (cuda_runtime_api.h, nccl.h) on this machine")
+set(missing)
+if(NOT CUDA_INCLUDE)
+  list(APPEND missing "the CUDA toolkit's cuda_runtime_api.h")
+endif()
+if(NOT NCCL_INCLUDE)
+  list(APPEND missing "NCCL's nccl.h")
+endif()
+if(missing)
+  string(REPLACE ";" " and " missing "${missing}")
+  message("SKIP: this machine lacks ${missing}")
   return()
 endif()
 file(WRITE ${WORK_DIR}/c10/cuda/impl/cuda_cmake_macros.h "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
