@@ -58,6 +58,11 @@ const std::vector<std::string> kAgainstBuffer = {"shm", "written", "gloo"};
 std::vector<double> measure(Collectives& group, int iterations, const std::string& backend) {
   const bool write_first = backend == "written", shared_buffer = write_first || backend == "buffer";
   std::vector<double> micros;
+  // A rank just started may share its parent's core until the scheduler moves it (~10 ms here),
+  // and while it does every all-reduce costs both a preemption (~50 us): warming up with small
+  // all-reduces lets that pass before anything is timed (once it set the 4 KB row's median).
+  auto small = torch::ones({1024});
+  for (int i = 0; i < 1000; ++i) group.all_reduce(small, Reduce::sum).wait();
   for (const int64_t bytes : kBytes) {
     auto tensor = shared_buffer ? group.reduce_buffer(bytes / 4, torch::kFloat).fill_(1) : torch::ones({bytes / 4});
     const auto copy = backend == "copy" ? torch::empty_like(tensor) : torch::Tensor();
