@@ -290,8 +290,9 @@ TEST(Launchers, ElasticAcrossTwoNodesSurvivesKilledWorkersOrAgentOfNodeOneBitIde
 }
 
 // Ctrl-C in the terminal of a launcher: every rank stops gracefully, at one batch boundary. torchrun
-// passes the terminal's SIGINT on to ranks that got it from the terminal already (one Ctrl-C, not
-// two: they say they were interrupted); mpirun sends SIGTERM, whose save the next fit resumes from.
+// passes the terminal's SIGINT on to its ranks, which under torch 1.13 got it from the terminal
+// already (one Ctrl-C, not two: they say they were interrupted) and under 2.x, in sessions of their
+// own, get it from torchrun alone; mpirun sends SIGTERM, whose save the next fit resumes from.
 // Under mpirun each rank writes its output to a file of its own: OpenMPI 5's mpirun (Debian 13's)
 // exits on Ctrl-C without passing on what its ranks print as they stop (OpenMPI 4's passes it on).
 TEST(Launchers, CtrlCStopsEveryRankUnderTorchrunAndMpirun) {
