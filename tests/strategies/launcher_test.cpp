@@ -409,6 +409,22 @@ TEST_F(Slurm, SigtermSavesAndExitsNonZeroAndTheNextRunResumesExactly) {
   EXPECT_EQ(read_file(dir_ + "/w.bin"), reference_weights(60));
 }
 
+// SIGKILL to srun: its ranks are children of Slurm's step daemon, not of srun, and Slurm ends them
+// itself (they are gone about 1.5 s later), as the ranks of a killed torchrun or mpirun end
+// themselves (RanksExitWithTheirKilledTorchrunAgentOrMpirun).
+TEST_F(Slurm, RanksEndWithTheirKilledSrun) {
+  const std::string tag = "tag_" + std::to_string(getpid()) + "_killed_srun";
+  const std::string log = dir_ + "/srun.log";
+  run_command(cluster_->env() + " srun -n 2 " + probe("--steps 100000 --step-ms 5 --tag " + tag) + " > " + log +
+              " 2>&1 & launcher=$!; for i in $(seq 1200); do grep -q 'TIMING start' " + log +
+              " && break; sleep 0.1; done; kill -9 $launcher; wait $launcher");
+  const int left = arc::testing::count_tagged_after(tag, 30);
+  arc::testing::kill_tagged(tag);
+  const auto output = read_file(log);
+  EXPECT_NE(output.find("TIMING start"), std::string::npos) << output;
+  EXPECT_EQ(left, 0) << "a rank outlived srun: " << output;
+}
+
 // What a cancel cannot reach (here: nothing can, the controller is gone) the test cluster still ends
 // by PID: slurmd's step daemons outlive slurmd by design, and under Slurm 24.11 a requeued job's did.
 TEST(SlurmTestCluster, EndsEveryProcessOfItsJobsEvenWithItsControllerGone) {
