@@ -168,6 +168,25 @@ std::string without_timeout(std::string command) {
   return command.erase(0, timeout.size());
 }
 
+// What a launcher SIGKILLed mid-run leaves: its log, and how many of the processes `tag` names are
+// still alive 30 s after the kill (they are then killed).
+struct KilledLauncher {
+  std::string output;
+  int left;
+};
+
+// Runs `command` (a launcher with no `timeout` in front, so that the shell's $! is the launcher
+// itself), its output to `log`; once the ranks train (or after 120 s), SIGKILLs the launcher alone.
+KilledLauncher kill_launcher_once_training(const std::string& command, const std::string& log, const std::string& tag) {
+  run_command(command + " > " + log + " 2>&1 & launcher=$!; for i in $(seq 1200); do grep -q 'TIMING start' " + log +
+              " && break; sleep 0.1; done; kill -9 $launcher; wait $launcher");
+  const int left = arc::testing::count_tagged_after(tag, 30);
+  arc::testing::kill_tagged(tag);
+  const auto output = read_file(log);
+  EXPECT_NE(output.find("TIMING start"), std::string::npos) << output;
+  return {output, left};
+}
+
 // SIGKILL to the launcher of a ddp run: its ranks (in sessions of their own under PyTorch 2.x's torchrun,
 // in process groups of their own under mpirun) exit too, as ddp_spawn's ranks do with their launcher,
 // instead of running on alone. Under torchrun they say so; mpirun took their output along.
@@ -180,13 +199,7 @@ TEST(Launchers, RanksExitWithTheirKilledTorchrunAgentOrMpirun) {
     const std::string command =
         without_timeout(launcher == "torchrun" ? torchrun(kProbe) : arc::testing::mpirun(kProbe)) +
         " --strategy ddp --steps 100000 --step-ms 5 --root " + dir + " --tag " + tag;
-    const std::string log = dir + "/launcher.log";
-    run_command(command + " > " + log + " 2>&1 & launcher=$!; for i in $(seq 1200); do grep -q 'TIMING start' " + log +
-                " && break; sleep 0.1; done; kill -9 $launcher; wait $launcher");
-    const int left = arc::testing::count_tagged_after(tag, 30);
-    arc::testing::kill_tagged(tag);
-    const auto output = read_file(log);
-    EXPECT_NE(output.find("TIMING start"), std::string::npos) << output;
+    const auto [output, left] = kill_launcher_once_training(command, dir + "/launcher.log", tag);
     EXPECT_EQ(left, 0) << "a rank outlived its launcher: " << output;
     // The first rank to see its launcher gone says so; the other may end first on that rank's exit.
     if (launcher == "torchrun") {
@@ -414,14 +427,8 @@ TEST_F(Slurm, SigtermSavesAndExitsNonZeroAndTheNextRunResumesExactly) {
 // themselves (RanksExitWithTheirKilledTorchrunAgentOrMpirun).
 TEST_F(Slurm, RanksEndWithTheirKilledSrun) {
   const std::string tag = "tag_" + std::to_string(getpid()) + "_killed_srun";
-  const std::string log = dir_ + "/srun.log";
-  run_command(cluster_->env() + " srun -n 2 " + probe("--steps 100000 --step-ms 5 --tag " + tag) + " > " + log +
-              " 2>&1 & launcher=$!; for i in $(seq 1200); do grep -q 'TIMING start' " + log +
-              " && break; sleep 0.1; done; kill -9 $launcher; wait $launcher");
-  const int left = arc::testing::count_tagged_after(tag, 30);
-  arc::testing::kill_tagged(tag);
-  const auto output = read_file(log);
-  EXPECT_NE(output.find("TIMING start"), std::string::npos) << output;
+  const auto [output, left] = kill_launcher_once_training(
+      cluster_->env() + " srun -n 2 " + probe("--steps 100000 --step-ms 5 --tag " + tag), dir_ + "/srun.log", tag);
   EXPECT_EQ(left, 0) << "a rank outlived srun: " << output;
 }
 
