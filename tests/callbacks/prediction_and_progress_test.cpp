@@ -1,5 +1,6 @@
 // Row 9 of issue 18: BasePredictionWriter, progress for validate/test/predict, ModelSummary's
 // max_depth, log(..., {.rank_zero_only}) and on_step values of evaluation reaching the loggers.
+#include "support/command.h"
 #include "support/errors.h"
 #include "support/tiny_module.h"
 
@@ -15,6 +16,7 @@ namespace arc {
 namespace {
 
 using testing::error_of;
+using testing::occurrences;
 using testing::quiet;
 using testing::tiny_data;
 using testing::TinyModule;
@@ -100,12 +102,6 @@ std::string progress_of(const std::function<void(Trainer&)>& run) {
   return ::testing::internal::GetCapturedStderr();
 }
 
-size_t occurrences(const std::string& text, const std::string& part) {
-  size_t count = 0;
-  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++count;
-  return count;
-}
-
 TEST(ProgressBar, ShowsValidationTestAndPredictProgress) {
   TinyModule module;
   const auto validated = progress_of([&](Trainer& t) { t.validate(module, tiny_data(6, 2)); });
@@ -113,7 +109,7 @@ TEST(ProgressBar, ShowsValidationTestAndPredictProgress) {
   EXPECT_NE(validated.find("Validation: 3/3 ["), std::string::npos) << validated;
   // Two loaders: counted as one run of 3 + 1 batches, drawn after the last one and ended.
   const auto both = progress_of([&](Trainer& t) { t.validate(module, {tiny_data(6, 2), tiny_data(2, 2)}); });
-  EXPECT_EQ(occurrences(both, "Validation: 4/4 ["), 2u) << both;
+  EXPECT_EQ(occurrences(both, "Validation: 4/4 ["), 2) << both;
   EXPECT_NE(progress_of([&](Trainer& t) { t.test(module, tiny_data(6, 2)); }).find("Testing: 3/3 ["),
             std::string::npos);
   EXPECT_NE(progress_of([&](Trainer& t) { t.predict(module, tiny_data(6, 2)); }).find("Predicting: 3/3 ["),
@@ -121,7 +117,7 @@ TEST(ProgressBar, ShowsValidationTestAndPredictProgress) {
   // In fit: a line per validation run, none for the sanity check.
   const auto fitted = progress_of([&](Trainer& t) { t.fit(module, tiny_data(4, 2), tiny_data(2, 2)); });
   EXPECT_NE(fitted.find("Epoch 0: 2/2 ["), std::string::npos) << fitted;
-  EXPECT_EQ(occurrences(fitted, "Validation: 1/1 ["), 2u) << fitted;  // drawn after its batch, then ended
+  EXPECT_EQ(occurrences(fitted, "Validation: 1/1 ["), 2) << fitted;  // drawn after its batch, then ended
 }
 
 struct SlowSteps : TinyModule {

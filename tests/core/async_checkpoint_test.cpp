@@ -2,6 +2,7 @@
 // save at the same step while training goes on, exact resume, kill safety, failures that end fit.
 #include "support/tiny_module.h"
 
+#include "support/command.h"
 #include "support/errors.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -25,6 +26,7 @@ namespace arc {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::occurrences;
 using testing::quiet;
 
 std::string async_dir(const std::string& name) {
@@ -152,13 +154,6 @@ TEST(AsyncCheckpoint, ResumingFromABackgroundFileEndsBitIdentical) {
   fs::remove_all(dir);
 }
 
-// Counts the occurrences of `part` in `text`.
-size_t occurrences(const std::string& text, const std::string& part) {
-  size_t count = 0;
-  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + part.size())) ++count;
-  return count;
-}
-
 // One write at a time: a save of other data waits for the write in flight (and says so, once); a
 // save of the same data (another file of the same step) is written from the same copy, with its own
 // metadata; later changes to the tensors never reach a file. Whether a save finds the 64 MB write
@@ -197,7 +192,7 @@ TEST(AsyncCheckpoint, OneWriteInFlightAndAFileOfTheSameDataJoinsIt) {
     EXPECT_EQ(value_at("d.ckpt", 2), 1.0f);
     EXPECT_EQ(CheckpointReader::read_meta(dir + "/c.ckpt").at("n"), 3);
     const auto waits = occurrences(said, "waits for the background write");
-    EXPECT_LE(waits, 1u) << said;
+    EXPECT_LE(waits, 1) << said;
     if (waits == 1) {
       EXPECT_NE(said.find("checkpoint '" + dir + "/b.ckpt' waits for the background write of '" + dir + "/a.ckpt'"),
                 std::string::npos)

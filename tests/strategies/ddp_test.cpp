@@ -336,7 +336,7 @@ class LauncherFailure : public ::testing::TestWithParam<std::tuple<Failure, int>
 
 TEST_P(LauncherFailure, EndsEveryRankQuicklyAndNamesTheCause) {
   const auto& [failure, rank] = GetParam();
-  const std::string tag = "tag_" + std::to_string(getpid()) + "_" + failure.kind + std::to_string(rank);
+  const std::string tag = arc::testing::process_tag(failure.kind + std::to_string(rank));
   const int step = std::uniform_int_distribution<int>(1, 30)(random_engine());
   const double timeout = 60;
   const auto run = probe("--strategy ddp_spawn --devices 2 --steps 200 --timeout " + std::to_string(timeout) +
@@ -374,7 +374,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(DDP, AnExceptionLeavingAnAcceleratorLoopEndsEveryRankAtOnce) {
   const double timeout = 60;
   for (const int rank : {0, 1}) {
-    const std::string tag = "tag_" + std::to_string(getpid()) + "_loop" + std::to_string(rank);
+    const std::string tag = arc::testing::process_tag("loop" + std::to_string(rank));
     const auto run = probe(
         "--strategy ddp_spawn --devices 2 --steps 200 --loop custom --fail exception --fail-step 3 "
         "--fail-rank " +
@@ -570,7 +570,7 @@ TEST(DDP, SigintToOneRankStopsEveryRankWith130) {
 TEST(DDP, FailedSaveOnRankZeroEndsEveryRankWithTheCause) {
   const auto root = scratch_path("failed_save");
   std::filesystem::remove_all(root);
-  const std::string tag = "tag_" + std::to_string(getpid()) + "_failed_save";
+  const std::string tag = arc::testing::process_tag("failed_save");
   const double timeout = 60;
   const auto run =
       probe("--strategy ddp_spawn --devices 2 --steps 100 --checkpoint-every 5 --fsize-limit 1024 --root " + root +

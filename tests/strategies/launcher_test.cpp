@@ -195,7 +195,7 @@ TEST(Launchers, RanksExitWithTheirKilledTorchrunAgentOrMpirun) {
     if (!installed(launcher)) continue;
     SCOPED_TRACE(launcher);
     const std::string dir = scratch("killed_" + launcher);
-    const std::string tag = "tag_" + std::to_string(getpid()) + "_killed_" + launcher;
+    const std::string tag = arc::testing::process_tag("killed_" + launcher);
     const std::string command =
         without_timeout(launcher == "torchrun" ? torchrun(kProbe) : arc::testing::mpirun(kProbe)) +
         " --strategy ddp --steps 100000 --step-ms 5 --root " + dir + " --tag " + tag;
@@ -280,7 +280,7 @@ TEST(Launchers, ElasticAcrossTwoNodesSurvivesKilledWorkersOrAgentOfNodeOneBitIde
   std::filesystem::create_directories(root);
   const std::string port = std::to_string(arc::testing::free_port());
   const std::string args = common + root + "/killed.bin --step-ms 30";
-  const std::string tag = "tag_" + std::to_string(getpid()) + "_first_agent_of_node_1";
+  const std::string tag = arc::testing::process_tag("first_agent_of_node_1");
   const std::string first_agent = without_timeout(agent(1, port, root, agents, args + " --tag " + tag));
   const auto killed =
       run_command(first_agent + " > " + root + "/node1.log 2>&1 & node1=$!; " + agent(0, port, root, agents, args) +
@@ -313,7 +313,7 @@ TEST(Launchers, CtrlCStopsEveryRankUnderTorchrunAndMpirun) {
     if (!installed(launcher)) continue;
     SCOPED_TRACE(launcher);
     const std::string dir = scratch("ctrl_c_" + launcher);
-    const std::string tag = "tag_" + std::to_string(getpid()) + "_ctrl_c_" + launcher;
+    const std::string tag = arc::testing::process_tag("ctrl_c_" + launcher);
     const std::string probe = kProbe + " --strategy ddp --steps 100000 --step-ms 5 --root " + dir + " --tag " + tag;
     // The launcher alone in the terminal, as typed by hand (no `timeout` in between, which would pass
     // the SIGINT on once more); wait_exit bounds the wait, and the ranks are found by their tag.
@@ -426,7 +426,7 @@ TEST_F(Slurm, SigtermSavesAndExitsNonZeroAndTheNextRunResumesExactly) {
 // itself (they are gone about 1.5 s later), as the ranks of a killed torchrun or mpirun end
 // themselves (RanksExitWithTheirKilledTorchrunAgentOrMpirun).
 TEST_F(Slurm, RanksEndWithTheirKilledSrun) {
-  const std::string tag = "tag_" + std::to_string(getpid()) + "_killed_srun";
+  const std::string tag = arc::testing::process_tag("killed_srun");
   const auto [output, left] = kill_launcher_once_training(
       cluster_->env() + " srun -n 2 " + probe("--steps 100000 --step-ms 5 --tag " + tag), dir_ + "/srun.log", tag);
   EXPECT_EQ(left, 0) << "a rank outlived srun: " << output;

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -81,6 +82,10 @@ std::vector<int> pids_where(const std::string& file, Match matches) {
   closedir(proc);
   return found;
 }
+
+/// A tag for the processes a test starts (passed on their command lines, as ddp_probe's --tag), named
+/// `name` and unique to this test process, for tagged_pids, count_tagged and kill_tagged.
+inline std::string process_tag(const std::string& name) { return "tag_" + std::to_string(getpid()) + "_" + name; }
 
 /// The pids of the processes whose command line holds `tag` (not counting a `timeout` wrapper).
 inline std::vector<int> tagged_pids(const std::string& tag) {

@@ -127,12 +127,7 @@ class SlurmCluster {
     return names;
   }
 
-  int idle_nodes() const {
-    const auto states = run_command(env() + " sinfo -h -N -o %T").output;
-    int idle = 0;
-    for (auto at = states.find("idle"); at != std::string::npos; at = states.find("idle", at + 4)) ++idle;
-    return idle;
-  }
+  int idle_nodes() const { return occurrences(run_command(env() + " sinfo -h -N -o %T").output, "idle"); }
 
   // Arclight derives a job's MASTER_PORT from its id (15000 + id % 10000, as Lightning does), so
   // clusters running at once must not number their jobs alike: each takes the next block of ten
