@@ -33,17 +33,17 @@ bool use_nccl(const std::string& backend, c10::Device device) {
 // A rank whose launcher dies exits with it, as it would with its node: an orphan would train on
 // alone, or, under strategy elastic, with the other nodes' ranks, in a generation that the agent
 // replacing the dead one cannot join, and the job would hang. Exiting, it makes the others fail (and
-// restart, under elastic).
-void exit_with_launcher(const std::string& launcher) {
+// restart, under elastic). `advice` says what the user does then.
+void exit_with_launcher(const std::string& launcher, const std::string& advice) {
   static std::once_flag watching;
-  std::call_once(watching, [launcher] {
+  std::call_once(watching, [launcher, advice] {
     const pid_t parent = getppid();
-    std::thread([launcher, parent] {
+    std::thread([launcher, advice, parent] {
       while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       console().error(
-          "{} (pid {}), which started this rank, is gone, so the rank exits too, as it would with its node; start "
-          "the job again (under strategy elastic, a torchrun started again on this node rejoins the running job)",
-          launcher, parent);
+          "{} (pid {}), which started this rank, is gone, so the rank exits too, as it would with its "
+          "node; {}",
+          launcher, parent, advice);
       std::_Exit(1);
     }).detach();
   });
@@ -58,7 +58,9 @@ std::shared_ptr<cluster::ClusterEnvironment> DDPStrategy::launch(const LaunchReq
   ARC_CHECK(found->creates_processes_externally(),
             "strategy 'ddp' joins processes started by srun, mpirun or torchrun, but ", found->no_launcher_reason());
   request.check(*found);
-  if (const auto launcher = found->parent_launcher()) exit_with_launcher(*launcher);
+  if (const auto launcher = found->parent_launcher())
+    exit_with_launcher(
+        *launcher, elastic() ? "start torchrun again on this node: it rejoins the running job" : "start the job again");
   return found;
 }
 

@@ -204,9 +204,10 @@ TEST(Launchers, RanksExitWithTheirKilledTorchrunAgentOrMpirun) {
     // The first rank to see its launcher gone says so; the other may end first on that rank's exit.
     if (launcher == "torchrun") {
       EXPECT_GE(arc::testing::occurrences(output, "torchrun's agent (pid"), 1) << output;
-      EXPECT_NE(output.find("is gone, so the rank exits too, as it would with its node; start the job again"),
+      EXPECT_NE(output.find("is gone, so the rank exits too, as it would with its node; start the job again\n"),
                 std::string::npos)
           << output;
+      EXPECT_EQ(output.find("rejoins"), std::string::npos) << "elastic's advice under ddp: " << output;
     }
     std::filesystem::remove_all(dir);
   }
@@ -294,6 +295,9 @@ TEST(Launchers, ElasticAcrossTwoNodesSurvivesKilledWorkersOrAgentOfNodeOneBitIde
   arc::testing::kill_tagged(tag);
   ASSERT_EQ(killed.status, 0) << node0 << node1 << new_node1;
   EXPECT_GE(arc::testing::occurrences(node1, "torchrun's agent (pid"), 1) << node1;
+  EXPECT_NE(node1.find("as it would with its node; start torchrun again on this node: it rejoins the running job"),
+            std::string::npos)
+      << node1;
   EXPECT_NE(node0.find("resumed from '" + root + "/elastic_last.ckpt'"), std::string::npos) << node0;
   // The new agent's workers join at their first start, not after failing on the first generation's
   // keys (torchrun reports a failed worker as "failed (exitcode: 1) local_rank: ...").
