@@ -3,6 +3,7 @@
 
 #include <arc/base/console.h>
 #include <arc/base/error.h>
+#include <arc/core/metric_store.h>
 #include <arc/core/trainer.h>
 
 #include <fmt/format.h>
@@ -71,13 +72,11 @@ void EarlyStopping::run_check(Trainer& trainer) {
   const auto& metrics = trainer.callback_metrics();
   const auto found = metrics.find(options_.monitor());
   if (found == metrics.end()) {
-    std::vector<std::string> logged;
-    for (const auto& [name, value] : metrics) logged.push_back(name);
     const auto message = fmt::format(
         "EarlyStopping monitors '{}', which was not logged{} (logged: {}); log it with on_epoch, change monitor, or "
         "set strict=false to skip the check then",
         options_.monitor(), at_epoch_end_ ? " by the end of the training epoch" : " in validation",
-        logged.empty() ? "nothing" : join(logged));
+        metric_names(metrics));
     ARC_CHECK(!options_.strict(), message);
     if (options_.verbose()) console().warn("{}", message);
     return;

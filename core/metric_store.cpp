@@ -39,6 +39,12 @@ void MetricStore::log(const std::string& name, const torch::Tensor& value, const
   ++entry.count;
 }
 
+std::string metric_names(const Metrics& metrics) {
+  std::vector<std::string> names;
+  for (const auto& entry : metrics) names.push_back(entry.first);
+  return names.empty() ? "none" : join(names);
+}
+
 nlohmann::json metric_to_json(double value) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";

@@ -413,13 +413,9 @@ void FitLoop::step_schedulers(Interval interval) {
     if (!scheduler.monitor.empty()) {
       const auto& metrics = t.callback_metrics();
       const auto found = metrics.find(scheduler.monitor);
-      if (found == metrics.end()) {
-        std::vector<std::string> names;
-        for (const auto& entry : metrics) names.push_back(entry.first);
-        ARC_FAIL("the scheduler monitors '", scheduler.monitor,
-                 "', which was not logged; available metrics: ", names.empty() ? std::string("none") : join(names),
-                 ". Log it with on_epoch=true, or change `monitor`");
-      }
+      ARC_CHECK(found != metrics.end(), "the scheduler monitors '", scheduler.monitor,
+                "', which was not logged; available metrics: ", metric_names(metrics),
+                ". Log it with on_epoch=true, or change `monitor`");
       metric = found->second;
     }
     module_.lr_scheduler_step(*scheduler.scheduler, metric);

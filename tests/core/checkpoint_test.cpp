@@ -573,6 +573,29 @@ TEST(ModelCheckpoint, KeepsTheBestKByTheMonitoredMetric) {
   fs::remove_all(dir);
 }
 
+// A monitored metric or a filename field that nothing logged fails the fit, naming what was logged
+// (a misspelt name is then plain to see), as Lightning's "could not find the monitored key" does.
+TEST(ModelCheckpoint, AMetricNotLoggedFailsNamingTheLoggedOnes) {
+  const auto dir = scratch_dir("not_logged");
+  const auto fit_error = [&](ModelCheckpointOptions options) {
+    TinyModule module;
+    Trainer trainer(quiet().max_epochs(1).enable_checkpointing(true).num_sanity_val_steps(0),
+                    {std::make_shared<ModelCheckpoint>(options.dirpath(dir))});
+    return error_of([&] { trainer.fit(module, tiny_data(4, 2), tiny_data(2, 2)); });
+  };
+  const auto monitored = fit_error(ModelCheckpointOptions().monitor("val_los"));
+  EXPECT_NE(monitored.find("ModelCheckpoint monitors 'val_los', which was not logged (available metrics: epoch, step, "
+                           "train_loss, val_loss); log it"),
+            std::string::npos)
+      << monitored;
+  const auto named = fit_error(ModelCheckpointOptions().filename("{epoch}-{val_los:.2f}"));
+  EXPECT_NE(named.find("ModelCheckpoint filename uses '{val_los}', which was not logged (available metrics: epoch, "
+                       "step, train_loss, val_loss); log it or change the filename"),
+            std::string::npos)
+      << named;
+  fs::remove_all(dir);
+}
+
 // A name that a file has already gets "-v1", "-v2" (another run's files stay), unless
 // enable_version_counter is off; save_on_train_epoch_end moves the epoch's save from after each
 // validation to the training epoch's end, or (false) leaves none where nothing validates.
