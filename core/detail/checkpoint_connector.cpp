@@ -267,6 +267,13 @@ std::string CheckpointConnector::newest_hpc_checkpoint() const {
   return hpc_path(root, highest);
 }
 
+std::string CheckpointConnector::rank_zero_write_failure(Trainer& trainer, AsyncCheckpointWriter& writes) {
+  const std::string failure = writes.take_failure().value_or("");
+  if (trainer.world_size() == 1) return failure;
+  const CollectiveName name("checkpoint failure");
+  return trainer.strategy().broadcast(failure);
+}
+
 std::string CheckpointConnector::hpc_save_path(const std::string& folder) {
   return hpc_path(folder, std::max<int64_t>(highest_hpc_index(folder), 0) + 1);
 }

@@ -10,6 +10,7 @@
 
 namespace arc {
 
+class AsyncCheckpointWriter;
 class Trainer;
 class TrainModule;
 
@@ -44,6 +45,9 @@ class CheckpointConnector {
   /// `<folder>/hpc_ckpt_<n>.ckpt`, n one more than the highest there (Lightning's name); `folder` is
   /// the default_root_dir.
   static std::string hpc_save_path(const std::string& folder);
+  /// The error of rank 0's background write that failed (only rank 0 writes), as every rank reports
+  /// it: broadcast where several ranks train, so every rank must call; "" when none failed.
+  static std::string rank_zero_write_failure(Trainer& trainer, AsyncCheckpointWriter& writes);
   /// What fit resumes from by itself, newest first: an hpc_ckpt_<n>.ckpt in default_root_dir and,
   /// under strategy elastic, also elastic_last.ckpt and ModelCheckpoint's files. Files without a
   /// readable index are skipped with a warning; "" when there is none.

@@ -198,11 +198,7 @@ void FitLoop::say_why_fit_ended() const {
 void FitLoop::finish_background_saves() {
   state_.background_saves = false;
   state_.checkpoint_writes.wait();
-  std::string failure = state_.checkpoint_writes.take_failure().value_or("");
-  if (trainer_.world_size() > 1) {
-    const CollectiveName name("checkpoint failure");
-    failure = trainer_.strategy().broadcast(failure);
-  }
+  const auto failure = CheckpointConnector::rank_zero_write_failure(trainer_, state_.checkpoint_writes);
   ARC_CHECK(failure.empty(), "fit failed at its end: the last checkpoint written in the background ",
             "(async_checkpointing) failed on rank 0: ", failure);
   state_.checkpoint_writes.release();

@@ -168,11 +168,7 @@ SignalConnector::Decision SignalConnector::act(const Ballot& agreed) {
 
 // Rank 0 writes checkpoints, so its error is the one every rank reports.
 void SignalConnector::fail_with_checkpoint_write() {
-  std::string failure = checkpoint_writes_.take_failure().value_or("");
-  if (group_of(trainer_) != nullptr) {
-    const CollectiveName name("checkpoint failure");
-    failure = trainer_.strategy().broadcast(failure);
-  }
+  const auto failure = CheckpointConnector::rank_zero_write_failure(trainer_, checkpoint_writes_);
   ARC_FAIL("fit stopped at global step ", trainer_.global_step(), ": a checkpoint written in the background ",
            "(async_checkpointing) failed on rank 0: ", failure);
 }
