@@ -46,8 +46,10 @@ void ClusterEnvironment::validate(int64_t devices, int64_t num_nodes) const {
   ARC_CHECK(world_size() == expected, "the ", name(), " launch has ", world_size(), " processes, but devices=", devices,
             " x num_nodes=", num_nodes, " asks for ", expected, "; start ", expected,
             " processes or set devices and num_nodes to match the launch");
-  ARC_CHECK(global_rank() >= 0 && global_rank() < world_size(), "rank ", global_rank(), " from ", name(),
-            " is outside world size ", world_size(), "; check the launcher's rank variables");
+  ARC_CHECK(global_rank() >= 0 && global_rank() < world_size(), "rank ", global_rank(), " is outside world size ",
+            world_size(), " (cluster environment '", name(), "' reads them from ", rank_variables(),
+            "); each process needs a rank from 0 to ", world_size() - 1,
+            ", and the world size its launch's process count");
 }
 
 std::string ClusterEnvironment::requeue_job() const {

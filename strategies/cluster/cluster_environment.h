@@ -38,6 +38,8 @@ class ClusterEnvironment {
   virtual int64_t main_port() const = 0;
   virtual int64_t world_size() const = 0;
   virtual int64_t global_rank() const = 0;
+  /// The variables that global_rank() and world_size() read ("RANK and WORLD_SIZE"), for errors.
+  virtual std::string rank_variables() const = 0;
   virtual int64_t local_rank() const = 0;
   virtual int64_t node_rank() const = 0;
   /// Processes on this node; world_size / num_nodes unless the launcher says.

@@ -18,6 +18,7 @@ class LocalEnvironment : public ClusterEnvironment {
   int64_t main_port() const override;
   int64_t world_size() const override;
   int64_t global_rank() const override;
+  std::string rank_variables() const override { return "RANK and WORLD_SIZE"; }
   int64_t local_rank() const override;
   int64_t node_rank() const override;
   int64_t local_world_size() const override;

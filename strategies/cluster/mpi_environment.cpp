@@ -38,6 +38,9 @@ int64_t MpiEnvironment::world_size() const {
 int64_t MpiEnvironment::global_rank() const {
   return open_mpi() ? env_int("OMPI_COMM_WORLD_RANK") : env_int("PMI_RANK");
 }
+std::string MpiEnvironment::rank_variables() const {
+  return open_mpi() ? "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE" : "PMI_RANK and PMI_SIZE";
+}
 
 int64_t MpiEnvironment::local_rank() const {
   return open_mpi() ? env_int("OMPI_COMM_WORLD_LOCAL_RANK") : env_int_or("MPI_LOCALRANKID", global_rank());

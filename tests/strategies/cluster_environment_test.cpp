@@ -142,6 +142,11 @@ TEST(ClusterEnvironment, Slurm) {
   EXPECT_NO_THROW(found->validate(2, 4));
   EXPECT_NE(error_of([&] { found->validate(4, 2); }).find("set --ntasks-per-node=4 to match devices=4"),
             std::string::npos);
+  setenv("SLURM_PROCID", "8", 1);
+  EXPECT_NE(error_of([&] { found->validate(2, 4); })
+                .find("rank 8 is outside world size 8 (cluster environment 'slurm' reads them from SLURM_PROCID and "
+                      "SLURM_NTASKS)"),
+            std::string::npos);
 }
 
 TEST(ClusterEnvironment, SlurmMasterVariablesOverride) {
@@ -290,6 +295,12 @@ TEST(ClusterEnvironment, LocalWithVariablesAndBadValues) {
   EXPECT_EQ(found->global_rank(), 1);
   EXPECT_NE(error_of([&] { found->main_port(); }).find("MASTER_PORT=70000 is not a TCP port"), std::string::npos);
   EXPECT_NE(error_of([&] { found->validate(3, 1); }).find("has 2 processes, but devices=3"), std::string::npos);
+  // A rank outside the world, as processes started by hand can have, names the variables to fix
+  // (env's destructor unsets it).
+  setenv("RANK", "5", 1);
+  EXPECT_EQ(error_of([&] { found->validate(2, 1); }),
+            "rank 5 is outside world size 2 (cluster environment 'local' reads them from RANK and WORLD_SIZE); each "
+            "process needs a rank from 0 to 1, and the world size its launch's process count");
 }
 
 TEST(ClusterEnvironment, SelectableByNameWithSuggestions) {
