@@ -19,8 +19,16 @@ std::string OnExceptionCheckpoint::path() const {
   return (std::filesystem::path(dirpath_) / (filename_ + ".ckpt")).string();
 }
 
+void OnExceptionCheckpoint::setup(Trainer&, TrainModule&, Stage) {
+  saved_.clear();
+  training_started_ = false;
+}
+
+// After the checkpoint fit resumes from (if any) is restored, and after the sanity check.
+void OnExceptionCheckpoint::on_train_start(Trainer&, TrainModule&) { training_started_ = true; }
+
 void OnExceptionCheckpoint::on_exception(Trainer& trainer, TrainModule&, const std::exception& error) {
-  if (trainer.stage() != Stage::fit || trainer.optimizer_configs().empty()) return;
+  if (trainer.stage() != Stage::fit || !training_started_ || trainer.optimizer_configs().empty()) return;
   try {
     trainer.save_checkpoint(path(), false, false);
     saved_ = path();

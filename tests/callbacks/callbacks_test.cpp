@@ -1,5 +1,6 @@
 // The smaller callbacks: LambdaCallback, Timer, LearningRateMonitor, OnExceptionCheckpoint,
 // ThroughputMonitor, GradientAccumulationScheduler.
+#include "support/command.h"
 #include "support/errors.h"
 #include "support/scratch.h"
 #include "support/tiny_module.h"
@@ -251,6 +252,31 @@ TEST(Callbacks, OnExceptionCheckpointSavesWhatWasDone) {
   again.fit(resumed, tiny_data(4, 2), {}, saver->path());
   EXPECT_EQ(again.global_step(), 4);
   EXPECT_EQ(resumed.counts["training_step"], 1);
+  std::filesystem::remove_all(dir);
+}
+
+// A fit that fails before training starts leaves the file alone: here it resumes from its own
+// exception checkpoint into a module of another shape, and the checkpoint (three steps of work)
+// must still be there to resume from once the module is right.
+TEST(Callbacks, OnExceptionCheckpointKeepsTheFileAFailedResumeReadFrom) {
+  const auto dir = std::filesystem::temp_directory_path() / ("arc_onexc_resume_" + std::to_string(getpid()));
+  auto saver = std::make_shared<OnExceptionCheckpoint>(dir.string());
+  FailsAtStep3 module;
+  EXPECT_THROW(Trainer(quiet().max_epochs(5), {saver}).fit(module, tiny_data(4, 2)), std::runtime_error);
+  const auto saved = testing::read_file(saver->path());
+  ASSERT_FALSE(saved.empty());
+  struct Wider : TinyModule {
+    Wider() { linear = replace_module("linear", torch::nn::Linear(4, 2)); }
+  } wider;
+  Trainer wrong(quiet().max_epochs(5), {saver});
+  EXPECT_NE(error_of([&] { wrong.fit(wider, tiny_data(4, 2), {}, saver->path()); }).find("does not match"),
+            std::string::npos);
+  EXPECT_TRUE(saver->exception_checkpoint().empty());
+  EXPECT_TRUE(testing::read_file(saver->path()) == saved) << "the checkpoint resumed from was rewritten";
+  TinyModule resumed;
+  Trainer again(quiet().max_epochs(2), {saver});
+  again.fit(resumed, tiny_data(4, 2), {}, saver->path());
+  EXPECT_EQ(again.global_step(), 4);
   std::filesystem::remove_all(dir);
 }
 
