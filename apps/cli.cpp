@@ -242,7 +242,14 @@ int evaluate(const std::string& command, const nlohmann::json& config, const std
     for (const auto& output : outputs) count += output.size(0);
     result = {{"batches", outputs.size()}, {"predictions", count}};
   }
-  if (trainer.is_global_zero()) print_result(result);
+  if (!trainer.is_global_zero()) return 0;
+  // The module is built fresh from the config, so without a checkpoint its weights are untrained.
+  if (ckpt.empty())
+    console().warn(
+        "arc {} ran without --ckpt, so with the module's initial, untrained weights; give --ckpt last (or "
+        "a checkpoint file) to load trained ones",
+        command);
+  print_result(result);
   return 0;
 }
 

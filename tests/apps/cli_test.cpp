@@ -1,5 +1,6 @@
 // The `arc` tool, run as a user runs it.
 #include "support/arc_tool.h"
+#include "support/command.h"
 
 #include <arc/core/trainer_options.h>
 
@@ -300,6 +301,7 @@ TEST(Cli, ResumeLastContinuesExactlyAndEvaluationLoadsCheckpoints) {
   const auto validated = arc("validate --ckpt last" + common);
   ASSERT_EQ(validated.status, 0) << validated.output;
   EXPECT_TRUE(result_of(validated.output).contains("val_acc"));
+  EXPECT_EQ(validated.output.find("untrained"), std::string::npos) << validated.output;
   // LightningCLI's --ckpt_path names the same checkpoints.
   const auto lightning_named = arc("validate --ckpt_path last" + common);
   ASSERT_EQ(lightning_named.status, 0) << lightning_named.output;
@@ -318,12 +320,18 @@ TEST(Cli, ValidateTestPredictAndModules) {
   ASSERT_EQ(out.status, 0) << out.output;
   EXPECT_TRUE(result_of(out.output).contains("val_acc"));
   EXPECT_NE(out.output.find("Validate metric"), std::string::npos) << "Lightning's table: " << out.output;
-  // Under DDP only rank 0 prints the table, as Lightning.
+  // Under DDP only rank 0 prints the table, as Lightning, and says once that without --ckpt the
+  // module (built fresh from the config) had untrained weights.
   out = arc("test --set trainer.limit_test_batches=1 --set trainer.strategy=ddp_spawn --set trainer.devices=2");
   EXPECT_TRUE(result_of(out.output).contains("test_loss")) << out.output;
   const auto table = out.output.find("Test metric");
   ASSERT_NE(table, std::string::npos) << out.output;
   EXPECT_EQ(out.output.find("Test metric", table + 1), std::string::npos) << out.output;
+  EXPECT_EQ(arc::testing::occurrences(out.output,
+                                      "warning: arc test ran without --ckpt, so with the module's "
+                                      "initial, untrained weights; give --ckpt last"),
+            1)
+      << out.output;
   // LightningCLI's verbose: --verbose or the config's top-level key; fit and predict have none.
   out = arc("validate --set trainer.limit_val_batches=1 --verbose false");
   EXPECT_TRUE(result_of(out.output).contains("val_acc")) << out.output;
