@@ -25,8 +25,7 @@ nlohmann::json read_file(const std::string& path) {
   ARC_CHECK(in.good(), "cannot read config file '", path, "'; check the path given to --config");
   std::stringstream text;
   text << in.rdbuf();
-  const auto file = is_yaml(path) ? from_yaml(text.str(), path) : nlohmann::json::parse(text.str(), nullptr, false);
-  ARC_CHECK(!file.is_discarded(), "config file '", path, "' is not valid JSON; check its syntax");
+  const auto file = is_yaml(path) ? from_yaml(text.str(), path) : parse_json(text.str(), path);
   ARC_CHECK(file.is_object(), "config file '", path,
             "' must hold a mapping with sections module, data and trainer (and optimizer, lr_scheduler)");
   return file;

@@ -47,7 +47,8 @@ void Config::finish() const {
     std::string message = "unknown config key '" + qualified(item.key()) + "'";
     const std::string suggestion = closest_match(item.key(), allowed);
     if (!suggestion.empty()) message += "; did you mean '" + suggestion + "'?";
-    throw Error(message + (suggestion.empty() ? "; " : " ") + "known keys in '" + path_ + "': " + join(allowed));
+    const std::string known = path_.empty() ? "known top-level keys: " : "known keys in '" + path_ + "': ";
+    throw Error(message + (suggestion.empty() ? "; " : " ") + known + join(allowed));
   }
 }
 
@@ -109,6 +110,53 @@ std::string set_dotted(nlohmann::json& root, const std::string& key, const std::
     }
     node = &(*node)[part];
     begin = dot + 1;
+  }
+}
+
+nlohmann::json parse_json(const std::string& text, const std::string& source) {
+  // The containers open at this point of the parse, each with the key or index now being read.
+  struct Open {
+    bool list = false;
+    size_t index = 0;
+    std::string key;
+    std::set<std::string> keys;
+  };
+  std::vector<Open> open;
+  const auto path = [&] {
+    std::string out;
+    for (const auto& level : open)
+      out += level.list ? "[" + std::to_string(level.index) + "]" : (out.empty() ? "" : ".") + level.key;
+    return out;
+  };
+  const auto next_item = [&] {
+    if (!open.empty() && open.back().list) ++open.back().index;
+  };
+  const nlohmann::json::parser_callback_t check = [&](int, nlohmann::json::parse_event_t event,
+                                                      nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start || event == Event::array_start) {
+      open.emplace_back();
+      open.back().list = event == Event::array_start;
+    }
+    if (event == Event::object_end || event == Event::array_end) {
+      open.pop_back();
+      next_item();
+    }
+    if (event == Event::value) next_item();
+    if (event == Event::key) {
+      open.back().key = parsed.get<std::string>();
+      ARC_CHECK(open.back().keys.insert(open.back().key).second, source, ": ", path(),
+                ": the key appears twice; keep one");
+    }
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(text, check);
+  } catch (const nlohmann::json::parse_error& error) {
+    // "[json.exception.parse_error.101] parse error at line 3, column 2: ..." without the bracket.
+    const std::string what = error.what();
+    throw Error("config file '" + source + "' is not valid JSON: " + what.substr(what.find(']') + 2) +
+                "; check its syntax");
   }
 }
 

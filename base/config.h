@@ -138,4 +138,9 @@ class Config {
 /// Returns the path set ("trainer.callbacks" for "trainer.callbacks+").
 std::string set_dotted(nlohmann::json& root, const std::string& path, const std::string& text);
 
+/// The JSON document `text` of the config file `source`, read as strictly as YAML configs are: a
+/// syntax error names the line and column, and a key given twice in one object is an error naming
+/// its path (rather than the last value kept silently).
+nlohmann::json parse_json(const std::string& text, const std::string& source);
+
 }  // namespace arc

@@ -8,6 +8,7 @@
 
 #include <regex>
 #include <sstream>
+#include <vector>
 
 namespace arc {
 namespace {
@@ -82,6 +83,16 @@ nlohmann::json resolve(const std::string& text, const std::string& at) {
   return text;
 }
 
+// What `node` is, for messages.
+const char* kind(const YAML::Node& node) {
+  return node.IsMap() ? "a mapping" : node.IsSequence() ? "a list" : node.IsScalar() ? "a scalar" : "empty";
+}
+
+// PyYAML's merge key (YAML 1.1's `<<: *defaults`), which LightningCLI's configs may use: a plain `<<`.
+bool is_merge_key(const YAML::Node& key) { return key.Tag() != "!" && key.Scalar() == "<<"; }
+
+void merge(nlohmann::json& out, const YAML::Node& value, const std::string& source, const std::string& path);
+
 nlohmann::json convert(const YAML::Node& node, const std::string& source, const std::string& path) {
   switch (node.Type()) {
     case YAML::NodeType::Null:
@@ -98,34 +109,71 @@ nlohmann::json convert(const YAML::Node& node, const std::string& source, const 
     }
     case YAML::NodeType::Map: {
       nlohmann::json out = nlohmann::json::object();
+      std::vector<YAML::Node> merged;
       for (const auto& item : node) {
-        ARC_CHECK(item.first.IsScalar(), where(source, item.first, path), ": a key is a ",
-                  item.first.IsMap()        ? "mapping"
-                  : item.first.IsSequence() ? "list"
-                                            : "empty",
+        ARC_CHECK(item.first.IsScalar(), where(source, item.first, path), ": a key is ", kind(item.first),
                   "; keys must be plain names such as max_epochs");
+        if (is_merge_key(item.first)) {
+          merged.push_back(item.second);
+          continue;
+        }
         const std::string name = item.first.Scalar();
         const std::string child = path.empty() ? name : path + "." + name;
         ARC_CHECK(!out.contains(name), where(source, item.first, child), ": the key appears twice; keep one");
         out[name] = convert(item.second, source, child);
       }
+      for (const auto& value : merged) merge(out, value, source, path);
       return out;
     }
   }
   return nullptr;
 }
 
+// Adds to `out` the keys of the mapping (or list of mappings) `value` of a merge key that `out` does
+// not have: the mapping's own keys win, and of several mappings the earlier one.
+void merge(nlohmann::json& out, const YAML::Node& value, const std::string& source, const std::string& path) {
+  const std::string at = where(source, value, path.empty() ? "<<" : path + ".<<");
+  const auto merge_one = [&](const YAML::Node& mapping) {
+    ARC_CHECK(mapping.IsMap(), at,
+              ": the merge key << takes a mapping or a list of mappings (<<: *defaults or <<: "
+              "[*a, *b]), got ",
+              kind(mapping));
+    const auto entries = convert(mapping, source, path);
+    for (const auto& [name, item] : entries.items())
+      if (!out.contains(name)) out[name] = item;
+  };
+  if (!value.IsSequence()) return merge_one(value);
+  for (size_t i = 0; i < value.size(); ++i) merge_one(value[i]);
+}
+
+// Whether line `line` (from 1) of `text` has a tab in its indentation.
+bool indents_with_tab(const std::string& text, int line) {
+  std::istringstream lines(text);
+  std::string content;
+  for (int i = 0; i < line; ++i)
+    if (!std::getline(lines, content)) return false;
+  const auto indentation = content.substr(0, content.find_first_not_of(" \t"));
+  return indentation.find('\t') != std::string::npos;
+}
+
 }  // namespace
 
 nlohmann::json from_yaml(const std::string& text, const std::string& source) {
-  YAML::Node document;
+  std::vector<YAML::Node> documents;
   try {
-    document = YAML::Load(text);
+    documents = YAML::LoadAll(text);
   } catch (const YAML::Exception& error) {
-    throw Error(source + ":" + std::to_string(error.mark.line + 1) + ": not valid YAML (" + error.msg +
-                "); check its syntax");
+    const int line = error.mark.line + 1;
+    throw Error(source + ":" + std::to_string(line) + ": not valid YAML (" + error.msg + "); " +
+                (indents_with_tab(text, line) ? "YAML indents with spaces, and this line indents with a tab"
+                                              : "check its syntax"));
   }
-  return convert(document, source, "");
+  // As PyYAML's safe_load, which LightningCLI reads configs with: a second document is an error, not
+  // keys silently left out.
+  ARC_CHECK(documents.size() <= 1, source, ":", documents.size() < 2 ? 0 : documents[1].Mark().line + 1,
+            ": a second YAML document begins here (after ---); a config is one document: put its keys in the "
+            "first, or give it its own --config");
+  return documents.empty() ? nlohmann::json() : convert(documents[0], source, "");
 }
 
 std::string to_yaml(const nlohmann::json& value) {

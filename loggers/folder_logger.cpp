@@ -13,7 +13,8 @@ namespace {
 // Fails naming `folder` when making it failed.
 void check_made(const std::string& folder, const std::error_code& error) {
   ARC_CHECK(!error, "cannot create the log folder '", folder, "': ", error.message(),
-            "; make save_dir writable or choose another");
+            "; make its parent writable or give the logger another save_dir (the default loggers' is "
+            "default_root_dir)");
 }
 
 }  // namespace

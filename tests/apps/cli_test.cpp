@@ -245,6 +245,14 @@ TEST(Cli, BadConfigKeysNameTheKeyAndSuggest) {
   EXPECT_NE(out.output.find("unknown strategy 'dpp'"), std::string::npos) << out.output;
   out = arc("train --set modell.name=x");
   EXPECT_NE(out.output.find("unknown config key 'modell'; did you mean 'model'?"), std::string::npos) << out.output;
+  out = arc("train --set trainer.default_root_dir=/proc/arc_absent");
+  EXPECT_EQ(out.status, 2);
+  EXPECT_NE(
+      out.output.find("cannot create the log folder '/proc/arc_absent/lightning_logs': No such file or directory; "
+                      "make its parent writable or give the logger another save_dir (the default loggers' is "
+                      "default_root_dir)"),
+      std::string::npos)
+      << out.output;
 }
 
 // A mistyped subcommand or option is the tool's error as a bad config key is (exit status 2): the
@@ -277,7 +285,7 @@ TEST(Cli, UnreadableOrInvalidConfigFilesAreErrors) {
   EXPECT_NE(out.output.find("cannot read config file '/nonexistent/run.json'"), std::string::npos) << out.output;
   const auto bad = write_config("arc_cli_bad.json", "{\"trainer\": ");
   out = arc("train --config " + bad);
-  EXPECT_NE(out.output.find("is not valid JSON"), std::string::npos) << out.output;
+  EXPECT_NE(out.output.find("is not valid JSON: parse error at line 1, column 13: "), std::string::npos) << out.output;
   std::filesystem::remove(bad);
   out = arc("train --set trainer");
   EXPECT_NE(out.output.find("--set needs key=value"), std::string::npos) << out.output;

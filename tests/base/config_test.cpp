@@ -49,5 +49,29 @@ TEST(Config, MissingRequiredKeyIsAnError) {
             std::string::npos);
 }
 
+// A key given twice in one JSON object is an error naming its path (nlohmann keeps the last value);
+// the same key in different objects, or in the entries of a list, is not.
+TEST(Config, ParseJsonNamesAKeyGivenTwiceByItsPath) {
+  EXPECT_EQ(error_of([] {
+              parse_json(R"({"trainer": {"callbacks": [{"class_path": "A"},
+                            {"init_args": {"monitor": "val_loss", "mode": "min", "monitor": "val_acc"}}]}})",
+                         "run.json");
+            }),
+            "run.json: trainer.callbacks[1].init_args.monitor: the key appears twice; keep one");
+  EXPECT_EQ(error_of([] { parse_json(R"({"a": 1, "b": [[1, {"c": 2}], {"c": 3, "c": 4}]})", "run.json"); }),
+            "run.json: b[1].c: the key appears twice; keep one");
+  const auto value = parse_json(R"({"a": {"x": 1}, "b": [{"x": 2}, {"x": 3}], "x": [4]})", "run.json");
+  EXPECT_EQ(value["b"][1]["x"], 3);
+  EXPECT_EQ(value["x"][0], 4);
+}
+
+TEST(Config, ParseJsonSyntaxErrorsNameTheLineAndColumn) {
+  const auto message = error_of(
+      [] { parse_json("{\"trainer\": {\"max_epochs\": 1,\n  \"limit_train_batches\": 2\n  \"x\": 1}}", "run.json"); });
+  EXPECT_EQ(message.rfind("config file 'run.json' is not valid JSON: parse error at line 3, column 5: ", 0), 0u)
+      << message;
+  EXPECT_NE(message.find("expected '}'; check its syntax"), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace arc

@@ -1,0 +1,50 @@
+#include <arc/base/yaml.h>
+
+#include "support/errors.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace arc {
+namespace {
+
+using testing::error_of;
+
+// PyYAML's merge keys, as LightningCLI reads them: the mapping's own keys win over merged ones, and
+// of several merged mappings the earlier one; a quoted "<<" is an ordinary key.
+TEST(Yaml, MergeKeysAddTheAnchoredMappingsKeysThatAreNotGiven) {
+  const auto value = from_yaml(
+      "a: &a {x: 1, y: 2}\n"
+      "b: &b {y: 20, z: 30}\n"
+      "one: {<<: *a, y: 3}\n"
+      "both:\n  <<: [*a, *b]\n  w: 0\n"
+      "quoted: {\"<<\": 1}\n",
+      "run.yaml");
+  EXPECT_EQ(value["one"], nlohmann::json({{"x", 1}, {"y", 3}}));
+  EXPECT_EQ(value["both"], nlohmann::json({{"w", 0}, {"x", 1}, {"y", 2}, {"z", 30}}));
+  EXPECT_EQ(value["quoted"], nlohmann::json({{"<<", 1}}));
+  EXPECT_EQ(error_of([] { from_yaml("trainer:\n  <<: 5\n", "run.yaml"); }),
+            "run.yaml:2: trainer.<<: the merge key << takes a mapping or a list of mappings (<<: *defaults or <<: "
+            "[*a, *b]), got a scalar");
+}
+
+// PyYAML's safe_load refuses a second document; keys after a --- are not left out silently.
+TEST(Yaml, ASecondDocumentIsAnErrorNamingItsLine) {
+  EXPECT_EQ(error_of([] { from_yaml("trainer: {max_epochs: 1}\n---\nmodule: {name: cnn_classifier}\n", "run.yaml"); }),
+            "run.yaml:3: a second YAML document begins here (after ---); a config is one document: put its keys in "
+            "the first, or give it its own --config");
+  EXPECT_EQ(from_yaml("---\ntrainer: {max_epochs: 1}\n...\n", "run.yaml"),
+            nlohmann::json({{"trainer", {{"max_epochs", 1}}}}));
+  EXPECT_TRUE(from_yaml("# nothing\n", "run.yaml").is_null());
+}
+
+TEST(Yaml, ALineIndentedWithATabSaysSo) {
+  const auto message = error_of([] { from_yaml("trainer:\n\tmax_epochs: 1\n", "run.yaml"); });
+  EXPECT_EQ(message.rfind("run.yaml:2: not valid YAML (", 0), 0u) << message;
+  EXPECT_NE(message.find("; YAML indents with spaces, and this line indents with a tab"), std::string::npos) << message;
+  const auto other = error_of([] { from_yaml("trainer: [max_epochs: 1\n", "run.yaml"); });
+  EXPECT_NE(other.find("check its syntax"), std::string::npos) << other;
+}
+
+}  // namespace
+}  // namespace arc
