@@ -139,6 +139,9 @@ double Trainer::elapsed_seconds() const {
 }
 
 void Trainer::request_stop(const std::string& reason) {
+  if (!state_->should_stop)
+    state_->stop_after_validation =
+        state_->validation_running > 0 ? state_->validation_running : state_->progress.validation_runs + 1;
   state_->should_stop = true;
   state_->stop_reason = reason;
 }
@@ -184,6 +187,8 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
   state_->stage_start = std::chrono::steady_clock::now();
   if (profiler_) profiler_->setup(to_string(stage), log_dir(), global_rank());
   state_->should_stop = false;
+  state_->stop_after_validation = 0;
+  state_->validation_running = 0;
   state_->stop_reason.clear();
   state_->logging.train_metrics.clear();
   state_->logging.eval_metrics.clear();

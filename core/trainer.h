@@ -90,7 +90,8 @@ class Trainer {
   const Progress& progress() const;
   int64_t current_epoch() const { return progress().current_epoch; }
   int64_t global_step() const { return progress().global_step; }
-  /// Ends fit after the current step (respecting min_epochs/min_steps), as `trainer.should_stop`.
+  /// Ends fit after the current step (respecting min_epochs/min_steps), as `trainer.should_stop`: a
+  /// stop mid-epoch validates first where the epoch validates, unless a validation came after the ask.
   void request_stop(const std::string& reason);
   bool should_stop() const;
   const std::string& stop_reason() const;

@@ -160,6 +160,7 @@ Metrics EvaluationLoop::run(Loaders& loaders, const std::vector<int64_t>& batche
   auto& t = trainer_;
   const bool was_training = state_.training;
   state_.training = false;
+  if (was_training && !state_.sanity_checking) state_.validation_running = state_.progress.validation_runs + 1;
   start(batches);
   state_.logging.eval_metrics.clear();
   Metrics epoch_metrics;
@@ -192,6 +193,7 @@ Metrics EvaluationLoop::run(Loaders& loaders, const std::vector<int64_t>& batche
     call(t, module_, hooks.end);
   }
   state_.training = was_training;
+  state_.validation_running = 0;
   return epoch_metrics;
 }
 

@@ -125,17 +125,29 @@ bool FitLoop::epochs_done() const { return max_epochs_ != -1 && state_.progress.
 
 bool FitLoop::steps_done() const {
   const auto& o = trainer_.options();
-  return (o.max_steps() != -1 && state_.progress.global_step >= o.max_steps()) || agreed_.time_up;
+  return (o.max_steps() != -1 && state_.progress.global_step >= o.max_steps()) || time_up();
 }
 
-// A stop asked for on any rank (request_stop), once the ranks agreed on it: every rank stops at
-// the same batch, whatever each one's monitored values said.
-bool FitLoop::stop_requested() const {
-  if (!agreed_.stop) return false;
+// Lightning's _can_stop_early: min_epochs and min_steps, which a stop request and max_time wait for.
+bool FitLoop::can_stop_early() const {
   const auto& o = trainer_.options();
   const bool epochs_met = !o.min_epochs() || state_.progress.current_epoch >= *o.min_epochs();
   const bool steps_met = !o.min_steps() || state_.progress.global_step >= *o.min_steps();
   return epochs_met && steps_met;
+}
+
+// A stop asked for on any rank (request_stop), once the ranks agreed on it: every rank stops at
+// the same batch, whatever each one's monitored values said.
+bool FitLoop::stop_requested() const { return agreed_.stop > 0 && can_stop_early(); }
+
+bool FitLoop::time_up() const { return agreed_.time_up > 0 && can_stop_early(); }
+
+// As Lightning's loop, a fit that stops after this batch because it was asked to (request_stop, a
+// Timer) or its max_time passed validates first: where this epoch validates, unless a validation
+// came after the stop was asked for (max_steps stops without one, as in Lightning).
+bool FitLoop::validation_at_stop() const {
+  const int64_t after = std::max(stop_requested() ? agreed_.stop : 0, time_up() ? agreed_.time_up : 0);
+  return after > state_.progress.validation_runs && validates_this_epoch();
 }
 
 void FitLoop::run() {
@@ -160,7 +172,7 @@ void FitLoop::run() {
   }
   if (resume_from_.empty()) sanity_check();
   call_hook(t, module_, "on_train_start", &Callback::on_train_start, &TrainModule::on_train_start);
-  signals_ = std::make_unique<SignalConnector>(t, *state_.cluster_environment, state_.checkpoint_writes);
+  signals_ = std::make_unique<SignalConnector>(t, state_);
   if (auto* group = t.strategy().collectives(); group != nullptr && group->world_size() > 1)
     stragglers_ = std::make_unique<StragglerMonitor>(*group);
   last_validation_ = std::chrono::steady_clock::now();
@@ -185,7 +197,7 @@ void FitLoop::say_why_fit_ended() const {
   // A tuning run's limits are the tuner's, not the user's.
   if (state_.tuning) return;
   const auto& o = trainer_.options();
-  if (agreed_.time_up) {
+  if (time_up()) {
     console().info("fit stopped: max_time={} s reached ({:.1f} s elapsed)", o.max_time().value_or(0),
                    trainer_.elapsed_seconds());
   } else if (o.max_steps() != -1 && state_.progress.global_step >= o.max_steps()) {
@@ -269,8 +281,9 @@ void FitLoop::run_epoch() {
       run_batch(batch, batch_idx);
     }
     if (validation_due(batch_idx)) validate();
-    state_.logging.held_step.reset();
     vote(false);
+    if (validation_at_stop()) validate();
+    state_.logging.held_step.reset();
   }
   // Epoch metrics are ready for on_train_epoch_end; values logged there are added after it. They go
   // to the loggers at the epoch's last step, as Lightning's.
@@ -431,10 +444,17 @@ bool FitLoop::validation_due(int64_t batch_idx) const {
   if (o.val_check_interval().is_time) return agreed_.validation > state_.progress.validation_runs;
   // check_val_every_n_epoch=null: every val_check_interval batches of the fit, across epochs.
   if (!o.check_val_every_n_epoch()) return state_.progress.total_batches % val_every_ == 0;
-  if ((state_.progress.current_epoch + 1) % *o.check_val_every_n_epoch() != 0) return false;
+  if (!validates_this_epoch()) return false;
   const bool last = batch_idx + 1 == state_.num_training_batches;
   if (last && o.val_check_interval().is_fraction && o.val_check_interval().value == 1.0) return true;
   return (batch_idx + 1) % val_every_ == 0;
+}
+
+// Lightning's _should_check_val_epoch: every check_val_every_n_epoch-th epoch, or every epoch when it
+// is null.
+bool FitLoop::validates_this_epoch() const {
+  const auto& every = trainer_.options().check_val_every_n_epoch();
+  return has_validation() && (!every || (state_.progress.current_epoch + 1) % *every == 0);
 }
 
 void FitLoop::validate() {

@@ -46,8 +46,14 @@ class FitLoop {
 
  private:
   bool epochs_done() const;
+  /// max_steps reached, or max_time passed where the stop may come.
   bool steps_done() const;
+  /// Whether min_epochs and min_steps let the fit stop.
+  bool can_stop_early() const;
   bool stop_requested() const;
+  bool time_up() const;
+  /// Whether the fit validates before it stops after this batch.
+  bool validation_at_stop() const;
   /// Lightning's line on why fit ended: a stop asked for, or (outside tuning) max_time, max_steps or
   /// max_epochs.
   void say_why_fit_ended() const;
@@ -76,6 +82,7 @@ class FitLoop {
   /// Applies even_batches when the ranks' batch counts differ (after an epoch's first vote).
   void even_out();
   bool validation_due(int64_t batch_idx) const;
+  bool validates_this_epoch() const;
   /// Whether this rank's time-based val_check_interval ran out since the last validation.
   bool validation_wanted() const;
   void validate();

@@ -35,6 +35,12 @@ struct RunState {
   bool tuning = false;
   bool sanity_checking = false;
   bool should_stop = false;
+  /// The number of the fit's validation that a requested stop comes after (Trainer::request_stop's
+  /// first call: the validation running then, or the next); a fit that stops mid-epoch runs it
+  /// first, as Lightning's does.
+  int64_t stop_after_validation = 0;
+  /// The number of the fit's validation running now (progress.validation_runs + 1); 0: none.
+  int64_t validation_running = 0;
   /// Whether this training batch's step metrics go to the loggers (every log_every_n_steps).
   bool logging_batch = false;
   /// Whether log() said once that barebones mode ignores it.

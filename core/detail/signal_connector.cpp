@@ -5,6 +5,7 @@
 #include <arc/base/error.h>
 #include <arc/core/async_checkpoint_writer.h>
 #include <arc/core/detail/checkpoint_connector.h>
+#include <arc/core/detail/run_state.h>
 #include <arc/core/trainer.h>
 #include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/strategy.h>
@@ -66,19 +67,15 @@ Collectives* group_of(Trainer& trainer) {
 
 }  // namespace
 
-SignalConnector::SignalConnector(Trainer& trainer, const cluster::ClusterEnvironment& environment,
-                                 AsyncCheckpointWriter& checkpoint_writes)
-    : trainer_(trainer),
-      environment_(environment),
-      checkpoint_writes_(checkpoint_writes),
-      ballot_(torch::zeros({kFields}, torch::kLong)) {
+SignalConnector::SignalConnector(Trainer& trainer, detail::RunState& state)
+    : trainer_(trainer), state_(state), ballot_(torch::zeros({kFields}, torch::kLong)) {
   terminate_received = 0;
   requeue_received = 0;
   interrupt_from_terminal = 0;
   interrupt_sent = 0;
   install(SIGTERM, on_terminate, &previous_terminate_);
   install_interrupt(&previous_interrupt_);
-  if (const auto requeue = environment.requeue_signal()) {
+  if (const auto requeue = state_.cluster_environment->requeue_signal()) {
     requeue_name_ = *requeue;
     requeue_signal_ = cluster::requeue_signal_number(requeue_name_);
     install(requeue_signal_, on_requeue, &previous_requeue_);
@@ -101,11 +98,12 @@ SignalConnector::Ballot SignalConnector::local(bool wants_validation, int64_t ba
   ballot.terminate = terminate_received != 0;
   ballot.requeue = requeue_received != 0;
   ballot.interrupt = interrupt_from_terminal != 0 || interrupt_sent != 0;
-  ballot.checkpoint_failed = checkpoint_writes_.failed();
-  ballot.decision.stop = trainer_.should_stop();
+  ballot.checkpoint_failed = state_.checkpoint_writes.failed();
+  const int64_t next_validation = trainer_.progress().validation_runs + 1;
+  ballot.decision.stop = trainer_.should_stop() ? state_.stop_after_validation : 0;
   const auto& max_time = trainer_.options().max_time();
-  ballot.decision.time_up = max_time && trainer_.elapsed_seconds() >= *max_time;
-  ballot.decision.validation = wants_validation ? trainer_.progress().validation_runs + 1 : 0;
+  ballot.decision.time_up = max_time && trainer_.elapsed_seconds() >= *max_time ? next_validation : 0;
+  ballot.decision.validation = wants_validation ? next_validation : 0;
   ballot.decision.batches_end = batches_end;
   ballot.decision.batches_most = batches_most;
   return ballot;
@@ -126,7 +124,7 @@ void SignalConnector::fill(const Ballot& ballot) {
 
 SignalConnector::Ballot SignalConnector::read() const {
   const int64_t* in = ballot_.data_ptr<int64_t>();
-  return {in[0] > 0, in[1] > 0, in[2] > 0, in[8] > 0, {in[3] > 0, in[4] > 0, in[5], -in[6], in[7]}};
+  return {in[0] > 0, in[1] > 0, in[2] > 0, in[8] > 0, {in[3], in[4], in[5], -in[6], in[7]}};
 }
 
 SignalConnector::Decision SignalConnector::check(bool wants_validation, int64_t batches_end, int64_t batches_most) {
@@ -168,7 +166,7 @@ SignalConnector::Decision SignalConnector::act(const Ballot& agreed) {
 
 // Rank 0 writes checkpoints, so its error is the one every rank reports.
 void SignalConnector::fail_with_checkpoint_write() {
-  const auto failure = CheckpointConnector::rank_zero_write_failure(trainer_, checkpoint_writes_);
+  const auto failure = CheckpointConnector::rank_zero_write_failure(trainer_, state_.checkpoint_writes);
   ARC_FAIL("fit stopped at global step ", trainer_.global_step(), ": a checkpoint written in the background ",
            "(async_checkpointing) failed on rank 0: ", failure);
 }
@@ -189,10 +187,10 @@ void SignalConnector::save_and_stop(const Ballot& received) {
   std::string requeued = "the job";
   if (trainer_.is_global_zero()) {
     try {
-      requeued = environment_.requeue_job();
+      requeued = state_.cluster_environment->requeue_job();
       // Said first: a launcher may end this process as it requeues the job (Slurm 24.11 does).
       console().info("requeuing {}", requeued);
-      environment_.requeue();
+      state_.cluster_environment->requeue();
     } catch (const Error& error) {
       ARC_FAIL("fit stopped by ", name, " at global step ", step, " and saved '", path, "', but ", error.what(),
                "; submit the job again to resume from it");

@@ -12,7 +12,6 @@
 #pragma once
 
 #include <arc/data/dataset.h>
-#include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/collectives.h>
 
 #include <torch/types.h>
@@ -21,18 +20,23 @@
 
 namespace arc {
 
-class AsyncCheckpointWriter;
 class Trainer;
+
+namespace detail {
+struct RunState;
+}
 
 /// Installed for the length of one fit; the previous handlers come back on destruction.
 class SignalConnector {
  public:
   /// What every rank agreed to do at this batch boundary.
   struct Decision {
-    /// Some rank asked to stop (Trainer::request_stop).
-    bool stop = false;
-    /// Some rank's clock passed max_time.
-    bool time_up = false;
+    /// Some rank asked to stop (Trainer::request_stop): the number of the fit's validation that the
+    /// stop comes after (see RunState::stop_after_validation). 0: none asked.
+    int64_t stop = 0;
+    /// Some rank's clock passed max_time: the number of the validation that the stop comes after
+    /// (the next at the boundary where it did). 0: not yet.
+    int64_t time_up = 0;
     /// The number of the validation run that some rank asked for (a time-based val_check_interval
     /// ran out): due while it is past the runs done. 0: none asked.
     int64_t validation = 0;
@@ -43,10 +47,9 @@ class SignalConnector {
     int64_t batches_most = 0;
   };
 
-  /// Catches `environment`'s requeue signal too, where it has one; reports the failures of
-  /// `checkpoint_writes`.
-  SignalConnector(Trainer& trainer, const cluster::ClusterEnvironment& environment,
-                  AsyncCheckpointWriter& checkpoint_writes);
+  /// Catches the requeue signal of the run's cluster environment too, where it has one; reports the
+  /// failures of its checkpoints written in the background.
+  SignalConnector(Trainer& trainer, detail::RunState& state);
   ~SignalConnector();
   SignalConnector(const SignalConnector&) = delete;
   SignalConnector& operator=(const SignalConnector&) = delete;
@@ -79,8 +82,7 @@ class SignalConnector {
   [[noreturn]] void fail_with_checkpoint_write();
 
   Trainer& trainer_;
-  const cluster::ClusterEnvironment& environment_;
-  AsyncCheckpointWriter& checkpoint_writes_;
+  detail::RunState& state_;
   /// The requeue signal's name and number; 0: none caught.
   std::string requeue_name_;
   int requeue_signal_ = 0;

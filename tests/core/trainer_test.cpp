@@ -214,6 +214,19 @@ TEST(Trainer, MaxTimeStopsTraining) {
   EXPECT_LT(module.counts["training_step"], 30);
 }
 
+// As in Lightning, min_epochs and min_steps take precedence over max_time, and the stop validates
+// first (max_time passes before the first batch here).
+TEST(Trainer, MaxTimeWaitsForMinEpochsAndMinStepsAndValidatesAtTheStop) {
+  const auto run = fit(quiet().max_epochs(10).max_time(1e-9).min_epochs(2).num_sanity_val_steps(0));
+  EXPECT_EQ(run->epochs, 2);
+  EXPECT_EQ(run->global_step, 10);
+  EXPECT_EQ(run->validations, 2);
+  const auto steps = fit(quiet().max_epochs(10).max_time(1e-9).min_steps(3).num_sanity_val_steps(0));
+  EXPECT_EQ(steps->global_step, 3);
+  EXPECT_EQ(steps->validations, 1);
+  EXPECT_EQ(fit(quiet().max_epochs(10).max_time(1e-9))->global_step, 0);
+}
+
 class StopAtFirstEpochEnd : public Callback {
  public:
   std::string state_key() const override { return "StopAtFirstEpochEnd"; }
@@ -230,6 +243,50 @@ TEST(Trainer, ShouldStopWaitsForMinEpochsAndMinSteps) {
   trainer_steps.fit(by_steps, tiny_data(10, 2));
   EXPECT_EQ(trainer_steps.current_epoch(), 3);
   EXPECT_EQ(trainer_steps.stop_reason(), "test asked to stop");
+}
+
+// Asks to stop at global step `step`: after that training batch, or (`in_validation`) in the first
+// validation at or after it, as EarlyStopping does. Notes the global step of every validation.
+class StopAtStep : public Callback {
+ public:
+  StopAtStep(int64_t step, bool in_validation) : step_(step), in_validation_(in_validation) {}
+  std::string state_key() const override { return "StopAtStep"; }
+  void on_train_batch_end(Trainer& trainer, TrainModule&, const torch::Tensor&, Batch&, int64_t) override {
+    if (!in_validation_ && trainer.global_step() == step_) trainer.request_stop("test asked to stop");
+  }
+  void on_validation_end(Trainer& trainer, TrainModule&) override {
+    validated_at.push_back(trainer.global_step());
+    if (in_validation_ && trainer.global_step() >= step_) trainer.request_stop("test asked to stop");
+  }
+  std::vector<int64_t> validated_at;
+
+ private:
+  int64_t step_;
+  bool in_validation_;
+};
+
+// As Lightning's loop: a fit asked to stop mid-epoch validates first, where the epoch validates and
+// no validation came after the ask; max_steps stops without one. 5 training batches an epoch.
+TEST(Trainer, AStopMidEpochValidatesFirst) {
+  const auto validations = [](TrainerOptions options, int64_t step, bool in_validation = false) {
+    auto stop = std::make_shared<StopAtStep>(step, in_validation);
+    TinyModule module;
+    Trainer trainer(options.max_epochs(4).num_sanity_val_steps(0), {stop});
+    trainer.fit(module, tiny_data(10, 2), tiny_data(6, 2));
+    EXPECT_EQ(trainer.progress().validation_runs, static_cast<int64_t>(stop->validated_at.size()));
+    return stop->validated_at;
+  };
+  using Steps = std::vector<int64_t>;
+  EXPECT_EQ(validations(quiet(), 2), Steps({2}));
+  EXPECT_EQ(validations(quiet(), 7), Steps({5, 7}));
+  EXPECT_EQ(validations(quiet(), 5), Steps({5})) << "the epoch's own validation is the one before the stop";
+  EXPECT_EQ(validations(quiet().check_val_every_n_epoch(2), 2), Steps()) << "epoch 0 does not validate";
+  EXPECT_EQ(validations(quiet().check_val_every_n_epoch(2), 7), Steps({7}));
+  EXPECT_EQ(validations(quiet().val_check_interval(BatchAmount::count(2)), 3), Steps({2, 3}));
+  EXPECT_EQ(validations(quiet().val_check_interval(BatchAmount::count(2)), 2, true), Steps({2}))
+      << "the validation that asked to stop is the last";
+  EXPECT_EQ(validations(quiet().min_steps(4), 2), Steps({4})) << "the stop waits for min_steps, then validates";
+  EXPECT_EQ(validations(quiet().max_steps(3), 99), Steps()) << "max_steps stops without validating";
 }
 
 // Lightning's line at the end of fit ("`Trainer.fit` stopped: `max_epochs=2` reached."), so that

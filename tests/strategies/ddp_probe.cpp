@@ -6,6 +6,7 @@
 //             [--accelerator gpu] [--device-list 0,0] [--process-group-backend gloo]
 //             [--root DIR] [--elastic-every 5] [--fail-attempt 0] [--step-ms 20]
 //             [--stop-rank 1 --stop-step 5] [--early-stop-rank 1] [--max-time 2 --late-rank 1 --late-ms 1000]
+//             [--val-every 4]
 //             [--loggers DIR] [--prepare-log FILE] [--checkpoint-every 5 --fsize-limit 1024 --async-checkpoint 1]
 //             [--skip-rank 1 --skip-batch 3] [--batchnorm 1 [--sync-batchnorm 1]]
 //             [--spare 1 [--static-graph 1] [--find-unused 1]] [--val-every-seconds 0.2] [--user-shard 1]
@@ -18,7 +19,8 @@
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
 // EarlyStopping stops below 0.5, so that only that rank wants to stop. --late-rank: that rank
-// starts fit --late-ms later, so that its max_time clock runs behind the others'.
+// starts fit --late-ms later, so that its max_time clock runs behind the others'. These three
+// validate 2 batches at each epoch's end, or every --val-every batches.
 // --prepare-log: the data comes from a DataModule whose prepare_data appends a line to FILE.
 // --checkpoint-every: a ModelCheckpoint in ROOT/checkpoints every that many steps. --fsize-limit: rank 0
 // may write files of that many bytes at most (RLIMIT_FSIZE, SIGXFSZ ignored), so that its saves fail.
@@ -54,7 +56,7 @@
 // at that batch of the first epoch (its gradient as it was).
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
 // --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
-// Every rank prints "STOPPED <rank> <global step>" after fit.
+// Every rank prints "STOPPED <rank> <global step>" and "VALIDATIONS <rank> <fit's validations>" after fit.
 // Rank 0 prints "TIMING start <step> <unix ms> <attempt>" at its first step and the failing rank
 // "TIMING kill <step> <unix ms>" before it kills itself, for the launcher tests and benchmarks.
 #include "support/command.h"
@@ -93,7 +95,7 @@ struct Args {
   int64_t elastic_every = 0, step_ms = 0, stop_rank = -1, stop_step = -1, early_stop_rank = -1, late_rank = -1;
   int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0, skip_rank = -1, skip_batch = -1, stream = 0;
   int64_t val_stream = 0, uneven_drop = 0, stall_rank = -1, stall_step = -1, stall_ms = 0;
-  int64_t spike_rank = -1, spike_batch = -1;
+  int64_t spike_rank = -1, spike_batch = -1, val_every = 0;
   int64_t slow_rank = -1, slow_ms = 0, log_every = 0, num_nodes = 1, fail_node = -1, combined = 0, gather = 0;
   int64_t finetune = -1, freeze_rank = -1, save_at = -1;
   double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300;
@@ -139,6 +141,7 @@ Args parse(int argc, char** argv) {
     if (key == "--stop-rank") a.stop_rank = std::stoll(value);
     if (key == "--stop-step") a.stop_step = std::stoll(value);
     if (key == "--early-stop-rank") a.early_stop_rank = std::stoll(value);
+    if (key == "--val-every") a.val_every = std::stoll(value);
     if (key == "--max-time") a.max_time = std::stod(value);
     if (key == "--late-rank") a.late_rank = std::stoll(value);
     if (key == "--late-ms") a.late_ms = std::stoll(value);
@@ -410,12 +413,14 @@ int main(int argc, char** argv) {
     std::vector<std::shared_ptr<arc::Callback>> callbacks;
     if (args.spike_rank >= 0) callbacks.push_back(std::make_shared<arc::SpikeDetection>());
     arc::DataSource val;
-    if (args.early_stop_rank >= 0) {
+    if (args.early_stop_rank >= 0)
       callbacks.push_back(std::make_shared<arc::EarlyStopping>(
           arc::EarlyStoppingOptions("val_flag").stopping_threshold(0.5).check_finite(false)));
+    if (args.early_stop_rank >= 0 || args.stop_rank >= 0 || args.max_time > 0) {
       val = {data, arc::DataLoaderOptions(args.batch)};
       options.limit_val_batches(arc::BatchAmount::count(2)).num_sanity_val_steps(0);
     }
+    if (args.val_every > 0) options.val_check_interval(arc::BatchAmount::count(args.val_every));
     if (args.val_every_seconds > 0) {
       val = {data, arc::DataLoaderOptions(args.batch)};
       options.limit_val_batches(arc::BatchAmount::count(2)).num_sanity_val_steps(0);
@@ -476,6 +481,7 @@ int main(int argc, char** argv) {
       trainer.fit(module, noting);
     }
     std::cout << "STOPPED " << trainer.global_rank() << " " << trainer.global_step() << std::endl;
+    std::cout << "VALIDATIONS " << trainer.global_rank() << " " << trainer.progress().validation_runs << std::endl;
     if (args.out_every_rank) write_parameters(module, args.out + "." + std::to_string(trainer.global_rank()));
     if (trainer.is_global_zero()) {
       nlohmann::json report = trainer.callback_metrics();

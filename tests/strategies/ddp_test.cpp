@@ -652,26 +652,28 @@ TEST(DDP, PrepareDataRunsOnceOnLocalRankZero) {
   std::remove(log.c_str());
 }
 
-// "STOPPED <rank> <step>" of every rank, as rank -> step.
-std::map<int64_t, int64_t> stopped_steps(const std::string& output) {
-  std::map<int64_t, int64_t> steps;
+// "<tag> <rank> <value>" of every rank ("STOPPED 1 7"), as rank -> value.
+std::map<int64_t, int64_t> per_rank(const std::string& output, const std::string& tag) {
+  std::map<int64_t, int64_t> values;
   std::istringstream lines(output);
   for (std::string line; std::getline(lines, line);) {
     std::istringstream words(line);
-    std::string tag;
-    int64_t rank = -1, step = -1;
-    if (words >> tag >> rank >> step && tag == "STOPPED") steps[rank] = step;
+    std::string word;
+    int64_t rank = -1, value = -1;
+    if (words >> word >> rank >> value && word == tag) values[rank] = value;
   }
-  return steps;
+  return values;
 }
 
 // Ranks that disagree on stopping: one asks alone, one sees another value of an unsynced metric,
 // one's clock passes max_time first. Every rank must stop at the same step, and nothing may wait
-// for a rank that left (the run would end by the timeout, with an error).
+// for a rank that left (the run would end by the timeout, with an error). A stop mid-epoch
+// validates first, as Lightning's, unless a validation came after the stop was asked for.
 struct Disagreement {
   std::string name;
   std::string args;
-  int64_t expected_step;  // -1: any step before the limit
+  int64_t expected_step;         // -1: any step before the limit
+  int64_t expected_validations;  // -1: any number
 };
 
 void PrintTo(const Disagreement& disagreement, std::ostream* out) { *out << disagreement.name; }
@@ -682,23 +684,36 @@ TEST_P(DisagreeingRanks, StopTogetherAtTheSameStep) {
   const auto& disagreement = GetParam();
   const auto run = probe("--strategy ddp_spawn --devices 2 --timeout 60 --steps 100000 " + disagreement.args);
   ASSERT_EQ(run.status, 0) << run.output;
-  const auto steps = stopped_steps(run.output);
+  const auto steps = per_rank(run.output, "STOPPED");
   ASSERT_EQ(steps.size(), 2u) << run.output;
   EXPECT_EQ(steps.at(0), steps.at(1)) << run.output;
   EXPECT_LT(steps.at(0), 100000) << run.output;
   if (disagreement.expected_step >= 0) {
     EXPECT_EQ(steps.at(0), disagreement.expected_step) << run.output;
   }
+  const auto validations = per_rank(run.output, "VALIDATIONS");
+  ASSERT_EQ(validations.size(), 2u) << run.output;
+  EXPECT_EQ(validations.at(0), validations.at(1)) << run.output;
+  EXPECT_GE(validations.at(0), 1) << run.output;
+  if (disagreement.expected_validations >= 0) {
+    EXPECT_EQ(validations.at(0), disagreement.expected_validations) << run.output;
+  }
 }
 
 // 512 samples, 2 ranks x batch 16: 16 batches an epoch. The lone request at step 5 takes effect one
-// batch later (the vote overlaps a batch); EarlyStopping's at the end of the first epoch.
-INSTANTIATE_TEST_SUITE_P(DDP, DisagreeingRanks,
-                         ::testing::Values(Disagreement{"OneRankRequestsStop", "--stop-rank 1 --stop-step 5", 7},
-                                           Disagreement{"UnsyncedMonitoredValue", "--early-stop-rank 1", 16},
-                                           Disagreement{"MaxTimeWithSkewedClocks",
-                                                        "--max-time 2 --late-rank 1 --late-ms 1500 --step-ms 10", -1}),
-                         [](const auto& info) { return info.param.name; });
+// batch later (the vote overlaps a batch), and the stop validates there (also in the second epoch,
+// after the first epoch's validation); EarlyStopping's at the end
+// of the first epoch, or, validating every 4 batches, after the validation at step 4, one batch
+// later and without validating again.
+INSTANTIATE_TEST_SUITE_P(
+    DDP, DisagreeingRanks,
+    ::testing::Values(Disagreement{"OneRankRequestsStop", "--stop-rank 1 --stop-step 5", 7, 1},
+                      Disagreement{"OneRankRequestsStopAfterAValidation", "--stop-rank 1 --stop-step 21", 23, 2},
+                      Disagreement{"UnsyncedMonitoredValue", "--early-stop-rank 1", 16, 1},
+                      Disagreement{"UnsyncedMonitoredValueMidEpoch", "--early-stop-rank 1 --val-every 4", 5, 1},
+                      Disagreement{"MaxTimeWithSkewedClocks", "--max-time 2 --late-rank 1 --late-ms 1500 --step-ms 10",
+                                   -1, -1}),
+    [](const auto& info) { return info.param.name; });
 
 TEST(DDP, JoinsProcessesStartedByHand) {
   const std::string port = std::to_string(free_port());
