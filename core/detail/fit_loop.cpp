@@ -179,6 +179,7 @@ void FitLoop::run() {
   agreed_ = signals_->settle();
   if (state_.num_training_batches == 0)
     console().warn("no training batch selected (limit_train_batches or an empty dataset); fit skips training");
+  warn_of_sparse_logging();
   while (state_.num_training_batches > 0 && !epochs_done() && !steps_done() && !stop_requested()) run_epoch();
   signals_.reset();
   stragglers_.reset();
@@ -187,6 +188,19 @@ void FitLoop::run() {
   finish_background_saves();
   state_.training = false;
   say_why_fit_ended();
+}
+
+// Lightning's warning: an epoch shorter than log_every_n_steps leaves epochs without a step in the
+// loggers, which looks like missing logs.
+void FitLoop::warn_of_sparse_logging() const {
+  const int64_t batches = state_.num_training_batches, every = trainer_.options().log_every_n_steps();
+  if (state_.tuning || trainer_.loggers().empty() || !trainer_.is_global_zero() || batches == kUnknownLength ||
+      batches == 0 || batches >= every)
+    return;
+  console().warn(
+      "an epoch has {} training batches, fewer than log_every_n_steps={}, so the loggers get training steps' "
+      "values only every {} steps; set a lower log_every_n_steps to see them every epoch",
+      batches, every, every);
 }
 
 void FitLoop::say_why_fit_ended() const {

@@ -54,6 +54,8 @@ class FitLoop {
   bool time_up() const;
   /// Whether the fit validates before it stops after this batch.
   bool validation_at_stop() const;
+  /// Says so when an epoch is shorter than log_every_n_steps (rank 0).
+  void warn_of_sparse_logging() const;
   /// Lightning's line on why fit ended: a stop asked for, or (outside tuning) max_time, max_steps or
   /// max_epochs.
   void say_why_fit_ended() const;

@@ -308,6 +308,28 @@ TEST(Trainer, FitSaysWhatEndedIt) {
       std::string::npos);
 }
 
+// Lightning's warning: epochs shorter than log_every_n_steps (5 batches here, 50 by default) leave
+// epochs without a training step in the loggers. Without loggers there is nothing to say.
+TEST(Trainer, EpochsShorterThanLogEveryNStepsSaySo) {
+  const auto dir = std::filesystem::temp_directory_path() / ("arc_sparse_logging_" + std::to_string(getpid()));
+  const auto said = [&](TrainerOptions options, bool with_logger) {
+    TinyModule module;
+    std::vector<std::shared_ptr<Logger>> loggers;
+    if (with_logger) loggers.push_back(std::make_shared<CSVLogger>(dir.string()));
+    Trainer trainer(options.max_epochs(1), {}, loggers);
+    ::testing::internal::CaptureStderr();
+    trainer.fit(module, tiny_data(10, 2));
+    return ::testing::internal::GetCapturedStderr();
+  };
+  const std::string warning =
+      "an epoch has 5 training batches, fewer than log_every_n_steps=50, so the loggers get training steps' values "
+      "only every 50 steps; set a lower log_every_n_steps to see them every epoch";
+  EXPECT_NE(said(quiet(), true).find(warning), std::string::npos);
+  EXPECT_EQ(said(quiet().log_every_n_steps(5), true).find("log_every_n_steps"), std::string::npos);
+  EXPECT_EQ(said(quiet(), false).find("log_every_n_steps"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Trainer, HooksRunInLightningsOrder) {
   TinyModule module;
   Trainer trainer(quiet().max_epochs(1).limit_train_batches(BatchAmount::count(1)).num_sanity_val_steps(0));
