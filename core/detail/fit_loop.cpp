@@ -198,9 +198,9 @@ void FitLoop::warn_of_sparse_logging() const {
       batches == 0 || batches >= every)
     return;
   console().warn(
-      "an epoch has {} training batches, fewer than log_every_n_steps={}, so the loggers get training steps' "
+      "an epoch has {} training batch{}, fewer than log_every_n_steps={}, so the loggers get training steps' "
       "values only every {} steps; set a lower log_every_n_steps to see them every epoch",
-      batches, every, every);
+      batches, batches == 1 ? "" : "es", every, every);
 }
 
 void FitLoop::say_why_fit_ended() const {
