@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -39,19 +40,51 @@ std::string ModelCheckpoint::folder(const Trainer& trainer) const {
   return options_.dirpath().empty() ? trainer.log_dir() + "/checkpoints" : options_.dirpath();
 }
 
-std::vector<std::string> ModelCheckpoint::checkpoint_files(const std::string& kind, const Trainer& trainer) const {
-  if (kind == "best") return best_path_.empty() ? std::vector<std::string>{} : std::vector<std::string>{best_path_};
-  if (kind == "last") {
-    // In the default folder a new run has a new version: "last" is among every version's.
-    const auto& loggers = trainer.loggers();
-    const bool versioned = options_.dirpath().empty() && !loggers.empty();
-    return last_checkpoints(folder(trainer), versioned ? loggers[0]->versions_folder() : "");
-  }
+namespace {
+
+// The .ckpt files in `folder`.
+std::vector<std::string> checkpoints_in(const std::filesystem::path& folder) {
   std::vector<std::string> out;
   std::error_code missing;
-  for (const auto& entry : std::filesystem::directory_iterator(folder(trainer), missing))
+  for (const auto& entry : std::filesystem::directory_iterator(folder, missing))
     if (entry.is_regular_file() && entry.path().extension() == ".ckpt") out.push_back(entry.path().string());
   return out;
+}
+
+}  // namespace
+
+std::vector<std::string> ModelCheckpoint::checkpoint_files(const std::string& kind, const Trainer& trainer) const {
+  // In the default folder a new run has a new version: "last" and an earlier run's "best" are among
+  // every version's.
+  const auto& loggers = trainer.loggers();
+  const std::string versions = options_.dirpath().empty() && !loggers.empty() ? loggers[0]->versions_folder() : "";
+  if (kind == "last") return last_checkpoints(folder(trainer), versions);
+  if (kind != "best") return checkpoints_in(folder(trainer));
+  if (!best_path_.empty()) return {best_path_};
+  // No fit of this Trainer saved one (`arc test --ckpt best` after `arc fit`): the best that the
+  // newest checkpoint holding this callback's state names.
+  auto files = checkpoints_in(folder(trainer));
+  std::error_code missing;
+  if (!versions.empty())
+    for (const auto& entry : std::filesystem::directory_iterator(versions, missing))
+      for (auto& file : checkpoints_in(entry.path() / "checkpoints")) files.push_back(std::move(file));
+  std::vector<std::pair<std::filesystem::file_time_type, std::string>> newest_first;
+  for (auto& file : files) newest_first.emplace_back(std::filesystem::last_write_time(file, missing), std::move(file));
+  std::sort(newest_first.rbegin(), newest_first.rend());
+  for (const auto& [time, file] : newest_first) {
+    nlohmann::json meta;
+    try {
+      meta = CheckpointReader::read_meta(file);
+    } catch (const Error&) {
+      continue;  // not a complete checkpoint of ours
+    }
+    const auto state = meta.value("callbacks", nlohmann::json::object()).value(state_key(), nlohmann::json());
+    if (!state.is_object()) continue;
+    const auto best = state.value("best_model_path", std::string());
+    if (best.empty() || !std::filesystem::exists(best)) return {};
+    return {best};
+  }
+  return {};
 }
 
 void ModelCheckpoint::on_fit_start(Trainer& trainer, TrainModule&) {
@@ -166,14 +199,14 @@ void ModelCheckpoint::save(Trainer& trainer) {
       console().info(monitored ? fmt::format("{}'{}' reached {:.5f}, saving model to '{}' as top {}", epoch_and_step,
                                              options_.monitor(), score, path, k)
                                : fmt::format("{}saving model to '{}'", epoch_and_step, path));
-    trainer.save_checkpoint(path, options_.save_weights_only(), options_.async_checkpointing());
+    // The file holds this callback's state with itself among the kept and, if so, as the best, as
+    // Lightning's does: a fit resumed from it counts it, and ckpt_path="best" of a later run finds it.
     kept_[path] = score;
-    if (!worst.empty() && worst != path) {
-      kept_.erase(worst);
-      if (trainer.is_global_zero()) std::filesystem::remove(worst);
-    }
+    if (!worst.empty() && worst != path) kept_.erase(worst);
     if (best_path_.empty() || !kept_.count(best_path_) || !monitored || better(score, kept_.at(best_path_)))
       best_path_ = path;
+    trainer.save_checkpoint(path, options_.save_weights_only(), options_.async_checkpointing());
+    if (!worst.empty() && worst != path && trainer.is_global_zero()) std::filesystem::remove(worst);
   } else if (options_.verbose() && monitored) {
     console().info("{}'{}' was not in top {}", epoch_and_step, options_.monitor(), k);
   }

@@ -63,8 +63,10 @@ class ModelCheckpoint : public Callback {
   void on_train_epoch_end(Trainer& trainer, TrainModule& module) override;
   nlohmann::json state_dict() const override;
   void load_state_dict(const nlohmann::json& state) override;
-  /// "best": the best file of this fit; "last": last.ckpt in its folder or, in the default folder
-  /// (<log_dir>/checkpoints), in any version's; "resume": every .ckpt in its folder.
+  /// "best": the best file of this fit or, without one, the best that the newest checkpoint with
+  /// this callback's state (same monitor, mode and intervals) names, in its folder or, in the default
+  /// folder (<log_dir>/checkpoints), in any version's; "last": last.ckpt there; "resume": every
+  /// .ckpt in its folder.
   std::vector<std::string> checkpoint_files(const std::string& kind, const Trainer& trainer) const override;
 
   const std::string& best_model_path() const { return best_path_; }

@@ -21,6 +21,7 @@
 #include <arc/strategies/strategy.h>
 #include <arc/strategies/sync_batch_norm.h>
 
+#include <fmt/format.h>
 #include <malloc.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/torch.h>
@@ -292,8 +293,12 @@ void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, D
 }
 
 void Trainer::load_weights(TrainModule& module, const std::string& ckpt_path) {
-  if (!ckpt_path.empty())
-    CheckpointConnector(*this, *state_).restore_weights(module, CheckpointConnector(*this, *state_).resolve(ckpt_path));
+  if (ckpt_path.empty()) return;
+  const std::string path = CheckpointConnector(*this, *state_).resolve(ckpt_path);
+  CheckpointConnector(*this, *state_).restore_weights(module, path);
+  // As Lightning's "Loaded model weights from the checkpoint at ...": which file "best" or "last" was.
+  console().info("loaded the weights of '{}'{}", path,
+                 path == ckpt_path ? "" : fmt::format(" (ckpt_path=\"{}\")", ckpt_path));
 }
 
 void Trainer::set_accumulate_grad_batches(int64_t batches) {

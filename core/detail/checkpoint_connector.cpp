@@ -243,8 +243,9 @@ std::string CheckpointConnector::resolve(const std::string& ckpt_path) const {
   if (ckpt_path != "last" && ckpt_path != "best") return ckpt_path;
   const auto found = callback_files(trainer_, ckpt_path);
   if (ckpt_path == "best") {
-    ARC_CHECK(!found.empty(), "ckpt_path=\"best\" needs a ModelCheckpoint ",
-              "that saved during this Trainer's fit; pass a file path instead");
+    ARC_CHECK(!found.empty(), "ckpt_path=\"best\": no ModelCheckpoint of this Trainer saved a best checkpoint, ",
+              "in its fit or in an earlier run's (read from the newest checkpoint in its folder); give the same ",
+              "ModelCheckpoint (monitor, mode) as the run that trained, or pass a file path");
     return found.front();
   }
   // Without a callback that checkpoints, the default folder and its logger's versions.

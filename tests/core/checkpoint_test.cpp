@@ -570,6 +570,25 @@ TEST(ModelCheckpoint, KeepsTheBestKByTheMonitoredMetric) {
   EXPECT_DOUBLE_EQ(*checkpoint->best_model_score(), 0.5);
   TinyModule best;
   Trainer(quiet()).validate(best, tiny_data(2, 2), checkpoint->best_model_path());
+  // As Lightning's, a kept file's state counts it, and names it when it is the best.
+  const auto state = CheckpointReader::read_meta(checkpoint->best_model_path())["callbacks"][checkpoint->state_key()];
+  EXPECT_EQ(state["best_model_path"], checkpoint->best_model_path());
+  EXPECT_TRUE(state["kept"].contains(checkpoint->best_model_path())) << state.dump();
+  // A later run's Trainer with the same callback finds that best through the newest checkpoint (as
+  // `arc test --ckpt best` after `arc fit`); one that monitors something else does not.
+  const auto options = ModelCheckpointOptions().dirpath(dir).monitor("score").save_top_k(2);
+  TinyModule later;
+  Trainer(quiet(), {std::make_shared<ModelCheckpoint>(options)}).validate(later, tiny_data(2, 2), "best");
+  EXPECT_TRUE(torch::equal(weights_of(later), weights_of(best)));
+  const auto other = error_of([&] {
+    Trainer(quiet(), {std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(options).monitor("loss"))})
+        .validate(later, tiny_data(2, 2), "best");
+  });
+  EXPECT_NE(other.find("ckpt_path=\"best\": no ModelCheckpoint of this Trainer saved a best checkpoint, in its fit "
+                       "or in an earlier run's (read from the newest checkpoint in its folder); give the same "
+                       "ModelCheckpoint (monitor, mode) as the run that trained, or pass a file path"),
+            std::string::npos)
+      << other;
   fs::remove_all(dir);
 }
 
