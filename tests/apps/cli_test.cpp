@@ -317,6 +317,13 @@ TEST(Cli, ResumeLastContinuesExactlyAndEvaluationLoadsCheckpoints) {
   const auto resumed_again = arc("fit --ckpt_path=last --set trainer.max_epochs=3" + common);
   ASSERT_EQ(resumed_again.status, 0) << resumed_again.output;
   EXPECT_EQ(result_of(resumed_again.output)["steps"], 20) << "resumed after the second epoch";
+  // "best" of an earlier run: the default ModelCheckpoint monitors nothing, so its best is its
+  // newest file, the third epoch's, whose weights last.ckpt holds too.
+  const auto best = arc("validate --ckpt best" + common);
+  ASSERT_EQ(best.status, 0) << best.output;
+  EXPECT_NE(best.output.find("/checkpoints/epoch=2-step=60.ckpt' (ckpt_path=\"best\")"), std::string::npos)
+      << best.output;
+  EXPECT_EQ(result_of(best.output), result_of(arc("validate --ckpt last" + common).output));
   const auto missing = arc("validate --ckpt " + root.string() + "/none.ckpt" + common);
   EXPECT_EQ(missing.status, 2);
   EXPECT_NE(missing.output.find("does not exist"), std::string::npos) << missing.output;
