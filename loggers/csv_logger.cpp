@@ -48,8 +48,10 @@ void CSVLogger::load_existing(const std::string& path) {
   rows_.insert(rows_.begin(), earlier.begin(), earlier.end());
 }
 
-// Rewrites the whole file: the header may have grown since the last write.
+// Rewrites the whole file: the header may have grown since the last write. Nothing logged, no file,
+// as Lightning's.
 void CSVLogger::save() {
+  if (!opened_ && rows_.empty()) return;
   const std::string path = folder() + "/metrics.csv";
   if (!opened_) {
     opened_ = true;

@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include <filesystem>
+
 namespace arc::detail {
 
 const Metrics& LoggerConnector::callback_metrics() const {
@@ -74,8 +76,15 @@ void LoggerConnector::log_hyperparams(const nlohmann::json& hparams) {
 }
 
 void LoggerConnector::finalize(const std::string& status) {
-  if (strategy_.is_global_zero())
-    for (auto& logger : loggers_) logger->finalize(status);
+  if (!strategy_.is_global_zero()) return;
+  for (auto& logger : loggers_) logger->finalize(status);
+  // A run that failed before writing anything (a checkpoint path that does not exist, say) leaves
+  // no empty version folder behind, as Lightning's, whose loggers make theirs on first use. (The
+  // versions were agreed when the Trainer was made, so log_dir() claims nothing here.)
+  std::error_code not_empty;
+  if (status == "failed")
+    for (const auto& logger : loggers_)
+      if (!logger->versions_folder().empty()) std::filesystem::remove(logger->log_dir(), not_empty);
 }
 
 }  // namespace arc::detail

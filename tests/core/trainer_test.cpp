@@ -330,6 +330,27 @@ TEST(Trainer, EpochsShorterThanLogEveryNStepsSaySo) {
   std::filesystem::remove_all(dir);
 }
 
+// As with Lightning's loggers, which make their folder on first use: a run that failed before
+// writing anything (here: a checkpoint that does not exist) leaves no empty version folder, so the
+// next run takes that number; one that wrote something keeps its folder.
+TEST(Trainer, AFailedRunLeavesNoEmptyVersionFolder) {
+  const auto dir = std::filesystem::temp_directory_path() / ("arc_failed_version_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  const auto logger = [&] { return std::vector<std::shared_ptr<Logger>>{std::make_shared<CSVLogger>(dir.string())}; };
+  TinyModule module;
+  Trainer failed(quiet(), {}, logger());
+  EXPECT_THROW(failed.validate(module, tiny_data(4, 2), (dir / "absent.ckpt").string()), Error);
+  EXPECT_TRUE(std::filesystem::is_empty(dir / "lightning_logs"));
+  Trainer logged(quiet(), {}, logger());
+  logged.validate(module, tiny_data(4, 2));
+  EXPECT_TRUE(std::filesystem::exists(dir / "lightning_logs" / "version_0" / "metrics.csv"));
+  Trainer failed_again(quiet(), {}, logger());
+  EXPECT_THROW(failed_again.validate(module, tiny_data(4, 2), (dir / "absent.ckpt").string()), Error);
+  EXPECT_TRUE(std::filesystem::exists(dir / "lightning_logs" / "version_0" / "metrics.csv"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "lightning_logs" / "version_1"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Trainer, HooksRunInLightningsOrder) {
   TinyModule module;
   Trainer trainer(quiet().max_epochs(1).limit_train_batches(BatchAmount::count(1)).num_sanity_val_steps(0));

@@ -104,7 +104,11 @@ TEST(Loggers, OneFolderSharesAVersionAndAResumeContinuesIt) {
   fs::remove_all(root);
   fs::create_directories(root / "lightning_logs" / "version_0");
   const auto options = [&](int64_t epochs) {
-    return testing::quiet().default_root_dir(root.string()).enable_checkpointing(true).max_epochs(epochs);
+    return testing::quiet()
+        .default_root_dir(root.string())
+        .enable_checkpointing(true)
+        .max_epochs(epochs)
+        .log_every_n_steps(1);
   };
   auto csv = std::make_shared<CSVLogger>(root.string());
   auto tensorboard = std::make_shared<TensorBoardLogger>(root.string());
@@ -120,6 +124,7 @@ TEST(Loggers, OneFolderSharesAVersionAndAResumeContinuesIt) {
   std::sort(versions.begin(), versions.end());
   EXPECT_EQ(versions, (std::vector<std::string>{"version_0", "version_1"}));
   const auto first_rows = lines(csv->log_dir() + "/metrics.csv").size();
+  ASSERT_EQ(first_rows, 9u) << "a header and a row for each of the 8 steps";
   ASSERT_TRUE(fs::exists(root / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"));
 
   auto resumed_csv = std::make_shared<CSVLogger>(root.string());
