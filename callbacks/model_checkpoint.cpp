@@ -10,7 +10,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -63,15 +62,12 @@ std::vector<std::string> ModelCheckpoint::checkpoint_files(const std::string& ki
   if (!best_path_.empty()) return {best_path_};
   // No fit of this Trainer saved one (`arc test --ckpt best` after `arc fit`): the best that the
   // newest checkpoint holding this callback's state names.
-  auto files = checkpoints_in(folder(trainer));
+  // (In the default folder, this run's version is among the versions.)
+  auto files = versions.empty() ? checkpoints_in(folder(trainer)) : std::vector<std::string>{};
   std::error_code missing;
-  if (!versions.empty())
-    for (const auto& entry : std::filesystem::directory_iterator(versions, missing))
-      for (auto& file : checkpoints_in(entry.path() / "checkpoints")) files.push_back(std::move(file));
-  std::vector<std::pair<std::filesystem::file_time_type, std::string>> newest_first;
-  for (auto& file : files) newest_first.emplace_back(std::filesystem::last_write_time(file, missing), std::move(file));
-  std::sort(newest_first.rbegin(), newest_first.rend());
-  for (const auto& [time, file] : newest_first) {
+  for (const auto& entry : std::filesystem::directory_iterator(versions, missing))
+    for (auto& file : checkpoints_in(entry.path() / "checkpoints")) files.push_back(std::move(file));
+  for (const auto& file : newest_first(std::move(files))) {
     nlohmann::json meta;
     try {
       meta = CheckpointReader::read_meta(file);

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -209,6 +210,16 @@ std::vector<std::string> last_checkpoints(const std::string& folder, const std::
   for (const auto& entry : std::filesystem::directory_iterator(versions_folder, ignored))
     if (std::filesystem::exists(entry.path() / "checkpoints" / "last.ckpt"))
       out.push_back((entry.path() / "checkpoints" / "last.ckpt").string());
+  return out;
+}
+
+std::vector<std::string> newest_first(std::vector<std::string> paths) {
+  std::vector<std::pair<std::filesystem::file_time_type, std::string>> timed;
+  std::error_code missing;
+  for (auto& path : paths) timed.emplace_back(std::filesystem::last_write_time(path, missing), std::move(path));
+  std::sort(timed.rbegin(), timed.rend());
+  std::vector<std::string> out;
+  for (auto& [time, path] : timed) out.push_back(std::move(path));
   return out;
 }
 

@@ -35,6 +35,10 @@ void remove_stale_temporaries(const std::string& folder);
 /// given (checkpoints in the default <log_dir>/checkpoints), that of every version_*/checkpoints in it.
 std::vector<std::string> last_checkpoints(const std::string& folder, const std::string& versions_folder);
 
+/// `paths` by the time each file was last written, newest first (what "last", "best" of an earlier
+/// run and an automatic resume look through).
+std::vector<std::string> newest_first(std::vector<std::string> paths);
+
 /// The names a non-strict load left alone (PyTorch's load_state_dict result).
 struct LoadResult {
   /// The module's parameters and buffers the checkpoint does not hold (they keep their values).

@@ -109,7 +109,7 @@ std::string Trainer::log_dir() const {
 }
 
 const Progress& Trainer::progress() const { return state_->progress; }
-bool Trainer::should_stop() const { return state_->should_stop; }
+bool Trainer::should_stop() const { return state_->stop_after_validation > 0; }
 const std::string& Trainer::stop_reason() const { return state_->stop_reason; }
 bool Trainer::sanity_checking() const { return state_->sanity_checking; }
 Stage Trainer::stage() const { return state_->stage; }
@@ -140,10 +140,9 @@ double Trainer::elapsed_seconds() const {
 }
 
 void Trainer::request_stop(const std::string& reason) {
-  if (!state_->should_stop)
+  if (!should_stop())
     state_->stop_after_validation =
         state_->validation_running > 0 ? state_->validation_running : state_->progress.validation_runs + 1;
-  state_->should_stop = true;
   state_->stop_reason = reason;
 }
 
@@ -187,7 +186,6 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
   state_->stage = stage;
   state_->stage_start = std::chrono::steady_clock::now();
   if (profiler_) profiler_->setup(to_string(stage), log_dir(), global_rank());
-  state_->should_stop = false;
   state_->stop_after_validation = 0;
   state_->validation_running = 0;
   state_->stop_reason.clear();
@@ -294,8 +292,9 @@ void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, D
 
 void Trainer::load_weights(TrainModule& module, const std::string& ckpt_path) {
   if (ckpt_path.empty()) return;
-  const std::string path = CheckpointConnector(*this, *state_).resolve(ckpt_path);
-  CheckpointConnector(*this, *state_).restore_weights(module, path);
+  CheckpointConnector checkpoints(*this, *state_);
+  const std::string path = checkpoints.resolve(ckpt_path);
+  checkpoints.restore_weights(module, path);
   // As Lightning's "Loaded model weights from the checkpoint at ...": which file "best" or "last" was.
   console().info("loaded the weights of '{}'{}", path,
                  path == ckpt_path ? "" : fmt::format(" (ckpt_path=\"{}\")", ckpt_path));

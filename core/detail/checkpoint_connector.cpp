@@ -52,13 +52,6 @@ std::vector<std::string> callback_files(const Trainer& trainer, const std::strin
   return out;
 }
 
-// The most recently written of `paths` (not empty).
-std::string newest(const std::vector<std::string>& paths) {
-  return *std::max_element(paths.begin(), paths.end(), [](const auto& a, const auto& b) {
-    return std::filesystem::last_write_time(a) < std::filesystem::last_write_time(b);
-  });
-}
-
 // n of "hpc_ckpt_<n>.ckpt", or -1 for any other name.
 int64_t hpc_index(const std::string& file_name) {
   const std::string prefix = "hpc_ckpt_", suffix = ".ckpt";
@@ -256,7 +249,7 @@ std::string CheckpointConnector::resolve(const std::string& ckpt_path) const {
   ARC_CHECK(!candidates.empty(), "ckpt_path=\"last\": no last.ckpt was found (looked in '", folder,
             "' or the ModelCheckpoint's dirpath); train with ModelCheckpoint save_last (the default checkpointing ",
             "does) or pass a file path");
-  return newest(candidates);
+  return newest_first(candidates).front();
 }
 
 // Lightning's ckpt_path="hpc": the highest-numbered hpc_ckpt_<n>.ckpt in default_root_dir.
@@ -287,10 +280,7 @@ std::string CheckpointConnector::automatic_resume_path() const {
   // Resume policy: a launcher that restarts the job (strategy elastic) resumes from the callbacks' files too.
   if (trainer_.strategy().elastic())
     for (auto& path : callback_files(trainer_, "resume")) candidates.push_back(std::move(path));
-  std::vector<std::pair<std::filesystem::file_time_type, std::string>> newest_first;
-  for (const auto& path : candidates) newest_first.emplace_back(std::filesystem::last_write_time(path), path);
-  std::sort(newest_first.rbegin(), newest_first.rend());
-  for (const auto& [time, path] : newest_first) {
+  for (const auto& path : newest_first(std::move(candidates))) {
     try {
       if (!CheckpointReader::read_meta(path).value("weights_only", false)) return path;
     } catch (const Error& error) {

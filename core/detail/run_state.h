@@ -34,10 +34,9 @@ struct RunState {
   /// on_fit_start and on_fit_end.
   bool tuning = false;
   bool sanity_checking = false;
-  bool should_stop = false;
-  /// The number of the fit's validation that a requested stop comes after (Trainer::request_stop's
-  /// first call: the validation running then, or the next); a fit that stops mid-epoch runs it
-  /// first, as Lightning's does.
+  /// Once Trainer::request_stop was called (0 before): the number of the fit's validation that the
+  /// stop comes after (the validation running at the first call, or the next); a fit that stops
+  /// mid-epoch runs it first, as Lightning's does.
   int64_t stop_after_validation = 0;
   /// The number of the fit's validation running now (progress.validation_runs + 1); 0: none.
   int64_t validation_running = 0;

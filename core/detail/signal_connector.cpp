@@ -100,7 +100,7 @@ SignalConnector::Ballot SignalConnector::local(bool wants_validation, int64_t ba
   ballot.interrupt = interrupt_from_terminal != 0 || interrupt_sent != 0;
   ballot.checkpoint_failed = state_.checkpoint_writes.failed();
   const int64_t next_validation = trainer_.progress().validation_runs + 1;
-  ballot.decision.stop = trainer_.should_stop() ? state_.stop_after_validation : 0;
+  ballot.decision.stop = state_.stop_after_validation;
   const auto& max_time = trainer_.options().max_time();
   ballot.decision.time_up = max_time && trainer_.elapsed_seconds() >= *max_time ? next_validation : 0;
   ballot.decision.validation = wants_validation ? next_validation : 0;
