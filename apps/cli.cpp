@@ -10,11 +10,13 @@
 #include <arc/callbacks/callback.h>
 #include <arc/callbacks/callback_registry.h>
 #include <arc/callbacks/on_exception_checkpoint.h>
+#include <arc/callbacks/prediction_writer.h>
 #include <arc/core/module_registry.h>
 #include <arc/core/trainer.h>
 #include <arc/core/tuner.h>
 #include <arc/loggers/logger_registry.h>
 #include <arc/strategies/launchers/rank_processes.h>
+#include <arc/strategies/strategy.h>
 
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
@@ -176,15 +178,21 @@ Experiment build(const nlohmann::json& config_json) {
   return out;
 }
 
-// Writes the run's resolved config to <log_dir>/config.yaml when fit starts
-// (rank 0; nowhere without a logger), as LightningCLI's SaveConfigCallback: after a resume has
-// chosen the checkpoint's version.
+// Writes the run's resolved config to <log_dir>/config.yaml (rank 0; nowhere without a logger), as
+// LightningCLI's SaveConfigCallback does for every subcommand: fit's when it starts, after a resume
+// has chosen the checkpoint's version; validate's, test's and predict's at setup.
 class SaveConfig : public Callback {
  public:
   explicit SaveConfig(nlohmann::json config) : config_(std::move(config)) {}
   std::string state_key() const override { return "SaveConfig"; }
 
-  void on_fit_start(Trainer& trainer, TrainModule&) override {
+  void setup(Trainer& trainer, TrainModule&, Stage stage) override {
+    if (stage != Stage::fit) write(trainer);
+  }
+  void on_fit_start(Trainer& trainer, TrainModule&) override { write(trainer); }
+
+ private:
+  void write(const Trainer& trainer) const {
     if (!trainer.is_global_zero() || trainer.loggers().empty()) return;
     const std::string dir = trainer.log_dir();
     std::error_code error;
@@ -196,8 +204,27 @@ class SaveConfig : public Callback {
               "); make default_root_dir writable or choose another");
   }
 
- private:
   nlohmann::json config_;
+};
+
+// Counts the predictions of every rank when predict ends, so that `arc predict` reports the run's
+// (Trainer::predict returns each rank its own share).
+class PredictionCount : public Callback {
+ public:
+  std::string state_key() const override { return "PredictionCount"; }
+
+  void on_predict_batch_end(Trainer&, TrainModule&, const torch::Tensor& outputs, Batch&, int64_t) override {
+    counts_[0] += 1;
+    counts_[1] += outputs.dim() == 0 ? 1 : outputs.size(0);
+  }
+  void on_predict_end(Trainer& trainer, TrainModule&) override {
+    const auto total = trainer.strategy().all_reduce(torch::tensor(counts_), Reduce::sum);
+    counts_ = {total[0].item<int64_t>(), total[1].item<int64_t>()};
+  }
+  nlohmann::json result() const { return {{"batches", counts_[0]}, {"predictions", counts_[1]}}; }
+
+ private:
+  std::vector<int64_t> counts_{0, 0};  // batches, predictions
 };
 
 void print_result(const nlohmann::json& result) { std::cout << "RESULT " << result.dump() << std::endl; }
@@ -230,17 +257,19 @@ int evaluate(const std::string& command, const nlohmann::json& config, const std
   const std::string& ckpt = given_ckpt.empty() ? experiment.ckpt_path : given_ckpt;
   const bool verbose = given_verbose.value_or(experiment.verbose.value_or(true));
   if (command == "predict") refuse_verbose(command, experiment);
-  Trainer trainer(experiment.options, experiment.callbacks, experiment.loggers);
+  auto callbacks = experiment.callbacks;
+  callbacks.push_back(std::make_shared<SaveConfig>(experiment.resolved));
+  const auto count = std::make_shared<PredictionCount>();
+  if (command == "predict") callbacks.push_back(count);
+  Trainer trainer(experiment.options, callbacks, experiment.loggers);
   nlohmann::json result;
   if (command == "validate") {
     result = trainer.validate(*experiment.module, *experiment.data, ckpt, verbose);
   } else if (command == "test") {
     result = trainer.test(*experiment.module, *experiment.data, ckpt, verbose);
   } else {
-    const auto outputs = trainer.predict(*experiment.module, *experiment.data, ckpt);
-    int64_t count = 0;
-    for (const auto& output : outputs) count += output.size(0);
-    result = {{"batches", outputs.size()}, {"predictions", count}};
+    trainer.predict(*experiment.module, *experiment.data, ckpt);
+    result = count->result();
   }
   if (!trainer.is_global_zero()) return 0;
   // The module is built fresh from the config, so without a checkpoint its weights are untrained.
@@ -249,6 +278,12 @@ int evaluate(const std::string& command, const nlohmann::json& config, const std
         "arc {} ran without --ckpt, so with the module's initial, untrained weights; give --ckpt last (or "
         "a checkpoint file) to load trained ones",
         command);
+  const auto writes = [](const auto& callback) { return dynamic_cast<BasePredictionWriter*>(callback.get()); };
+  if (command == "predict" && std::none_of(callbacks.begin(), callbacks.end(), writes))
+    console().info(
+        "the predictions were not saved (no PredictionWriter among the callbacks); to write them to files, add "
+        "--trainer.callbacks+=PredictionWriter "
+        "--trainer.callbacks.output_dir=<folder> (or a PredictionWriter entry in the config's trainer.callbacks)");
   print_result(result);
   return 0;
 }

@@ -290,14 +290,16 @@ void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, D
   });
 }
 
-void Trainer::load_weights(TrainModule& module, const std::string& ckpt_path) {
-  if (ckpt_path.empty()) return;
-  CheckpointConnector checkpoints(*this, *state_);
-  const std::string path = checkpoints.resolve(ckpt_path);
-  checkpoints.restore_weights(module, path);
-  // As Lightning's "Loaded model weights from the checkpoint at ...": which file "best" or "last" was.
-  console().info("loaded the weights of '{}'{}", path,
-                 path == ckpt_path ? "" : fmt::format(" (ckpt_path=\"{}\")", ckpt_path));
+void Trainer::start_evaluation(TrainModule& module, const std::string& ckpt_path) {
+  if (!ckpt_path.empty()) {
+    CheckpointConnector checkpoints(*this, *state_);
+    const std::string path = checkpoints.resolve(ckpt_path);
+    checkpoints.restore_weights(module, path);
+    // As Lightning's "Loaded model weights from the checkpoint at ...": which file "best" or "last" was.
+    console().info("loaded the weights of '{}'{}", path,
+                   path == ckpt_path ? "" : fmt::format(" (ckpt_path=\"{}\")", ckpt_path));
+  }
+  state_->logging.log_hyperparams(module.hparams());
 }
 
 void Trainer::set_accumulate_grad_batches(int64_t batches) {
@@ -337,7 +339,7 @@ Metrics Trainer::run_evaluation(Stage stage, TrainModule& module, DataModule* da
   const bool testing = stage == Stage::test;
   Metrics out;
   run_stage(stage, module, data, [&] {
-    load_weights(module, ckpt_path);
+    start_evaluation(module, ckpt_path);
     const DataConnector connector(options_, *strategy_, module, data);
     auto loaders = testing ? connector.test(given) : connector.val(given, true);
     const auto& limit = testing ? options_.limit_test_batches() : options_.limit_val_batches();
@@ -361,7 +363,7 @@ std::vector<torch::Tensor> Trainer::run_predict(TrainModule& module, DataModule*
                                                 const std::string& ckpt_path) {
   std::vector<torch::Tensor> out;
   run_stage(Stage::predict, module, data, [&] {
-    load_weights(module, ckpt_path);
+    start_evaluation(module, ckpt_path);
     auto loaders = DataConnector(options_, *strategy_, module, data).predict(given);
     out = EvaluationLoop(*this, *state_, module, Stage::predict)
               .predict(loaders, limited_batches(loaders, options_.limit_predict_batches(), "limit_predict_batches"));

@@ -179,7 +179,9 @@ class Trainer {
                          const std::string& ckpt_path, bool verbose);
   std::vector<torch::Tensor> run_predict(TrainModule& module, DataModule* data, DataSources given,
                                          const std::string& ckpt_path);
-  void load_weights(TrainModule& module, const std::string& ckpt_path);
+  /// What validate, test and predict do first: load the checkpoint's weights (when given) and send
+  /// the hyper-parameters to the loggers, as Lightning's every stage does after its restore.
+  void start_evaluation(TrainModule& module, const std::string& ckpt_path);
   void setup_environment();
   void attach(TrainModule& module);
   void detach();

@@ -364,6 +364,11 @@ TEST(Cli, ValidateTestPredictAndModules) {
       << out.output;
   out = arc("predict --set trainer.limit_predict_batches=2");
   EXPECT_EQ(result_of(out.output)["predictions"], 2000) << out.output;
+  EXPECT_NE(out.output.find("info: the predictions were not saved (no PredictionWriter among the callbacks); to "
+                            "write them to files, add --trainer.callbacks+=PredictionWriter "
+                            "--trainer.callbacks.output_dir=<folder>"),
+            std::string::npos)
+      << out.output;
   out = arc("modules");
   EXPECT_NE(out.output.find("mlp_classifier  (data: canonical)"), std::string::npos) << out.output;
   EXPECT_NE(out.output.find("cnn_classifier"), std::string::npos);

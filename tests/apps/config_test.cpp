@@ -616,6 +616,18 @@ TEST(Config, PredictionWriterLeavesPredictionsThatPythonReads) {
   ASSERT_EQ(one.status, 0) << one.output;
   const auto two = predict("two", 2);
   ASSERT_EQ(two.status, 0) << two.output;
+  // The RESULT counts every rank's predictions; a run with a writer is not told to add one.
+  EXPECT_EQ(arc::cli::read_report(one.output, "RESULT"), nlohmann::json({{"batches", 3}, {"predictions", 3000}}));
+  EXPECT_EQ(arc::cli::read_report(two.output, "RESULT"), nlohmann::json({{"batches", 6}, {"predictions", 6000}}));
+  EXPECT_EQ(two.output.find("not saved"), std::string::npos) << two.output;
+  // As LightningCLI's, each predict run's log folder keeps its config and hyper-parameters.
+  for (const auto& [version, devices] : {std::pair{"version_0", 1}, std::pair{"version_1", 2}}) {
+    const auto folder = dir + "/lightning_logs/" + version;
+    EXPECT_TRUE(fs::exists(folder + "/hparams.yaml")) << folder;
+    EXPECT_NE(arc::testing::read_file(folder + "/config.yaml").find("devices: " + std::to_string(devices)),
+              std::string::npos)
+        << folder;
+  }
   // Each folder's predictions by sample index, from the end-of-predict files and from the per-batch ones.
   const std::string script = dir + "/read.py";
   std::ofstream(script) << "import glob, json, sys, torch\n"

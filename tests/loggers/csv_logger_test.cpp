@@ -63,6 +63,12 @@ TEST(DefaultLogger, TrainerWithoutLoggersWritesANewLightningLogsVersionPerRun) {
       events = events || entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
     EXPECT_TRUE(events);
   }
+  // test (as validate and predict) sends the hyper-parameters too, as every stage of Lightning's.
+  testing::TinyModule tested;
+  tested.save_hyperparameters({{"lr", 0.2}});
+  Trainer(testing::quiet().logger(true).default_root_dir(root.string())).test(tested, testing::tiny_data(8, 2));
+  EXPECT_EQ(lines((root / "lightning_logs" / "version_2" / "hparams.yaml").string()),
+            (std::vector<std::string>{"lr: 0.2"}));
   fs::remove_all(root);
   testing::TinyModule module;
   Trainer(testing::quiet().logger(false).default_root_dir(root.string()).max_epochs(1))
