@@ -105,7 +105,21 @@ std::string LoadedConfig::locate(const std::string& message) const {
   for (const auto& [path, source] : origins)
     if (path.size() > best.size() && message.find(path) != std::string::npos) best = path;
   if (best.empty() || message.rfind(origins.at(best) + ":", 0) == 0) return message;
-  return origins.at(best) + ": " + message;
+  return origins.at(best) + ": " + (origins.at(best) == "--set" ? with_flag_to_add(message) : message);
+}
+
+std::string with_flag_to_add(const std::string& message) {
+  const std::string opening = "missing config key '", closing = "'; add it to the config";
+  const size_t begin = message.find(opening), end = message.find(closing);
+  if (begin == std::string::npos || end == std::string::npos || end < begin) return message;
+  // "trainer.logger[0].init_args.save_dir" is --trainer.logger.save_dir after the flag that added the entry.
+  std::string key = message.substr(begin + opening.size(), end - begin - opening.size());
+  const size_t open = key.find('['), shut = key.find("].init_args.");
+  if (open == std::string::npos || shut == std::string::npos || key.find('[', open + 1) != std::string::npos)
+    return message;
+  key.erase(open, shut + std::string("].init_args").size() - open);
+  return message.substr(0, end) + "'; give it on the command line: --" + key +
+         "=<value>, after the flag that added its entry" + message.substr(end + closing.size());
 }
 
 }  // namespace arc::cli

@@ -233,7 +233,8 @@ TEST(Config, LightningCliAppendedCallbacksAreTheConfigFilesList) {
   const auto timer = printed.output.find("- \"Timer\"");
   EXPECT_TRUE(early != std::string::npos && early < monitor && monitor < timer && timer != std::string::npos)
       << printed.output;
-  // Appending to what is not a list, and a key inside a number or an empty list, say what to do.
+  // Appending to what is not a list, a key inside a number or an empty list, and a missing one say what
+  // to do.
   const std::vector<std::pair<std::string, std::string>> errors = {
       {"--trainer.max_epochs+=2",
        "'trainer.max_epochs' holds 1, not a list of entries to append to; set it with --trainer.max_epochs=<value>"},
@@ -245,7 +246,11 @@ TEST(Config, LightningCliAppendedCallbacksAreTheConfigFilesList) {
        "(--trainer.max_epochs=<value>)"},
       {"--trainer.devices=[0,1] --trainer.devices.x=2",
        "'trainer.devices' holds [0,1], which has no key 'x' in its last entry; set 'trainer.devices' itself "
-       "(--trainer.devices=<value>)"}};
+       "(--trainer.devices=<value>)"},
+      // A required key of an appended entry is given as the other keys after it.
+      {"--trainer.logger+=CSVLogger",
+       "missing config key 'trainer.logger[0].init_args.save_dir'; give it on the command line: "
+       "--trainer.logger.save_dir=<value>, after the flag that added its entry"}};
   for (const auto& [flags, message] : errors) {
     const auto run = arc("fit " + flags);
     EXPECT_EQ(run.status, 2) << run.output;
