@@ -176,7 +176,7 @@ void FitLoop::run() {
   if (auto* group = t.strategy().collectives(); group != nullptr && group->world_size() > 1)
     stragglers_ = std::make_unique<StragglerMonitor>(*group);
   last_validation_ = std::chrono::steady_clock::now();
-  agreed_ = signals_->settle();
+  agree(signals_->settle());
   if (state_.num_training_batches == 0)
     console().warn("no training batch selected (limit_train_batches or an empty dataset); fit skips training");
   warn_of_sparse_logging();
@@ -212,8 +212,12 @@ void FitLoop::say_why_fit_ended() const {
   if (state_.tuning) return;
   const auto& o = trainer_.options();
   if (time_up()) {
-    console().info("fit stopped: max_time={} s reached ({:.1f} s elapsed)", o.max_time().value_or(0),
-                   trainer_.elapsed_seconds());
+    std::string held;
+    if (time_held_)
+      for (const auto& [name, value] : {std::pair{"min_epochs", o.min_epochs()}, std::pair{"min_steps", o.min_steps()}})
+        if (value) held += fmt::format("{}{}={}", held.empty() ? "" : " and ", name, *value);
+    console().info("fit stopped: max_time={} s reached ({:.1f} s elapsed{})", o.max_time().value_or(0),
+                   trainer_.elapsed_seconds(), held.empty() ? "" : ": " + held + " kept it going");
   } else if (o.max_steps() != -1 && state_.progress.global_step >= o.max_steps()) {
     console().info("fit stopped: max_steps={} reached", o.max_steps());
   } else if (epochs_done()) {
@@ -312,7 +316,7 @@ void FitLoop::run_epoch() {
   // returned, a signal settled below) resumes at that batch.
   ++progress.current_epoch;
   progress.epoch_batches = 0;
-  agreed_ = signals_->settle(validation_wanted());
+  agree(signals_->settle(validation_wanted()));
 }
 
 // The ranks' vote at a batch boundary (settle: waiting for it). Each rank that reads a stream says
@@ -327,8 +331,13 @@ void FitLoop::vote(bool settle) {
     end = train_->known_end(kLookahead).value_or(kUnknownLength);
   else if (settle)
     end = most = state_.num_training_batches;
-  agreed_ = settle ? signals_->settle(validation_wanted(), end, most) : signals_->check(validation_wanted(), end, most);
+  agree(settle ? signals_->settle(validation_wanted(), end, most) : signals_->check(validation_wanted(), end, most));
   state_.num_training_batches = std::min(state_.num_training_batches, agreed_.batches_end);
+}
+
+void FitLoop::agree(const SignalConnector::Decision& decision) {
+  agreed_ = decision;
+  time_held_ = time_held_ || (agreed_.time_up > 0 && !can_stop_early());
 }
 
 // Ranks whose datasets give different batch counts (user-sharded data, a dataset per rank) would

@@ -81,6 +81,8 @@ class FitLoop {
   void step_schedulers(Interval interval);
   /// The ranks' vote at a batch boundary, with where this rank's stream ends when it knows.
   void vote(bool settle);
+  /// Keeps what the ranks agreed, noting whether min_epochs or min_steps held back max_time.
+  void agree(const SignalConnector::Decision& decision);
   /// Applies even_batches when the ranks' batch counts differ (after an epoch's first vote).
   void even_out();
   bool validation_due(int64_t batch_idx) const;
@@ -114,6 +116,8 @@ class FitLoop {
   std::unique_ptr<StragglerMonitor> stragglers_;
   /// What the ranks agreed at the last batch boundary (a stop request, max_time).
   SignalConnector::Decision agreed_;
+  /// Whether max_time passed before min_epochs and min_steps let the fit stop.
+  bool time_held_ = false;
   std::chrono::steady_clock::time_point last_validation_;
 };
 

@@ -217,14 +217,21 @@ TEST(Trainer, MaxTimeStopsTraining) {
 // As in Lightning, min_epochs and min_steps take precedence over max_time, and the stop validates
 // first (max_time passes before the first batch here).
 TEST(Trainer, MaxTimeWaitsForMinEpochsAndMinStepsAndValidatesAtTheStop) {
+  ::testing::internal::CaptureStderr();
   const auto run = fit(quiet().max_epochs(10).max_time(1e-9).min_epochs(2).num_sanity_val_steps(0));
+  const auto said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find(" s elapsed: min_epochs=2 kept it going)"), std::string::npos) << said;
   EXPECT_EQ(run->epochs, 2);
   EXPECT_EQ(run->global_step, 10);
   EXPECT_EQ(run->validations, 2);
   const auto steps = fit(quiet().max_epochs(10).max_time(1e-9).min_steps(3).num_sanity_val_steps(0));
   EXPECT_EQ(steps->global_step, 3);
   EXPECT_EQ(steps->validations, 1);
+  ::testing::internal::CaptureStderr();
   EXPECT_EQ(fit(quiet().max_epochs(10).max_time(1e-9))->global_step, 0);
+  const auto unheld = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(unheld.find("fit stopped: max_time="), std::string::npos) << unheld;
+  EXPECT_EQ(unheld.find("kept it going"), std::string::npos) << unheld;
 }
 
 class StopAtFirstEpochEnd : public Callback {
