@@ -39,6 +39,7 @@ const char* kExamples = R"(Examples:
   arc fit --set module.name=cnn_classifier --set trainer.max_epochs=3
   arc fit --set data.batch_size=128 --set trainer.limit_train_batches=0.1
   arc fit --trainer.max_epochs=3 --data.batch_size 128   LightningCLI's flags: the same as --set
+  arc fit --model=cnn_classifier --optimizer=Adam --optimizer.lr=0.001 --seed_everything 42
   arc fit --resume last                       continue from the newest last.ckpt, exactly
   arc validate --config run.json --ckpt last  one validation pass with the last checkpoint's weights
   arc lr_find --config run.json --svg lr.svg  the learning-rate range test; prints the suggested rate

@@ -8,6 +8,7 @@
 
 #include <cctype>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace arc::cli {
@@ -53,6 +54,29 @@ void record(const nlohmann::json& value, const std::string& path, const std::str
     for (size_t i = 0; i < value.size(); ++i) record(value[i], path + "[" + std::to_string(i) + "]", source, origins);
 }
 
+// Whether `config` has the key path `path` ("trainer.callbacks[1].init_args.mode").
+bool holds(const nlohmann::json& config, const std::string& path) {
+  const nlohmann::json* node = &config;
+  for (size_t begin = 0; begin < path.size();) {
+    const size_t end = std::min(path.find_first_of(".[", begin + 1), path.size());
+    if (path[begin] == '[') {
+      const size_t index = std::stoul(path.substr(begin + 1));
+      if (!node->is_array() || index >= node->size()) return false;
+      node = &(*node)[index];
+    } else {
+      const size_t start = path[begin] == '.' ? begin + 1 : begin;
+      const std::string key = path.substr(start, end - start);
+      if (!node->is_object() || !node->contains(key)) return false;
+      node = &(*node)[key];
+    }
+    begin = end;
+  }
+  return true;
+}
+
+// The top-level keys that LightningCLI's flags set whole.
+const std::set<std::string> kWholeKeys = {"model", "module", "data", "optimizer", "lr_scheduler", "seed_everything"};
+
 }  // namespace
 
 std::vector<std::string> with_dotted_flags(const std::vector<std::string>& args) {
@@ -63,7 +87,9 @@ std::vector<std::string> with_dotted_flags(const std::vector<std::string>& args)
     const size_t dot = arg.find('.');
     const bool dotted = arg.size() > 2 && arg.compare(0, 2, "--") == 0 &&
                         std::isalpha(static_cast<unsigned char>(arg[2])) && dot != std::string::npos && dot < equals;
-    if (!dotted) {
+    // LightningCLI's flags that give a whole top-level key: --model=cnn_classifier, --optimizer Adam.
+    const bool whole = arg.compare(0, 2, "--") == 0 && kWholeKeys.count(arg.substr(2, equals - 2)) > 0;
+    if (!dotted && !whole) {
       out.push_back(arg);
       continue;
     }
@@ -94,7 +120,11 @@ LoadedConfig load_config(const std::vector<std::string>& config_paths, const std
   for (const auto& item : overrides) {
     const auto equals = item.find('=');
     ARC_CHECK(equals != std::string::npos, "--set needs key=value, e.g. trainer.max_epochs=3, got '", item, "'");
-    out.origins[set_dotted(out.config, item.substr(0, equals), item.substr(equals + 1))] = "--set";
+    const std::string path = set_dotted(out.config, item.substr(0, equals), item.substr(equals + 1));
+    // Keys a file set inside a value that this one replaced are gone, and no message is the file's.
+    for (auto it = out.origins.lower_bound(path); it != out.origins.end() && it->first.rfind(path, 0) == 0;)
+      it = it->first.size() > path.size() && !holds(out.config, it->first) ? out.origins.erase(it) : std::next(it);
+    out.origins[path] = "--set";
   }
   return out;
 }
@@ -112,14 +142,23 @@ std::string with_flag_to_add(const std::string& message) {
   const std::string opening = "missing config key '", closing = "'; add it to the config";
   const size_t begin = message.find(opening), end = message.find(closing);
   if (begin == std::string::npos || end == std::string::npos || end < begin) return message;
-  // "trainer.logger[0].init_args.save_dir" is --trainer.logger.save_dir after the flag that added the entry.
-  std::string key = message.substr(begin + opening.size(), end - begin - opening.size());
-  const size_t open = key.find('['), shut = key.find("].init_args.");
-  if (open == std::string::npos || shut == std::string::npos || key.find('[', open + 1) != std::string::npos)
+  // "trainer.logger[0].init_args.save_dir" is --trainer.logger.save_dir after the flag that added the
+  // entry; "optimizer.init_args.lr" is --optimizer.lr.
+  std::string key = message.substr(begin + opening.size(), end - begin - opening.size()), after;
+  const std::string init_args = ".init_args.";
+  const size_t open = key.find('['), first_dot = key.find('.');
+  if (open != std::string::npos) {
+    const size_t shut = key.find("]" + init_args);
+    if (shut == std::string::npos || key.find('[', open + 1) != std::string::npos) return message;
+    key.erase(open, shut + init_args.size() - open);
+    after = ", after the flag that added its entry";
+  } else if (first_dot != std::string::npos && key.compare(first_dot, init_args.size(), init_args) == 0) {
+    key.erase(first_dot, init_args.size() - 1);
+  } else {
     return message;
-  key.erase(open, shut + std::string("].init_args").size() - open);
-  return message.substr(0, end) + "'; give it on the command line: --" + key +
-         "=<value>, after the flag that added its entry" + message.substr(end + closing.size());
+  }
+  return message.substr(0, end) + "'; give it on the command line: --" + key + "=<value>" + after +
+         message.substr(end + closing.size());
 }
 
 }  // namespace arc::cli

@@ -87,6 +87,8 @@ std::string set_dotted(nlohmann::json& root, const std::string& key, const std::
                 "+=<class name>)");
       node = &node->back();
       if (node->is_string()) *node = {{"class_path", *node}};
+    } else if (node->is_string() && begin > 0 && path.find('.') == begin - 1) {
+      *node = {{"class_path", *node}};  // a top-level class alone ("optimizer: Adam"), given its init_args
     }
     if (node->is_null()) *node = nlohmann::json::object();
     if (!node->is_object()) {
@@ -94,10 +96,20 @@ std::string set_dotted(nlohmann::json& root, const std::string& key, const std::
       ARC_FAIL("--set key '", path, "': '", at, "' holds ", holder->dump(), ", which has no key '", part, "'",
                holder->is_array() ? " in its last entry" : "", "; set '", at, "' itself (--", at, "=<value>)");
     }
+    // An entry's own keys go to its init_args, where it has them ("optimizer.lr" is "optimizer.init_args.lr").
+    if (node->contains("class_path") && node->contains("init_args") && (*node)["init_args"].is_object() &&
+        part != "class_path" && part != "init_args")
+      node = &(*node)["init_args"];
     if (dot == std::string::npos) {
       auto& target = (*node)[part];
       if (!append) {
-        target = value;
+        // As jsonargparse: a class named again keeps its entry's init_args; another class replaces them.
+        const auto class_name = [](const std::string& name) { return name.substr(name.rfind('.') + 1); };
+        const bool same_class =
+            target.is_object() && value.is_string() && target.contains("class_path") &&
+            target["class_path"].is_string() &&
+            class_name(target["class_path"].get<std::string>()) == class_name(value.get<std::string>());
+        if (!same_class) target = value;
         return path;
       }
       if (target.is_null()) target = nlohmann::json::array();

@@ -350,6 +350,19 @@ TEST(Config, OptimizerAndSchedulerFromTheConfigSetTheLearningRate) {
   ASSERT_EQ(flags.status, 0) << flags.output;
   EXPECT_EQ(column(dir + "/lightning_logs/version_1/metrics.csv", "lr-Adam"),
             (std::vector<double>{0.001, 0.0005, 0.00025}));
+  // LightningCLI's --optimizer=<class>: over the file's own Adam it keeps the file's rate; another
+  // class takes none of it, so SGD's required rate is asked for, as a flag.
+  const auto whole = arc_in(dir, "fit --config " + write_config("adam.yaml", adam_halved_each_epoch()) +
+                                     " --optimizer=torch.optim.Adam --optimizer.betas=[0.8,0.99] --lr_scheduler StepLR "
+                                     "--lr_scheduler.gamma=0.25");
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  EXPECT_EQ(column(dir + "/lightning_logs/version_2/metrics.csv", "lr-Adam"),
+            (std::vector<double>{0.001, 0.00025, 0.0000625}));
+  EXPECT_NE(arc::testing::read_file(dir + "/lightning_logs/version_2/config.yaml").find("betas:\n      - 0.8"),
+            std::string::npos);
+  expect_in(
+      arc_in(dir, "fit --config " + write_config("adam.yaml", adam_halved_each_epoch()) + " --optimizer=SGD").output,
+      "--set: missing config key 'optimizer.init_args.lr'; give it on the command line: --optimizer.lr=<value>");
   const auto bad = arc("fit --config " + write_config("adm.yaml", "optimizer: {class_path: Adm}\n"));
   EXPECT_NE(bad.output.find("adm.yaml: optimizer (Adm): unknown optimizer 'Adm'; did you mean 'Adam'?"),
             std::string::npos)

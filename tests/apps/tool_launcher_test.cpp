@@ -197,6 +197,12 @@ TEST(ToolLauncher, DottedFlagsBecomeOverrides) {
             (Args{"fit", "--set", "trainer.max_epochs=3", "--set", "module.lr=0.1", "--set", "module.name=a=b",
                   "--config", "run.v2.yaml", "--config=b.yaml", "-s", "data.batch_size=8"}));
   EXPECT_THROW(arc::cli::with_dotted_flags({"fit", "--trainer.max_epochs", "--config", "a.yaml"}), arc::Error);
+  // LightningCLI's flags of a whole top-level key; other undotted options stay as they were.
+  EXPECT_EQ(arc::cli::with_dotted_flags({"fit", "--model=cnn_classifier", "--optimizer", "Adam", "--seed_everything=42",
+                                         "--data", "canonical", "--lr_scheduler=StepLR", "--resume", "last"}),
+            (Args{"fit", "--set", "model=cnn_classifier", "--set", "optimizer=Adam", "--set", "seed_everything=42",
+                  "--set", "data=canonical", "--set", "lr_scheduler=StepLR", "--resume", "last"}));
+  EXPECT_THROW(arc::cli::with_dotted_flags({"fit", "--optimizer", "--config", "a.yaml"}), arc::Error);
 }
 
 // Every rank fails on the same config error, and the tool prints it once and exits with its status,

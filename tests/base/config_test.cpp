@@ -43,6 +43,25 @@ TEST(Config, SetDottedParsesJsonOrKeepsText) {
   EXPECT_THROW(set_dotted(root, "trainer.max_epochs.deeper", "1"), Error);
 }
 
+// LightningCLI's forms for class entries: a class alone takes keys as init_args, a key goes to the
+// init_args an entry has, and naming the entry's class again keeps them (another class does not).
+TEST(Config, SetDottedTakesKeysOfAClassEntry) {
+  nlohmann::json root = nlohmann::json::object();
+  set_dotted(root, "optimizer", "Adam");
+  set_dotted(root, "optimizer.lr", "0.01");
+  EXPECT_EQ(root["optimizer"], nlohmann::json({{"class_path", "Adam"}, {"lr", 0.01}}));
+  root["optimizer"] = {{"class_path", "torch.optim.AdamW"}, {"init_args", {{"lr", 0.002}}}};
+  set_dotted(root, "optimizer", "AdamW");
+  set_dotted(root, "optimizer.weight_decay", "0.1");
+  EXPECT_EQ(root["optimizer"], nlohmann::json({{"class_path", "torch.optim.AdamW"},
+                                               {"init_args", {{"lr", 0.002}, {"weight_decay", 0.1}}}}));
+  set_dotted(root, "optimizer", "SGD");
+  EXPECT_EQ(root["optimizer"], "SGD");
+  // Below the top level a text value stays text: only list entries and top-level keys are classes.
+  set_dotted(root, "trainer.accelerator", "cpu");
+  EXPECT_THROW(set_dotted(root, "trainer.accelerator.x", "1"), Error);
+}
+
 TEST(Config, MissingRequiredKeyIsAnError) {
   Config config(nlohmann::json::object(), "data");
   EXPECT_NE(error_of([&] { config.require<std::string>("name"); }).find("missing config key 'data.name'"),
