@@ -61,6 +61,13 @@ int supervise(RankProcesses& ranks, const SpawnPlan& plan) {
     if (const int signal = forwarded.exchange(0)) ranks.signal_all(signal);
     const auto failure = ranks.reap_failed();
     if (failure && interrupts >= 2) return ended_at_once();
+    if (failure && interrupts >= 1 && failure.signal == SIGINT) {
+      // Ctrl-C came before the rank's fit could catch it (while it started, set up or checked
+      // validation): an interruption, as Lightning's KeyboardInterrupt there, not a failure.
+      ranks.stop_all();
+      std::fprintf(stderr, "[arc] info: interrupted by SIGINT (Ctrl-C) before training started; nothing was saved\n");
+      return kInterruptedExitCode;
+    }
     if (failure) {
       if (!ranks.report(failure.rank).kind.empty()) {
         // It said why; the others likely end by themselves with the same error (a config error).

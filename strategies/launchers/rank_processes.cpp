@@ -134,7 +134,7 @@ RankProcesses::Failure RankProcesses::reap_failed() {
       interrupted_ = true;
       continue;
     }
-    return {r.rank, WIFEXITED(status) ? WEXITSTATUS(status) : 1,
+    return {r.rank, WIFEXITED(status) ? WEXITSTATUS(status) : 1, WIFSIGNALED(status) ? WTERMSIG(status) : 0,
             "rank " + std::to_string(r.rank) + " " + describe_exit(status)};
   }
   return {};

@@ -72,10 +72,12 @@ class RankProcesses {
   /// (kSpawnErrorPipeVariable); `close_fds` are closed in it.
   void start(int64_t rank, const std::string& program, const std::vector<std::string>& argv,
              const std::vector<std::string>& environment, const std::vector<int>& close_fds = {});
-  /// A rank that failed: which, its exit code (1 for a rank that a signal ended) and "rank N <cause>".
+  /// A rank that failed: which, its exit code (1 for a rank that a signal ended), the signal that
+  /// ended it (0: none) and "rank N <cause>".
   struct Failure {
     int64_t rank = -1;
     int exit_code = 0;
+    int signal = 0;
     std::string description;
     explicit operator bool() const { return rank >= 0; }
   };

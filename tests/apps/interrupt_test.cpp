@@ -9,6 +9,7 @@
 
 #include <signal.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <memory>
@@ -85,6 +86,34 @@ TEST_F(Interrupt, CtrlCStopsOneProcessSavesAndExits130) {
   terminal->type("\x03");
   EXPECT_EQ(terminal->wait_exit(120), 130) << terminal->output();
   expect_saved_and_said(*terminal);
+}
+
+// Ctrl-C while the ranks start, before their fit can catch it, ends the run as an interruption
+// (Lightning's KeyboardInterrupt during setup), not as a rank's failure: status 130, no error. On a
+// machine slow enough that fit began first, the usual save is the right outcome too.
+TEST_F(Interrupt, CtrlCWhileTheRanksStartEndsTheRunAsAnInterruption) {
+  Terminal terminal({ARC_BINARY, "train", "--config", shipped_config(), "--set", "trainer.max_epochs=100", "--set",
+                     "trainer.default_root_dir=" + dir_, "--set", "trainer.timeout=60"});
+  // Once both ranks run the program itself (their environment is a rank's), not the launcher's copy.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    ranks_ = children(terminal.pid());
+    const auto started = [](pid_t pid) {
+      return read_file("/proc/" + std::to_string(pid) + "/environ").find("ARC_SPAWN_CHILD=") != std::string::npos;
+    };
+    if (ranks_.size() == 2 && std::all_of(ranks_.begin(), ranks_.end(), started)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(ranks_.size(), 2u) << terminal.output();
+  terminal.type("\x03");
+  EXPECT_EQ(terminal.wait_exit(120), 130) << terminal.output();
+  const auto& output = terminal.output();
+  EXPECT_EQ(output.find("error"), std::string::npos) << output;
+  EXPECT_TRUE(output.find("interrupted by SIGINT (Ctrl-C) before training started; nothing was saved") !=
+                  std::string::npos ||
+              output.find("fit interrupted by SIGINT (Ctrl-C) at global step") != std::string::npos)
+      << output;
+  for (const pid_t pid : ranks_) EXPECT_TRUE(gone(pid)) << "rank process " << pid << " was left running";
 }
 
 // SIGINT sent to one rank, or to the launcher alone, stops every rank as Ctrl-C does.
