@@ -232,7 +232,7 @@ void print_result(const nlohmann::json& result) { std::cout << "RESULT " << resu
 
 // LightningCLI's verbose belongs to validate and test; `command` is another.
 void refuse_verbose(const std::string& command, const Experiment& experiment) {
-  ARC_CHECK(!experiment.verbose, "the config's verbose (", *experiment.verbose ? "true" : "false",
+  ARC_CHECK(!experiment.verbose, "config key 'verbose' (", *experiment.verbose ? "true" : "false",
             ") is validate's and test's (whether they print their table); ", command, " has none: remove it");
 }
 

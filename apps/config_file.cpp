@@ -130,10 +130,19 @@ LoadedConfig load_config(const std::vector<std::string>& config_paths, const std
 }
 
 std::string LoadedConfig::locate(const std::string& message) const {
-  // The longest key path the message names is the one it is about.
+  // The longest key path the message names is the one it is about. A top-level key ("model") is
+  // named where it opens the message or a quoted key path, not where the word is prose ("another model").
+  const auto names = [&message](const std::string& path) {
+    if (path.find_first_of(".[") != std::string::npos) return message.find(path) != std::string::npos;
+    const char next = message.size() > path.size() ? message[path.size()] : ' ';
+    const bool opens = message.rfind(path, 0) == 0 && !std::isalnum(static_cast<unsigned char>(next)) && next != '_';
+    for (const char* after : {"'", ".", "["})
+      if (message.find("'" + path + after) != std::string::npos) return true;
+    return opens;
+  };
   std::string best;
   for (const auto& [path, source] : origins)
-    if (path.size() > best.size() && message.find(path) != std::string::npos) best = path;
+    if (path.size() > best.size() && names(path)) best = path;
   if (best.empty() || message.rfind(origins.at(best) + ":", 0) == 0) return message;
   return origins.at(best) + ": " + (origins.at(best) == "--set" ? with_flag_to_add(message) : message);
 }

@@ -359,7 +359,7 @@ TEST(Cli, ValidateTestPredictAndModules) {
   EXPECT_EQ(out.output.find("Test metric"), std::string::npos) << out.output;
   out = arc("fit --set verbose=false");
   EXPECT_EQ(out.status, 2);
-  EXPECT_NE(out.output.find("arc: error: --set: the config's verbose (false) is validate's and test's"),
+  EXPECT_NE(out.output.find("arc: error: --set: config key 'verbose' (false) is validate's and test's"),
             std::string::npos)
       << out.output;
   out = arc("predict --set trainer.limit_predict_batches=2");

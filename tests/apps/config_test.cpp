@@ -120,6 +120,24 @@ std::vector<double> column(const std::string& csv_path, const std::string& name)
   return out;
 }
 
+// An error is put down to the file or flag that set the key it names: a dotted key wherever it
+// stands, a top-level key where it opens the message or stands quoted, not where the word is prose.
+TEST(Config, ErrorsNameTheSourceOfTheKeyTheyAreAbout) {
+  const auto file = write_config("source.yaml", "trainer:\n  max_epochs: 2\n");
+  const auto loaded = arc::cli::load_config({file}, {"model=cnn_classifier", "data.batch_size=0"});
+  EXPECT_EQ(loaded.locate("data.batch_size must be >= 1, got 0"), "--set: data.batch_size must be >= 1, got 0");
+  EXPECT_EQ(loaded.locate("config key 'trainer.max_epochs' must be an integer"),
+            file + ": config key 'trainer.max_epochs' must be an integer");
+  EXPECT_EQ(loaded.locate("model (cnn_clasifier): unknown module"), "--set: model (cnn_clasifier): unknown module");
+  EXPECT_EQ(loaded.locate("the config has both 'module' and 'model'"),
+            "--set: the config has both 'module' and 'model'");
+  EXPECT_EQ(loaded.locate("missing config key 'model.init_args.x'; add it to the config"),
+            "--set: missing config key 'model.init_args.x'; give it on the command line: --model.x=<value>");
+  const std::string prose = "checkpoint 'a.ckpt' does not match CnnClassifier. It was written for another model";
+  EXPECT_EQ(loaded.locate(prose), prose);
+  EXPECT_EQ(loaded.locate("models differ"), "models differ");
+}
+
 TEST(Config, YamlCallbacksAndLoggerRunUnderDdpSpawnAndMatchTheJsonConfig) {
   const auto yaml_dir = scratch("yaml");
   const auto yaml = arc_in(yaml_dir, "fit --config " + write_config("run.yaml", yaml_run(yaml_dir)));
