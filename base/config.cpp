@@ -104,11 +104,13 @@ std::string set_dotted(nlohmann::json& root, const std::string& key, const std::
       auto& target = (*node)[part];
       if (!append) {
         // As jsonargparse: a class named again keeps its entry's init_args; another class replaces them.
+        // (Arclight's module and data sections name theirs by "name".)
         const auto class_name = [](const std::string& name) { return name.substr(name.rfind('.') + 1); };
-        const bool same_class =
-            target.is_object() && value.is_string() && target.contains("class_path") &&
-            target["class_path"].is_string() &&
-            class_name(target["class_path"].get<std::string>()) == class_name(value.get<std::string>());
+        const auto named = target.is_object()
+                               ? target.value(target.contains("class_path") ? "class_path" : "name", nlohmann::json())
+                               : nlohmann::json();
+        const bool same_class = named.is_string() && value.is_string() &&
+                                class_name(named.get<std::string>()) == class_name(value.get<std::string>());
         if (!same_class) target = value;
         return path;
       }

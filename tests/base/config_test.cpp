@@ -57,6 +57,9 @@ TEST(Config, SetDottedTakesKeysOfAClassEntry) {
                                                {"init_args", {{"lr", 0.002}, {"weight_decay", 0.1}}}}));
   set_dotted(root, "optimizer", "SGD");
   EXPECT_EQ(root["optimizer"], "SGD");
+  root["module"] = {{"name", "mlp_classifier"}, {"hidden", 64}};
+  set_dotted(root, "module", "mlp_classifier");
+  EXPECT_EQ(root["module"]["hidden"], 64);
   // Below the top level a text value stays text: only list entries and top-level keys are classes.
   set_dotted(root, "trainer.accelerator", "cpu");
   EXPECT_THROW(set_dotted(root, "trainer.accelerator.x", "1"), Error);
