@@ -76,7 +76,7 @@ void EarlyStopping::run_check(Trainer& trainer) {
         "EarlyStopping monitors '{}', which was not logged{} (logged: {}); log it with on_epoch, change monitor, or "
         "set strict=false to skip the check then",
         options_.monitor(), at_epoch_end_ ? " by the end of the training epoch" : " in validation",
-        metric_names(metrics));
+        metric_names(metrics, options_.monitor()));
     ARC_CHECK(!options_.strict(), message);
     if (options_.verbose()) console().warn("{}", message);
     return;

@@ -138,7 +138,7 @@ std::string ModelCheckpoint::format_name(const std::map<std::string, double>& me
     const std::string spec = token.find(':') == std::string::npos ? "" : token.substr(token.find(':'));
     const auto found = metrics.find(name);
     ARC_CHECK(found != metrics.end(), "ModelCheckpoint filename uses '{", name,
-              "}', which was not logged (available metrics: ", metric_names(metrics),
+              "}', which was not logged (available metrics: ", metric_names(metrics, name),
               "); log it or change the filename");
     const bool integral = name == "epoch" || name == "step";
     const std::string value = integral && spec.empty() ? std::to_string(static_cast<int64_t>(found->second))
@@ -173,8 +173,8 @@ void ModelCheckpoint::save(Trainer& trainer) {
   if (monitored) {
     const auto found = metrics.find(options_.monitor());
     ARC_CHECK(found != metrics.end(), "ModelCheckpoint monitors '", options_.monitor(),
-              "', which was not logged (available metrics: ", metric_names(metrics), "); log it (e.g. log(\"",
-              options_.monitor(), "\", value)) or change monitor");
+              "', which was not logged (available metrics: ", metric_names(metrics, options_.monitor()),
+              "); log it (e.g. log(\"", options_.monitor(), "\", value)) or change monitor");
     score = found->second;
     // A NaN ranks last, as in Lightning.
     if (std::isnan(score)) score = (options_.mode() == "min" ? 1 : -1) * std::numeric_limits<double>::infinity();

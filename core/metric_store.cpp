@@ -39,10 +39,12 @@ void MetricStore::log(const std::string& name, const torch::Tensor& value, const
   ++entry.count;
 }
 
-std::string metric_names(const Metrics& metrics) {
+std::string metric_names(const Metrics& metrics, const std::string& missing) {
   std::vector<std::string> names;
   for (const auto& entry : metrics) names.push_back(entry.first);
-  return names.empty() ? "none" : join(names);
+  if (names.empty()) return "none";
+  const std::string near = closest_match(missing, names);
+  return join(names) + (near.empty() ? "" : "; did you mean '" + near + "'?");
 }
 
 nlohmann::json metric_to_json(double value) {

@@ -39,8 +39,9 @@ struct LogOptions {
 
 using Metrics = std::map<std::string, double>;
 
-/// The metrics' names, for an error about one that is missing: "loss, val_loss", or "none".
-std::string metric_names(const Metrics& metrics);
+/// The metrics' names, for an error about `missing`, which is not among them: "loss, val_loss" (or
+/// "none"), and "; did you mean 'val_loss'?" when one is a near spelling of it.
+std::string metric_names(const Metrics& metrics, const std::string& missing);
 
 /// A metric's value in checkpoint metadata: JSON has no NaN or infinity, so those are the strings
 /// "nan", "inf" and "-inf" (a loss that diverged must not make its checkpoint unreadable).

@@ -446,7 +446,7 @@ void FitLoop::step_schedulers(Interval interval) {
       const auto& metrics = t.callback_metrics();
       const auto found = metrics.find(scheduler.monitor);
       ARC_CHECK(found != metrics.end(), "the scheduler monitors '", scheduler.monitor,
-                "', which was not logged; available metrics: ", metric_names(metrics),
+                "', which was not logged; available metrics: ", metric_names(metrics, scheduler.monitor),
                 ". Log it with on_epoch=true, or change `monitor`");
       metric = found->second;
     }

@@ -593,7 +593,8 @@ TEST(ModelCheckpoint, KeepsTheBestKByTheMonitoredMetric) {
 }
 
 // A monitored metric or a filename field that nothing logged fails the fit, naming what was logged
-// (a misspelt name is then plain to see), as Lightning's "could not find the monitored key" does.
+// (a misspelt name is then plain to see, and the nearest is suggested), as Lightning's "could not
+// find the monitored key" does.
 TEST(ModelCheckpoint, AMetricNotLoggedFailsNamingTheLoggedOnes) {
   const auto dir = scratch_dir("not_logged");
   const auto fit_error = [&](ModelCheckpointOptions options) {
@@ -604,12 +605,12 @@ TEST(ModelCheckpoint, AMetricNotLoggedFailsNamingTheLoggedOnes) {
   };
   const auto monitored = fit_error(ModelCheckpointOptions().monitor("val_los"));
   EXPECT_NE(monitored.find("ModelCheckpoint monitors 'val_los', which was not logged (available metrics: epoch, step, "
-                           "train_loss, val_loss); log it"),
+                           "train_loss, val_loss; did you mean 'val_loss'?); log it"),
             std::string::npos)
       << monitored;
   const auto named = fit_error(ModelCheckpointOptions().filename("{epoch}-{val_los:.2f}"));
   EXPECT_NE(named.find("ModelCheckpoint filename uses '{val_los}', which was not logged (available metrics: epoch, "
-                       "step, train_loss, val_loss); log it or change the filename"),
+                       "step, train_loss, val_loss; did you mean 'val_loss'?); log it or change the filename"),
             std::string::npos)
       << named;
   fs::remove_all(dir);
