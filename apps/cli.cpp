@@ -44,7 +44,7 @@ const char* kExamples = R"(Examples:
   arc validate --config run.json --ckpt last  one validation pass with the last checkpoint's weights
   arc lr_find --config run.json --svg lr.svg  the learning-rate range test; prints the suggested rate
   arc scale_batch_size --mode binsearch       the largest data.batch_size whose steps fit in memory
-  arc modules                                 list registered modules and data modules
+  arc modules                                 list registered modules and data modules, with their keys
   (`arc train` is `arc fit` under its earlier name; `arc fit --help` lists every trainer key.)
 
 A config (JSON, or YAML for .yaml and .yml) has three sections:
@@ -345,14 +345,31 @@ std::string trainer_keys_help() {
   return out.str();
 }
 
+// The keys `create` reads from an empty section, with their defaults: those a config may set.
+template <typename Create>
+std::string config_keys(const std::string& section, const Create& create) {
+  Config config(nlohmann::json::object(), section);
+  try {
+    create(config);
+  } catch (const Error&) {
+    // A class with a required key stops at it; the keys read so far name it.
+  }
+  const auto keys = config.keys_with_defaults();
+  return keys.empty() ? "" : ": " + keys;
+}
+
 int list_modules() {
-  std::cout << "modules:\n";
+  std::cout << "modules (the config keys each reads, with their defaults):\n";
   for (const auto& name : module_registry().names()) {
     const auto data = default_data_module(name);
-    std::cout << "  " << name << (data.empty() ? "" : "  (data: " + data + ")") << "\n";
+    std::cout << "  " << name << (data.empty() ? "" : "  (data: " + data + ")")
+              << config_keys("module", [&](const Config& config) { module_registry().create(name, config); }) << "\n";
   }
   std::cout << "data modules:\n";
-  for (const auto& name : data_module_registry().names()) std::cout << "  " << name << "\n";
+  for (const auto& name : data_module_registry().names())
+    std::cout << "  " << name
+              << config_keys("data", [&](const Config& config) { data_module_registry().create(name, config); })
+              << "\n";
   return 0;
 }
 
@@ -492,7 +509,8 @@ int run(int argc, char** argv) {
       "--margin", [&batch](double v) { batch.margin(v); }, "binsearch: lower the size found by this fraction (0.05)");
   scale_batch_size->add_option_function<int64_t>(
       "--max_val", [&batch](int64_t v) { batch.max_val(v); }, "largest size tried (8192)");
-  auto* modules = app.add_subcommand("modules", "list registered modules and data modules");
+  auto* modules =
+      app.add_subcommand("modules", "list registered modules and data modules, with the config keys each reads");
   std::vector<std::string> args;
   try {
     args = with_dotted_flags({argv + 1, argv + argc});

@@ -66,6 +66,18 @@ void Config::finish_after(const std::string& error) const {
   }
 }
 
+std::string Config::keys_with_defaults() const {
+  std::string out;
+  for (const auto& key : read_) {
+    out += out.empty() ? key : ", " + key;
+    if (required_.count(key) > 0)
+      out += " (required)";
+    else if (defaults_.contains(key))
+      out += "=" + defaults_[key].dump();
+  }
+  return out;
+}
+
 std::string set_dotted(nlohmann::json& root, const std::string& key, const std::string& text) {
   const bool append = !key.empty() && key.back() == '+';
   const std::string path = append ? key.substr(0, key.size() - 1) : key;

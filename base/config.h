@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace arc {
@@ -31,6 +32,7 @@ class Config {
   /// is an error.
   template <typename T>
   T get(const std::string& key, const T& fallback) const {
+    if constexpr (std::is_constructible_v<nlohmann::json, const T&>) defaults_[key] = fallback;
     const auto* value = find(key);
     return value == nullptr || value->is_null() ? fallback : convert<T>(key, *value);
   }
@@ -38,6 +40,7 @@ class Config {
   /// Value of `key`, or nullopt when absent or null.
   template <typename T>
   std::optional<T> get_optional(const std::string& key) const {
+    defaults_[key] = nullptr;
     const auto* value = find(key);
     if (value == nullptr || value->is_null()) return std::nullopt;
     return convert<T>(key, *value);
@@ -56,6 +59,7 @@ class Config {
   /// Value of `key` that must be present.
   template <typename T>
   T require(const std::string& key) const {
+    required_.insert(key);
     const auto* value = find(key);
     ARC_CHECK(value != nullptr, "missing config key '", qualified(key), "'; add it to the config");
     return convert<T>(key, *value);
@@ -73,6 +77,10 @@ class Config {
 
   /// Throws for the first key that was never read, naming the allowed keys.
   void finish() const;
+
+  /// The keys read so far, in order of name, with their defaults: "hidden=256, lr=0.05, name
+  /// (required)" (a key read without a default alone); what a class built from an empty config reads.
+  std::string keys_with_defaults() const;
 
   /// For a reader that stopped at `error` before asking for every key it knows: throws for the
   /// first key never read that looks like a misspelling of one it asked for and did not find (a
@@ -127,6 +135,8 @@ class Config {
   nlohmann::json values_;
   std::string path_;
   mutable std::set<std::string> read_;
+  mutable nlohmann::json defaults_ = nlohmann::json::object();
+  mutable std::set<std::string> required_;
 };
 
 /// Sets `path` ("trainer.max_epochs") in `root` to `text` parsed as JSON, or kept as a string

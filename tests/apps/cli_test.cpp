@@ -370,7 +370,11 @@ TEST(Cli, ValidateTestPredictAndModules) {
             std::string::npos)
       << out.output;
   out = arc("modules");
-  EXPECT_NE(out.output.find("mlp_classifier  (data: canonical)"), std::string::npos) << out.output;
+  EXPECT_NE(out.output.find("mlp_classifier  (data: canonical): hidden=256, lr=0.05, momentum=0.9"), std::string::npos)
+      << out.output;
+  EXPECT_NE(out.output.find("canonical: batch_size=64, num_workers=0, pin_memory=false, val_batch_size=1000"),
+            std::string::npos)
+      << out.output;
   EXPECT_NE(out.output.find("cnn_classifier"), std::string::npos);
   out = arc("--help");
   EXPECT_EQ(out.status, 0);

@@ -65,6 +65,17 @@ TEST(Config, SetDottedTakesKeysOfAClassEntry) {
   EXPECT_THROW(set_dotted(root, "trainer.accelerator.x", "1"), Error);
 }
 
+// What `arc modules` prints of a class: the keys it read, with the defaults it fell back on.
+TEST(Config, KeysWithDefaultsListWhatWasRead) {
+  Config config({{"lr", 0.5}}, "module");
+  config.get<int64_t>("hidden", 256);
+  config.get<double>("lr", 0.05);
+  config.get_optional<std::string>("tag");
+  config.get<std::string>("act", "relu");
+  EXPECT_THROW(config.require<std::string>("name"), Error);
+  EXPECT_EQ(config.keys_with_defaults(), "act=\"relu\", hidden=256, lr=0.05, name (required), tag=null");
+}
+
 TEST(Config, MissingRequiredKeyIsAnError) {
   Config config(nlohmann::json::object(), "data");
   EXPECT_NE(error_of([&] { config.require<std::string>("name"); }).find("missing config key 'data.name'"),
