@@ -216,7 +216,7 @@ class PredictionCount : public Callback {
 
   void on_predict_batch_end(Trainer&, TrainModule&, const torch::Tensor& outputs, Batch&, int64_t) override {
     counts_[0] += 1;
-    counts_[1] += outputs.dim() == 0 ? 1 : outputs.size(0);
+    counts_[1] += !outputs.defined() ? 0 : outputs.dim() == 0 ? 1 : outputs.size(0);
   }
   void on_predict_end(Trainer& trainer, TrainModule&) override {
     const auto total = trainer.strategy().all_reduce(torch::tensor(counts_), Reduce::sum);
