@@ -235,20 +235,23 @@ std::string CheckpointConnector::resolve(const std::string& ckpt_path) const {
   if (ckpt_path == "hpc") return newest_hpc_checkpoint();
   if (ckpt_path != "last" && ckpt_path != "best") return ckpt_path;
   const auto found = callback_files(trainer_, ckpt_path);
+  // Without a ModelCheckpoint dirpath, "last" and "best" look in this run's checkpoints folder and,
+  // with a logger, in every version's.
+  const std::string folder = trainer_.log_dir() + "/checkpoints";
+  const auto& loggers = trainer_.loggers();
+  const std::string versions = loggers.empty() ? "" : loggers[0]->versions_folder();
+  const std::string searched =
+      "'" + (versions.empty() ? folder : versions + "/version_*/checkpoints") + "' (or a ModelCheckpoint's dirpath)";
   if (ckpt_path == "best") {
-    ARC_CHECK(!found.empty(), "ckpt_path=\"best\": no ModelCheckpoint of this Trainer saved a best checkpoint, ",
-              "in its fit or in an earlier run's (read from the newest checkpoint in its folder); give the same ",
-              "ModelCheckpoint (monitor, mode) as the run that trained, or pass a file path");
+    ARC_CHECK(!found.empty(), "ckpt_path=\"best\": no ModelCheckpoint of this Trainer saved a best checkpoint in its ",
+              "fit, and no checkpoint in ", searched, " holds the state of the same ModelCheckpoint (monitor, mode) ",
+              "naming one; give the ModelCheckpoint of the run that trained, or pass a file path");
     return found.front();
   }
   // Without a callback that checkpoints, the default folder and its logger's versions.
-  const std::string folder = trainer_.log_dir() + "/checkpoints";
-  const auto& loggers = trainer_.loggers();
-  const auto candidates =
-      found.empty() ? last_checkpoints(folder, loggers.empty() ? "" : loggers[0]->versions_folder()) : found;
-  ARC_CHECK(!candidates.empty(), "ckpt_path=\"last\": no last.ckpt was found (looked in '", folder,
-            "' or the ModelCheckpoint's dirpath); train with ModelCheckpoint save_last (the default checkpointing ",
-            "does) or pass a file path");
+  const auto candidates = found.empty() ? last_checkpoints(folder, versions) : found;
+  ARC_CHECK(!candidates.empty(), "ckpt_path=\"last\": no last.ckpt was found in ", searched,
+            "; train with ModelCheckpoint save_last (the default checkpointing does) or pass a file path");
   return newest_first(candidates).front();
 }
 

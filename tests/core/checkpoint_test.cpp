@@ -584,11 +584,20 @@ TEST(ModelCheckpoint, KeepsTheBestKByTheMonitoredMetric) {
     Trainer(quiet(), {std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(options).monitor("loss"))})
         .validate(later, tiny_data(2, 2), "best");
   });
-  EXPECT_NE(other.find("ckpt_path=\"best\": no ModelCheckpoint of this Trainer saved a best checkpoint, in its fit "
-                       "or in an earlier run's (read from the newest checkpoint in its folder); give the same "
-                       "ModelCheckpoint (monitor, mode) as the run that trained, or pass a file path"),
+  EXPECT_NE(other.find("ckpt_path=\"best\": no ModelCheckpoint of this Trainer saved a best checkpoint in its fit, "
+                       "and no checkpoint in './checkpoints' (or a ModelCheckpoint's "
+                       "dirpath) holds the state of the same ModelCheckpoint (monitor, mode) naming one; give the "
+                       "ModelCheckpoint of the run that trained, or pass a file path"),
             std::string::npos)
       << other;
+  // "last" with no last.ckpt anywhere says where it looked.
+  const auto no_last = error_of(
+      [&] { Trainer(quiet().logger(true).default_root_dir(dir + "/empty")).validate(later, tiny_data(2, 2), "last"); });
+  EXPECT_NE(no_last.find("ckpt_path=\"last\": no last.ckpt was found in '" + dir + "/empty" +
+                         "/lightning_logs/version_*/checkpoints' (or a ModelCheckpoint's dirpath); train with "
+                         "ModelCheckpoint save_last"),
+            std::string::npos)
+      << no_last;
   fs::remove_all(dir);
 }
 
