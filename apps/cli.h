@@ -20,12 +20,6 @@ struct LoadedConfig {
   std::string locate(const std::string& message) const;
 };
 
-/// `message`, when it says that a key is missing from the config ("missing config key
-/// 'trainer.logger[0].init_args.save_dir'; add it to the config"), with the flag that gives it instead
-/// ("--trainer.logger.save_dir=<value>, after the flag that added its entry"); else as it is. For
-/// keys of the list entries that the command line made.
-std::string with_flag_to_add(const std::string& message);
-
 /// Reads `config_paths` (JSON, or YAML for .yaml and .yml) in order, each deep-merged over the ones
 /// before, as LightningCLI does, then applies each "dotted.key=value" override.
 LoadedConfig load_config(const std::vector<std::string>& config_paths, const std::vector<std::string>& overrides);

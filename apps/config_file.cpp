@@ -77,6 +77,33 @@ bool holds(const nlohmann::json& config, const std::string& path) {
 // The top-level keys that LightningCLI's flags set whole.
 const std::set<std::string> kWholeKeys = {"model", "module", "data", "optimizer", "lr_scheduler", "seed_everything"};
 
+// `message`, when it says that a key is missing from the config ("missing config key
+// 'trainer.logger[0].init_args.save_dir'; add it to the config", Config::require's words), with the
+// flag that gives it instead: "--trainer.logger.save_dir=<value>, after the flag that added its entry",
+// or "--optimizer.lr=<value>" for a top-level entry; else as it is.
+std::string with_flag_to_add(const std::string& message) {
+  const std::string opening = kMissingKey, closing = kAddItToTheConfig;
+  const size_t begin = message.find(opening), end = message.find(closing);
+  if (begin == std::string::npos || end == std::string::npos || end < begin) return message;
+  // "trainer.logger[0].init_args.save_dir" is --trainer.logger.save_dir after the flag that added the
+  // entry; "optimizer.init_args.lr" is --optimizer.lr.
+  std::string key = message.substr(begin + opening.size(), end - begin - opening.size()), after;
+  const std::string init_args = ".init_args.";
+  const size_t open = key.find('['), first_dot = key.find('.');
+  if (open != std::string::npos) {
+    const size_t shut = key.find("]" + init_args);
+    if (shut == std::string::npos || key.find('[', open + 1) != std::string::npos) return message;
+    key.erase(open, shut + init_args.size() - open);
+    after = ", after the flag that added its entry";
+  } else if (first_dot != std::string::npos && key.compare(first_dot, init_args.size(), init_args) == 0) {
+    key.erase(first_dot, init_args.size() - 1);
+  } else {
+    return message;
+  }
+  return message.substr(0, end) + "'; give it on the command line: --" + key + "=<value>" + after +
+         message.substr(end + closing.size());
+}
+
 }  // namespace
 
 std::vector<std::string> with_dotted_flags(const std::vector<std::string>& args) {
@@ -134,40 +161,16 @@ std::string LoadedConfig::locate(const std::string& message) const {
   // named where it opens the message or a quoted key path, not where the word is prose ("another model").
   const auto names = [&message](const std::string& path) {
     if (path.find_first_of(".[") != std::string::npos) return message.find(path) != std::string::npos;
-    const char next = message.size() > path.size() ? message[path.size()] : ' ';
-    const bool opens = message.rfind(path, 0) == 0 && !std::isalnum(static_cast<unsigned char>(next)) && next != '_';
     for (const char* after : {"'", ".", "["})
       if (message.find("'" + path + after) != std::string::npos) return true;
-    return opens;
+    const char next = message.size() > path.size() ? message[path.size()] : ' ';
+    return message.rfind(path, 0) == 0 && !std::isalnum(static_cast<unsigned char>(next)) && next != '_';
   };
   std::string best;
   for (const auto& [path, source] : origins)
     if (path.size() > best.size() && names(path)) best = path;
   if (best.empty() || message.rfind(origins.at(best) + ":", 0) == 0) return message;
   return origins.at(best) + ": " + (origins.at(best) == "--set" ? with_flag_to_add(message) : message);
-}
-
-std::string with_flag_to_add(const std::string& message) {
-  const std::string opening = "missing config key '", closing = "'; add it to the config";
-  const size_t begin = message.find(opening), end = message.find(closing);
-  if (begin == std::string::npos || end == std::string::npos || end < begin) return message;
-  // "trainer.logger[0].init_args.save_dir" is --trainer.logger.save_dir after the flag that added the
-  // entry; "optimizer.init_args.lr" is --optimizer.lr.
-  std::string key = message.substr(begin + opening.size(), end - begin - opening.size()), after;
-  const std::string init_args = ".init_args.";
-  const size_t open = key.find('['), first_dot = key.find('.');
-  if (open != std::string::npos) {
-    const size_t shut = key.find("]" + init_args);
-    if (shut == std::string::npos || key.find('[', open + 1) != std::string::npos) return message;
-    key.erase(open, shut + init_args.size() - open);
-    after = ", after the flag that added its entry";
-  } else if (first_dot != std::string::npos && key.compare(first_dot, init_args.size(), init_args) == 0) {
-    key.erase(first_dot, init_args.size() - 1);
-  } else {
-    return message;
-  }
-  return message.substr(0, end) + "'; give it on the command line: --" + key + "=<value>" + after +
-         message.substr(end + closing.size());
 }
 
 }  // namespace arc::cli

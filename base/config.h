@@ -21,6 +21,11 @@ inline std::string lowercase(std::string text) {
   return text;
 }
 
+/// How Config::require's message for a missing key begins and ends ("missing config key 'a.b'; add
+/// it to the config"); the `arc` tool gives the flag instead for keys that its command line set.
+inline constexpr const char* kMissingKey = "missing config key '";
+inline constexpr const char* kAddItToTheConfig = "'; add it to the config";
+
 /// One JSON object read key by key. Call `finish()` when done: keys never asked for are errors.
 class Config {
  public:
@@ -61,7 +66,7 @@ class Config {
   T require(const std::string& key) const {
     required_.insert(key);
     const auto* value = find(key);
-    ARC_CHECK(value != nullptr, "missing config key '", qualified(key), "'; add it to the config");
+    ARC_CHECK(value != nullptr, kMissingKey, qualified(key), kAddItToTheConfig);
     return convert<T>(key, *value);
   }
 
