@@ -12,6 +12,7 @@
 #include <arc/callbacks/on_exception_checkpoint.h>
 #include <arc/callbacks/prediction_writer.h>
 #include <arc/core/module_registry.h>
+#include <arc/core/optimizer_registry.h>
 #include <arc/core/trainer.h>
 #include <arc/core/tuner.h>
 #include <arc/loggers/logger_registry.h>
@@ -45,6 +46,8 @@ const char* kExamples = R"(Examples:
   arc lr_find --config run.json --svg lr.svg  the learning-rate range test; prints the suggested rate
   arc scale_batch_size --mode binsearch       the largest data.batch_size whose steps fit in memory
   arc modules                                 list registered modules and data modules, with their keys
+  arc fit --trainer.callbacks.help ModelCheckpoint   a class's init_args with their defaults (jsonargparse's
+                                              --<key>.help; also trainer.logger, model, data, optimizer, lr_scheduler)
   (`arc train` is `arc fit` under its earlier name; `arc fit --help` lists every trainer key.)
 
 A config (JSON, or YAML for .yaml and .yml) has three sections:
@@ -342,34 +345,104 @@ std::string trainer_keys_help() {
          "alone may be a string, and may be Lightning's import path): "
       << join(callback_registry().names()) << "\n";
   out << "  trainer.logger takes such entries too: " << join(logger_registry().names()) << "\n";
+  out << "  --trainer.callbacks.help <class> lists a callback's init_args with their defaults; so do "
+         "--trainer.logger.help, --model.help, --data.help, --optimizer.help and --lr_scheduler.help\n";
   return out.str();
 }
 
-// The keys `create` reads from an empty section, with their defaults: those a config may set.
-template <typename Create>
-std::string config_keys(const std::string& section, const Create& create) {
-  Config config(nlohmann::json::object(), section);
+// The keys `create` reads from a survey of `section`, with their defaults: those a config may set.
+std::vector<std::string> config_keys(const std::string& section, const std::function<void(const Config&)>& create) {
+  const auto config = Config::survey(section);
   try {
     create(config);
   } catch (const Error&) {
-    // A class with a required key stops at it; the keys read so far name it.
+    // A constructor that refuses a survey's stand-in values stops there, its keys read.
   }
-  const auto keys = config.keys_with_defaults();
-  return keys.empty() ? "" : ": " + keys;
+  return config.keys_with_defaults();
 }
+
+// ": hidden=256, lr=0.05", or "" for a class that reads no keys.
+std::string listed(const std::vector<std::string>& keys) { return keys.empty() ? "" : ": " + join(keys); }
 
 int list_modules() {
   std::cout << "modules (the config keys each reads, with their defaults):\n";
   for (const auto& name : module_registry().names()) {
     const auto data = default_data_module(name);
     std::cout << "  " << name << (data.empty() ? "" : "  (data: " + data + ")")
-              << config_keys("module", [&](const Config& config) { module_registry().create(name, config); }) << "\n";
+              << listed(config_keys("module", [&](const Config& config) { module_registry().create(name, config); }))
+              << "\n";
   }
   std::cout << "data modules:\n";
   for (const auto& name : data_module_registry().names())
     std::cout << "  " << name
-              << config_keys("data", [&](const Config& config) { data_module_registry().create(name, config); })
+              << listed(config_keys("data", [&](const Config& config) { data_module_registry().create(name, config); }))
               << "\n";
+  return 0;
+}
+
+// A config key that names a class, and the classes it may name.
+struct ClassKey {
+  std::string what;  // "callback", as unknown names are reported
+  std::vector<std::string> names;
+  std::function<void(const std::string& name, const Config&)> create;
+};
+
+ClassKey class_key(const std::string& key) {
+  const auto stand_in = [] { return std::vector<torch::Tensor>{torch::zeros({1}).requires_grad_()}; };
+  if (key == "trainer.callbacks")
+    return {"callback", callback_registry().names(),
+            [](const std::string& name, const Config& config) { callback_registry().create(name, config); }};
+  if (key == "trainer.logger")
+    return {"logger", logger_registry().names(),
+            [](const std::string& name, const Config& config) { logger_registry().create(name, config); }};
+  if (key == "model" || key == "module")
+    return {"module", module_registry().names(),
+            [](const std::string& name, const Config& config) { module_registry().create(name, config); }};
+  if (key == "data")
+    return {"data module", data_module_registry().names(),
+            [](const std::string& name, const Config& config) { data_module_registry().create(name, config); }};
+  if (key == "optimizer")
+    return {"optimizer", optimizer_registry().names(), [stand_in](const std::string& name, const Config& config) {
+              optimizer_registry().create(name, stand_in(), config);
+            }};
+  if (key == "lr_scheduler")
+    return {"lr_scheduler", lr_scheduler_registry().names(), [stand_in](const std::string& name, const Config& config) {
+              torch::optim::SGD sgd(stand_in(), torch::optim::SGDOptions(0.1));
+              lr_scheduler_registry().create(name, sgd, config);
+            }};
+  throw Error("--" + key + ".help: '" + key +
+              "' names no class; --<key>.help <class> lists the init_args of a class that trainer.callbacks, "
+              "trainer.logger, model, data, optimizer or lr_scheduler names (`arc fit --help` lists the trainer's "
+              "keys, `arc modules` the modules')");
+}
+
+// jsonargparse's `--<key>.help <class>` (`request` is "trainer.callbacks=ModelCheckpoint"): the init_args
+// the class reads, with their defaults, and how a command line and a config give them.
+int class_help(const std::string& request) {
+  const size_t equals = request.find('=');
+  const std::string key = request.substr(0, equals), class_path = request.substr(equals + 1);
+  const auto known = class_key(key);
+  ARC_CHECK(!class_path.empty(), "--", key, ".help needs a class: --", key, ".help <class>, one of ",
+            join(known.names));
+  const std::string name = detail::registered_name(class_path);
+  ARC_CHECK(std::count(known.names.begin(), known.names.end(), name) > 0, "--", key,
+            ".help: ", unknown_name_message(known.what, name, known.names));
+  const auto keys = config_keys(key + ".init_args", [&](const Config& config) { known.create(name, config); });
+  std::cout << name << " (" << known.what << ")";
+  if (keys.empty()) {
+    std::cout << " takes no init_args\n";
+    return 0;
+  }
+  std::cout << " init_args, with their defaults:\n";
+  for (const auto& entry : keys) std::cout << "  " << entry << "\n";
+  // The callbacks and loggers are lists of entries; the others are one entry each.
+  const bool list = key.rfind("trainer.", 0) == 0;
+  const std::string entry = "{\"class_path\": \"" + name + "\", \"init_args\": {\"<key>\": <value>}}";
+  std::cout << "Give them on the command line: --" << key << (list ? "+=" : "=") << name << " --" << key
+            << ".<key>=<value>\nor in a config: "
+            << (list ? "{\"trainer\": {\"" + key.substr(8) + "\": [" + entry + "]}}"
+                     : "{\"" + key + "\": " + entry + "}")
+            << "\n";
   return 0;
 }
 
@@ -440,7 +513,10 @@ int run(int argc, char** argv) {
   bool print_config = false;
   std::vector<CLI::App*> runs;
   // Every command that runs a config reads it from the same options.
+  std::string class_help_request;
   const auto add_config_options = [&](CLI::App* command) {
+    // --trainer.callbacks.help ModelCheckpoint, as with_dotted_flags writes it; listed in the footer.
+    command->add_option("--class_help", class_help_request)->group("");
     command->add_option("--config,-c", config_paths,
                         "config file, JSON or YAML (.yaml, .yml); give several to merge them, later ones winning");
     command->add_option("--set,-s", overrides,
@@ -530,6 +606,7 @@ int run(int argc, char** argv) {
   LoadedConfig loaded;
   try {
     if (modules->parsed()) return list_modules();
+    if (!class_help_request.empty()) return class_help(class_help_request);
     for (auto* command : {lr_find, scale_batch_size}) {
       if (!command->parsed()) continue;
       loaded = load_config(config_paths, overrides);

@@ -27,7 +27,8 @@ LoadedConfig load_config(const std::vector<std::string>& config_paths, const std
 /// `args` (without the program) with LightningCLI's dotted flags ("--trainer.max_epochs=3",
 /// "--trainer.max_epochs 3", "--module.lr 0.1") and its flags of a whole top-level key
 /// ("--model=cnn_classifier", "--optimizer Adam", "--seed_everything 42") written as the overrides
-/// they mean ("--set", "trainer.max_epochs=3"); every other argument as it was.
+/// they mean ("--set", "trainer.max_epochs=3"), and jsonargparse's "--trainer.callbacks.help
+/// ModelCheckpoint" as ("--class_help", "trainer.callbacks=ModelCheckpoint"); every other argument as it was.
 std::vector<std::string> with_dotted_flags(const std::vector<std::string>& args);
 
 /// Runs the command line; returns the exit status. Errors are printed, not thrown.

@@ -121,14 +121,16 @@ std::vector<std::string> with_dotted_flags(const std::vector<std::string>& args)
       continue;
     }
     const std::string key = arg.substr(2, equals == std::string::npos ? std::string::npos : equals - 2);
-    std::string value;
-    if (equals != std::string::npos) {
-      value = arg.substr(equals + 1);
-    } else {
-      ARC_CHECK(i + 1 < args.size() && args[i + 1].compare(0, 2, "--") != 0, "--", key, " needs a value: write --", key,
-                "=<value> or --", key, " <value>");
-      value = args[++i];
+    const bool given = equals != std::string::npos || (i + 1 < args.size() && args[i + 1].compare(0, 2, "--") != 0);
+    const std::string value = equals != std::string::npos ? arg.substr(equals + 1) : given ? args[++i] : "";
+    // jsonargparse's --trainer.callbacks.help ModelCheckpoint: the init_args of a class that key takes.
+    const std::string help = ".help";
+    if (key.size() > help.size() && key.compare(key.size() - help.size(), help.size(), help) == 0) {
+      out.push_back("--class_help");
+      out.push_back(key.substr(0, key.size() - help.size()) + "=" + value);
+      continue;
     }
+    ARC_CHECK(given, "--", key, " needs a value: write --", key, "=<value> or --", key, " <value>");
     out.push_back("--set");
     out.push_back(key + "=" + value);
   }

@@ -66,14 +66,21 @@ void Config::finish_after(const std::string& error) const {
   }
 }
 
-std::string Config::keys_with_defaults() const {
-  std::string out;
+Config Config::survey(std::string path) {
+  Config config(nlohmann::json::object(), std::move(path));
+  config.surveying_ = true;
+  return config;
+}
+
+std::vector<std::string> Config::keys_with_defaults() const {
+  std::vector<std::string> out;
   for (const auto& key : read_) {
-    out += out.empty() ? key : ", " + key;
     if (required_.count(key) > 0)
-      out += " (required)";
+      out.push_back(key + " (required)");
     else if (defaults_.contains(key))
-      out += "=" + defaults_[key].dump();
+      out.push_back(key + "=" + defaults_[key].dump());
+    else
+      out.push_back(key);
   }
   return out;
 }

@@ -32,6 +32,10 @@ class Config {
   /// `path` is the dotted name of this section in messages ("trainer", "module").
   Config(nlohmann::json values, std::string path);
 
+  /// An empty section that a reader goes through to say which keys it reads (keys_with_defaults):
+  /// require() notes its key and gives `T{}` instead of failing, so that the keys after it are read too.
+  static Config survey(std::string path);
+
   /// Value of `key`, or `fallback` when absent or null (null is the default, as None is for
   /// Lightning's arguments, so that LightningCLI's printed configs read). A value of another type
   /// is an error.
@@ -58,7 +62,10 @@ class Config {
   }
   template <typename T>
   void read(const std::string& key, std::optional<T>& field) const {
+    const auto fallback = field;
     if (find(key) != nullptr) field = get_optional<T>(key);
+    if constexpr (std::is_constructible_v<nlohmann::json, const T&>)
+      defaults_[key] = fallback ? nlohmann::json(*fallback) : nlohmann::json();
   }
 
   /// Value of `key` that must be present.
@@ -66,6 +73,7 @@ class Config {
   T require(const std::string& key) const {
     required_.insert(key);
     const auto* value = find(key);
+    if (value == nullptr && surveying_) return T{};
     ARC_CHECK(value != nullptr, kMissingKey, qualified(key), kAddItToTheConfig);
     return convert<T>(key, *value);
   }
@@ -83,9 +91,9 @@ class Config {
   /// Throws for the first key that was never read, naming the allowed keys.
   void finish() const;
 
-  /// The keys read so far, in order of name, with their defaults: "hidden=256, lr=0.05, name
-  /// (required)" (a key read without a default alone); what a class built from an empty config reads.
-  std::string keys_with_defaults() const;
+  /// The keys read so far, in order of name, with their defaults: "hidden=256", "lr=0.05", "name
+  /// (required)" (a key read without a default alone); what a class built from a survey() reads.
+  std::vector<std::string> keys_with_defaults() const;
 
   /// For a reader that stopped at `error` before asking for every key it knows: throws for the
   /// first key never read that looks like a misspelling of one it asked for and did not find (a
@@ -142,6 +150,7 @@ class Config {
   mutable std::set<std::string> read_;
   mutable nlohmann::json defaults_ = nlohmann::json::object();
   mutable std::set<std::string> required_;
+  bool surveying_ = false;
 };
 
 /// Sets `path` ("trainer.max_epochs") in `root` to `text` parsed as JSON, or kept as a string

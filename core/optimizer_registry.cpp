@@ -60,15 +60,18 @@ Registry<torch::optim::Optimizer, Parameters, const Config&> shipped_optimizers(
   return r;
 }
 
-// Lightning's lr_scheduler_config keys, beside the scheduler's own arguments.
-std::shared_ptr<SchedulerConfig> scheduled(std::shared_ptr<LRScheduler> scheduler, const Config& config) {
+// Lightning's lr_scheduler_config keys, read first, beside the scheduler `build()` makes of its own
+// arguments (read first, they are all listed by `--lr_scheduler.help` even where a survey's zeros
+// stop the scheduler's constructor).
+template <typename Build>
+std::shared_ptr<SchedulerConfig> scheduled(const Config& config, const Build& build) {
   auto out = std::make_shared<SchedulerConfig>();
-  out->scheduler = std::move(scheduler);
   out->interval =
       interval_named(config.get<std::string>("interval", "epoch"), "config key '" + config.qualified("interval") + "'");
   out->frequency = config.get<int64_t>("frequency", 1);
   ARC_CHECK(out->frequency >= 1, "config key '", config.qualified("frequency"), "' must be >= 1, got ", out->frequency);
   out->monitor = config.get<std::string>("monitor", "");
+  out->scheduler = build();
   return out;
 }
 
@@ -77,33 +80,39 @@ using Optimizer = torch::optim::Optimizer;
 Registry<SchedulerConfig, Optimizer&, const Config&> shipped_schedulers() {
   Registry<SchedulerConfig, Optimizer&, const Config&> r("lr_scheduler");
   r.add("StepLR", [](Optimizer& optimizer, const Config& config) {
-    return scheduled(
-        std::make_shared<StepLR>(optimizer, config.require<int64_t>("step_size"), config.get<double>("gamma", 0.1)),
-        config);
+    return scheduled(config, [&] {
+      return std::make_shared<StepLR>(optimizer, config.require<int64_t>("step_size"),
+                                      config.get<double>("gamma", 0.1));
+    });
   });
   r.add("MultiStepLR", [](Optimizer& optimizer, const Config& config) {
-    return scheduled(std::make_shared<MultiStepLR>(optimizer, config.require<std::vector<int64_t>>("milestones"),
-                                                   config.get<double>("gamma", 0.1)),
-                     config);
+    return scheduled(config, [&] {
+      return std::make_shared<MultiStepLR>(optimizer, config.require<std::vector<int64_t>>("milestones"),
+                                           config.get<double>("gamma", 0.1));
+    });
   });
   r.add("ExponentialLR", [](Optimizer& optimizer, const Config& config) {
-    return scheduled(std::make_shared<ExponentialLR>(optimizer, config.require<double>("gamma")), config);
+    return scheduled(config,
+                     [&] { return std::make_shared<ExponentialLR>(optimizer, config.require<double>("gamma")); });
   });
   r.add("CosineAnnealingLR", [](Optimizer& optimizer, const Config& config) {
-    return scheduled(std::make_shared<CosineAnnealingLR>(optimizer, config.require<int64_t>("T_max"),
-                                                         config.get<double>("eta_min", 0.0)),
-                     config);
+    return scheduled(config, [&] {
+      return std::make_shared<CosineAnnealingLR>(optimizer, config.require<int64_t>("T_max"),
+                                                 config.get<double>("eta_min", 0.0));
+    });
   });
   r.add("PolynomialLR", [](Optimizer& optimizer, const Config& config) {
-    return scheduled(std::make_shared<PolynomialLR>(optimizer, config.get<int64_t>("total_iters", 5),
-                                                    config.get<double>("power", 1.0)),
-                     config);
+    return scheduled(config, [&] {
+      return std::make_shared<PolynomialLR>(optimizer, config.get<int64_t>("total_iters", 5),
+                                            config.get<double>("power", 1.0));
+    });
   });
   r.add("CosineAnnealingWarmRestarts", [](Optimizer& optimizer, const Config& config) {
-    return scheduled(std::make_shared<CosineAnnealingWarmRestarts>(optimizer, config.require<int64_t>("T_0"),
-                                                                   config.get<int64_t>("T_mult", 1),
-                                                                   config.get<double>("eta_min", 0.0)),
-                     config);
+    return scheduled(config, [&] {
+      return std::make_shared<CosineAnnealingWarmRestarts>(optimizer, config.require<int64_t>("T_0"),
+                                                           config.get<int64_t>("T_mult", 1),
+                                                           config.get<double>("eta_min", 0.0));
+    });
   });
   r.add("OneCycleLR", [](Optimizer& optimizer, const Config& config) {
     OneCycleLR::Options options;
@@ -118,25 +127,28 @@ Registry<SchedulerConfig, Optimizer&, const Config&> shipped_schedulers() {
     options.div_factor = config.get<double>("div_factor", options.div_factor);
     options.final_div_factor = config.get<double>("final_div_factor", options.final_div_factor);
     options.three_phase = config.get<bool>("three_phase", options.three_phase);
-    return scheduled(std::make_shared<OneCycleLR>(optimizer, config.require<double>("max_lr"),
-                                                  config.require<int64_t>("total_steps"), options),
-                     config);
+    return scheduled(config, [&] {
+      return std::make_shared<OneCycleLR>(optimizer, config.require<double>("max_lr"),
+                                          config.require<int64_t>("total_steps"), options);
+    });
   });
   r.add("LinearWarmup", [](Optimizer& optimizer, const Config& config) {
-    return scheduled(std::make_shared<LinearWarmup>(optimizer, config.require<int64_t>("total_iters"),
-                                                    config.get<double>("start_factor", 1.0 / 3),
-                                                    config.get<double>("end_factor", 1.0)),
-                     config);
+    return scheduled(config, [&] {
+      return std::make_shared<LinearWarmup>(optimizer, config.require<int64_t>("total_iters"),
+                                            config.get<double>("start_factor", 1.0 / 3),
+                                            config.get<double>("end_factor", 1.0));
+    });
   });
   r.add("ReduceLROnPlateau", [](Optimizer& optimizer, const Config& config) {
     const auto mode = config.get<std::string>("mode", "min");
     ARC_CHECK(mode == "min" || mode == "max", "config key '", config.qualified("mode"),
               "' must be \"min\" or \"max\", got \"", mode, "\"");
-    auto scheduler = std::make_shared<ReduceLROnPlateau>(
-        optimizer, mode == "max" ? ReduceLROnPlateau::Mode::max : ReduceLROnPlateau::Mode::min,
-        config.get<double>("factor", 0.1), config.get<int64_t>("patience", 10), config.get<double>("threshold", 1e-4),
-        config.get<int64_t>("cooldown", 0), config.get<double>("min_lr", 0.0));
-    return scheduled(scheduler, config);
+    return scheduled(config, [&] {
+      return std::make_shared<ReduceLROnPlateau>(
+          optimizer, mode == "max" ? ReduceLROnPlateau::Mode::max : ReduceLROnPlateau::Mode::min,
+          config.get<double>("factor", 0.1), config.get<int64_t>("patience", 10), config.get<double>("threshold", 1e-4),
+          config.get<int64_t>("cooldown", 0), config.get<double>("min_lr", 0.0));
+    });
   });
   return r;
 }

@@ -97,6 +97,54 @@ TEST(Cli, FitHelpListsEveryTrainerKeyWithItsDefault) {
     EXPECT_NE(out.output.find(name), std::string::npos) << name;
 }
 
+// jsonargparse's --<key>.help <class>: the init_args a class reads, with their defaults, found by
+// building it from a survey, so the list is the reader's own and goes on past a required key.
+TEST(Cli, KeyHelpListsTheInitArgsOfAClassWithTheirDefaults) {
+  auto out = arc("fit --trainer.callbacks.help EarlyStopping");
+  ASSERT_EQ(out.status, 0) << out.output;
+  EXPECT_EQ(out.output,
+            "EarlyStopping (callback) init_args, with their defaults:\n"
+            "  check_finite=true\n  check_on_train_epoch_end=null\n  divergence_threshold=null\n"
+            "  log_rank_zero_only=false\n  min_delta=0.0\n  mode=\"min\"\n  monitor (required)\n  patience=3\n"
+            "  stopping_threshold=null\n  strict=true\n  verbose=false\n"
+            "Give them on the command line: --trainer.callbacks+=EarlyStopping --trainer.callbacks.<key>=<value>\n"
+            "or in a config: {\"trainer\": {\"callbacks\": [{\"class_path\": \"EarlyStopping\", \"init_args\": "
+            "{\"<key>\": <value>}}]}}\n");
+  const std::vector<std::pair<std::string, std::string>> listed = {
+      // Lightning's import path, the = form, and a logger's required save_dir among its keys.
+      {"--trainer.logger.help=lightning.pytorch.loggers.CSVLogger",
+       "CSVLogger (logger) init_args, with their defaults:\n  flush_logs_every_n_steps=100\n  "
+       "name=\"lightning_logs\"\n  prefix=\"\"\n  save_dir (required)\n  version=-1\n"},
+      // A scheduler's constructor refuses the survey's step_size 0; Lightning's interval, frequency
+      // and monitor are read before it.
+      {"--lr_scheduler.help StepLR",
+       "  frequency=1\n  gamma=0.1\n  interval=\"epoch\"\n  monitor=\"\"\n  step_size (required)\n"},
+      {"--optimizer.help torch.optim.SGD",
+       "  dampening=0.0\n  lr (required)\n  momentum=0.0\n  nesterov=false\n  weight_decay=0.0\n"
+       "Give them on the command line: --optimizer=SGD --optimizer.<key>=<value>\n"},
+      {"--model.help mlp_classifier", "mlp_classifier (module) init_args, with their defaults:\n  hidden=256\n"},
+      // Under a config of two devices it prints in the tool's process, starting no ranks.
+      {"--trainer.devices=2 --data.help canonical", "canonical (data module) init_args, with their defaults:\n"}};
+  for (const auto& [flags, text] : listed) {
+    out = arc("fit " + flags);
+    EXPECT_EQ(out.status, 0) << flags;
+    EXPECT_NE(out.output.find(text), std::string::npos) << out.output;
+    EXPECT_EQ(out.output.find("rank"), std::string::npos) << out.output;
+  }
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"--trainer.callbacks.help EarlyStoping",
+       "--trainer.callbacks.help: unknown callback 'EarlyStoping'; did you mean 'EarlyStopping'?"},
+      {"--trainer.logger.help",
+       "--trainer.logger.help needs a class: --trainer.logger.help <class>, one of CSVLogger, JsonLinesLogger, "
+       "TensorBoardLogger"},
+      {"--trainer.max_epochs.help 3", "--trainer.max_epochs.help: 'trainer.max_epochs' names no class;"}};
+  for (const auto& [flags, error] : refused) {
+    out = arc("fit " + flags);
+    EXPECT_EQ(out.status, 2) << flags;
+    EXPECT_NE(out.output.find("arc: error: " + error), std::string::npos) << out.output;
+  }
+}
+
 TEST(Cli, Bf16MixedMlpEpochIsWithinOnePointOfFloat32) {
   const auto out =
       arc("train --set trainer.precision=bf16-mixed --set trainer.num_threads=1 "

@@ -73,7 +73,13 @@ TEST(Config, KeysWithDefaultsListWhatWasRead) {
   config.get_optional<std::string>("tag");
   config.get<std::string>("act", "relu");
   EXPECT_THROW(config.require<std::string>("name"), Error);
-  EXPECT_EQ(config.keys_with_defaults(), "act=\"relu\", hidden=256, lr=0.05, name (required), tag=null");
+  EXPECT_EQ(join(config.keys_with_defaults()), "act=\"relu\", hidden=256, lr=0.05, name (required), tag=null");
+  // A survey goes on past a required key, so that the keys read after it are listed too.
+  const auto survey = Config::survey("trainer.callbacks");
+  EXPECT_EQ(survey.require<std::string>("monitor"), "");
+  EXPECT_EQ(survey.require<double>("lr"), 0.0);
+  survey.get<int64_t>("patience", 3);
+  EXPECT_EQ(join(survey.keys_with_defaults()), "lr (required), monitor (required), patience=3");
 }
 
 TEST(Config, MissingRequiredKeyIsAnError) {
