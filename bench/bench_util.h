@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -22,6 +23,7 @@
 
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <cstdio>
 #include <iomanip>
 #include <sstream>
@@ -148,12 +150,28 @@ inline nlohmann::json result_from(FILE* pipe, const std::string& command) {
 /// Starts `command`, its standard error with its output, to be read by result_from.
 inline FILE* start_command(const std::string& command) { return popen((command + " 2>&1").c_str(), "r"); }
 
+/// A folder of this bench process's own, removed when it exits: the default_root_dir of the runs it
+/// makes, so that their logs and checkpoints are not left in the folder the bench was started from.
+inline const std::string& scratch_root() {
+  struct Folder {
+    std::string path = (std::filesystem::temp_directory_path() / ("arc_bench_" + std::to_string(getpid()))).string();
+    ~Folder() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  };
+  static const Folder folder;
+  return folder.path;
+}
+
 #ifdef ARC_BINARY
-/// `arc train` on `accelerator` with `threads` intra-op threads and no progress bar: how every bench
-/// starts a fresh run of the canonical workload. The accelerator is named, as "auto" would take a GPU.
+/// `arc train` on `accelerator` with `threads` intra-op threads and no progress bar, writing into
+/// scratch_root(): how every bench starts a fresh run of the canonical workload. The accelerator is
+/// named, as "auto" would take a GPU.
 inline std::string arc_train(const std::string& accelerator = "cpu", int threads = 1) {
   return std::string(ARC_BINARY) + " train --set trainer.accelerator=" + accelerator +
-         " --set trainer.num_threads=" + std::to_string(threads) + " --set trainer.enable_progress_bar=false";
+         " --set trainer.num_threads=" + std::to_string(threads) +
+         " --set trainer.enable_progress_bar=false --set trainer.default_root_dir=" + scratch_root();
 }
 #endif
 

@@ -13,9 +13,7 @@
 
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -43,9 +41,6 @@ class Tiny : public TrainModule {
  private:
   bool log_loss_;
 };
-
-// Where the default ModelCheckpoint of the "default callbacks" rows writes.
-std::string scratch_root() { return "/tmp/arc_bench_trainer_" + std::to_string(getpid()); }
 
 struct TinyData {
   torch::Tensor x = torch::randn({kTinySteps * kTinyBatch, 32});
@@ -223,7 +218,6 @@ int main(int argc, char** argv) try {
   row("CNN " + std::to_string(cnn_batches) + " steps: glibc malloc defaults", plain_sps, "samples/s", 1.0);
   row("CNN: tune_malloc (Trainer default)", sps(tuned), "samples/s", sps(tuned) / plain_sps);
   row("CNN: minor page faults, defaults", static_cast<double>(plain.front().minor_faults), "faults", 1.0);
-  std::filesystem::remove_all(scratch_root());
   row("CNN: minor page faults, tune_malloc", static_cast<double>(tuned.front().minor_faults), "faults",
       static_cast<double>(tuned.front().minor_faults) / static_cast<double>(plain.front().minor_faults));
   return 0;

@@ -102,7 +102,7 @@ struct Args {
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
   bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false, async_checkpoint = false;
   bool fit_again = false, toggle = false, freeze_bias_elsewhere = false;
-  std::string out, fail, loop = "trainer", root = ".", precision = "32-true", loggers, prepare_log;
+  std::string out, fail, loop = "trainer", root, precision = "32-true", loggers, prepare_log;
   std::string even_batches = "error";
   // The custom loop's state: saved after step save_at to `state` (Accelerator::save), or loaded from
   // `resume` before it starts.
@@ -401,8 +401,10 @@ int main(int argc, char** argv) {
       .sync_batchnorm(args.sync_batchnorm)
       .static_graph(args.static_graph)
       .find_unused_parameters(args.find_unused)
-      .default_root_dir(args.root)
+      .default_root_dir(args.root.empty() ? "." : args.root)
       .precision(args.precision);
+  // Without --root nothing is logged: no folder is left where the test runs.
+  if (args.root.empty()) options.logger(false);
   options.elastic_checkpoint_every_n_steps(args.elastic_every).async_checkpointing(args.async_checkpoint);
   options.enable_progress_bar(false).enable_model_summary(false).enable_checkpointing(false).deterministic(true);
   try {
@@ -461,10 +463,12 @@ int main(int argc, char** argv) {
     if (args.finetune >= 0)
       callbacks.push_back(std::make_shared<arc::BackboneFinetuning>(
           arc::BackboneFinetuningOptions().backbone("fc1").unfreeze_backbone_at_epoch(args.finetune)));
-    if (args.checkpoint_every > 0)
+    if (args.checkpoint_every > 0) {
+      ARC_CHECK(!args.root.empty(), "--checkpoint-every needs --root, the folder of its checkpoints");
       callbacks.push_back(std::make_shared<arc::ModelCheckpoint>(arc::ModelCheckpointOptions()
                                                                      .dirpath(args.root + "/checkpoints")
                                                                      .every_n_train_steps(args.checkpoint_every)));
+    }
     arc::Trainer trainer(options, callbacks, make_loggers(args));
     if (args.fsize_limit > 0 && trainer.is_global_zero()) {
       std::signal(SIGXFSZ, SIG_IGN);
