@@ -453,10 +453,11 @@ int fail(const std::string& kind, const std::string& message, int code) {
   return code;
 }
 
-// The names `command`'s options go by on a command line: --config, -c, ...
+// The names `command`'s options go by on a command line (--config, -c, ...), hidden ones left out.
 std::vector<std::string> option_names(const CLI::App& command) {
   std::vector<std::string> names;
   for (const auto* option : command.get_options()) {
+    if (option->get_group().empty()) continue;  // hidden: --class_help, which --<key>.help becomes
     for (const auto& name : option->get_lnames()) names.push_back("--" + name);
     for (const auto& name : option->get_snames()) names.push_back("-" + name);
   }
