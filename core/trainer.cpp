@@ -307,6 +307,16 @@ void Trainer::set_accumulate_grad_batches(int64_t batches) {
   state_->accumulate_grad_batches = batches;
 }
 
+void Trainer::set_max_epochs(int64_t epochs) {
+  ARC_CHECK(epochs >= -1, "set_max_epochs(", epochs, "): max_epochs must be >= 0, or -1 for no limit");
+  options_.max_epochs(epochs);
+}
+
+void Trainer::set_max_steps(int64_t steps) {
+  ARC_CHECK(steps >= -1, "set_max_steps(", steps, "): max_steps must be >= 0, or -1 for no limit");
+  options_.max_steps(steps);
+}
+
 void Trainer::save_checkpoint(const std::string& path, bool weights_only, std::optional<bool> in_background) {
   TrainModule* module = module_ != nullptr ? module_ : last_module_;
   ARC_CHECK(module != nullptr,

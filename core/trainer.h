@@ -78,6 +78,11 @@ class Trainer {
   void log_to_loggers(const Metrics& metrics);
   /// Batches per optimizer step from now on (GradientAccumulationScheduler sets it per epoch).
   void set_accumulate_grad_batches(int64_t batches);
+  /// The limits of fit from now on (Lightning's `trainer.fit_loop.max_epochs = n`): a fit that ended at
+  /// max_epochs trains on in the next fit once it is raised (-1: no limit). A fit keeps the epoch and
+  /// global step of this Trainer's earlier one, as Lightning's does.
+  void set_max_epochs(int64_t epochs);
+  void set_max_steps(int64_t steps);
   int64_t accumulate_grad_batches() const;
   /// Writes a checkpoint of the running (or last) module; rank 0 writes, other ranks return.
   /// `in_background` (unset: the async_checkpointing option) during fit: rank 0 copies the state

@@ -20,8 +20,6 @@ using detail::call_hook;
 
 FitLoop::FitLoop(Trainer& trainer, detail::RunState& state, TrainModule& module, FitData data, std::string resume_from)
     : trainer_(trainer), state_(state), module_(module), data_(std::move(data)), resume_from_(std::move(resume_from)) {
-  const auto& o = trainer_.options();
-  max_epochs_ = o.max_epochs().value_or(o.max_steps() == -1 ? 1000 : -1);
   state_.fit_loop = this;
   load_train();
   load_val();
@@ -39,12 +37,12 @@ void FitLoop::count_training() {
   const bool unknown = n == kUnknownLength;
   const int64_t per_epoch = unknown ? n : (n + o.accumulate_grad_batches() - 1) / o.accumulate_grad_batches();
   // A stream's epochs have no known length: only max_steps bounds the fit ahead (-1: unknown).
-  if (max_epochs_ == -1 || unknown)
+  if (max_epochs() == -1 || unknown)
     state_.estimated_stepping_batches = o.max_steps();
   else if (o.max_steps() == -1)
-    state_.estimated_stepping_batches = per_epoch * max_epochs_;
+    state_.estimated_stepping_batches = per_epoch * max_epochs();
   else
-    state_.estimated_stepping_batches = std::min(per_epoch * max_epochs_, o.max_steps());
+    state_.estimated_stepping_batches = std::min(per_epoch * max_epochs(), o.max_steps());
   const auto& interval = o.val_check_interval();
   if (interval.is_time) {
     val_every_ = 0;  // by the clock: validation_wanted()
@@ -121,7 +119,13 @@ std::vector<OptimizerConfig> checked_optimizers(TrainModule& module) {
   return optimizers;
 }
 
-bool FitLoop::epochs_done() const { return max_epochs_ != -1 && state_.progress.current_epoch >= max_epochs_; }
+// Read at each use: Trainer::set_max_epochs may raise it (between fits, or from a callback).
+int64_t FitLoop::max_epochs() const {
+  const auto& o = trainer_.options();
+  return o.max_epochs().value_or(o.max_steps() == -1 ? 1000 : -1);
+}
+
+bool FitLoop::epochs_done() const { return max_epochs() != -1 && state_.progress.current_epoch >= max_epochs(); }
 
 bool FitLoop::steps_done() const {
   const auto& o = trainer_.options();
@@ -153,7 +157,8 @@ bool FitLoop::validation_at_stop() const {
 void FitLoop::run() {
   auto& t = trainer_;
   state_.optimizers = checked_optimizers(module_);
-  state_.progress = Progress();
+  // As Lightning's fit loop, the progress of this Trainer's earlier fit stays: a second fit goes on
+  // from its epoch and step, up to limits that Trainer::set_max_epochs and set_max_steps may raise.
   state_.accumulate_grad_batches = t.options().accumulate_grad_batches();
   if (!resume_from_.empty()) {
     CheckpointConnector(t, state_).restore_training(module_, resume_from_);
@@ -161,6 +166,7 @@ void FitLoop::run() {
     console().info("resumed from '{}' at epoch {}, batch {}, global step {}", resume_from_,
                    state_.progress.current_epoch, first_batch_, state_.progress.global_step);
   }
+  done_at_start_ = epochs_done() || steps_done();
   state_.training = true;
   state_.background_saves = true;
   module_.train();
@@ -171,7 +177,8 @@ void FitLoop::run() {
     state_.logging.log_hyperparams(module_.hparams());
   }
   if (resume_from_.empty()) sanity_check();
-  call_hook(t, module_, "on_train_start", &Callback::on_train_start, &TrainModule::on_train_start);
+  // A fit with nothing left to train skips the training hooks, as Lightning's.
+  if (!done_at_start_) call_hook(t, module_, "on_train_start", &Callback::on_train_start, &TrainModule::on_train_start);
   signals_ = std::make_unique<SignalConnector>(t, state_);
   if (auto* group = t.strategy().collectives(); group != nullptr && group->world_size() > 1)
     stragglers_ = std::make_unique<StragglerMonitor>(*group);
@@ -183,7 +190,7 @@ void FitLoop::run() {
   while (state_.num_training_batches > 0 && !epochs_done() && !steps_done() && !stop_requested()) run_epoch();
   signals_.reset();
   stragglers_.reset();
-  call_hook(t, module_, "on_train_end", &Callback::on_train_end, &TrainModule::on_train_end);
+  if (!done_at_start_) call_hook(t, module_, "on_train_end", &Callback::on_train_end, &TrainModule::on_train_end);
   if (!state_.tuning) call_hook(t, module_, "on_fit_end", &Callback::on_fit_end, &TrainModule::on_fit_end);
   finish_background_saves();
   state_.training = false;
@@ -219,10 +226,21 @@ void FitLoop::say_why_fit_ended() const {
     console().info("fit stopped: max_time={} s reached ({:.1f} s elapsed{})", o.max_time().value_or(0),
                    trainer_.elapsed_seconds(), held.empty() ? "" : ": " + held + " kept it going");
   } else if (o.max_steps() != -1 && state_.progress.global_step >= o.max_steps()) {
-    console().info("fit stopped: max_steps={} reached", o.max_steps());
+    console().info("fit stopped: max_steps={} reached{}", o.max_steps(), nothing_to_train("max_steps"));
   } else if (epochs_done()) {
-    console().info("fit stopped: max_epochs={} reached", max_epochs_);
+    console().info("fit stopped: max_epochs={} reached{}", max_epochs(), nothing_to_train("max_epochs"));
   }
+}
+
+// Why a fit that trained nothing did not: an earlier fit of this Trainer, or the checkpoint it
+// resumed from, had reached its `limit` already.
+std::string FitLoop::nothing_to_train(const std::string& limit) const {
+  if (!done_at_start_) return "";
+  const std::string where = resume_from_.empty() ? "this Trainer's earlier fit" : "the checkpoint it resumed from";
+  return fmt::format(
+      " before this fit began ({} ended at epoch {}, global step {}): nothing was trained; raise {} "
+      "(Trainer::set_{}) to train on",
+      where, state_.progress.current_epoch, state_.progress.global_step, limit, limit);
 }
 
 void FitLoop::finish_background_saves() {

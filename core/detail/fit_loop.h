@@ -45,6 +45,8 @@ class FitLoop {
   void reload_train();
 
  private:
+  /// max_epochs, or its default: 1000, or none (-1) where max_steps is set.
+  int64_t max_epochs() const;
   bool epochs_done() const;
   /// max_steps reached, or max_time passed where the stop may come.
   bool steps_done() const;
@@ -59,6 +61,7 @@ class FitLoop {
   /// Lightning's line on why fit ended: a stop asked for, or (outside tuning) max_time, max_steps or
   /// max_epochs.
   void say_why_fit_ended() const;
+  std::string nothing_to_train(const std::string& limit) const;
   void run_epoch();
   /// Takes the training loader from `data_.train` and counts its batches.
   void load_train();
@@ -106,7 +109,9 @@ class FitLoop {
   Loaders val_;
   /// The epoch whose start loaded the validation loaders.
   int64_t val_loaded_epoch_ = 0;
-  int64_t max_epochs_ = -1;
+  /// Whether max_epochs or max_steps had been reached when the fit began (by an earlier fit, or in the
+  /// checkpoint it resumed from).
+  bool done_at_start_ = false;
   std::vector<int64_t> val_batches_;
   int64_t val_every_ = 0;
   std::string resume_from_;

@@ -1,6 +1,8 @@
 // What runs under each Trainer option: steps, optimizer steps, validation runs and batches.
 #include "support/tiny_module.h"
 
+#include "support/errors.h"
+
 #include <arc/accelerators/accelerator_backend.h>
 
 #include <fmt/format.h>
@@ -14,6 +16,7 @@
 namespace arc {
 namespace {
 
+using testing::error_of;
 using testing::quiet;
 using testing::tiny_data;
 using testing::TinyModule;
@@ -313,6 +316,53 @@ TEST(Trainer, FitSaysWhatEndedIt) {
   EXPECT_NE(
       said(quiet().max_epochs(5), {std::make_shared<StopAtFirstEpochEnd>()}).find("fit stopped: test asked to stop"),
       std::string::npos);
+}
+
+// As Lightning's, a second fit on one Trainer keeps the first one's epoch and step: at its limit it
+// trains nothing and says why; with the limit raised it trains on, and two fits of one epoch (plain
+// SGD, whose state is rebuilt by each fit's configure_optimizers) end on one two-epoch fit's weights.
+TEST(Trainer, ASecondFitGoesOnFromTheFirst) {
+  const auto weights = [](TinyModule& module) {
+    std::vector<torch::Tensor> parts;
+    for (const auto& p : module.parameters()) parts.push_back(p.detach().flatten().clone());
+    return torch::cat(parts);
+  };
+  TinyModule in_parts, at_once;
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < at_once.parameters().size(); ++i) at_once.parameters()[i].copy_(in_parts.parameters()[i]);
+  }
+  const auto options = quiet().max_epochs(1).limit_val_batches(BatchAmount::count(0));
+  Trainer trainer(options);
+  trainer.fit(in_parts, tiny_data(10, 2));
+  EXPECT_EQ(trainer.current_epoch(), 1);
+  EXPECT_EQ(trainer.global_step(), 5);
+  const auto after_one = weights(in_parts);
+  in_parts.hooks.clear();
+  ::testing::internal::CaptureStderr();
+  trainer.fit(in_parts, tiny_data(10, 2));
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find(
+                "fit stopped: max_epochs=1 reached before this fit began (this Trainer's earlier fit ended at epoch 1, "
+                "global step 5): nothing was trained; raise max_epochs (Trainer::set_max_epochs) to train on"),
+            std::string::npos);
+  EXPECT_TRUE(torch::equal(weights(in_parts), after_one));
+  EXPECT_EQ(in_parts.hooks, (std::vector<std::string>{"on_fit_start", "on_fit_end"}));
+  trainer.set_max_epochs(2);
+  trainer.fit(in_parts, tiny_data(10, 2));
+  EXPECT_EQ(trainer.current_epoch(), 2);
+  EXPECT_EQ(trainer.global_step(), 10);
+  Trainer(quiet().max_epochs(2).limit_val_batches(BatchAmount::count(0))).fit(at_once, tiny_data(10, 2));
+  EXPECT_TRUE(torch::equal(weights(in_parts), weights(at_once)));
+  // max_steps likewise, into the middle of an epoch.
+  trainer.set_max_epochs(-1);
+  trainer.set_max_steps(13);
+  trainer.fit(in_parts, tiny_data(10, 2));
+  EXPECT_EQ(trainer.global_step(), 13);
+  EXPECT_EQ(trainer.current_epoch(), 3);
+  EXPECT_NE(error_of([&] {
+              trainer.set_max_epochs(-2);
+            }).find("set_max_epochs(-2): max_epochs must be >= 0, or -1 for no limit"),
+            std::string::npos);
 }
 
 // Lightning's warning: epochs shorter than log_every_n_steps (5 batches here, 50 by default) leave
