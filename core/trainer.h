@@ -132,6 +132,15 @@ class Trainer {
   /// Seconds since the current stage started.
   double elapsed_seconds() const;
 
+  /// The first callback of class `T` (or of a class derived from it), or null: Lightning's
+  /// `trainer.checkpoint_callback` is `callback<ModelCheckpoint>()` (the default one too), its
+  /// `early_stopping_callback` `callback<EarlyStopping>()`.
+  template <typename T>
+  std::shared_ptr<T> callback() const {
+    for (const auto& each : callbacks_)
+      if (auto found = std::dynamic_pointer_cast<T>(each)) return found;
+    return nullptr;
+  }
   std::vector<std::shared_ptr<Callback>>& callbacks() { return callbacks_; }
   const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
   std::vector<std::shared_ptr<Logger>>& loggers() { return loggers_; }

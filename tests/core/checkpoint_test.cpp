@@ -718,8 +718,14 @@ TEST(ModelCheckpoint, SaveWeightsOnlyLeavesOutTrainingState) {
 TEST(ModelCheckpoint, DefaultCheckpointingWritesLastAndResumesFromIt) {
   const auto root = scratch_dir("default");
   TinyModule first;
-  Trainer(quiet().max_epochs(2).enable_checkpointing(true).default_root_dir(root)).fit(first, tiny_data(4, 2));
+  Trainer trainer(quiet().max_epochs(2).enable_checkpointing(true).default_root_dir(root));
+  trainer.fit(first, tiny_data(4, 2));
   EXPECT_TRUE(fs::exists(root + "/checkpoints/last.ckpt"));
+  // Lightning's trainer.checkpoint_callback: the default one, which says where it wrote.
+  ASSERT_NE(trainer.callback<ModelCheckpoint>(), nullptr);
+  EXPECT_EQ(trainer.callback<ModelCheckpoint>()->last_model_path(), root + "/checkpoints/last.ckpt");
+  EXPECT_EQ(trainer.callback<ModelCheckpoint>()->best_model_path(), root + "/checkpoints/epoch=1-step=4.ckpt");
+  EXPECT_EQ(trainer.callback<EarlyStopping>(), nullptr);
   TinyModule second;
   Trainer more(quiet().max_epochs(3).enable_checkpointing(true).default_root_dir(root));
   more.fit(second, tiny_data(4, 2), {}, "last");
