@@ -30,6 +30,7 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 namespace arc::cli {
 namespace {
@@ -377,6 +378,12 @@ int list_modules() {
     std::cout << "  " << name
               << listed(config_keys("data", [&](const Config& config) { data_module_registry().create(name, config); }))
               << "\n";
+  // The other classes a config names, each with the flag that lists one's init_args.
+  for (const auto& [what, names, key] : {std::tuple{"callbacks", callback_registry().names(), "trainer.callbacks"},
+                                         std::tuple{"loggers", logger_registry().names(), "trainer.logger"},
+                                         std::tuple{"optimizers", optimizer_registry().names(), "optimizer"},
+                                         std::tuple{"lr_schedulers", lr_scheduler_registry().names(), "lr_scheduler"}})
+    std::cout << what << " (arc fit --" << key << ".help <class> lists one's init_args):\n  " << join(names) << "\n";
   return 0;
 }
 
@@ -586,8 +593,10 @@ int run(int argc, char** argv) {
       "--margin", [&batch](double v) { batch.margin(v); }, "binsearch: lower the size found by this fraction (0.05)");
   scale_batch_size->add_option_function<int64_t>(
       "--max_val", [&batch](int64_t v) { batch.max_val(v); }, "largest size tried (8192)");
-  auto* modules =
-      app.add_subcommand("modules", "list registered modules and data modules, with the config keys each reads");
+  auto* modules = app.add_subcommand(
+      "modules",
+      "list registered modules and data modules, with the config keys each reads, then the callbacks, loggers, "
+      "optimizers and schedulers");
   std::vector<std::string> args;
   try {
     args = with_dotted_flags({argv + 1, argv + argc});

@@ -424,6 +424,10 @@ TEST(Cli, ValidateTestPredictAndModules) {
             std::string::npos)
       << out.output;
   EXPECT_NE(out.output.find("cnn_classifier"), std::string::npos);
+  EXPECT_NE(out.output.find("optimizers (arc fit --optimizer.help <class> lists one's init_args):\n  Adagrad, Adam, "
+                            "AdamW, RMSprop, SGD\n"),
+            std::string::npos)
+      << out.output;
   out = arc("--help");
   EXPECT_EQ(out.status, 0);
   EXPECT_NE(out.output.find("Examples:"), std::string::npos);
