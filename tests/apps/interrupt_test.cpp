@@ -74,10 +74,11 @@ TEST_F(Interrupt, CtrlCStopsEveryDdpSpawnRankSavesAndExits130) {
   terminal->type("\x03");
   EXPECT_EQ(terminal->wait_exit(120), 130) << terminal->output();
   expect_saved_and_said(*terminal);
-  // The saved state loads: one validation pass from it.
+  // The saved state loads: one validation pass from it (its log folder in the test's own).
   const auto check =
       arc::testing::run_command(std::string(ARC_BINARY) + " validate --ckpt " + saved() +
-                                " --set trainer.limit_val_batches=2 --set trainer.enable_progress_bar=false");
+                                " --set trainer.limit_val_batches=2 --set trainer.default_root_dir=" + dir_ +
+                                " --set trainer.enable_progress_bar=false");
   EXPECT_EQ(check.status, 0) << check.output;
 }
 
