@@ -68,7 +68,8 @@ struct Experiment {
   /// trainer.callbacks and trainer.logger entries, built.
   std::vector<std::shared_ptr<Callback>> callbacks;
   std::vector<std::shared_ptr<Logger>> loggers;
-  /// The config with the names chosen and every trainer option, as config.yaml saves it.
+  /// The config with the names chosen, every trainer option, and every init_arg of its entries
+  /// (callbacks, loggers, module, data, optimizer, scheduler) with its default, as config.yaml saves it.
   nlohmann::json resolved;
   /// LightningCLI's top-level ckpt_path ("" when none): what --resume or --ckpt give, when they are not.
   std::string ckpt_path;
@@ -88,11 +89,11 @@ nlohmann::json take_objects(nlohmann::json trainer, Experiment& out) {
   for (const char* key : {"callbacks", "logger"})
     if (const auto value = trainer.find(key); value != trainer.end() && value->is_null()) trainer.erase(value);
   if (const auto callbacks = trainer.find("callbacks"); callbacks != trainer.end()) {
-    out.callbacks = callbacks_from_json(*callbacks, "trainer.callbacks");
+    out.callbacks = callbacks_from_json(*callbacks, "trainer.callbacks", &out.resolved["trainer"]["callbacks"]);
     trainer.erase(callbacks);
   }
   if (const auto logger = trainer.find("logger"); logger != trainer.end() && names_objects(*logger)) {
-    out.loggers = loggers_from_json(*logger, "trainer.logger");
+    out.loggers = loggers_from_json(*logger, "trainer.logger", &out.resolved["trainer"]["logger"]);
     trainer.erase(logger);
   }
   return trainer;
@@ -125,20 +126,29 @@ bool is_class_path_entry(const nlohmann::json& section) {
 
 // What the module or data section `path` builds: the registered class its "name" gives (`fallback`
 // when it gives none; "" makes the name required) with the section's other keys as its options, or
-// LightningCLI's entry's class with its init_args. `name` is set to the class chosen.
+// LightningCLI's entry's class with its init_args. `resolved` gets the section with the class chosen
+// and every option the class read, defaults included.
 template <typename T>
 std::shared_ptr<T> from_section(const Registry<T, const Config&>& registry, const nlohmann::json* section,
-                                const std::string& path, const std::string& fallback, std::string& name) {
+                                const std::string& path, const std::string& fallback, nlohmann::json& resolved) {
   if (section != nullptr && is_class_path_entry(*section))
-    return detail::with_class_path(*section, path, [&](const std::string& class_name, const Config& init_args) {
-      name = class_name;
-      return registry.create(class_name, init_args);
-    });
+    return detail::with_class_path(
+        *section, path,
+        [&](const std::string& class_name, const Config& init_args) { return registry.create(class_name, init_args); },
+        &resolved);
   Config options(section ? *section : nlohmann::json::object(), path);
-  name = fallback.empty() ? options.require<std::string>("name") : options.get<std::string>("name", fallback);
+  const auto name =
+      fallback.empty() ? options.require<std::string>("name") : options.get<std::string>("name", fallback);
   auto built = registry.create(name, options);
   options.finish();
+  resolved = section ? *section : nlohmann::json::object();
+  resolved.update(options.defaults_taken());
   return built;
+}
+
+// The class a resolved module or data section names.
+std::string class_named(const nlohmann::json& resolved) {
+  return detail::registered_name(resolved.value("class_path", resolved.value("name", std::string())));
 }
 
 Experiment build(const nlohmann::json& config_json) {
@@ -150,13 +160,16 @@ Experiment build(const nlohmann::json& config_json) {
   ARC_CHECK(module_json == nullptr || model_json == nullptr,
             "the config has both 'module' and 'model' (LightningCLI's name for the same section); keep one of them");
   const std::string module_key = model_json != nullptr ? "model" : "module";
-  std::string module_name, data_name;
-  out.module =
-      from_section(module_registry(), model_json ? model_json : module_json, module_key, "mlp_classifier", module_name);
+  out.resolved = config_json;
+  auto& module_resolved = out.resolved[module_key];
+  out.module = from_section(module_registry(), model_json ? model_json : module_json, module_key, "mlp_classifier",
+                            module_resolved);
   const auto* data_json = root.find("data");
-  out.data = from_section(data_module_registry(), data_json, "data", default_data_module(module_name), data_name);
+  out.data = from_section(data_module_registry(), data_json, "data", default_data_module(class_named(module_resolved)),
+                          out.resolved["data"]);
   const auto* trainer_json = root.find("trainer");
   const auto* seed_everything = root.find("seed_everything");
+  out.resolved["trainer"] = nlohmann::json::object();  // take_objects puts the callbacks and loggers there
   out.options = TrainerOptions::from_json(
       take_objects(with_seed_everything(trainer_json ? *trainer_json : nlohmann::json::object(),
                                         seed_everything ? *seed_everything : nlohmann::json()),
@@ -166,20 +179,18 @@ Experiment build(const nlohmann::json& config_json) {
   const auto* lr_scheduler = root.find("lr_scheduler");
   out.ckpt_path = root.get_optional<std::string>("ckpt_path").value_or("");
   out.verbose = root.get_optional<bool>("verbose");
-  if (optimizer != nullptr || lr_scheduler != nullptr)
+  if (optimizer != nullptr || lr_scheduler != nullptr) {
     out.module->set_optimizer_config(optimizer ? *optimizer : nullptr, lr_scheduler ? *lr_scheduler : nullptr);
+    if (optimizer != nullptr) out.resolved["optimizer"] = out.module->optimizer_config();
+    if (lr_scheduler != nullptr) out.resolved["lr_scheduler"] = out.module->lr_scheduler_config();
+  }
   root.finish();
-  out.resolved = config_json;
-  // A LightningCLI entry names its class already.
-  if (!is_class_path_entry(config_json.value(module_key, nlohmann::json())))
-    out.resolved[module_key]["name"] = module_name;
-  if (!is_class_path_entry(config_json.value("data", nlohmann::json()))) out.resolved["data"]["name"] = data_name;
-  out.resolved["trainer"] = out.options.to_json();
+  // Every trainer option, beside the callbacks and loggers entries that take_objects resolved.
+  const auto options = out.options.to_json();
+  for (const auto& [key, value] : options.items())
+    if (!out.resolved["trainer"].contains(key)) out.resolved["trainer"][key] = value;
   // The seed that seed_everything chose, as LightningCLI saves it, so that config.yaml repeats the run.
   if (seed_everything != nullptr && out.options.seed()) out.resolved["seed_everything"] = *out.options.seed();
-  for (const char* key : {"callbacks", "logger"})
-    if (trainer_json != nullptr && trainer_json->contains(key) && names_objects(trainer_json->at(key)))
-      out.resolved["trainer"][key] = trainer_json->at(key);
   return out;
 }
 
@@ -535,9 +546,10 @@ int run(int argc, char** argv) {
   for (const char* name : {"fit", "validate", "test", "predict"}) {
     auto* command = app.add_subcommand(name, std::string(name) + " a registered module as the config says");
     add_config_options(command);
-    command->add_flag("--print_config", print_config,
-                      "print the resolved config (every trainer option) as YAML and exit; feeding it back with "
-                      "--config reproduces the run");
+    command->add_flag(
+        "--print_config", print_config,
+        "print the resolved config (every trainer option and init_arg) as YAML and exit; feeding it back with "
+        "--config reproduces the run");
     if (std::string(name) == "fit") {
       // LightningCLI's name; `train` stays as it was.
       command->alias("train");

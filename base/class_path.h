@@ -66,9 +66,11 @@ inline nlohmann::json with_init_args_gathered(const nlohmann::json& entry, const
 /// What `build(class name, init_args)` makes of `entry` ({"class_path", "init_args"}, or the
 /// class_path alone as a string, as LightningCLI takes it, and keys beside class_path as init_args:
 /// with_init_args_gathered), every init_args key read; errors name `path` (the entry's place in the
-/// config).
+/// config). `resolved`, when given, gets the entry as {"class_path", "init_args"} with the default of
+/// every init_arg the build read and the entry left out (Config::defaults_taken).
 template <typename Build>
-auto with_class_path(const nlohmann::json& entry, const std::string& path, const Build& build) {
+auto with_class_path(const nlohmann::json& entry, const std::string& path, const Build& build,
+                     nlohmann::json* resolved = nullptr) {
   Config fields(with_init_args_gathered(entry, path), path);
   const auto class_path = fields.require<std::string>("class_path");
   const auto* init_json = fields.find("init_args");
@@ -90,28 +92,40 @@ auto with_class_path(const nlohmann::json& entry, const std::string& path, const
     }
   }();
   init_args.finish();
+  if (resolved != nullptr) {
+    auto spelt = init_json != nullptr ? *init_json : nlohmann::json::object();
+    spelt.update(init_args.defaults_taken());
+    *resolved = {{"class_path", class_path}, {"init_args", spelt}};
+  }
   return built;
 }
 
 /// `T` built by `registry` from `entry`, as with_class_path.
 template <typename T>
 std::shared_ptr<T> from_class_path(const Registry<T, const Config&>& registry, const nlohmann::json& entry,
-                                   const std::string& path) {
+                                   const std::string& path, nlohmann::json* resolved = nullptr) {
   return with_class_path(
-      entry, path, [&](const std::string& name, const Config& init_args) { return registry.create(name, init_args); });
+      entry, path, [&](const std::string& name, const Config& init_args) { return registry.create(name, init_args); },
+      resolved);
 }
 
 /// Every entry of `list`: an array of such entries, or one entry (an object or a class_path string),
 /// as Lightning's Trainer takes one callback or logger or a list; `path` names the list in errors.
+/// `resolved`, when given, gets the list of the entries resolved as with_class_path resolves them.
 template <typename T>
 std::vector<std::shared_ptr<T>> from_class_paths(const Registry<T, const Config&>& registry, const nlohmann::json& list,
-                                                 const std::string& path) {
-  if (list.is_object() || list.is_string()) return {from_class_path(registry, list, path)};
-  ARC_CHECK(list.is_array(), "config key '", path,
+                                                 const std::string& path, nlohmann::json* resolved = nullptr) {
+  const auto entries = list.is_object() || list.is_string() ? nlohmann::json::array({list}) : list;
+  ARC_CHECK(entries.is_array(), "config key '", path,
             "' must be a list of {class_path, init_args} entries (or one entry), got ", list.dump());
   std::vector<std::shared_ptr<T>> out;
-  for (size_t i = 0; i < list.size(); ++i)
-    out.push_back(from_class_path(registry, list[i], path + "[" + std::to_string(i) + "]"));
+  if (resolved != nullptr) *resolved = nlohmann::json::array();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    nlohmann::json entry;
+    out.push_back(from_class_path(registry, entries[i], list.is_array() ? path + "[" + std::to_string(i) + "]" : path,
+                                  resolved != nullptr ? &entry : nullptr));
+    if (resolved != nullptr) resolved->push_back(entry);
+  }
   return out;
 }
 

@@ -85,6 +85,13 @@ std::vector<std::string> Config::keys_with_defaults() const {
   return out;
 }
 
+nlohmann::json Config::defaults_taken() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& key : read_)
+    if (!values_.contains(key) && required_.count(key) == 0 && defaults_.contains(key)) out[key] = defaults_[key];
+  return out;
+}
+
 std::string set_dotted(nlohmann::json& root, const std::string& key, const std::string& text) {
   const bool append = !key.empty() && key.back() == '+';
   const std::string path = append ? key.substr(0, key.size() - 1) : key;

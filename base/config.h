@@ -95,6 +95,11 @@ class Config {
   /// (required)" (a key read without a default alone); what a class built from a survey() reads.
   std::vector<std::string> keys_with_defaults() const;
 
+  /// The keys asked for that the section did not hold, each with the default its reader took (keys
+  /// read without a default, and required ones, left out): with the section, every value the reader
+  /// used, as LightningCLI's saved configs spell them out.
+  nlohmann::json defaults_taken() const;
+
   /// For a reader that stopped at `error` before asking for every key it knows: throws for the
   /// first key never read that looks like a misspelling of one it asked for and did not find (a
   /// misspelt key explains a missing one best), naming both and `error`. Nothing otherwise: a key

@@ -337,8 +337,9 @@ bool detail::add_callback(const std::string& name, Registry<Callback, const Conf
   return true;
 }
 
-std::vector<std::shared_ptr<Callback>> callbacks_from_json(const nlohmann::json& list, const std::string& path) {
-  return detail::from_class_paths(callback_registry(), list, path);
+std::vector<std::shared_ptr<Callback>> callbacks_from_json(const nlohmann::json& list, const std::string& path,
+                                                           nlohmann::json* resolved) {
+  return detail::from_class_paths(callback_registry(), list, path, resolved);
 }
 
 }  // namespace arc

@@ -19,8 +19,10 @@ Registry<Callback, const Config&>& callback_registry();
 
 /// The callbacks of `list` (an array of class_path/init_args objects or class_path strings, or one
 /// of them); `path` names the list in errors ("trainer.callbacks"), which then name the entry and key:
-/// "trainer.callbacks[1].init_args.mode".
-std::vector<std::shared_ptr<Callback>> callbacks_from_json(const nlohmann::json& list, const std::string& path);
+/// "trainer.callbacks[1].init_args.mode". `resolved`, when given, gets the list with each entry's
+/// init_args spelt out, defaults included, as LightningCLI saves them.
+std::vector<std::shared_ptr<Callback>> callbacks_from_json(const nlohmann::json& list, const std::string& path,
+                                                           nlohmann::json* resolved = nullptr);
 
 namespace detail {
 bool add_callback(const std::string& name, Registry<Callback, const Config&>::Factory factory);

@@ -168,22 +168,27 @@ Registry<SchedulerConfig, torch::optim::Optimizer&, const Config&>& lr_scheduler
 namespace {
 
 // The optimizer `optimizer_json` names over `parameters` (or fallback()), with the scheduler
-// `scheduler_json` names (when not null).
+// `scheduler_json` names (when not null); `resolved`, when given, gets both entries spelt out
+// (with_class_path), nulls where not given.
 OptimizerConfig build_optimizer(const nlohmann::json& optimizer_json, const nlohmann::json& scheduler_json,
-                                std::vector<torch::Tensor> parameters,
-                                const std::function<OptimizerConfig()>& fallback) {
+                                std::vector<torch::Tensor> parameters, const std::function<OptimizerConfig()>& fallback,
+                                std::pair<nlohmann::json, nlohmann::json>* resolved = nullptr) {
   OptimizerConfig out = optimizer_json.is_null()
                             ? fallback()
                             : OptimizerConfig(detail::with_class_path(
-                                  optimizer_json, "optimizer", [&](const std::string& name, const Config& init_args) {
+                                  optimizer_json, "optimizer",
+                                  [&](const std::string& name, const Config& init_args) {
                                     return optimizer_registry().create(name, std::move(parameters), init_args);
-                                  }));
+                                  },
+                                  resolved != nullptr ? &resolved->first : nullptr));
   if (!scheduler_json.is_null()) {
     auto& optimizer = *out.optimizer;
-    out.lr_scheduler =
-        *detail::with_class_path(scheduler_json, "lr_scheduler", [&](const std::string& name, const Config& init_args) {
+    out.lr_scheduler = *detail::with_class_path(
+        scheduler_json, "lr_scheduler",
+        [&](const std::string& name, const Config& init_args) {
           return lr_scheduler_registry().create(name, optimizer, init_args);
-        });
+        },
+        resolved != nullptr ? &resolved->second : nullptr);
   }
   return out;
 }
@@ -191,13 +196,17 @@ OptimizerConfig build_optimizer(const nlohmann::json& optimizer_json, const nloh
 }  // namespace
 
 void TrainModule::set_optimizer_config(nlohmann::json optimizer, nlohmann::json lr_scheduler) {
-  optimizer_json_ = std::move(optimizer);
-  scheduler_json_ = std::move(lr_scheduler);
-  // Built once now over a stand-in parameter, so that a bad entry is an error before any rank starts.
+  // Built once now over a stand-in parameter, so that a bad entry is an error before any rank starts;
+  // kept as that build spells the entries out ({class_path, init_args} with every default), which
+  // build the same optimizer and scheduler.
   const auto stand_in = [] { return std::vector<torch::Tensor>{torch::zeros({1}).requires_grad_()}; };
-  build_optimizer(optimizer_json_, scheduler_json_, stand_in(), [&] {
-    return OptimizerConfig(std::make_shared<torch::optim::SGD>(stand_in(), torch::optim::SGDOptions(0.1)));
-  });
+  std::pair<nlohmann::json, nlohmann::json> resolved;
+  build_optimizer(
+      optimizer, lr_scheduler, stand_in(),
+      [&] { return OptimizerConfig(std::make_shared<torch::optim::SGD>(stand_in(), torch::optim::SGDOptions(0.1))); },
+      &resolved);
+  optimizer_json_ = std::move(resolved.first);
+  scheduler_json_ = std::move(resolved.second);
 }
 
 OptimizerConfig TrainModule::configured_optimizer(std::vector<torch::Tensor> parameters,

@@ -206,7 +206,8 @@ class TrainModule : public torch::nn::Module {
   /// Set by `arc fit` from the config's `optimizer` and `lr_scheduler` sections ({class_path, init_args};
   /// null: not given).
   void set_optimizer_config(nlohmann::json optimizer, nlohmann::json lr_scheduler);
-  /// The config's optimizer and lr_scheduler sections (null: not given).
+  /// The config's optimizer and lr_scheduler sections (null: not given), as {class_path, init_args}
+  /// with every init_arg spelt out, defaults included.
   const nlohmann::json& optimizer_config() const { return optimizer_json_; }
   const nlohmann::json& lr_scheduler_config() const { return scheduler_json_; }
   /// For configure_optimizers: the optimizer over `parameters` (with its scheduler) that the config

@@ -383,8 +383,7 @@ LRFinder Tuner::lr_find_in_fit(TrainModule& module, const LRFinderOptions& optio
   if (!rate_key || !lr) return result;
 
   if (from_config) {
-    auto optimizer = module.optimizer_config();
-    if (optimizer.is_string()) optimizer = {{"class_path", optimizer}};  // a class_path alone
+    auto optimizer = module.optimizer_config();  // {class_path, init_args}, as set_optimizer_config keeps it
     optimizer["init_args"]["lr"] = *lr;
     module.set_optimizer_config(std::move(optimizer), module.lr_scheduler_config());
   }

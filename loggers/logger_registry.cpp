@@ -60,8 +60,9 @@ bool detail::add_logger(const std::string& name, Registry<Logger, const Config&>
   return true;
 }
 
-std::vector<std::shared_ptr<Logger>> loggers_from_json(const nlohmann::json& value, const std::string& path) {
-  return detail::from_class_paths(logger_registry(), value, path);
+std::vector<std::shared_ptr<Logger>> loggers_from_json(const nlohmann::json& value, const std::string& path,
+                                                       nlohmann::json* resolved) {
+  return detail::from_class_paths(logger_registry(), value, path, resolved);
 }
 
 }  // namespace arc

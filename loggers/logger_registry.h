@@ -17,8 +17,10 @@ namespace arc {
 Registry<Logger, const Config&>& logger_registry();
 
 /// The loggers of `value`: one class_path/init_args entry (or class_path string) or a list of them;
-/// `path` names it in errors.
-std::vector<std::shared_ptr<Logger>> loggers_from_json(const nlohmann::json& value, const std::string& path);
+/// `path` names it in errors. `resolved`, when given, gets the list with each entry's init_args spelt
+/// out, defaults included.
+std::vector<std::shared_ptr<Logger>> loggers_from_json(const nlohmann::json& value, const std::string& path,
+                                                       nlohmann::json* resolved = nullptr);
 
 namespace detail {
 bool add_logger(const std::string& name, Registry<Logger, const Config&>::Factory factory);

@@ -248,7 +248,7 @@ TEST(Config, LightningCliAppendedCallbacksAreTheConfigFilesList) {
   ASSERT_EQ(printed.status, 0) << printed.output;
   const auto early = printed.output.find("class_path: \"EarlyStopping\"");
   const auto monitor = printed.output.find("monitor: \"val_acc\"");
-  const auto timer = printed.output.find("- \"Timer\"");
+  const auto timer = printed.output.find("class_path: \"Timer\"");
   EXPECT_TRUE(early != std::string::npos && early < monitor && monitor < timer && timer != std::string::npos)
       << printed.output;
   // Appending to what is not a list, a key inside a number or an empty list, and a missing one say what
@@ -393,13 +393,23 @@ TEST(Config, PrintConfigRoundTripsToTheSameRun) {
   const std::string limits =
       " --set trainer.limit_train_batches=30 --set trainer.limit_val_batches=2 "
       "--set trainer.enable_progress_bar=false --set trainer.num_threads=1";
-  const auto base = write_config("base.yaml", "trainer:\n  max_epochs: 3\n  seed: 7\nmodule:\n  lr: 1e-3\n");
+  // As LightningCLI's, every init_arg of the module, data, callbacks, optimizer and scheduler is spelt
+  // out with the default its class took, so that the printed config repeats the run by itself.
+  const auto base = write_config("base.yaml",
+                                 "trainer:\n  max_epochs: 3\n  seed: 7\n  callbacks:\n"
+                                 "    - {class_path: EarlyStopping, init_args: {monitor: val_loss}}\n"
+                                 "module:\n  lr: 1e-3\noptimizer: {class_path: SGD, lr: 0.02}\n"
+                                 "lr_scheduler: {class_path: StepLR, init_args: {step_size: 1}}\n");
   const auto later = write_config("later.json", R"({"trainer": {"max_epochs": 1}})");
   const auto printed =
       arc_in(dir, "fit --print_config --config " + base + " --config " + later + limits + " 2>/dev/null");
   ASSERT_EQ(printed.status, 0) << printed.output;
-  for (const char* line : {"  max_epochs: 1\n", "  seed: 7\n", "  lr: 0.001\n", "  limit_train_batches: 30\n",
-                           "  accumulate_grad_batches: 1\n", "  name: \"mlp_classifier\"\n"})
+  for (const char* line :
+       {"  max_epochs: 1\n", "  seed: 7\n", "  lr: 0.001\n", "  limit_train_batches: 30\n",
+        "  accumulate_grad_batches: 1\n", "  name: \"mlp_classifier\"\n", "  hidden: 256\n", "  val_batch_size: 1000\n",
+        "    - class_path: \"EarlyStopping\"\n      init_args:\n", "        patience: 3\n",
+        "optimizer:\n  class_path: \"SGD\"\n  init_args:\n    dampening: 0.0\n    lr: 0.02\n    momentum: 0.0\n",
+        "lr_scheduler:\n  class_path: \"StepLR\"\n  init_args:\n    frequency: 1\n    gamma: 0.1\n"})
     EXPECT_NE(printed.output.find(line), std::string::npos) << line << " in\n" << printed.output;
   EXPECT_EQ(result_of(printed.output), nullptr) << "--print_config trains nothing";
   const auto from_printed = arc_in(dir, "fit --config " + write_config("printed.yaml", printed.output));
