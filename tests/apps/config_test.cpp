@@ -809,13 +809,17 @@ TEST(Config, LearningRateFinderTestsTheRateUnderDdpAndTrainsAtIt) {
   ASSERT_EQ(lr.size(), 3u);
   for (size_t epoch = 0; epoch < lr.size(); ++epoch)  // metrics.csv keeps 10 significant digits
     EXPECT_NEAR(lr[epoch], found / std::pow(2, epoch), found * 1e-9) << "epoch " << epoch;
-  // An optimizer named by its class_path alone takes the rate too.
-  const std::string alone_yaml =
-      "trainer: {max_epochs: 1, limit_train_batches: 10, num_threads: 1, callbacks: [LearningRateFinder]}\n"
-      "optimizer: torch.optim.Adam\n";
-  const auto alone = arc_in(adam_dir, "fit --config " + write_config("alone.yaml", alone_yaml));
-  ASSERT_EQ(alone.status, 0) << alone.output;
-  EXPECT_FALSE(rate_set_in(alone.output).empty()) << alone.output;
+  // An optimizer named by its class_path alone takes the rate too, and so does one whose rate is given
+  // beside class_path (jsonargparse's short form of init_args).
+  for (const char* optimizer : {"torch.optim.Adam", "{class_path: Adam, lr: 0.01}"}) {
+    const std::string yaml =
+        "trainer: {max_epochs: 1, limit_train_batches: 10, num_threads: 1, callbacks: [LearningRateFinder]}\n"
+        "optimizer: " +
+        std::string(optimizer) + "\n";
+    const auto run = arc_in(adam_dir, "fit --config " + write_config("optimizer.yaml", yaml));
+    ASSERT_EQ(run.status, 0) << run.output;
+    EXPECT_FALSE(rate_set_in(run.output).empty()) << run.output;
+  }
   fs::remove_all(dir);
   fs::remove_all(adam_dir);
 }
