@@ -30,7 +30,6 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
-#include <tuple>
 
 namespace arc::cli {
 namespace {
@@ -376,62 +375,69 @@ std::vector<std::string> config_keys(const std::string& section, const std::func
 // ": hidden=256, lr=0.05", or "" for a class that reads no keys.
 std::string listed(const std::vector<std::string>& keys) { return keys.empty() ? "" : ": " + join(keys); }
 
-int list_modules() {
-  std::cout << "modules (the config keys each reads, with their defaults):\n";
-  for (const auto& name : module_registry().names()) {
-    const auto data = default_data_module(name);
-    std::cout << "  " << name << (data.empty() ? "" : "  (data: " + data + ")")
-              << listed(config_keys("module", [&](const Config& config) { module_registry().create(name, config); }))
-              << "\n";
-  }
-  std::cout << "data modules:\n";
-  for (const auto& name : data_module_registry().names())
-    std::cout << "  " << name
-              << listed(config_keys("data", [&](const Config& config) { data_module_registry().create(name, config); }))
-              << "\n";
-  // The other classes a config names, each with the flag that lists one's init_args.
-  for (const auto& [what, names, key] : {std::tuple{"callbacks", callback_registry().names(), "trainer.callbacks"},
-                                         std::tuple{"loggers", logger_registry().names(), "trainer.logger"},
-                                         std::tuple{"optimizers", optimizer_registry().names(), "optimizer"},
-                                         std::tuple{"lr_schedulers", lr_scheduler_registry().names(), "lr_scheduler"}})
-    std::cout << what << " (arc fit --" << key << ".help <class> lists one's init_args):\n  " << join(names) << "\n";
-  return 0;
-}
-
 // A config key that names a class, and the classes it may name.
 struct ClassKey {
+  std::string key;   // "trainer.callbacks"
   std::string what;  // "callback", as unknown names are reported
   std::vector<std::string> names;
   std::function<void(const std::string& name, const Config&)> create;
 };
 
-ClassKey class_key(const std::string& key) {
+// Every config key that names a class, in the order `arc modules` lists them.
+std::vector<ClassKey> class_keys() {
   const auto stand_in = [] { return std::vector<torch::Tensor>{torch::zeros({1}).requires_grad_()}; };
-  if (key == "trainer.callbacks")
-    return {"callback", callback_registry().names(),
-            [](const std::string& name, const Config& config) { callback_registry().create(name, config); }};
-  if (key == "trainer.logger")
-    return {"logger", logger_registry().names(),
-            [](const std::string& name, const Config& config) { logger_registry().create(name, config); }};
-  if (key == "model" || key == "module")
-    return {"module", module_registry().names(),
-            [](const std::string& name, const Config& config) { module_registry().create(name, config); }};
-  if (key == "data")
-    return {"data module", data_module_registry().names(),
-            [](const std::string& name, const Config& config) { data_module_registry().create(name, config); }};
-  if (key == "optimizer")
-    return {"optimizer", optimizer_registry().names(), [stand_in](const std::string& name, const Config& config) {
-              optimizer_registry().create(name, stand_in(), config);
-            }};
-  if (key == "lr_scheduler")
-    return {"lr_scheduler", lr_scheduler_registry().names(), [stand_in](const std::string& name, const Config& config) {
-              torch::optim::SGD sgd(stand_in(), torch::optim::SGDOptions(0.1));
-              lr_scheduler_registry().create(name, sgd, config);
-            }};
-  throw Error("--" + key + ".help: '" + key +
-              "' names no class; --<key>.help <class> lists the init_args of a class that trainer.callbacks, "
-              "trainer.logger, model, data, optimizer or lr_scheduler names (`arc fit --help` lists the trainer's "
-              "keys, `arc modules` the modules')");
+  return {{"model", "module", module_registry().names(),
+           [](const std::string& name, const Config& config) { module_registry().create(name, config); }},
+          {"data", "data module", data_module_registry().names(),
+           [](const std::string& name, const Config& config) { data_module_registry().create(name, config); }},
+          {"trainer.callbacks", "callback", callback_registry().names(),
+           [](const std::string& name, const Config& config) { callback_registry().create(name, config); }},
+          {"trainer.logger", "logger", logger_registry().names(),
+           [](const std::string& name, const Config& config) { logger_registry().create(name, config); }},
+          {"optimizer", "optimizer", optimizer_registry().names(),
+           [stand_in](const std::string& name, const Config& config) {
+             optimizer_registry().create(name, stand_in(), config);
+           }},
+          {"lr_scheduler", "lr_scheduler", lr_scheduler_registry().names(),
+           [stand_in](const std::string& name, const Config& config) {
+             torch::optim::SGD sgd(stand_in(), torch::optim::SGDOptions(0.1));
+             lr_scheduler_registry().create(name, sgd, config);
+           }}};
+}
+
+// The modules and data modules with the keys each reads, then the other classes a config can name,
+// each kind with the flag that lists one's init_args.
+int list_modules() {
+  for (const auto& known : class_keys()) {
+    const bool keyed = known.key == "model" || known.key == "data";
+    std::cout << known.what << "s"
+              << (known.key == "model" ? " (the config keys each reads, with their defaults)"
+                  : keyed              ? ""
+                                       : " (arc fit --" + known.key + ".help <class> lists one's init_args)")
+              << ":\n";
+    if (!keyed) {
+      std::cout << "  " << join(known.names) << "\n";
+      continue;
+    }
+    for (const auto& name : known.names) {
+      const auto data = known.key == "model" ? default_data_module(name) : "";
+      std::cout << "  " << name << (data.empty() ? "" : "  (data: " + data + ")")
+                << listed(config_keys(known.key, [&](const Config& config) { known.create(name, config); })) << "\n";
+    }
+  }
+  return 0;
+}
+
+// The entry of class_keys() for `key` (LightningCLI's "model" is also Arclight's "module").
+ClassKey class_key(const std::string& key) {
+  std::vector<std::string> keys;
+  for (auto& known : class_keys()) {
+    if (known.key == key || (key == "module" && known.key == "model")) return known;
+    keys.push_back(known.key);
+  }
+  throw Error("--" + key + ".help: '" + key + "' names no class; --<key>.help <class> lists the init_args of a class " +
+              "that one of these keys names: " + join(keys) +
+              " (`arc fit --help` lists the trainer's keys, `arc modules` the modules')");
 }
 
 // jsonargparse's `--<key>.help <class>` (`request` is "trainer.callbacks=ModelCheckpoint"): the init_args

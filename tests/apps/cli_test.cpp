@@ -129,6 +129,8 @@ TEST(Cli, KeyHelpListsTheInitArgsOfAClassWithTheirDefaults) {
     out = arc("fit " + flags);
     EXPECT_EQ(out.status, 0) << flags;
     EXPECT_NE(out.output.find(text), std::string::npos) << out.output;
+    // Printed once, by the tool: no rank started (each would print it again).
+    EXPECT_EQ(arc::testing::occurrences(out.output, " init_args, with their defaults:\n"), 1) << out.output;
     EXPECT_EQ(out.output.find("rank"), std::string::npos) << out.output;
   }
   const std::vector<std::pair<std::string, std::string>> refused = {
