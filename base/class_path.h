@@ -120,12 +120,9 @@ std::vector<std::shared_ptr<T>> from_class_paths(const Registry<T, const Config&
             "' must be a list of {class_path, init_args} entries (or one entry), got ", list.dump());
   std::vector<std::shared_ptr<T>> out;
   if (resolved != nullptr) *resolved = nlohmann::json::array();
-  for (size_t i = 0; i < entries.size(); ++i) {
-    nlohmann::json entry;
+  for (size_t i = 0; i < entries.size(); ++i)
     out.push_back(from_class_path(registry, entries[i], list.is_array() ? path + "[" + std::to_string(i) + "]" : path,
-                                  resolved != nullptr ? &entry : nullptr));
-    if (resolved != nullptr) resolved->push_back(entry);
-  }
+                                  resolved != nullptr ? &resolved->emplace_back() : nullptr));
   return out;
 }
 

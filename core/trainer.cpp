@@ -308,13 +308,22 @@ void Trainer::set_accumulate_grad_batches(int64_t batches) {
 }
 
 void Trainer::set_max_epochs(int64_t epochs) {
-  ARC_CHECK(epochs >= -1, "set_max_epochs(", epochs, "): max_epochs must be >= 0, or -1 for no limit");
-  options_.max_epochs(epochs);
+  auto changed = options_;
+  replace_options(changed.max_epochs(epochs), "set_max_epochs(" + std::to_string(epochs) + ")");
 }
 
 void Trainer::set_max_steps(int64_t steps) {
-  ARC_CHECK(steps >= -1, "set_max_steps(", steps, "): max_steps must be >= 0, or -1 for no limit");
-  options_.max_steps(steps);
+  auto changed = options_;
+  replace_options(changed.max_steps(steps), "set_max_steps(" + std::to_string(steps) + ")");
+}
+
+void Trainer::replace_options(const TrainerOptions& changed, const std::string& call) {
+  try {
+    changed.validate();
+  } catch (const Error& error) {
+    throw Error(call + ": " + error.what());
+  }
+  options_ = changed;
 }
 
 void Trainer::save_checkpoint(const std::string& path, bool weights_only, std::optional<bool> in_background) {

@@ -197,6 +197,9 @@ class Trainer {
   /// the hyper-parameters to the loggers, as Lightning's every stage does after its restore.
   void start_evaluation(TrainModule& module, const std::string& ckpt_path);
   void setup_environment();
+  /// `changed` as the options from now on, checked as the constructor checks them; `call` names the
+  /// setter in errors.
+  void replace_options(const TrainerOptions& changed, const std::string& call);
   void attach(TrainModule& module);
   void detach();
 
