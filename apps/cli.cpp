@@ -41,7 +41,7 @@ const char* kExamples = R"(Examples:
   arc fit --set data.batch_size=128 --set trainer.limit_train_batches=0.1
   arc fit --trainer.max_epochs=3 --data.batch_size 128   LightningCLI's flags: the same as --set
   arc fit --model=cnn_classifier --optimizer=Adam --optimizer.lr=0.001 --seed_everything 42
-  arc fit --resume last                       continue from the newest last.ckpt, exactly
+  arc fit --resume last                       continue from the newest last.ckpt, exactly (none: start afresh)
   arc validate --config run.json --ckpt last  one validation pass with the last checkpoint's weights
   arc lr_find --config run.json --svg lr.svg  the learning-rate range test; prints the suggested rate
   arc scale_batch_size --mode binsearch       the largest data.batch_size whose steps fit in memory
@@ -560,8 +560,8 @@ int run(int argc, char** argv) {
       // LightningCLI's name; `train` stays as it was.
       command->alias("train");
       command->add_option("--resume,--ckpt_path", ckpt,
-                          "continue exactly from a checkpoint: a path, \"last\" or \"best\" (--ckpt_path: "
-                          "LightningCLI's name)");
+                          "continue exactly from a checkpoint: a path, \"last\" (before any last.ckpt: start afresh) "
+                          "or \"best\" (--ckpt_path: LightningCLI's name)");
     } else {
       command->add_option("--ckpt,--ckpt_path", ckpt,
                           "load the weights of this checkpoint (a path or \"last\") first (--ckpt_path: LightningCLI's "

@@ -274,7 +274,7 @@ void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, D
     if (is_global_zero())
       for (const auto& folder : {options_.default_root_dir(), log_dir() + "/checkpoints"})
         remove_stale_temporaries(folder);
-    std::string resume = ckpt_path.empty() ? "" : CheckpointConnector(*this, *state_).resolve(ckpt_path);
+    std::string resume = ckpt_path.empty() ? "" : CheckpointConnector(*this, *state_).resolve_resume(ckpt_path);
     // Rank 0 picks, so that every rank resumes from the same file.
     const auto automatic = strategy_->broadcast(
         is_global_zero() ? CheckpointConnector(*this, *state_).automatic_resume_path() : std::string());

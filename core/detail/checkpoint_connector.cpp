@@ -233,26 +233,45 @@ void CheckpointConnector::restore_logger_versions(const nlohmann::json& saved) {
 
 std::string CheckpointConnector::resolve(const std::string& ckpt_path) const {
   if (ckpt_path == "hpc") return newest_hpc_checkpoint();
-  if (ckpt_path != "last" && ckpt_path != "best") return ckpt_path;
-  const auto found = callback_files(trainer_, ckpt_path);
-  // Without a ModelCheckpoint dirpath, "last" and "best" look in this run's checkpoints folder and,
-  // with a logger, in every version's.
-  const std::string folder = trainer_.log_dir() + "/checkpoints";
-  const auto& loggers = trainer_.loggers();
-  const std::string versions = loggers.empty() ? "" : loggers[0]->versions_folder();
-  const std::string searched =
-      "'" + (versions.empty() ? folder : versions + "/version_*/checkpoints") + "' (or a ModelCheckpoint's dirpath)";
   if (ckpt_path == "best") {
+    const auto found = callback_files(trainer_, ckpt_path);
     ARC_CHECK(!found.empty(), "ckpt_path=\"best\": no ModelCheckpoint of this Trainer saved a best checkpoint in its ",
-              "fit, and no checkpoint in ", searched, " holds the state of the same ModelCheckpoint (monitor, mode) ",
-              "naming one; give the ModelCheckpoint of the run that trained, or pass a file path");
+              "fit, and no checkpoint in ", searched_folders(), " holds the state of the same ModelCheckpoint ",
+              "(monitor, mode) naming one; give the ModelCheckpoint of the run that trained, or pass a file path");
     return found.front();
   }
-  // Without a callback that checkpoints, the default folder and its logger's versions.
-  const auto candidates = found.empty() ? last_checkpoints(folder, versions) : found;
-  ARC_CHECK(!candidates.empty(), "ckpt_path=\"last\": no last.ckpt was found in ", searched,
+  if (ckpt_path != "last") return ckpt_path;
+  const auto candidates = last_candidates();
+  ARC_CHECK(!candidates.empty(), "ckpt_path=\"last\": no last.ckpt was found in ", searched_folders(),
             "; train with ModelCheckpoint save_last (the default checkpointing does) or pass a file path");
   return newest_first(candidates).front();
+}
+
+std::string CheckpointConnector::resolve_resume(const std::string& ckpt_path) const {
+  if (ckpt_path != "last" || !last_candidates().empty()) return resolve(ckpt_path);
+  if (trainer_.is_global_zero())
+    console().warn(
+        "ckpt_path=\"last\": no last.ckpt was found in {}, so fit starts afresh (as Lightning's: "
+        "\"last\" may be given to every run of a job, the first included)",
+        searched_folders());
+  return "";
+}
+
+// Without a ModelCheckpoint dirpath, "last" and "best" look in this run's checkpoints folder and,
+// with a logger, in every version's.
+std::string CheckpointConnector::searched_folders() const {
+  const auto& loggers = trainer_.loggers();
+  const std::string versions = loggers.empty() ? "" : loggers[0]->versions_folder();
+  return "'" + (versions.empty() ? trainer_.log_dir() + "/checkpoints" : versions + "/version_*/checkpoints") +
+         "' (or a ModelCheckpoint's dirpath)";
+}
+
+std::vector<std::string> CheckpointConnector::last_candidates() const {
+  auto found = callback_files(trainer_, "last");
+  if (!found.empty()) return found;
+  // Without a callback that checkpoints, the default folder and its logger's versions.
+  const auto& loggers = trainer_.loggers();
+  return last_checkpoints(trainer_.log_dir() + "/checkpoints", loggers.empty() ? "" : loggers[0]->versions_folder());
 }
 
 // Lightning's ckpt_path="hpc": the highest-numbered hpc_ckpt_<n>.ckpt in default_root_dir.

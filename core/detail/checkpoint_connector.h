@@ -42,6 +42,9 @@ class CheckpointConnector {
   /// the loggers' versions when checkpoints go to the default <log_dir>/checkpoints), "hpc" the
   /// highest-numbered hpc_ckpt_<n>.ckpt in default_root_dir; any other text is a path.
   std::string resolve(const std::string& ckpt_path) const;
+  /// What fit resumes from: as resolve, but "last" before any last.ckpt exists is "" (a fresh start,
+  /// with a warning), as Lightning's, so that a job may give "last" to every run, the first included.
+  std::string resolve_resume(const std::string& ckpt_path) const;
   /// `<folder>/hpc_ckpt_<n>.ckpt`, n one more than the highest there (Lightning's name); `folder` is
   /// the default_root_dir.
   static std::string hpc_save_path(const std::string& folder);
@@ -56,6 +59,10 @@ class CheckpointConnector {
  private:
   void restore_logger_versions(const nlohmann::json& saved);
   std::string newest_hpc_checkpoint() const;
+  /// Where "last" and "best" look without a ModelCheckpoint dirpath, as the errors name it.
+  std::string searched_folders() const;
+  /// Every last.ckpt "last" may mean: the callbacks', else the default folder's and its versions'.
+  std::vector<std::string> last_candidates() const;
 
   Trainer& trainer_;
   detail::RunState& state_;

@@ -719,7 +719,15 @@ TEST(ModelCheckpoint, DefaultCheckpointingWritesLastAndResumesFromIt) {
   const auto root = scratch_dir("default");
   TinyModule first;
   Trainer trainer(quiet().max_epochs(2).enable_checkpointing(true).default_root_dir(root));
-  trainer.fit(first, tiny_data(4, 2));
+  // As Lightning's, "last" before there is one starts afresh, so that every run of a job may pass it.
+  ::testing::internal::CaptureStderr();
+  trainer.fit(first, tiny_data(4, 2), {}, "last");
+  const auto said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("ckpt_path=\"last\": no last.ckpt was found in '" + root +
+                      "/checkpoints' (or a ModelCheckpoint's dirpath), so fit starts afresh"),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(first.counts["training_step"], 4);
   EXPECT_TRUE(fs::exists(root + "/checkpoints/last.ckpt"));
   // Lightning's trainer.checkpoint_callback: the default one, which says where it wrote.
   ASSERT_NE(trainer.callback<ModelCheckpoint>(), nullptr);
