@@ -151,7 +151,9 @@ SpawnPlan spawn_plan(const std::vector<std::string>& command_line) {
     const int64_t world =
         Devices::from_json(trainer.value("devices", nlohmann::json("auto")), "trainer.devices").known_count();
     const auto num_nodes = trainer.value("num_nodes", nlohmann::json(1));
-    const auto strategy = trainer.value("strategy", nlohmann::json("auto"));
+    const auto given = trainer.value("strategy", nlohmann::json("auto"));
+    const nlohmann::json strategy =
+        given.is_string() ? nlohmann::json(cluster::parse_strategy_name(given.get<std::string>()).name) : given;
     if (num_nodes != 1 || world < 2) return {};
     if (strategy != "ddp_spawn" && (strategy != "auto" || cluster::auto_strategy(world, 1) != "ddp_spawn")) return {};
     const auto timeout = trainer.value("timeout", nlohmann::json(SpawnPlan().timeout_s));

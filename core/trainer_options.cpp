@@ -345,8 +345,16 @@ const std::vector<OptionField>& option_fields() {
                  }),
       ARC_OPTION(accelerator, "\"auto\", \"cpu\", \"gpu\" or \"cuda\"",
                  [](const TrainerOptions& o) { check_name("accelerator", o.accelerator(), accelerator_registry()); }),
-      ARC_OPTION(strategy, "\"auto\", \"single_device\", \"ddp\", \"ddp_spawn\" or \"elastic\"",
-                 [](const TrainerOptions& o) { check_name("strategy", o.strategy(), strategy_registry()); }),
+      ARC_OPTION(strategy,
+                 "\"auto\", \"single_device\", \"ddp\", \"ddp_spawn\" or \"elastic\" (Lightning's "
+                 "\"ddp_find_unused_parameters_true\" is \"ddp\" with find_unused_parameters)",
+                 [](const TrainerOptions& o) {
+                   const auto named = cluster::parse_strategy_name(o.strategy());
+                   check_name("strategy", named.name, strategy_registry());
+                   ARC_CHECK(named.find_unused_parameters.value_or(true) || !o.find_unused_parameters(), "strategy \"",
+                             o.strategy(), "\" turns find_unused_parameters off, but ",
+                             "find_unused_parameters=true; drop one of them");
+                 }),
       ARC_OPTION(devices, "\"auto\", a count (-1: all), a list of indices, or \"0,1\"",
                  [](const TrainerOptions& o) {
                    const auto& devices = o.devices();

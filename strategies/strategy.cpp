@@ -122,7 +122,8 @@ Registry<Strategy>& strategy_registry() {
 }
 
 std::shared_ptr<Strategy> resolve_strategy(const std::string& name, int64_t devices, int64_t num_nodes) {
-  return strategy_registry().create(name == "auto" ? cluster::auto_strategy(devices, num_nodes) : name);
+  const std::string plain = cluster::parse_strategy_name(name).name;
+  return strategy_registry().create(plain == "auto" ? cluster::auto_strategy(devices, num_nodes) : plain);
 }
 
 }  // namespace arc

@@ -20,7 +20,8 @@ DDPOptions ddp_options(const TrainerOptions& options) {
       std::min(ddp.timeout, std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout() * 1000)));
   ddp.first_bucket_bytes = static_cast<int64_t>(options.first_bucket_mb() * (1 << 20));
   ddp.bucket_bytes = static_cast<int64_t>(options.bucket_cap_mb() * (1 << 20));
-  ddp.find_unused_parameters = options.find_unused_parameters();
+  ddp.find_unused_parameters = cluster::parse_strategy_name(options.strategy())
+                                   .find_unused_parameters.value_or(options.find_unused_parameters());
   ddp.static_graph = options.static_graph();
   ddp.gradient_as_bucket_view = options.gradient_as_bucket_view();
   ddp.shared_memory = options.shared_memory();

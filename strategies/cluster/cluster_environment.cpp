@@ -143,4 +143,13 @@ std::string auto_strategy(int64_t devices, int64_t num_nodes) {
   return num_nodes > 1 || detect()->creates_processes_externally() ? "ddp" : "ddp_spawn";
 }
 
+StrategyName parse_strategy_name(const std::string& text) {
+  for (const bool value : {true, false}) {
+    const std::string suffix = std::string("_find_unused_parameters_") + (value ? "true" : "false");
+    if (text.size() > suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return {text.substr(0, text.size() - suffix.size()), value};
+  }
+  return {text, std::nullopt};
+}
+
 }  // namespace arc::cluster

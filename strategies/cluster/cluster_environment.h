@@ -78,6 +78,15 @@ std::shared_ptr<ClusterEnvironment> detect(const RequeueOptions& requeue = {});
 /// Arclight's own launcher started stays "ddp_spawn", as its parent chose.
 std::string auto_strategy(int64_t devices, int64_t num_nodes);
 
+/// A `strategy` option as Lightning's registry spells it: the strategy's own name, and the
+/// find_unused_parameters that a name such as "ddp_find_unused_parameters_true" (or
+/// "ddp_spawn_find_unused_parameters_false") gives; none for a plain name.
+struct StrategyName {
+  std::string name;
+  std::optional<bool> find_unused_parameters;
+};
+StrategyName parse_strategy_name(const std::string& text);
+
 /// The environment variable `name`, or nullopt when unset or empty.
 std::optional<std::string> env(const std::string& name);
 /// `name` parsed as an integer; an error naming the variable when unset or not a number.

@@ -1,5 +1,6 @@
 #include <arc/base/error.h>
 #include <arc/core/trainer_options.h>
+#include <arc/strategies/cluster/cluster_environment.h>
 
 #include <gtest/gtest.h>
 
@@ -116,6 +117,20 @@ TEST(TrainerOptions, WrongTypesNameKeyAndValue) {
   EXPECT_NE(error_of({{"limit_train_batches", "all"}}).find("fraction in [0.0, 1.0]"), std::string::npos);
   EXPECT_NE(error_of({{"devices", true}}).find("devices"), std::string::npos);
   EXPECT_NE(error_of({{"seed", -1}}).find("non-negative integer"), std::string::npos);
+}
+
+// Lightning's registered names that carry find_unused_parameters ("ddp_find_unused_parameters_true").
+TEST(TrainerOptions, LightningsFindUnusedParametersStrategyNamesAreDdpWithTheFlag) {
+  EXPECT_NO_THROW(TrainerOptions::from_json({{"strategy", "ddp_spawn_find_unused_parameters_true"}}));
+  EXPECT_NO_THROW(TrainerOptions::from_json({{"strategy", "ddp_find_unused_parameters_false"}}));
+  EXPECT_NE(error_of({{"strategy", "ddp_find_unused_parameters_false"}, {"find_unused_parameters", true}})
+                .find("strategy \"ddp_find_unused_parameters_false\" turns find_unused_parameters off, but "
+                      "find_unused_parameters=true; drop one of them"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"strategy", "dpp_find_unused_parameters_true"}}).find("'dpp'"), std::string::npos);
+  EXPECT_EQ(cluster::parse_strategy_name("ddp_find_unused_parameters_true").name, "ddp");
+  EXPECT_EQ(cluster::parse_strategy_name("ddp_find_unused_parameters_true").find_unused_parameters, true);
+  EXPECT_EQ(cluster::parse_strategy_name("ddp_spawn").find_unused_parameters, std::nullopt);
 }
 
 TEST(TrainerOptions, ValCheckIntervalTakesADurationAsMaxTimeDoes) {

@@ -289,6 +289,10 @@ TEST(DDP, StaticGraphTrainsAsFindUnusedParametersDoes) {
   CommandRun ddp;
   EXPECT_LT(weights_apart("--batch 32" + common, "--batch 16 --static-graph 1" + common, ddp), 1e-6);
   EXPECT_LT(weights_apart("--batch 32" + common, "--batch 16 --find-unused 1" + common, ddp), 1e-6);
+  // Lightning's name for the same.
+  EXPECT_LT(
+      weights_apart("--batch 32" + common, "--batch 16 --strategy ddp_spawn_find_unused_parameters_true" + common, ddp),
+      1e-6);
 }
 
 // A time-based val_check_interval that runs out on rank 0 alone (rank 1's is an hour): the per-batch
