@@ -80,23 +80,25 @@ const std::set<std::string> kWholeKeys = {"model", "module", "data", "optimizer"
 // `message`, when it says that a key is missing from the config ("missing config key
 // 'trainer.logger[0].init_args.save_dir'; add it to the config", Config::require's words), with the
 // flag that gives it instead: "--trainer.logger.save_dir=<value>, after the flag that added its entry",
-// or "--optimizer.lr=<value>" for a top-level entry; else as it is.
+// or "--optimizer.lr=<value>" ("--trainer.logger.save_dir=<value>") for an entry that is no list's; else
+// as it is.
 std::string with_flag_to_add(const std::string& message) {
   const std::string opening = kMissingKey, closing = kAddItToTheConfig;
   const size_t begin = message.find(opening), end = message.find(closing);
   if (begin == std::string::npos || end == std::string::npos || end < begin) return message;
   // "trainer.logger[0].init_args.save_dir" is --trainer.logger.save_dir after the flag that added the
-  // entry; "optimizer.init_args.lr" is --optimizer.lr.
+  // entry; "optimizer.init_args.lr" is --optimizer.lr, "trainer.logger.init_args.save_dir"
+  // --trainer.logger.save_dir.
   std::string key = message.substr(begin + opening.size(), end - begin - opening.size()), after;
   const std::string init_args = ".init_args.";
-  const size_t open = key.find('['), first_dot = key.find('.');
+  const size_t open = key.find('['), entry = key.find(init_args);
   if (open != std::string::npos) {
     const size_t shut = key.find("]" + init_args);
     if (shut == std::string::npos || key.find('[', open + 1) != std::string::npos) return message;
     key.erase(open, shut + init_args.size() - open);
     after = ", after the flag that added its entry";
-  } else if (first_dot != std::string::npos && key.compare(first_dot, init_args.size(), init_args) == 0) {
-    key.erase(first_dot, init_args.size() - 1);
+  } else if (entry != std::string::npos) {
+    key.erase(entry, init_args.size() - 1);
   } else {
     return message;
   }

@@ -1,6 +1,8 @@
 // Strict config sections and dotted-path overrides.
 #include <arc/base/config.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 
 namespace arc {
@@ -92,6 +94,20 @@ nlohmann::json Config::defaults_taken() const {
   return out;
 }
 
+namespace {
+
+// A class name as LightningCLI's configs give them: "CSVLogger" or an import path
+// ("lightning.pytorch.loggers.CSVLogger"), not a plain value such as "cpu" or "bf16-mixed".
+bool names_a_class(const nlohmann::json& value) {
+  const auto& text = value.get_ref<const std::string&>();
+  const std::string last = text.substr(text.rfind('.') + 1);
+  return !last.empty() && std::isupper(static_cast<unsigned char>(last.front())) != 0 &&
+         std::all_of(last.begin(), last.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+}  // namespace
+
 std::string set_dotted(nlohmann::json& root, const std::string& key, const std::string& text) {
   const bool append = !key.empty() && key.back() == '+';
   const std::string path = append ? key.substr(0, key.size() - 1) : key;
@@ -113,8 +129,8 @@ std::string set_dotted(nlohmann::json& root, const std::string& key, const std::
                 "+=<class name>)");
       node = &node->back();
       if (node->is_string()) *node = {{"class_path", *node}};
-    } else if (node->is_string() && begin > 0 && path.find('.') == begin - 1) {
-      *node = {{"class_path", *node}};  // a top-level class alone ("optimizer: Adam"), given its init_args
+    } else if (node->is_string() && begin > 0 && (path.find('.') == begin - 1 || names_a_class(*node))) {
+      *node = {{"class_path", *node}};  // a class alone ("optimizer: Adam", "logger: CSVLogger"), given its init_args
     }
     if (node->is_null()) *node = nlohmann::json::object();
     if (!node->is_object()) {

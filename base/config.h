@@ -164,7 +164,8 @@ class Config {
 /// a list of them) to the list, a lone entry there becoming its first; and a path that goes on
 /// through a list ("trainer.callbacks.patience") sets that key of the list's last entry, so that the
 /// keys after "--trainer.callbacks+=EarlyStopping" are the init_args of the entry it appended. A
-/// top-level class given alone ("optimizer=Adam") takes keys the same way ("optimizer.lr=0.01"); an
+/// class given alone, at the top level ("optimizer=Adam") or by a class name anywhere
+/// ("trainer.logger=CSVLogger"), takes keys the same way ("optimizer.lr=0.01"); an
 /// entry's key goes to its init_args where it has them; and, as jsonargparse, naming an entry's class
 /// again keeps its init_args (another class replaces them).
 /// Returns the path set ("trainer.callbacks" for "trainer.callbacks+").

@@ -231,7 +231,7 @@ TEST(Config, LightningCliAppendedCallbacksAreTheConfigFilesList) {
   const std::string appended_flags =
       " --trainer.callbacks+=EarlyStopping --trainer.callbacks.monitor=val_loss --trainer.callbacks.patience 0"
       " --trainer.callbacks.min_delta=1.0 --trainer.callbacks+=lightning.pytorch.callbacks.LearningRateMonitor"
-      " --trainer.callbacks.logging_interval=step --trainer.logger+=CSVLogger --trainer.logger.save_dir=" +
+      " --trainer.callbacks.logging_interval=step --trainer.logger=CSVLogger --trainer.logger.save_dir=" +
       dir + "/appended";
   const auto appended = arc_in(dir, "fit" + limits + appended_flags);
   ASSERT_EQ(listed.status, 0) << listed.output;
@@ -265,10 +265,16 @@ TEST(Config, LightningCliAppendedCallbacksAreTheConfigFilesList) {
       {"--trainer.devices=[0,1] --trainer.devices.x=2",
        "'trainer.devices' holds [0,1], which has no key 'x' in its last entry; set 'trainer.devices' itself "
        "(--trainer.devices=<value>)"},
-      // A required key of an appended entry is given as the other keys after it.
+      // A plain value is no class to give keys to (where "CSVLogger" is: above).
+      {"--trainer.accelerator=cpu --trainer.accelerator.x=1",
+       "'trainer.accelerator' holds \"cpu\", which has no key 'x'; set 'trainer.accelerator' itself"},
+      // A required key of an entry is given as the other keys after it.
       {"--trainer.logger+=CSVLogger",
        "missing config key 'trainer.logger[0].init_args.save_dir'; give it on the command line: "
-       "--trainer.logger.save_dir=<value>, after the flag that added its entry"}};
+       "--trainer.logger.save_dir=<value>, after the flag that added its entry"},
+      {"--trainer.logger=CSVLogger --trainer.logger.name=x",
+       "missing config key 'trainer.logger.init_args.save_dir'; give it on the command line: "
+       "--trainer.logger.save_dir=<value>"}};
   for (const auto& [flags, message] : errors) {
     const auto run = arc("fit " + flags);
     EXPECT_EQ(run.status, 2) << run.output;
