@@ -1,6 +1,8 @@
 // Strict config sections and dotted-path overrides.
 #include <arc/base/config.h>
 
+#include <arc/base/yaml.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -106,6 +108,23 @@ bool names_a_class(const nlohmann::json& value) {
                      [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
+bool has_null(const nlohmann::json& value) {
+  return value.is_null() ||
+         (value.is_structured() && std::any_of(value.begin(), value.end(), [](const auto& v) { return has_null(v); }));
+}
+
+// A value given as LightningCLI's flags take them, in YAML's flow style ("{0: 2}", "[{class_path: Timer}]"),
+// where it is not JSON. Not one that YAML reads with a key and no value: "{epoch}" is a filename template.
+std::optional<nlohmann::json> flow_collection(const std::string& text) {
+  if (text.empty() || (text.front() != '{' && text.front() != '[')) return std::nullopt;
+  try {
+    auto value = from_yaml(text, "");
+    if (value.is_structured() && !has_null(value)) return value;
+  } catch (const Error&) {
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string set_dotted(nlohmann::json& root, const std::string& key, const std::string& text) {
@@ -114,7 +133,7 @@ std::string set_dotted(nlohmann::json& root, const std::string& key, const std::
   ARC_CHECK(!path.empty() && path.front() != '.' && path.back() != '.',
             "--set needs key=value with a dotted key such as trainer.max_epochs=3, got '", key, "'");
   auto value = nlohmann::json::parse(text, nullptr, false);
-  if (value.is_discarded()) value = text;
+  if (value.is_discarded()) value = flow_collection(text).value_or(text);
   nlohmann::json* node = &root;
   size_t begin = 0;
   while (true) {

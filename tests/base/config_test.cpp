@@ -41,6 +41,18 @@ TEST(Config, SetDottedParsesJsonOrKeepsText) {
   EXPECT_EQ(root["trainer"]["devices"], nlohmann::json::array({0, 1}));
   EXPECT_THROW(set_dotted(root, "trainer..x", "1"), Error);
   EXPECT_THROW(set_dotted(root, "trainer.max_epochs.deeper", "1"), Error);
+  // As LightningCLI's flags, YAML's flow style where a value is not JSON; a filename template that
+  // YAML would read as a key without a value stays text.
+  set_dotted(root, "trainer.max_time", "{minutes: 1}");
+  EXPECT_EQ(root["trainer"]["max_time"], nlohmann::json({{"minutes", 1}}));
+  set_dotted(root, "scheduling", "{0: 2, 4: 1}");
+  EXPECT_EQ(root["scheduling"], nlohmann::json({{"0", 2}, {"4", 1}}));
+  set_dotted(root, "trainer.callbacks", "[{class_path: EarlyStopping, init_args: {monitor: val_loss}}]");
+  EXPECT_EQ(root["trainer"]["callbacks"][0]["init_args"]["monitor"], "val_loss");
+  for (const std::string text : {"{epoch}", "{epoch}-{val_loss:.2f}", "{epoch:02d}", "[unclosed"}) {
+    set_dotted(root, "filename", text);
+    EXPECT_EQ(root["filename"], text);
+  }
 }
 
 // LightningCLI's forms for class entries: a class alone takes keys as init_args, a key goes to the
@@ -60,7 +72,11 @@ TEST(Config, SetDottedTakesKeysOfAClassEntry) {
   root["module"] = {{"name", "mlp_classifier"}, {"hidden", 64}};
   set_dotted(root, "module", "mlp_classifier");
   EXPECT_EQ(root["module"]["hidden"], 64);
-  // Below the top level a text value stays text: only list entries and top-level keys are classes.
+  // Below the top level a class name (a capital, or an import path) takes keys; other text stays text.
+  set_dotted(root, "trainer.logger", "lightning.pytorch.loggers.CSVLogger");
+  set_dotted(root, "trainer.logger.save_dir", "logs");
+  EXPECT_EQ(root["trainer"]["logger"],
+            nlohmann::json({{"class_path", "lightning.pytorch.loggers.CSVLogger"}, {"save_dir", "logs"}}));
   set_dotted(root, "trainer.accelerator", "cpu");
   EXPECT_THROW(set_dotted(root, "trainer.accelerator.x", "1"), Error);
 }
