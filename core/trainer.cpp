@@ -154,8 +154,8 @@ void Trainer::setup_environment() {
   // As Lightning does: cuBLAS is deterministic only with a fixed workspace, which it reads from the
   // environment when its handle is made; a value the user set is kept.
   if (options_.deterministic()) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
-  context.setDeterministicAlgorithms(options_.deterministic(), false);
-  context.setDeterministicCuDNN(options_.deterministic());
+  context.setDeterministicAlgorithms(options_.deterministic().on, options_.deterministic().warn_only);
+  context.setDeterministicCuDNN(options_.deterministic().on);
   if (options_.deterministic() && options_.benchmark().value_or(false))
     console().warn(
         "deterministic and benchmark are both on; cuDNN's benchmark mode picks algorithms by speed and "

@@ -48,6 +48,15 @@ BatchAmount read_val_check_interval(const Config& config) {
   return read_amount(config, "val_check_interval", BatchAmount());
 }
 
+Determinism read_deterministic(const Config& config) {
+  const auto* value = config.find("deterministic");
+  if (value == nullptr || value->is_null()) return {};
+  if (value->is_boolean()) return value->get<bool>();
+  ARC_CHECK(*value == "warn", "config key '", config.qualified("deterministic"),
+            "' must be true, false or \"warn\", got ", value->dump());
+  return Determinism("warn");
+}
+
 int64_t read_fast_dev_run(const Config& config) {
   const auto* value = config.find("fast_dev_run");
   if (value == nullptr || value->is_null()) return 0;
@@ -212,6 +221,9 @@ nlohmann::json write_value(const std::optional<T>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
 }
 nlohmann::json write_value(const BatchAmount& amount) { return amount_json(amount); }
+nlohmann::json write_value(const Determinism& determinism) {
+  return determinism.warn_only ? nlohmann::json("warn") : nlohmann::json(determinism.on);
+}
 nlohmann::json write_value(const Devices& devices) { return devices.to_json(); }
 
 void no_check(const TrainerOptions&) {}
@@ -326,7 +338,9 @@ const std::vector<OptionField>& option_fields() {
                  [](const TrainerOptions& o) {
                    check_choice("gradient_clip_algorithm", o.gradient_clip_algorithm(), kClipAlgorithms);
                  }),
-      ARC_OPTION(deterministic, "deterministic algorithms only", no_check),
+      ARC_OPTION_READ(deterministic,
+                      "deterministic algorithms only (\"warn\": warn where an operation has none, instead of failing)",
+                      read_deterministic, no_check),
       ARC_OPTION(detect_anomaly, "a backward that makes NaN fails naming its operation (slow; for debugging)",
                  no_check),
       ARC_OPTION(inference_mode, "evaluate under LibTorch's inference mode (false: no_grad)", no_check),
@@ -448,6 +462,11 @@ const std::vector<OptionField>& option_fields() {
 #undef ARC_OPTION
 
 }  // namespace
+
+Determinism::Determinism(const char* text) : on(true), warn_only(true) {
+  ARC_CHECK(text != nullptr && std::string(text) == "warn", "deterministic must be true, false or \"warn\", got \"",
+            text == nullptr ? "" : text, "\"");
+}
 
 int64_t BatchAmount::of(int64_t available) const {
   if (!is_fraction) return std::min<int64_t>(available, static_cast<int64_t>(value));

@@ -30,6 +30,17 @@ struct BatchAmount {
   bool is_zero() const { return value == 0.0; }
 };
 
+/// Lightning's `deterministic`: false, true (deterministic algorithms only: an operation without
+/// one fails), or "warn" (deterministic algorithms, and a warning where an operation has none).
+struct Determinism {
+  bool on = false;
+  bool warn_only = false;
+  Determinism(bool deterministic = false) : on(deterministic) {}  // NOLINT: deterministic(true) reads as Lightning's
+  /// "warn"; any other text is an error naming it.
+  Determinism(const char* text);  // NOLINT: deterministic("warn")
+  explicit operator bool() const { return on; }
+};
+
 /// One option as `arc fit --help` lists it.
 struct OptionHelp {
   std::string key;
@@ -77,8 +88,9 @@ class TrainerOptions {
   ARC_ARG(std::optional<double>, gradient_clip_val);
   /// "norm" or "value".
   ARC_ARG(std::string, gradient_clip_algorithm) = "norm";
-  /// Deterministic algorithms only (and cuDNN's deterministic ones).
-  ARC_ARG(bool, deterministic) = false;
+  /// Deterministic algorithms only (and cuDNN's deterministic ones); "warn" warns where an operation
+  /// has none instead of failing.
+  ARC_ARG(Determinism, deterministic);
   /// LibTorch's anomaly detection during the stage: a backward that produces NaN fails naming the
   /// operation whose gradient it was (slow; for debugging).
   ARC_ARG(bool, detect_anomaly) = false;

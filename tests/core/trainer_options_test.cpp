@@ -113,7 +113,10 @@ TEST(TrainerOptions, UnknownKeySuggestsTheClosest) {
 TEST(TrainerOptions, WrongTypesNameKeyAndValue) {
   EXPECT_NE(error_of({{"max_epochs", "three"}}).find("'trainer.max_epochs' must be an integer, got \"three\""),
             std::string::npos);
-  EXPECT_NE(error_of({{"deterministic", 1}}).find("'trainer.deterministic' must be true or false"), std::string::npos);
+  EXPECT_NE(error_of({{"deterministic", 1}}).find("'trainer.deterministic' must be true, false or \"warn\", got 1"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"deterministic", "warm"}}).find("must be true, false or \"warn\", got \"warm\""),
+            std::string::npos);
   EXPECT_NE(error_of({{"limit_train_batches", "all"}}).find("fraction in [0.0, 1.0]"), std::string::npos);
   EXPECT_NE(error_of({{"devices", true}}).find("devices"), std::string::npos);
   EXPECT_NE(error_of({{"seed", -1}}).find("non-negative integer"), std::string::npos);

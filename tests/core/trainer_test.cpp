@@ -54,6 +54,19 @@ TEST(Trainer, DeterministicAndBenchmarkSetTheCudnnSwitches) {
   EXPECT_FALSE(context.benchmarkCuDNN()) << "deterministic turns an unset benchmark off";
   EXPECT_TRUE(context.deterministicCuDNN());
   EXPECT_TRUE(context.deterministicAlgorithms());
+  EXPECT_FALSE(context.deterministicAlgorithmsWarnOnly());
+  // Lightning's "warn": deterministic algorithms, a warning where an operation has none.
+  run(quiet().deterministic("warn"));
+  EXPECT_TRUE(context.deterministicAlgorithms());
+  EXPECT_TRUE(context.deterministicAlgorithmsWarnOnly());
+  run(TrainerOptions::from_json({{"deterministic", "warn"},
+                                 {"enable_progress_bar", false},
+                                 {"logger", false},
+                                 {"enable_checkpointing", false},
+                                 {"enable_model_summary", false}}));
+  EXPECT_TRUE(context.deterministicAlgorithmsWarnOnly());
+  EXPECT_EQ(TrainerOptions().deterministic("warn").to_json()["deterministic"], "warn");
+  EXPECT_THROW(TrainerOptions().deterministic("warm"), Error);
   run(quiet());
   EXPECT_FALSE(context.deterministicCuDNN());
   EXPECT_FALSE(context.deterministicAlgorithms());
