@@ -275,6 +275,8 @@ void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, D
       for (const auto& folder : {options_.default_root_dir(), log_dir() + "/checkpoints"})
         remove_stale_temporaries(folder);
     std::string resume = ckpt_path.empty() ? "" : CheckpointConnector(*this, *state_).resolve_resume(ckpt_path);
+    // "last" is looked for on each rank's disk; every rank takes rank 0's, whether a file or none.
+    if (ckpt_path == "last") resume = strategy_->broadcast(resume);
     // Rank 0 picks, so that every rank resumes from the same file.
     const auto automatic = strategy_->broadcast(
         is_global_zero() ? CheckpointConnector(*this, *state_).automatic_resume_path() : std::string());
