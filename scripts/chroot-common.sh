@@ -28,8 +28,10 @@ arc_chroot_enter() {
   mount --make-rslave "$ARC_CHROOT_ROOT/dev"
   mount --make-rslave "$ARC_CHROOT_ROOT/sys"
   cp /etc/resolv.conf "$ARC_CHROOT_ROOT/etc/resolv.conf"
-  # An installed Debian names its host in /etc/hosts (127.0.1.1); debootstrap's does not, and Slurm
-  # 24.11's slurmctld resolves the host name to reach srun when a job is cancelled (scancel hung).
+  # An installed Debian names localhost and its host in /etc/hosts (127.0.1.1); debootstrap may write
+  # neither. The Slurm tests' ranks meet at localhost, and Slurm 24.11's slurmctld resolves the host
+  # name to reach srun when a job is cancelled (scancel hung).
+  grep -qw localhost "$ARC_CHROOT_ROOT/etc/hosts" || echo "127.0.0.1 localhost" >>"$ARC_CHROOT_ROOT/etc/hosts"
   grep -qw "$(hostname)" "$ARC_CHROOT_ROOT/etc/hosts" || echo "127.0.1.1 $(hostname)" >>"$ARC_CHROOT_ROOT/etc/hosts"
   rm -rf "$ARC_CHROOT_ROOT/src"
   mkdir -p "$ARC_CHROOT_ROOT/src"
