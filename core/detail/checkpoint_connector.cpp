@@ -241,14 +241,15 @@ std::string CheckpointConnector::resolve(const std::string& ckpt_path) const {
     return found.front();
   }
   if (ckpt_path != "last") return ckpt_path;
-  const auto candidates = last_candidates();
-  ARC_CHECK(!candidates.empty(), "ckpt_path=\"last\": no last.ckpt was found in ", searched_folders(),
+  const auto last = newest_last();
+  ARC_CHECK(last.has_value(), "ckpt_path=\"last\": no last.ckpt was found in ", searched_folders(),
             "; train with ModelCheckpoint save_last (the default checkpointing does) or pass a file path");
-  return newest_first(candidates).front();
+  return *last;
 }
 
 std::string CheckpointConnector::resolve_resume(const std::string& ckpt_path) const {
-  if (ckpt_path != "last" || !last_candidates().empty()) return resolve(ckpt_path);
+  if (ckpt_path != "last") return resolve(ckpt_path);
+  if (auto last = newest_last()) return *last;
   if (trainer_.is_global_zero())
     console().warn(
         "ckpt_path=\"last\": no last.ckpt was found in {}, so fit starts afresh (as Lightning's: "
@@ -266,12 +267,15 @@ std::string CheckpointConnector::searched_folders() const {
          "' (or a ModelCheckpoint's dirpath)";
 }
 
-std::vector<std::string> CheckpointConnector::last_candidates() const {
+// The callbacks' last.ckpt files, else the default folder's and its versions'; the newest of them.
+std::optional<std::string> CheckpointConnector::newest_last() const {
   auto found = callback_files(trainer_, "last");
-  if (!found.empty()) return found;
-  // Without a callback that checkpoints, the default folder and its logger's versions.
-  const auto& loggers = trainer_.loggers();
-  return last_checkpoints(trainer_.log_dir() + "/checkpoints", loggers.empty() ? "" : loggers[0]->versions_folder());
+  if (found.empty()) {
+    const auto& loggers = trainer_.loggers();
+    found = last_checkpoints(trainer_.log_dir() + "/checkpoints", loggers.empty() ? "" : loggers[0]->versions_folder());
+  }
+  if (found.empty()) return std::nullopt;
+  return newest_first(std::move(found)).front();
 }
 
 // Lightning's ckpt_path="hpc": the highest-numbered hpc_ckpt_<n>.ckpt in default_root_dir.

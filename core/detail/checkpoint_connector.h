@@ -61,8 +61,9 @@ class CheckpointConnector {
   std::string newest_hpc_checkpoint() const;
   /// Where "last" and "best" look without a ModelCheckpoint dirpath, as the errors name it.
   std::string searched_folders() const;
-  /// Every last.ckpt "last" may mean: the callbacks', else the default folder's and its versions'.
-  std::vector<std::string> last_candidates() const;
+  /// The newest last.ckpt that "last" may mean (the callbacks', else the default folder's and its
+  /// versions'); none when there is none.
+  std::optional<std::string> newest_last() const;
 
   Trainer& trainer_;
   detail::RunState& state_;
