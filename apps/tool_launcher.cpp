@@ -6,6 +6,7 @@
 #include <arc/base/error.h>
 #include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/launchers/rank_processes.h>
+#include <arc/strategies/lightning_strategy.h>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -144,8 +145,11 @@ SpawnPlan spawn_plan(const std::vector<std::string>& command_line) {
   }
   try {
     const auto config = load_config(config_paths, overrides).config;
-    const auto trainer = config.value("trainer", nlohmann::json::object());
+    auto trainer = config.value("trainer", nlohmann::json::object());
     if (!trainer.is_object()) return {};
+    // A strategy class stands for the options it sets (the engine checks that they agree).
+    if (const auto strategy = trainer.find("strategy"); strategy != trainer.end() && is_strategy_class(*strategy))
+      trainer.update(strategy_class_options(*strategy, "trainer.strategy"));
     // A count or a list of devices gives one rank each, on any accelerator; -1 and "auto" need
     // the engine to count the devices.
     const int64_t world =

@@ -7,6 +7,7 @@
 #include <arc/base/host.h>
 #include <arc/core/precision.h>
 #include <arc/profilers/profiler.h>
+#include <arc/strategies/lightning_strategy.h>
 #include <arc/strategies/strategy.h>
 
 #include <cmath>
@@ -199,6 +200,28 @@ struct OptionField {
   void (*check)(const TrainerOptions&);
 };
 
+const std::vector<OptionField>& option_fields();
+
+// trainer.strategy: a strategy's name, or one of Lightning's strategy classes, which sets the
+// options it stands for unless the trainer section sets them otherwise itself ("auto" gives way).
+void read_strategy(const Config& config, TrainerOptions& o) {
+  const auto* value = config.find("strategy");
+  if (value == nullptr || !is_strategy_class(*value)) return config.read("strategy", o.strategy());
+  const auto path = config.qualified("strategy");
+  const auto options = strategy_class_options(*value, path);
+  o.strategy(options["strategy"].get<std::string>());
+  const Config given(options, path);
+  for (const auto& field : option_fields()) {
+    const std::string key = field.key;
+    if (key == "strategy" || !options.contains(key)) continue;
+    const auto* own = config.find(key);
+    ARC_CHECK(own == nullptr || own->is_null() || *own == "auto" || *own == options[key], "config key '",
+              config.qualified(key), "' is ", own->dump(), ", but ", path, " sets ", key, " to ", options[key].dump(),
+              "; drop one of them");
+    field.read(given, o);
+  }
+}
+
 // null leaves an option at its default, as None does in Lightning (LightningCLI prints every unset
 // option so); an optional option's null unsets it, which is its own setting for some
 // (check_val_every_n_epoch). Config::read does both.
@@ -359,16 +382,6 @@ const std::vector<OptionField>& option_fields() {
                  }),
       ARC_OPTION(accelerator, "\"auto\", \"cpu\", \"gpu\" or \"cuda\"",
                  [](const TrainerOptions& o) { check_name("accelerator", o.accelerator(), accelerator_registry()); }),
-      ARC_OPTION(strategy,
-                 "\"auto\", \"single_device\", \"ddp\", \"ddp_spawn\" or \"elastic\" (Lightning's "
-                 "\"ddp_find_unused_parameters_true\" is \"ddp\" with find_unused_parameters)",
-                 [](const TrainerOptions& o) {
-                   const auto named = cluster::parse_strategy_name(o.strategy());
-                   check_name("strategy", named.name, strategy_registry());
-                   ARC_CHECK(named.find_unused_parameters.value_or(true) || !o.find_unused_parameters(), "strategy \"",
-                             o.strategy(), "\" turns find_unused_parameters off, but ",
-                             "find_unused_parameters=true; drop one of them");
-                 }),
       ARC_OPTION(devices, "\"auto\", a count (-1: all), a list of indices, or \"0,1\"",
                  [](const TrainerOptions& o) {
                    const auto& devices = o.devices();
@@ -447,6 +460,20 @@ const std::vector<OptionField>& option_fields() {
                              "elastic_checkpoint_every_seconds must be >= 0 (0 = off), got ",
                              o.elastic_checkpoint_every_seconds());
                  }),
+      // Late: a strategy class stands for options above (strategy_class_options), where their own
+      // keys leave them unset or "auto".
+      OptionField{"strategy",
+                  "\"auto\", \"single_device\", \"ddp\", \"ddp_spawn\" or \"elastic\" (Lightning's "
+                  "\"ddp_find_unused_parameters_true\" is \"ddp\" with find_unused_parameters), or Lightning's "
+                  "DDPStrategy or SingleDeviceStrategy with their init_args",
+                  read_strategy, [](const TrainerOptions& o) { return write_value(o.strategy()); },
+                  [](const TrainerOptions& o) {
+                    const auto named = cluster::parse_strategy_name(o.strategy());
+                    check_name("strategy", named.name, strategy_registry());
+                    ARC_CHECK(named.find_unused_parameters.value_or(true) || !o.find_unused_parameters(), "strategy \"",
+                              o.strategy(), "\" turns find_unused_parameters off, but ",
+                              "find_unused_parameters=true; drop one of them");
+                  }},
       // Last: a plugin stands for options above, which it must not contradict. Its effect is in them,
       // so it writes null.
       OptionField{"plugins",

@@ -83,8 +83,12 @@ std::string yaml_run(const std::string& dir) {
          "lr_scheduler: {class_path: CosineAnnealingLR, init_args: {T_max: 3, interval: step}}\n";
 }
 
+// The same run as JSON, whose strategy is Lightning's DDPStrategy: with its default start method
+// and no launcher around, the Trainer starts the ranks (ddp_spawn).
 std::string json_run(const std::string& dir) {
-  return R"({"trainer": {"strategy": "ddp_spawn", "devices": 2, "max_epochs": 3, "limit_train_batches": 40,
+  return R"({"trainer": {"strategy": {"class_path": "lightning.pytorch.strategies.DDPStrategy",
+                          "init_args": {"find_unused_parameters": false, "timeout": "0:30:00"}},
+             "devices": 2, "max_epochs": 3, "limit_train_batches": 40,
              "limit_val_batches": 4, "val_check_interval": 0.25, "num_threads": 1, "enable_progress_bar": false,
              "log_every_n_steps": 1,
              "callbacks": [{"class_path": "LearningRateMonitor", "init_args": {"logging_interval": "step"}},

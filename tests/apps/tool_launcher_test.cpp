@@ -52,6 +52,19 @@ TEST(ToolLauncher, StartsARankPerDeviceOnlyForDdpSpawnOnOneNode) {
   EXPECT_EQ(spawn_world({"train", "--config", config, "--set", "trainer.devices=\"3\""}), 3);
   EXPECT_EQ(spawn_world({"train", "--config", config, "--set", "trainer.devices=\"0,1\""}), 2);
   EXPECT_EQ(spawn_world({"train", "--config", "/nonexistent/run.json"}), 0);
+  // Lightning's DDPStrategy starts the ranks itself where no launcher did (as ddp_spawn), with its timeout.
+  EXPECT_EQ(spawn_world({"fit", "--trainer.devices=2", "--trainer.strategy=DDPStrategy",
+                         "--trainer.strategy.start_method=spawn"}),
+            2);
+  EXPECT_EQ(arc::cli::spawn_plan({"fit", "--trainer.devices=2", "--trainer.strategy=DDPStrategy",
+                                  "--trainer.strategy.start_method=spawn", "--trainer.strategy.timeout=0:00:42"})
+                .timeout_s,
+            42);
+  EXPECT_EQ(spawn_world({"fit", "--trainer.devices=2", "--trainer.strategy=DDPStrategy"}), 2);
+  EXPECT_EQ(spawn_world({"fit", "--trainer.devices=2", "--trainer.strategy=DDPStrategy",
+                         "--trainer.strategy.find_unused_parameters=true", "--trainer.strategy.start_method=popen"}),
+            2);
+  EXPECT_EQ(spawn_world({"fit", "--trainer.devices=auto", "--trainer.strategy=SingleDeviceStrategy"}), 0);
   // A rank that the launcher started runs its own command line as one rank.
   setenv(arc::kSpawnChildVariable, "1", 1);
   EXPECT_EQ(spawn_world({"train", "--config", config}), 0);

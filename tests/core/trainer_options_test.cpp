@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <tuple>
 #include <vector>
 
@@ -287,6 +288,97 @@ TEST(TrainerOptions, PluginsAreTheOptionsTheyStandFor) {
                       "you mean '16-mixed'?"),
             std::string::npos);
   EXPECT_NE(error_of({{"plugins", 3}}).find("'trainer.plugins' must be a list"), std::string::npos);
+}
+
+// Lightning's strategy classes, as LightningCLI configs give them, are the options they stand for;
+// options the trainer section sets otherwise itself, init_args that take objects, and Lightning's
+// strategies without a counterpart are errors that name the entry.
+TEST(TrainerOptions, LightningsStrategyClassesAreTheOptionsTheyStandFor) {
+  const auto ddp = TrainerOptions::from_json({{"accelerator", "auto"},
+                                              {"strategy",
+                                               {{"class_path", "lightning.pytorch.strategies.DDPStrategy"},
+                                                {"init_args",
+                                                 {{"find_unused_parameters", true},
+                                                  {"static_graph", true},
+                                                  {"gradient_as_bucket_view", false},
+                                                  {"bucket_cap_mb", 4},
+                                                  {"process_group_backend", "gloo"},
+                                                  {"timeout", "0:05:30"},
+                                                  {"broadcast_buffers", false},
+                                                  {"accelerator", nullptr}}}}},
+                                              {"static_graph", true}});
+  EXPECT_EQ(ddp.strategy(), "ddp_spawn");  // no launcher started this process
+  EXPECT_TRUE(ddp.find_unused_parameters());
+  EXPECT_TRUE(ddp.static_graph());
+  EXPECT_FALSE(ddp.gradient_as_bucket_view());
+  EXPECT_EQ(ddp.bucket_cap_mb(), 4);
+  EXPECT_EQ(ddp.process_group_backend(), "gloo");
+  EXPECT_EQ(ddp.timeout(), 330);
+  EXPECT_EQ(ddp.accelerator(), "auto");
+  EXPECT_EQ(TrainerOptions::from_json(ddp.to_json()).to_json(), ddp.to_json());
+  EXPECT_EQ(ddp.to_json()["strategy"], "ddp_spawn");
+
+  // Under a launcher, Lightning's default start method joins its ranks: "ddp". The class alone, start
+  // methods that always start the ranks from the Trainer, timeouts in other forms.
+  for (const char* name : {"TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK", "WORLD_SIZE"}) setenv(name, "1", 1);
+  EXPECT_EQ(TrainerOptions::from_json({{"strategy", "DDPStrategy"}}).strategy(), "ddp");
+  EXPECT_EQ(
+      TrainerOptions::from_json({{"strategy", {{"class_path", "DDPStrategy"}, {"start_method", "spawn"}}}}).strategy(),
+      "ddp_spawn");
+  for (const char* name : {"TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK", "WORLD_SIZE"}) unsetenv(name);
+  for (const char* method : {"spawn", "fork", "forkserver"})
+    EXPECT_EQ(
+        TrainerOptions::from_json({{"strategy", {{"class_path", "DDPStrategy"}, {"start_method", method}}}}).strategy(),
+        "ddp_spawn")
+        << method;
+  EXPECT_EQ(TrainerOptions::from_json({{"strategy", {{"class_path", "DDPStrategy"}, {"timeout", 90}}}}).timeout(), 90);
+  EXPECT_EQ(TrainerOptions::from_json(
+                {{"strategy", {{"class_path", "DDPStrategy"}, {"init_args", {{"timeout", {{"minutes", 2}}}}}}}})
+                .timeout(),
+            120);
+  const auto cpu = TrainerOptions::from_json({{"strategy", "SingleDeviceStrategy"}, {"devices", "auto"}});
+  EXPECT_EQ(cpu.strategy(), "single_device");
+  EXPECT_EQ(cpu.accelerator(), "cpu");
+  const auto gpu =
+      TrainerOptions::from_json({{"strategy", {{"class_path", "SingleDeviceStrategy"}, {"device", "cuda:1"}}}});
+  EXPECT_EQ(gpu.accelerator(), "gpu");
+  EXPECT_EQ(gpu.devices().to_json(), nlohmann::json::array({1}));
+
+  EXPECT_NE(error_of({{"strategy", {{"class_path", "DDPStrategy"}, {"find_unused_parameters", true}}},
+                      {"find_unused_parameters", false}})
+                .find("config key 'trainer.find_unused_parameters' is false, but trainer.strategy sets "
+                      "find_unused_parameters to true; drop one of them"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"strategy", {{"class_path", "DDPStrategy"}, {"init_args", {{"find_unused_parameter", true}}}}}})
+                .find("unknown config key 'trainer.strategy.init_args.find_unused_parameter'; did you mean "
+                      "'find_unused_parameters'?"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"strategy", {{"class_path", "DDPStrategy"}, {"start_method", "popn"}}}})
+                .find("unknown start_method 'popn'; did you mean 'popen'?"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"strategy", {{"class_path", "DDPStrategy"}, {"broadcast_buffers", true}}}})
+                .find("broadcast_buffers=true is not taken here"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"strategy", {{"class_path", "DDPStrategy"}, {"cluster_environment", "SLURMEnvironment"}}}})
+                .find("trainer.strategy.init_args.cluster_environment (DDPStrategy): DDPStrategy's "
+                      "cluster_environment is not taken here: set trainer.cluster_environment or name it in "
+                      "trainer.plugins"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"strategy", {{"class_path", "DDPStrategy"}, {"timeout", "half an hour"}}}})
+                .find("'trainer.strategy.init_args.timeout' must be seconds"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"strategy", "lightning.pytorch.strategies.FSDPStrategy"}})
+                .find("Lightning's FSDPStrategy has no counterpart in Arclight"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"strategy", {{"class_path", "DPPStrategy"}}}})
+                .find("unknown strategy class 'DPPStrategy'; did you mean 'DDPStrategy'?"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"strategy", {{"class_path", "SingleDeviceStrategy"}, {"device", "mps"}}}})
+                .find("SingleDeviceStrategy's device must be \"cpu\", \"cuda\", \"cuda:N\" or N, got \"mps\""),
+            std::string::npos);
+  EXPECT_NE(error_of({{"strategy", {{"class_path", "SingleDeviceStrategy"}, {"device", 1}}}, {"devices", 2}})
+                .find("'trainer.devices' is 2, but trainer.strategy sets devices to [1]"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,30 @@
+// Lightning's strategy classes, as LightningCLI configs name them (trainer.strategy:
+// {class_path: lightning.pytorch.strategies.DDPStrategy, init_args: {find_unused_parameters: true}}),
+// read as the trainer options they stand for. Torch-free, so that the `arc` launcher reads them too.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace arc {
+
+/// Whether a trainer.strategy value is one of Lightning's strategy classes ({class_path, init_args},
+/// or the class alone: "DDPStrategy", "lightning.pytorch.strategies.FSDPStrategy") rather than a
+/// strategy's name ("ddp").
+bool is_strategy_class(const nlohmann::json& value);
+
+/// The trainer options that a Lightning strategy class and its init_args stand for:
+/// - DDPStrategy: {"strategy": "ddp"} under a launcher (srun, mpirun, torchrun) and "ddp_spawn"
+///   without one, as Lightning's default start_method popen starts the ranks itself where no launcher
+///   did ("ddp_spawn" always for start_method spawn, fork or forkserver), with find_unused_parameters, static_graph,
+///   gradient_as_bucket_view, bucket_cap_mb, process_group_backend and timeout (seconds, or a
+///   timedelta's "H:MM:SS") as given; broadcast_buffers may be false only (buffers are broadcast
+///   once, at setup);
+/// - SingleDeviceStrategy: {"strategy": "single_device"} on its device ("cpu": accelerator cpu;
+///   "cuda:N" or N: accelerator gpu, devices [N]).
+/// Init_args that name objects (accelerator, cluster_environment, precision_plugin, ...) and
+/// Lightning's other strategies are errors that say what stands for them; `path` names the entry.
+nlohmann::json strategy_class_options(const nlohmann::json& entry, const std::string& path);
+
+}  // namespace arc
