@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <memory>
 #include <string>
@@ -39,6 +40,15 @@ inline std::string key_named_in(const std::string& message, const nlohmann::json
 inline std::string registered_name(const std::string& class_path) {
   const size_t dot = class_path.rfind('.');
   return dot == std::string::npos ? class_path : class_path.substr(dot + 1);
+}
+
+/// Whether the string `value` names a class as LightningCLI's configs give them: "CSVLogger" or an
+/// import path ("lightning.pytorch.loggers.CSVLogger"), not a plain value such as "cpu" or "bf16-mixed".
+inline bool names_a_class(const nlohmann::json& value) {
+  const auto last = registered_name(value.get_ref<const std::string&>());
+  return !last.empty() && std::isupper(static_cast<unsigned char>(last.front())) != 0 &&
+         std::all_of(last.begin(), last.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; });
 }
 
 /// `entry` with the keys beside class_path and init_args moved into init_args, as jsonargparse takes

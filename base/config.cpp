@@ -1,6 +1,7 @@
 // Strict config sections and dotted-path overrides.
 #include <arc/base/config.h>
 
+#include <arc/base/class_path.h>
 #include <arc/base/yaml.h>
 
 #include <algorithm>
@@ -98,16 +99,6 @@ nlohmann::json Config::defaults_taken() const {
 
 namespace {
 
-// A class name as LightningCLI's configs give them: "CSVLogger" or an import path
-// ("lightning.pytorch.loggers.CSVLogger"), not a plain value such as "cpu" or "bf16-mixed".
-bool names_a_class(const nlohmann::json& value) {
-  const auto& text = value.get_ref<const std::string&>();
-  const std::string last = text.substr(text.rfind('.') + 1);
-  return !last.empty() && std::isupper(static_cast<unsigned char>(last.front())) != 0 &&
-         std::all_of(last.begin(), last.end(),
-                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
-}
-
 bool has_null(const nlohmann::json& value) {
   return value.is_null() ||
          (value.is_structured() && std::any_of(value.begin(), value.end(), [](const auto& v) { return has_null(v); }));
@@ -148,7 +139,7 @@ std::string set_dotted(nlohmann::json& root, const std::string& key, const std::
                 "+=<class name>)");
       node = &node->back();
       if (node->is_string()) *node = {{"class_path", *node}};
-    } else if (node->is_string() && begin > 0 && (path.find('.') == begin - 1 || names_a_class(*node))) {
+    } else if (node->is_string() && begin > 0 && (path.find('.') == begin - 1 || detail::names_a_class(*node))) {
       *node = {{"class_path", *node}};  // a class alone ("optimizer: Adam", "logger: CSVLogger"), given its init_args
     }
     if (node->is_null()) *node = nlohmann::json::object();

@@ -69,8 +69,8 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> 
       loggers_(std::move(loggers)),
       profiler_(std::move(profiler)) {
   options_.validate();
-  ARC_CHECK(!profiler_ || options_.profiler().empty(), "the Trainer got a Profiler and profiler=\"",
-            options_.profiler(), "\"; give one of them");
+  ARC_CHECK(!profiler_ || options_.profiler().name.empty(), "the Trainer got a Profiler and profiler=\"",
+            options_.profiler().name, "\"; give one of them");
   if (!profiler_) profiler_ = make_profiler(options_.profiler());
   ARC_CHECK(!options_.barebones() || loggers_.empty(), "barebones=true, but the Trainer was given ", loggers_.size(),
             " logger(s); barebones mode turns logging off: drop the loggers or barebones");

@@ -10,6 +10,7 @@
 #include <arc/strategies/lightning_strategy.h>
 #include <arc/strategies/strategy.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -78,7 +79,7 @@ std::string barebones_conflict(const TrainerOptions& o) {
   if (o.num_sanity_val_steps() != 0) return "num_sanity_val_steps=" + std::to_string(o.num_sanity_val_steps());
   if (o.fast_dev_run() != 0) return "fast_dev_run=" + std::to_string(o.fast_dev_run());
   if (o.detect_anomaly()) return "detect_anomaly=true";
-  if (!o.profiler().empty()) return "profiler=\"" + o.profiler() + "\"";
+  if (!o.profiler().name.empty()) return "profiler=\"" + o.profiler().name + "\"";
   return "";
 }
 
@@ -89,6 +90,51 @@ std::string read_precision(const Config& config) {
   ARC_CHECK(value->is_string(), "config key '", config.qualified("precision"),
             "' must be a string such as \"32-true\", got ", value->dump());
   return value->get<std::string>();
+}
+
+// Lightning's profiler classes: SimpleProfiler is "simple", AdvancedProfiler and PyTorchProfiler
+// "advanced" (LibTorch's operators; Python's cProfile has no C++ meaning), PassThroughProfiler none.
+// Their init_args without a counterpart here are taken at Lightning's defaults only.
+ProfilerSpec profiler_class(const std::string& name, const Config& args) {
+  static const std::vector<std::string> known = {"SimpleProfiler", "AdvancedProfiler", "PyTorchProfiler",
+                                                 "PassThroughProfiler"};
+  if (std::find(known.begin(), known.end(), name) == known.end())
+    throw Error(unknown_name_message("profiler class", name, known) + "; or name one: \"simple\", \"advanced\"");
+  if (name == "PassThroughProfiler") return {};
+  ProfilerSpec spec(name == "SimpleProfiler" ? "simple" : "advanced");
+  spec.dirpath = args.get<std::string>("dirpath", "");
+  spec.filename = args.get<std::string>("filename", "");
+  const auto at_default = [&](const char* key, const nlohmann::json& lightning_default) {
+    const auto* value = args.find(key);
+    ARC_CHECK(value == nullptr || value->is_null() || *value == lightning_default, name, "'s ", key, "=",
+              value == nullptr ? "" : value->dump(), " has no counterpart here; leave it at ",
+              lightning_default.dump());
+  };
+  if (name == "SimpleProfiler") at_default("extended", true);  // the report has every column
+  if (name == "AdvancedProfiler") {
+    at_default("line_count_restriction", 1.0);
+    at_default("dump_stats", false);
+  }
+  if (name == "PyTorchProfiler") {
+    spec.row_limit = args.get_optional<int64_t>("row_limit");
+    spec.chrome_trace = args.get<bool>("export_to_chrome", true);
+    at_default("group_by_input_shapes", false);
+    at_default("emit_nvtx", false);
+    at_default("sort_by_key", nullptr);
+    at_default("record_module_names", true);
+    at_default("table_kwargs", nullptr);
+  }
+  return spec;
+}
+
+// A profiler's name, or one of Lightning's profiler classes with its init_args.
+ProfilerSpec read_profiler(const Config& config) {
+  const auto* value = config.find("profiler");
+  if (value == nullptr || value->is_null()) return {};
+  if (value->is_string() && !detail::names_a_class(*value)) return value->get<std::string>();
+  ARC_CHECK(value->is_string() || value->is_object(), "config key '", config.qualified("profiler"),
+            "' must be a profiler's name or a {class_path, init_args} entry, got ", value->dump());
+  return detail::with_class_path(*value, config.qualified("profiler"), profiler_class);
 }
 
 void check_choice(const std::string& key, const std::string& value, const std::vector<std::string>& allowed) {
@@ -248,6 +294,16 @@ nlohmann::json write_value(const Determinism& determinism) {
   return determinism.warn_only ? nlohmann::json("warn") : nlohmann::json(determinism.on);
 }
 nlohmann::json write_value(const Devices& devices) { return devices.to_json(); }
+// The name alone, or the class whose init_args say the rest.
+nlohmann::json write_value(const ProfilerSpec& spec) {
+  if (spec.name_only()) return spec.name;
+  nlohmann::json args = nlohmann::json::object();
+  if (!spec.dirpath.empty()) args["dirpath"] = spec.dirpath;
+  if (!spec.filename.empty()) args["filename"] = spec.filename;
+  if (spec.row_limit) args["row_limit"] = *spec.row_limit;
+  if (!spec.chrome_trace) args["export_to_chrome"] = false;
+  return {{"class_path", spec.name == "simple" ? "SimpleProfiler" : "PyTorchProfiler"}, {"init_args", args}};
+}
 
 void no_check(const TrainerOptions&) {}
 
@@ -402,10 +458,20 @@ const std::vector<OptionField>& option_fields() {
       ARC_OPTION(async_checkpointing, "checkpoints of fit are copied, then written by a background thread", no_check),
       ARC_OPTION(enable_progress_bar, "the progress bar", no_check),
       ARC_OPTION(enable_model_summary, "the model summary at fit start", no_check),
-      ARC_OPTION(profiler, "\"simple\" or \"advanced\": time each action, report in <log_dir>/<stage>-profile.txt",
-                 [](const TrainerOptions& o) {
-                   if (!o.profiler().empty()) check_choice("profiler", o.profiler(), profiler_names());
-                 }),
+      ARC_OPTION_READ(profiler,
+                      "\"simple\" or \"advanced\" (\"pytorch\"): time each action, report in "
+                      "<log_dir>/<stage>-profile.txt; or Lightning's SimpleProfiler, PyTorchProfiler with dirpath and "
+                      "filename",
+                      read_profiler,
+                      [](const TrainerOptions& o) {
+                        const auto& spec = o.profiler();
+                        if (!spec.name.empty()) check_choice("profiler", spec.name, profiler_names());
+                        ARC_CHECK(!spec.name.empty() || spec.name_only(), "the profiler's dirpath, filename, ",
+                                  "row_limit and chrome_trace need a profiler; name one (\"simple\", \"advanced\")");
+                        ARC_CHECK(spec.name != "simple" || (!spec.row_limit && spec.chrome_trace),
+                                  "profiler \"simple\" lists no operators and writes no trace; row_limit and ",
+                                  "chrome_trace are the \"advanced\" profiler's (PyTorchProfiler)");
+                      }),
       ARC_OPTION(num_threads, "intra-op threads per process (0: the cores divided among the processes)",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.num_threads() >= 0, "num_threads must be >= 0 (0 = all cores), got ", o.num_threads());

@@ -3,6 +3,7 @@
 
 #include <arc/base/arg.h>
 #include <arc/base/devices.h>
+#include <arc/profilers/profiler.h>
 
 #include <nlohmann/json.hpp>
 
@@ -139,9 +140,11 @@ class TrainerOptions {
   ARC_ARG(bool, enable_model_summary) = true;
   /// Lightning's profiler: "simple" times every hook, step, backward, optimizer step, data fetch and
   /// gradient all-reduce and reports them at the end of each stage (also in
-  /// <log_dir>/<stage>-profile.txt); "advanced" adds LibTorch's operators over a few training batches
-  /// and a Chrome trace; "" profiles nothing. A Profiler given to the Trainer replaces this option.
-  ARC_ARG(std::string, profiler);
+  /// <log_dir>/<stage>-profile.txt); "advanced" (also "pytorch") adds LibTorch's operators over a few
+  /// training batches and a Chrome trace; "" profiles nothing. A ProfilerSpec also says where the
+  /// report goes, as Lightning's profiler classes' dirpath and filename. A Profiler given to the
+  /// Trainer replaces this option.
+  ARC_ARG(ProfilerSpec, profiler);
   /// Intra-op threads per process; 0 = all cores for one process.
   ARC_ARG(int64_t, num_threads) = 0;
   /// Keep large activation buffers in the heap instead of returning them to the OS every step.

@@ -19,7 +19,7 @@ class AdvancedProfiler : public SimpleProfiler {
     int64_t first_batch = 1;
     /// Training batches in the window.
     int64_t batches = 3;
-    /// Also write <dirpath>/<stage>-trace.json.
+    /// Also write <dirpath>/<stage>-trace.json (<stage>-<filename>-trace.json after set_output).
     bool chrome_trace = true;
     /// Operators listed in the summary, the most costly first.
     int64_t row_limit = 25;

@@ -16,13 +16,22 @@
 
 namespace arc {
 
+bool ProfilerSpec::name_only() const { return dirpath.empty() && filename.empty() && !row_limit && chrome_trace; }
+
+void Profiler::set_output(std::string dirpath, std::string filename) {
+  own_dirpath_ = std::move(dirpath);
+  filename_ = std::move(filename);
+}
+
 void Profiler::setup(const std::string& stage, const std::string& dirpath, int64_t global_rank) {
   stage_ = stage;
-  dirpath_ = dirpath;
+  dirpath_ = own_dirpath_.empty() ? dirpath : own_dirpath_;
   global_rank_ = global_rank;
 }
 
-std::string Profiler::output_path(const std::string& name, const std::string& extension) const {
+std::string Profiler::output_path(const std::string& kind, const std::string& extension) const {
+  const std::string name =
+      filename_.empty() ? (kind.empty() ? "profile" : kind) : (kind.empty() ? filename_ : filename_ + "-" + kind);
   std::error_code error;
   std::filesystem::create_directories(dirpath_, error);
   ARC_CHECK(!error, "cannot create the profiler's folder '", dirpath_, "': ", error.message(),
@@ -34,7 +43,7 @@ std::string Profiler::output_path(const std::string& name, const std::string& ex
 
 void Profiler::describe() {
   const std::string report = summary();
-  const std::string path = output_path("profile", "txt");
+  const std::string path = output_path("", "txt");
   std::ofstream out(path);
   out << report;
   ARC_CHECK(out.flush(), "cannot write the profile '", path, "'; free space or make the folder writable");
@@ -64,15 +73,25 @@ std::string class_name(const std::type_info& type) {
 }
 
 const std::vector<std::string>& profiler_names() {
-  static const std::vector<std::string> names = {"simple", "advanced"};
+  static const std::vector<std::string> names = {"simple", "advanced", "pytorch"};
   return names;
 }
 
-std::shared_ptr<Profiler> make_profiler(const std::string& name) {
-  if (name.empty()) return nullptr;
-  if (name == "simple") return std::make_shared<SimpleProfiler>();
-  if (name == "advanced") return std::make_shared<AdvancedProfiler>();
-  throw Error(unknown_name_message("profiler", name, profiler_names()));
+std::shared_ptr<Profiler> make_profiler(const ProfilerSpec& spec) {
+  if (spec.name.empty()) return nullptr;
+  std::shared_ptr<Profiler> profiler;
+  if (spec.name == "simple") {
+    profiler = std::make_shared<SimpleProfiler>();
+  } else if (spec.name == "advanced" || spec.name == "pytorch") {
+    AdvancedProfiler::Options options;
+    options.row_limit = spec.row_limit.value_or(options.row_limit);
+    options.chrome_trace = spec.chrome_trace;
+    profiler = std::make_shared<AdvancedProfiler>(options);
+  } else {
+    throw Error(unknown_name_message("profiler", spec.name, profiler_names()));
+  }
+  profiler->set_output(spec.dirpath, spec.filename);
+  return profiler;
 }
 
 }  // namespace arc

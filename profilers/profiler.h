@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <typeinfo>
@@ -12,10 +13,35 @@
 
 namespace arc {
 
+/// The profiler TrainerOptions::profiler names: "simple", "advanced" (also Lightning's "pytorch":
+/// LibTorch's operators) or "" for none, with the init_args of Lightning's profiler classes: where
+/// the report goes (<dirpath>/<stage>-<filename>.txt) and, for "advanced", its operator rows and
+/// Chrome trace.
+struct ProfilerSpec {
+  std::string name;
+  /// The report's folder; "" is the Trainer's log_dir.
+  std::string dirpath;
+  /// The report's name between the stage and ".txt"; "" is "profile".
+  std::string filename;
+  /// "advanced": the operators listed (AdvancedProfiler::Options::row_limit), and whether the
+  /// Chrome trace is written.
+  std::optional<int64_t> row_limit;
+  bool chrome_trace = true;
+
+  ProfilerSpec(std::string profiler = "") : name(std::move(profiler)) {}  // NOLINT: profiler("simple")
+  ProfilerSpec(const char* profiler) : name(profiler) {}                  // NOLINT
+  /// Whether only the name is given (LightningCLI's string form).
+  bool name_only() const;
+};
+
 /// Times named actions of a run. Implement start/stop/summary/reset for a profiler of your own.
 class Profiler {
  public:
   virtual ~Profiler() = default;
+  /// Where describe() writes, as Lightning's profilers' dirpath and filename: `dirpath` instead of
+  /// the Trainer's log_dir ("" keeps it), `filename` instead of "profile" in the report's name (and
+  /// before "-trace" in the advanced profiler's trace; "" keeps them).
+  void set_output(std::string dirpath, std::string filename);
   /// A stage begins: `stage` ("fit", "validate", "test", "predict"), the folder describe() writes to
   /// (the Trainer's log_dir) and this process's global rank.
   virtual void setup(const std::string& stage, const std::string& dirpath, int64_t global_rank);
@@ -24,7 +50,8 @@ class Profiler {
   /// What was recorded since setup, as a report.
   virtual std::string summary() const = 0;
   /// The stage ended: writes summary() to <dirpath>/<stage>-profile.txt (rank r > 0:
-  /// <stage>-profile-<r>.txt), rank 0 prints it too, and forgets what was recorded.
+  /// <stage>-profile-<r>.txt; set_output changes both), rank 0 prints it too, and forgets what was
+  /// recorded.
   virtual void describe();
 
  protected:
@@ -33,12 +60,16 @@ class Profiler {
   const std::string& stage() const { return stage_; }
   const std::string& dirpath() const { return dirpath_; }
   int64_t global_rank() const { return global_rank_; }
-  /// <dirpath>/<stage>-<name>[-<rank>].<extension>, its folder created.
-  std::string output_path(const std::string& name, const std::string& extension) const;
+  /// <dirpath>/<stage>-<name>[-<kind>][-<rank>].<extension>, its folder created: the report's name
+  /// ("profile" or set_output's filename) for the report (`kind` ""), and for another output `kind`
+  /// alone ("trace"), or after the filename set_output gave.
+  std::string output_path(const std::string& kind, const std::string& extension) const;
 
  private:
   std::string stage_ = "fit";
   std::string dirpath_ = ".";
+  std::string own_dirpath_;
+  std::string filename_;
   int64_t global_rank_ = 0;
 };
 
@@ -70,10 +101,10 @@ inline constexpr const char* kTrainingBatchAction = "run_training_batch";
 /// The unqualified class name of `type` ("TinyModule" for arc::testing::TinyModule), for action names.
 std::string class_name(const std::type_info& type);
 
-/// The names TrainerOptions::profiler takes besides "" (none): "simple" and "advanced".
+/// The names TrainerOptions::profiler takes besides "" (none): "simple", "advanced" and "pytorch".
 const std::vector<std::string>& profiler_names();
 
-/// The profiler TrainerOptions::profiler names, or none for "".
-std::shared_ptr<Profiler> make_profiler(const std::string& name);
+/// The profiler `spec` names, set up as it says, or none for "".
+std::shared_ptr<Profiler> make_profiler(const ProfilerSpec& spec);
 
 }  // namespace arc

@@ -198,7 +198,7 @@ TEST(AdvancedProfiler, ListsTheWindowsOperatorsAndWritesAChromeTrace) {
 }
 
 TEST(Profiler, TheOptionTakesSimpleOrAdvancedAndNamesTheChoices) {
-  EXPECT_EQ(TrainerOptions::from_json({{"profiler", "simple"}}).profiler(), "simple");
+  EXPECT_EQ(TrainerOptions::from_json({{"profiler", "simple"}}).profiler().name, "simple");
   EXPECT_EQ(TrainerOptions::from_json({{"profiler", "advanced"}}).to_json()["profiler"], "advanced");
   try {
     TrainerOptions::from_json({{"profiler", "simpel"}});
@@ -210,6 +210,87 @@ TEST(Profiler, TheOptionTakesSimpleOrAdvancedAndNamesTheChoices) {
   }
   EXPECT_EQ(make_profiler(""), nullptr);
   EXPECT_NE(dynamic_cast<AdvancedProfiler*>(make_profiler("advanced").get()), nullptr);
+  // Lightning's "pytorch" is LibTorch's operator profiler, "advanced" here.
+  EXPECT_EQ(TrainerOptions::from_json({{"profiler", "pytorch"}}).to_json()["profiler"], "pytorch");
+  EXPECT_NE(dynamic_cast<AdvancedProfiler*>(make_profiler("pytorch").get()), nullptr);
+}
+
+std::string profiler_error(const nlohmann::json& profiler) {
+  try {
+    TrainerOptions::from_json({{"profiler", profiler}});
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+// Lightning's profiler classes, as LightningCLI configs give them, with their dirpath and filename;
+// init_args without a counterpart are taken at Lightning's defaults only.
+TEST(Profiler, LightningsProfilerClassesSayWhereTheReportGoes) {
+  const auto simple =
+      TrainerOptions::from_json({{"profiler",
+                                  {{"class_path", "lightning.pytorch.profilers.SimpleProfiler"},
+                                   {"init_args", {{"dirpath", "/tmp/p"}, {"filename", "perf"}, {"extended", true}}}}}});
+  EXPECT_EQ(simple.profiler().name, "simple");
+  EXPECT_EQ(simple.profiler().dirpath, "/tmp/p");
+  EXPECT_EQ(simple.profiler().filename, "perf");
+  EXPECT_EQ(TrainerOptions::from_json(simple.to_json()).to_json(), simple.to_json());
+  EXPECT_EQ(simple.to_json()["profiler"]["class_path"], "SimpleProfiler");
+  const auto pytorch = TrainerOptions::from_json(
+      {{"profiler", {{"class_path", "PyTorchProfiler"}, {"row_limit", 3}, {"export_to_chrome", false}}}});
+  EXPECT_EQ(pytorch.profiler().name, "advanced");
+  EXPECT_EQ(pytorch.profiler().row_limit, 3);
+  EXPECT_FALSE(pytorch.profiler().chrome_trace);
+  EXPECT_EQ(TrainerOptions::from_json(pytorch.to_json()).to_json(), pytorch.to_json());
+  EXPECT_EQ(TrainerOptions::from_json({{"profiler", "AdvancedProfiler"}}).profiler().name, "advanced");
+  EXPECT_EQ(TrainerOptions::from_json({{"profiler", "SimpleProfiler"}}).to_json()["profiler"], "simple");
+  EXPECT_EQ(TrainerOptions::from_json({{"profiler", "PassThroughProfiler"}}).profiler().name, "");
+
+  EXPECT_NE(profiler_error({{"class_path", "SimpleProfiler"}, {"init_args", {{"extended", false}}}})
+                .find("SimpleProfiler's extended=false has no counterpart here; leave it at true"),
+            std::string::npos);
+  EXPECT_NE(profiler_error({{"class_path", "PyTorchProfiler"}, {"emit_nvtx", true}})
+                .find("trainer.profiler.init_args.emit_nvtx (PyTorchProfiler): PyTorchProfiler's emit_nvtx=true"),
+            std::string::npos);
+  EXPECT_NE(profiler_error({{"class_path", "SimpleProfiler"}, {"filenme", "x"}})
+                .find("unknown config key 'trainer.profiler.init_args.filenme'; did you mean 'filename'?"),
+            std::string::npos);
+  EXPECT_NE(profiler_error("XLAProfiler").find("unknown profiler class 'XLAProfiler'"), std::string::npos);
+  EXPECT_NE(profiler_error(3).find("'trainer.profiler' must be a profiler's name"), std::string::npos);
+  ProfilerSpec simple_rows("simple");
+  simple_rows.row_limit = 3;
+  EXPECT_THROW(TrainerOptions().profiler(simple_rows).validate(), Error);
+  ProfilerSpec nameless;
+  nameless.filename = "perf";
+  EXPECT_THROW(TrainerOptions().profiler(nameless).validate(), Error);
+}
+
+// The report goes to <dirpath>/<stage>-<filename>.txt; PyTorchProfiler's row_limit and export_to_chrome
+// reach the operator table and the trace.
+TEST(Profiler, AClassesDirpathFilenameAndRowLimitShapeTheReports) {
+  const auto root = scratch("classes");
+  testing::TinyModule module;
+  const auto fit = [&](const nlohmann::json& profiler) {
+    auto options = TrainerOptions::from_json({{"profiler", profiler}});
+    Trainer trainer(testing::quiet().default_root_dir(root.string()).max_epochs(1).profiler(options.profiler()));
+    trainer.fit(module, testing::tiny_data(10, 2));
+  };
+  fit({{"class_path", "SimpleProfiler"}, {"dirpath", (root / "reports").string()}, {"filename", "perf"}});
+  EXPECT_EQ(row_of(text_of(root / "reports" / "fit-perf.txt"), "run_training_batch").calls, 5);
+  EXPECT_FALSE(fs::exists(root / "fit-profile.txt"));
+
+  fit({{"class_path", "PyTorchProfiler"}, {"filename", "ops"}, {"row_limit", 2}, {"export_to_chrome", false}});
+  const std::string report = text_of(root / "fit-ops.txt");
+  ASSERT_NE(report.find("LibTorch operators over"), std::string::npos) << report;
+  const auto table = report.substr(report.find("LibTorch operators over"));
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 4) << "heading, header and two rows:\n" << table;
+  EXPECT_EQ(report.find("Chrome trace"), std::string::npos) << report;
+  for (const auto& entry : fs::directory_iterator(root))
+    EXPECT_EQ(entry.path().extension(), entry.is_directory() ? "" : ".txt") << entry.path();
+
+  fit({{"class_path", "PyTorchProfiler"}, {"filename", "ops"}});
+  EXPECT_TRUE(fs::exists(root / "fit-ops-trace.json"));
+  fs::remove_all(root);
 }
 
 }  // namespace
