@@ -4,7 +4,6 @@
 #include <arc/base/class_path.h>
 #include <arc/base/config.h>
 #include <arc/base/error.h>
-#include <arc/strategies/cluster/cluster_environment.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -62,9 +61,10 @@ nlohmann::json ddp_options(const Config& args) {
   if (!contains(kStartMethods, start_method))
     throw Error(unknown_name_message("start_method", start_method, kStartMethods));
   // popen, Lightning's default, joins the ranks a launcher (srun, mpirun, torchrun) started and
-  // starts them from the Trainer without one: "ddp" or "ddp_spawn", as strategy "auto" picks for
-  // several processes. The other methods always start them from the Trainer.
-  nlohmann::json options = {{"strategy", start_method == "popen" ? cluster::auto_strategy(2, 1) : "ddp_spawn"}};
+  // starts them from the Trainer without one, which is what strategy "auto" does for several
+  // processes, decided where the run starts (so that a saved config runs under a launcher too). The
+  // other methods always start them from the Trainer.
+  nlohmann::json options = {{"strategy", start_method == "popen" ? "auto" : "ddp_spawn"}};
   for (const char* key : {"find_unused_parameters", "static_graph", "gradient_as_bucket_view"})
     if (const auto value = args.get_optional<bool>(key)) options[key] = *value;
   if (const auto value = args.get_optional<double>("bucket_cap_mb")) options["bucket_cap_mb"] = *value;

@@ -15,9 +15,10 @@ namespace arc {
 bool is_strategy_class(const nlohmann::json& value);
 
 /// The trainer options that a Lightning strategy class and its init_args stand for:
-/// - DDPStrategy: {"strategy": "ddp"} under a launcher (srun, mpirun, torchrun) and "ddp_spawn"
-///   without one, as Lightning's default start_method popen starts the ranks itself where no launcher
-///   did ("ddp_spawn" always for start_method spawn, fork or forkserver), with find_unused_parameters, static_graph,
+/// - DDPStrategy: {"strategy": "auto"}, which is "ddp" under a launcher (srun, mpirun, torchrun) and
+///   "ddp_spawn" without one for several devices, as Lightning's default start_method popen joins a
+///   launcher's ranks or starts them itself ("ddp_spawn" for start_method spawn, fork or forkserver,
+///   which always start them from the Trainer; one device runs alone), with find_unused_parameters, static_graph,
 ///   gradient_as_bucket_view, bucket_cap_mb, process_group_backend and timeout (seconds, or a
 ///   timedelta's "H:MM:SS") as given; broadcast_buffers may be false only (buffers are broadcast
 ///   once, at setup);

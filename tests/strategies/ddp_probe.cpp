@@ -12,6 +12,7 @@
 //             [--spare 1 [--static-graph 1] [--find-unused 1]] [--val-every-seconds 0.2] [--user-shard 1]
 //             [--stream 97] [--val-stream 97 [--val-step-sync 1]] [--uneven-drop 32 [--even-batches pad]]
 //             [--collective-timeout 1] [--stall-rank 1 --stall-step 3 --stall-ms 20000]
+//             [--root-per-rank 1] [--save-last 1] [--ckpt-path last]
 //             [--slow-rank 1 --slow-ms 20] [--log-every 5] [--num-nodes 2] [--out-every-rank 1] [--fail-node 1]
 //             [--fit-again 1] [--combined 96] [--gather 1] [--finetune 1] [--toggle 1]
 //             [--freeze-rank 1 [--freeze-bias-elsewhere 1]] [--spike-rank 1 --spike-batch 5]
@@ -24,7 +25,9 @@
 // --prepare-log: the data comes from a DataModule whose prepare_data appends a line to FILE.
 // --checkpoint-every: a ModelCheckpoint in ROOT/checkpoints every that many steps. --fsize-limit: rank 0
 // may write files of that many bytes at most (RLIMIT_FSIZE, SIGXFSZ ignored), so that its saves fail.
-// --async-checkpoint: TrainerOptions::async_checkpointing.
+// --async-checkpoint: TrainerOptions::async_checkpointing. --save-last: that ModelCheckpoint writes
+// last.ckpt. --root-per-rank: each rank's ROOT is ROOT/rank<r>, as if each had a disk of its own.
+// --ckpt-path: fit's ckpt_path.
 // --skip-rank/--skip-batch: that rank's training_step returns no loss for that batch of the first epoch.
 // --batchnorm: an arc::SyncBatchNorm after fc1; --sync-batchnorm: TrainerOptions::sync_batchnorm.
 // --val-every-seconds: rank 0's time-based val_check_interval (the others' is an hour, so that they
@@ -101,7 +104,8 @@ struct Args {
   double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
   bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false, async_checkpoint = false;
-  bool fit_again = false, toggle = false, freeze_bias_elsewhere = false;
+  bool fit_again = false, toggle = false, freeze_bias_elsewhere = false, root_per_rank = false, save_last = false;
+  std::string ckpt_path;
   std::string out, fail, loop = "trainer", root, precision = "32-true", loggers, prepare_log;
   std::string even_batches = "error";
   // The custom loop's state: saved after step save_at to `state` (Accelerator::save), or loaded from
@@ -165,6 +169,9 @@ Args parse(int argc, char** argv) {
     if (key == "--finetune") a.finetune = std::stoll(value);
     if (key == "--freeze-rank") a.freeze_rank = std::stoll(value);
     if (key == "--toggle") a.toggle = value == "1";
+    if (key == "--root-per-rank") a.root_per_rank = value == "1";
+    if (key == "--save-last") a.save_last = value == "1";
+    if (key == "--ckpt-path") a.ckpt_path = value;
     if (key == "--freeze-bias-elsewhere") a.freeze_bias_elsewhere = value == "1";
     if (key == "--val-stream") a.val_stream = std::stoll(value);
     if (key == "--uneven-drop") a.uneven_drop = std::stoll(value);
@@ -184,6 +191,9 @@ Args parse(int argc, char** argv) {
     if (key == "--even-batches") a.even_batches = value;
     if (key == "--val-step-sync") a.val_step_sync = value == "1";
   }
+  // ddp_spawn's rank 0 is the process started, which has no RANK; the ranks it starts have theirs.
+  const char* rank = std::getenv("RANK");
+  if (a.root_per_rank) a.root += "/rank" + std::string(rank != nullptr ? rank : "0");
   return a;
 }
 
@@ -467,7 +477,8 @@ int main(int argc, char** argv) {
       ARC_CHECK(!args.root.empty(), "--checkpoint-every needs --root, the folder of its checkpoints");
       callbacks.push_back(std::make_shared<arc::ModelCheckpoint>(arc::ModelCheckpointOptions()
                                                                      .dirpath(args.root + "/checkpoints")
-                                                                     .every_n_train_steps(args.checkpoint_every)));
+                                                                     .every_n_train_steps(args.checkpoint_every)
+                                                                     .save_last(args.save_last)));
     }
     arc::Trainer trainer(options, callbacks, make_loggers(args));
     if (args.fsize_limit > 0 && trainer.is_global_zero()) {
@@ -479,7 +490,7 @@ int main(int argc, char** argv) {
     }
     if (trainer.global_rank() == args.late_rank) std::this_thread::sleep_for(std::chrono::milliseconds(args.late_ms));
     if (args.prepare_log.empty()) {
-      trainer.fit(module, train, val);
+      trainer.fit(module, train, val, args.ckpt_path);
     } else {
       NotingData noting({data, arc::DataLoaderOptions(args.batch)}, val, args.prepare_log);
       trainer.fit(module, noting);

@@ -569,6 +569,28 @@ TEST(DDP, SigintToOneRankStopsEveryRankWith130) {
   EXPECT_NE(rank0.output.find("fit interrupted by SIGINT (Ctrl-C) at global step"), std::string::npos) << rank0.output;
 }
 
+// fit(ckpt_path="last") on ranks whose disks differ: rank 0's folder holds last.ckpt, rank 1's none
+// (rank 0 alone writes checkpoints). Every rank takes rank 0's choice and resumes from its file, so
+// both train the same steps; a rank that started afresh would fail the run at the first collective.
+TEST(DDP, LastIsRankZerosChoiceOnEveryRank) {
+  const auto root = scratch_path("last_per_rank");
+  std::filesystem::remove_all(root);
+  const std::string common =
+      "--strategy ddp_spawn --devices 2 --checkpoint-every 4 --save-last 1 --root-per-rank 1 --root " + root;
+  const auto first = probe(common + " --steps 8");
+  ASSERT_EQ(first.status, 0) << first.output;
+  ASSERT_TRUE(std::filesystem::exists(root + "/rank0/checkpoints/last.ckpt")) << first.output;
+  ASSERT_FALSE(std::filesystem::exists(root + "/rank1/checkpoints/last.ckpt")) << first.output;
+  const auto second = probe(common + " --steps 12 --ckpt-path last");
+  ASSERT_EQ(second.status, 0) << second.output;
+  EXPECT_NE(second.output.find("resumed from '" + root + "/rank0/checkpoints/last.ckpt'"), std::string::npos)
+      << second.output;
+  EXPECT_EQ(second.output.find("starts afresh"), std::string::npos) << second.output;
+  for (const char* stopped : {"STOPPED 0 12", "STOPPED 1 12"})
+    EXPECT_NE(second.output.find(stopped), std::string::npos) << stopped << "\n" << second.output;
+  std::filesystem::remove_all(root);
+}
+
 // Rank 0's checkpoint write fails (past its file size limit, as on a full disk): the run ends on
 // every rank, soon, with the file, the cause and the fix, and leaves no temporary file.
 TEST(DDP, FailedSaveOnRankZeroEndsEveryRankWithTheCause) {
