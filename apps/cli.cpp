@@ -16,7 +16,9 @@
 #include <arc/core/trainer.h>
 #include <arc/core/tuner.h>
 #include <arc/loggers/logger_registry.h>
+#include <arc/profilers/profiler.h>
 #include <arc/strategies/launchers/rank_processes.h>
+#include <arc/strategies/lightning_strategy.h>
 #include <arc/strategies/strategy.h>
 
 #include <torch/torch.h>
@@ -47,7 +49,8 @@ const char* kExamples = R"(Examples:
   arc scale_batch_size --mode binsearch       the largest data.batch_size whose steps fit in memory
   arc modules                                 list registered modules and data modules, with their keys
   arc fit --trainer.callbacks.help ModelCheckpoint   a class's init_args with their defaults (jsonargparse's
-                                              --<key>.help; also trainer.logger, model, data, optimizer, lr_scheduler)
+                                              --<key>.help; also trainer.logger, model, data, optimizer, lr_scheduler,
+                                              trainer.strategy, trainer.profiler, trainer.plugins)
   (`arc train` is `arc fit` under its earlier name; `arc fit --help` lists every trainer key.)
 
 A config (JSON, or YAML for .yaml and .yml) has three sections:
@@ -357,7 +360,8 @@ std::string trainer_keys_help() {
       << join(callback_registry().names()) << "\n";
   out << "  trainer.logger takes such entries too: " << join(logger_registry().names()) << "\n";
   out << "  --trainer.callbacks.help <class> lists a callback's init_args with their defaults; so do "
-         "--trainer.logger.help, --model.help, --data.help, --optimizer.help and --lr_scheduler.help\n";
+         "--trainer.logger.help, --model.help, --data.help, --optimizer.help, --lr_scheduler.help, "
+         "--trainer.strategy.help, --trainer.profiler.help and --trainer.plugins.help\n";
   return out.str();
 }
 
@@ -402,7 +406,14 @@ std::vector<ClassKey> class_keys() {
            [stand_in](const std::string& name, const Config& config) {
              torch::optim::SGD sgd(stand_in(), torch::optim::SGDOptions(0.1));
              lr_scheduler_registry().create(name, sgd, config);
-           }}};
+           }},
+          // Lightning's classes that stand for trainer options here.
+          {"trainer.strategy", "strategy class", strategy_class_names(),
+           [](const std::string& name, const Config& config) { strategy_class(name, config); }},
+          {"trainer.profiler", "profiler class", profiler_class_names(),
+           [](const std::string& name, const Config& config) { profiler_class(name, config); }},
+          {"trainer.plugins", "plugin", TrainerOptions::plugin_names(),
+           [](const std::string& name, const Config& config) { TrainerOptions().apply_plugin(name, config); }}};
 }
 
 // The modules and data modules with the keys each reads, then the other classes a config can name,
@@ -410,7 +421,7 @@ std::vector<ClassKey> class_keys() {
 int list_modules() {
   for (const auto& known : class_keys()) {
     const bool keyed = known.key == "model" || known.key == "data";
-    std::cout << known.what << "s"
+    std::cout << known.what << (known.what.back() == 's' ? "es" : "s")
               << (known.key == "model" ? " (the config keys each reads, with their defaults)"
                   : keyed              ? ""
                                        : " (arc fit --" + known.key + ".help <class> lists one's init_args)")
@@ -459,13 +470,14 @@ int class_help(const std::string& request) {
   }
   std::cout << " init_args, with their defaults:\n";
   for (const auto& entry : keys) std::cout << "  " << entry << "\n";
-  // The callbacks and loggers are lists of entries; the others are one entry each.
-  const bool list = key.rfind("trainer.", 0) == 0;
-  const std::string entry = "{\"class_path\": \"" + name + "\", \"init_args\": {\"<key>\": <value>}}";
+  // The callbacks, loggers and plugins are lists of entries; the others are one entry each.
+  const bool list = key == "trainer.callbacks" || key == "trainer.logger" || key == "trainer.plugins";
+  std::string entry = "{\"class_path\": \"" + name + "\", \"init_args\": {\"<key>\": <value>}}";
+  if (list) entry = "[" + entry + "]";
   std::cout << "Give them on the command line: --" << key << (list ? "+=" : "=") << name << " --" << key
             << ".<key>=<value>\nor in a config: "
-            << (list ? "{\"trainer\": {\"" + key.substr(8) + "\": [" + entry + "]}}"
-                     : "{\"" + key + "\": " + entry + "}")
+            << (key.rfind("trainer.", 0) == 0 ? "{\"trainer\": {\"" + key.substr(8) + "\": " + entry + "}}"
+                                              : "{\"" + key + "\": " + entry + "}")
             << "\n";
   return 0;
 }

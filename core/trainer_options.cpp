@@ -92,41 +92,6 @@ std::string read_precision(const Config& config) {
   return value->get<std::string>();
 }
 
-// Lightning's profiler classes: SimpleProfiler is "simple", AdvancedProfiler and PyTorchProfiler
-// "advanced" (LibTorch's operators; Python's cProfile has no C++ meaning), PassThroughProfiler none.
-// Their init_args without a counterpart here are taken at Lightning's defaults only.
-ProfilerSpec profiler_class(const std::string& name, const Config& args) {
-  static const std::vector<std::string> known = {"SimpleProfiler", "AdvancedProfiler", "PyTorchProfiler",
-                                                 "PassThroughProfiler"};
-  if (std::find(known.begin(), known.end(), name) == known.end())
-    throw Error(unknown_name_message("profiler class", name, known) + "; or name one: \"simple\", \"advanced\"");
-  if (name == "PassThroughProfiler") return {};
-  ProfilerSpec spec(name == "SimpleProfiler" ? "simple" : "advanced");
-  spec.dirpath = args.get<std::string>("dirpath", "");
-  spec.filename = args.get<std::string>("filename", "");
-  const auto at_default = [&](const char* key, const nlohmann::json& lightning_default) {
-    const auto* value = args.find(key);
-    ARC_CHECK(value == nullptr || value->is_null() || *value == lightning_default, name, "'s ", key, "=",
-              value == nullptr ? "" : value->dump(), " has no counterpart here; leave it at ",
-              lightning_default.dump());
-  };
-  if (name == "SimpleProfiler") at_default("extended", true);  // the report has every column
-  if (name == "AdvancedProfiler") {
-    at_default("line_count_restriction", 1.0);
-    at_default("dump_stats", false);
-  }
-  if (name == "PyTorchProfiler") {
-    spec.row_limit = args.get_optional<int64_t>("row_limit");
-    spec.chrome_trace = args.get<bool>("export_to_chrome", true);
-    at_default("group_by_input_shapes", false);
-    at_default("emit_nvtx", false);
-    at_default("sort_by_key", nullptr);
-    at_default("record_module_names", true);
-    at_default("table_kwargs", nullptr);
-  }
-  return spec;
-}
-
 // A profiler's name, or one of Lightning's profiler classes with its init_args.
 ProfilerSpec read_profiler(const Config& config) {
   const auto* value = config.find("profiler");
@@ -194,10 +159,7 @@ std::string apply_plugin(const Config& config, const std::string& name, const Co
     set_by_plugin(config, name, "sync_batchnorm", true, o.sync_batchnorm());
     return "layer sync";
   }
-  std::vector<std::string> known{"TorchCheckpointIO", "AsyncCheckpointIO", "TorchSyncBatchNorm", "MixedPrecision",
-                                 "HalfPrecision",     "DoublePrecision",   "Precision"};
-  for (const auto& [known_name, environment] : environments) known.push_back(known_name);
-  throw Error(unknown_name_message("plugin", name, known) +
+  throw Error(unknown_name_message("plugin", name, TrainerOptions::plugin_names()) +
               "; Arclight's other behaviour is set by trainer options (see arc fit --help)");
 }
 
@@ -576,6 +538,18 @@ TrainerOptions& TrainerOptions::barebones(bool on) {
 int64_t TrainerOptions::threads_per_process(int64_t local_processes) const {
   if (num_threads_ > 0) return num_threads_;
   return std::max<int64_t>(1, usable_cores() / std::max<int64_t>(1, local_processes));
+}
+
+const std::vector<std::string>& TrainerOptions::plugin_names() {
+  static const std::vector<std::string> names = {
+      "LightningEnvironment", "SLURMEnvironment",  "TorchElasticEnvironment", "MPIEnvironment",  "LSFEnvironment",
+      "KubeflowEnvironment",  "MixedPrecision",    "HalfPrecision",           "DoublePrecision", "Precision",
+      "AsyncCheckpointIO",    "TorchCheckpointIO", "TorchSyncBatchNorm"};
+  return names;
+}
+
+void TrainerOptions::apply_plugin(const std::string& name, const Config& init_args) {
+  arc::apply_plugin(Config(nlohmann::json::object(), "trainer"), name, init_args, *this);
 }
 
 TrainerOptions TrainerOptions::from_json(const nlohmann::json& json) {

@@ -14,6 +14,8 @@
 
 namespace arc {
 
+class Config;
+
 /// A number of batches given as a fraction of the available ones (0.25) or as a count (10),
 /// as Lightning's limit_*_batches: a JSON float is a fraction, a JSON integer a count. For
 /// val_check_interval alone also a duration ("DD:HH:MM:SS" or {"minutes": 5} in JSON).
@@ -205,6 +207,11 @@ class TrainerOptions {
   void validate() const;
   /// Every option's key, default and one line of help, from the table from_json reads.
   static std::vector<OptionHelp> help();
+  /// Lightning's plugins that trainer.plugins takes (each stands for options: SLURMEnvironment for
+  /// cluster_environment, auto_requeue and requeue_signal, MixedPrecision for precision, ...).
+  static const std::vector<std::string>& plugin_names();
+  /// Sets the options that plugin `name` with `init_args` stands for; an unknown name is an error.
+  void apply_plugin(const std::string& name, const Config& init_args);
 };
 
 }  // namespace arc

@@ -1,6 +1,7 @@
 // Profiler's shared part and the names TrainerOptions::profiler takes.
 #include <arc/profilers/profiler.h>
 
+#include <arc/base/config.h>
 #include <arc/base/console.h>
 #include <arc/base/error.h>
 #include <arc/profilers/advanced_profiler.h>
@@ -8,6 +9,7 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -75,6 +77,43 @@ std::string class_name(const std::type_info& type) {
 const std::vector<std::string>& profiler_names() {
   static const std::vector<std::string> names = {"simple", "advanced", "pytorch"};
   return names;
+}
+
+const std::vector<std::string>& profiler_class_names() {
+  static const std::vector<std::string> names = {"SimpleProfiler", "AdvancedProfiler", "PyTorchProfiler",
+                                                 "PassThroughProfiler"};
+  return names;
+}
+
+// AdvancedProfiler is Python's cProfile in Lightning, which has no C++ meaning: LibTorch's operators here.
+ProfilerSpec profiler_class(const std::string& name, const Config& args) {
+  const auto& known = profiler_class_names();
+  if (std::find(known.begin(), known.end(), name) == known.end())
+    throw Error(unknown_name_message("profiler class", name, known) + "; or name one: \"simple\", \"advanced\"");
+  if (name == "PassThroughProfiler") return {};
+  ProfilerSpec spec(name == "SimpleProfiler" ? "simple" : "advanced");
+  spec.dirpath = args.get<std::string>("dirpath", "");
+  spec.filename = args.get<std::string>("filename", "");
+  const auto at_default = [&](const char* key, const nlohmann::json& lightning_default) {
+    const auto value = args.get<nlohmann::json>(key, lightning_default);
+    ARC_CHECK(value == lightning_default, name, "'s ", key, "=", value.dump(), " has no counterpart here; leave it at ",
+              lightning_default.dump());
+  };
+  if (name == "SimpleProfiler") at_default("extended", true);  // the report has every column
+  if (name == "AdvancedProfiler") {
+    at_default("line_count_restriction", 1.0);
+    at_default("dump_stats", false);
+  }
+  if (name == "PyTorchProfiler") {
+    spec.row_limit = args.get_optional<int64_t>("row_limit");
+    spec.chrome_trace = args.get<bool>("export_to_chrome", true);
+    at_default("group_by_input_shapes", false);
+    at_default("emit_nvtx", false);
+    at_default("sort_by_key", nullptr);
+    at_default("record_module_names", true);
+    at_default("table_kwargs", nullptr);
+  }
+  return spec;
 }
 
 std::shared_ptr<Profiler> make_profiler(const ProfilerSpec& spec) {

@@ -13,6 +13,8 @@
 
 namespace arc {
 
+class Config;
+
 /// The profiler TrainerOptions::profiler names: "simple", "advanced" (also Lightning's "pytorch":
 /// LibTorch's operators) or "" for none, with the init_args of Lightning's profiler classes: where
 /// the report goes (<dirpath>/<stage>-<filename>.txt) and, for "advanced", its operator rows and
@@ -103,6 +105,15 @@ std::string class_name(const std::type_info& type);
 
 /// The names TrainerOptions::profiler takes besides "" (none): "simple", "advanced" and "pytorch".
 const std::vector<std::string>& profiler_names();
+
+/// Lightning's profiler class `name` with its init_args: SimpleProfiler is "simple", AdvancedProfiler
+/// and PyTorchProfiler "advanced", PassThroughProfiler none; dirpath and filename say where the report
+/// goes, PyTorchProfiler's row_limit and export_to_chrome shape the operator table and the trace.
+/// Init_args without a counterpart (extended, emit_nvtx, dump_stats, ...) are errors unless at
+/// Lightning's defaults.
+ProfilerSpec profiler_class(const std::string& name, const Config& init_args);
+/// The profiler classes profiler_class takes.
+const std::vector<std::string>& profiler_class_names();
 
 /// The profiler `spec` names, set up as it says, or none for "".
 std::shared_ptr<Profiler> make_profiler(const ProfilerSpec& spec);

@@ -39,9 +39,9 @@ bool contains(const std::vector<std::string>& names, const std::string& name) {
 // Seconds of DDPStrategy's timeout, a timedelta: seconds, its text "H:MM:SS", or the forms of
 // Config::duration ("DD:HH:MM:SS", {minutes: 30}).
 std::optional<double> read_timedelta(const Config& args) {
-  const auto* value = args.find("timeout");
-  if (value != nullptr && value->is_string()) {
-    const auto& text = value->get_ref<const std::string&>();
+  const auto value = args.get<nlohmann::json>("timeout", nullptr);
+  if (value.is_string()) {
+    const auto& text = value.get_ref<const std::string&>();
     int hours = 0, minutes = 0, consumed = 0;
     double seconds = 0;
     if (std::count(text.begin(), text.end(), ':') == 2 &&
@@ -53,10 +53,8 @@ std::optional<double> read_timedelta(const Config& args) {
 }
 
 nlohmann::json ddp_options(const Config& args) {
-  for (const auto& [key, instead] : kObjectArgs) {
-    const auto* value = args.find(key);
-    ARC_CHECK(value == nullptr || value->is_null(), "DDPStrategy's ", key, " is not taken here: ", instead);
-  }
+  for (const auto& [key, instead] : kObjectArgs)
+    ARC_CHECK(args.get<nlohmann::json>(key, nullptr).is_null(), "DDPStrategy's ", key, " is not taken here: ", instead);
   const auto start_method = args.get<std::string>("start_method", "popen");
   if (!contains(kStartMethods, start_method))
     throw Error(unknown_name_message("start_method", start_method, kStartMethods));
@@ -92,10 +90,10 @@ std::optional<int> cuda_index(const nlohmann::json& device) {
 
 nlohmann::json single_device_options(const Config& args) {
   nlohmann::json options = {{"strategy", "single_device"}, {"accelerator", "cpu"}};
-  const auto* device = args.find("device");
-  if (device == nullptr || device->is_null() || *device == "cpu") return options;
-  const auto index = cuda_index(*device);
-  ARC_CHECK(index, "SingleDeviceStrategy's device must be \"cpu\", \"cuda\", \"cuda:N\" or N, got ", device->dump());
+  const auto device = args.get<nlohmann::json>("device", "cpu");
+  if (device == "cpu") return options;
+  const auto index = cuda_index(device);
+  ARC_CHECK(index, "SingleDeviceStrategy's device must be \"cpu\", \"cuda\", \"cuda:N\" or N, got ", device.dump());
   options["accelerator"] = "gpu";
   options["devices"] = nlohmann::json::array({*index});
   return options;
@@ -110,16 +108,20 @@ bool is_strategy_class(const nlohmann::json& value) {
   return contains(kSupported, name) || contains(kUnsupported, name);
 }
 
-nlohmann::json strategy_class_options(const nlohmann::json& entry, const std::string& path) {
-  return detail::with_class_path(entry, path, [](const std::string& name, const Config& args) {
-    if (name == "DDPStrategy") return ddp_options(args);
-    if (name == "SingleDeviceStrategy") return single_device_options(args);
-    ARC_CHECK(!contains(kUnsupported, name), "Lightning's ", name, " has no counterpart in Arclight, whose strategies ",
-              "are \"single_device\", \"ddp\", \"ddp_spawn\" and \"elastic\" (DDPStrategy and SingleDeviceStrategy ",
-              "name the first three)");
-    throw Error(unknown_name_message("strategy class", name, kSupported) +
-                "; or name a strategy: \"ddp\", \"ddp_spawn\", \"single_device\", \"elastic\"");
-  });
+nlohmann::json strategy_class(const std::string& name, const Config& init_args) {
+  if (name == "DDPStrategy") return ddp_options(init_args);
+  if (name == "SingleDeviceStrategy") return single_device_options(init_args);
+  ARC_CHECK(!contains(kUnsupported, name), "Lightning's ", name, " has no counterpart in Arclight, whose strategies ",
+            "are \"single_device\", \"ddp\", \"ddp_spawn\" and \"elastic\" (DDPStrategy and SingleDeviceStrategy ",
+            "name the first three)");
+  throw Error(unknown_name_message("strategy class", name, kSupported) +
+              "; or name a strategy: \"ddp\", \"ddp_spawn\", \"single_device\", \"elastic\"");
 }
+
+nlohmann::json strategy_class_options(const nlohmann::json& entry, const std::string& path) {
+  return detail::with_class_path(entry, path, strategy_class);
+}
+
+const std::vector<std::string>& strategy_class_names() { return kSupported; }
 
 }  // namespace arc

@@ -3,9 +3,12 @@
 // read as the trainer options they stand for. Torch-free, so that the `arc` launcher reads them too.
 #pragma once
 
+#include <arc/base/config.h>
+
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
 
 namespace arc {
 
@@ -27,5 +30,11 @@ bool is_strategy_class(const nlohmann::json& value);
 /// Init_args that name objects (accelerator, cluster_environment, precision_plugin, ...) and
 /// Lightning's other strategies are errors that say what stands for them; `path` names the entry.
 nlohmann::json strategy_class_options(const nlohmann::json& entry, const std::string& path);
+
+/// The same for the class `name` ("DDPStrategy") and its init_args.
+nlohmann::json strategy_class(const std::string& name, const Config& init_args);
+
+/// The strategy classes taken: DDPStrategy, SingleDeviceStrategy.
+const std::vector<std::string>& strategy_class_names();
 
 }  // namespace arc

@@ -124,7 +124,19 @@ TEST(Cli, KeyHelpListsTheInitArgsOfAClassWithTheirDefaults) {
        "Give them on the command line: --optimizer=SGD --optimizer.<key>=<value>\n"},
       {"--model.help mlp_classifier", "mlp_classifier (module) init_args, with their defaults:\n  hidden=256\n"},
       // Under a config of two devices it prints in the tool's process, starting no ranks.
-      {"--trainer.devices=2 --data.help canonical", "canonical (data module) init_args, with their defaults:\n"}};
+      {"--trainer.devices=2 --data.help canonical", "canonical (data module) init_args, with their defaults:\n"},
+      // Lightning's classes that stand for trainer options: one entry each, or a list of plugins.
+      {"--trainer.strategy.help lightning.pytorch.strategies.DDPStrategy",
+       "  start_method=\"popen\"\n  static_graph=null\n  timeout=null\n"
+       "Give them on the command line: --trainer.strategy=DDPStrategy --trainer.strategy.<key>=<value>\n"
+       "or in a config: {\"trainer\": {\"strategy\": {\"class_path\": \"DDPStrategy\", \"init_args\": "
+       "{\"<key>\": <value>}}}}\n"},
+      {"--trainer.profiler.help SimpleProfiler",
+       "SimpleProfiler (profiler class) init_args, with their defaults:\n  dirpath=\"\"\n  extended=true\n"
+       "  filename=\"\"\n"},
+      {"--trainer.plugins.help SLURMEnvironment",
+       "  auto_requeue=true\n  requeue_signal=\"SIGUSR1\"\n"
+       "Give them on the command line: --trainer.plugins+=SLURMEnvironment --trainer.plugins.<key>=<value>\n"}};
   for (const auto& [flags, text] : listed) {
     out = arc("fit " + flags);
     EXPECT_EQ(out.status, 0) << flags;
