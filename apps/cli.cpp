@@ -385,6 +385,7 @@ struct ClassKey {
   std::string what;  // "callback", as unknown names are reported
   std::vector<std::string> names;
   std::function<void(const std::string& name, const Config&)> create;
+  bool list = false;  // a list of entries (appended with +=), not one entry
 };
 
 // Every config key that names a class, in the order `arc modules` lists them.
@@ -395,9 +396,9 @@ std::vector<ClassKey> class_keys() {
           {"data", "data module", data_module_registry().names(),
            [](const std::string& name, const Config& config) { data_module_registry().create(name, config); }},
           {"trainer.callbacks", "callback", callback_registry().names(),
-           [](const std::string& name, const Config& config) { callback_registry().create(name, config); }},
+           [](const std::string& name, const Config& config) { callback_registry().create(name, config); }, true},
           {"trainer.logger", "logger", logger_registry().names(),
-           [](const std::string& name, const Config& config) { logger_registry().create(name, config); }},
+           [](const std::string& name, const Config& config) { logger_registry().create(name, config); }, true},
           {"optimizer", "optimizer", optimizer_registry().names(),
            [stand_in](const std::string& name, const Config& config) {
              optimizer_registry().create(name, stand_in(), config);
@@ -413,7 +414,7 @@ std::vector<ClassKey> class_keys() {
           {"trainer.profiler", "profiler class", profiler_class_names(),
            [](const std::string& name, const Config& config) { profiler_class(name, config); }},
           {"trainer.plugins", "plugin", TrainerOptions::plugin_names(),
-           [](const std::string& name, const Config& config) { TrainerOptions().apply_plugin(name, config); }}};
+           [](const std::string& name, const Config& config) { TrainerOptions().apply_plugin(name, config); }, true}};
 }
 
 // The modules and data modules with the keys each reads, then the other classes a config can name,
@@ -470,11 +471,9 @@ int class_help(const std::string& request) {
   }
   std::cout << " init_args, with their defaults:\n";
   for (const auto& entry : keys) std::cout << "  " << entry << "\n";
-  // The callbacks, loggers and plugins are lists of entries; the others are one entry each.
-  const bool list = key == "trainer.callbacks" || key == "trainer.logger" || key == "trainer.plugins";
   std::string entry = "{\"class_path\": \"" + name + "\", \"init_args\": {\"<key>\": <value>}}";
-  if (list) entry = "[" + entry + "]";
-  std::cout << "Give them on the command line: --" << key << (list ? "+=" : "=") << name << " --" << key
+  if (known.list) entry = "[" + entry + "]";
+  std::cout << "Give them on the command line: --" << key << (known.list ? "+=" : "=") << name << " --" << key
             << ".<key>=<value>\nor in a config: "
             << (key.rfind("trainer.", 0) == 0 ? "{\"trainer\": {\"" + key.substr(8) + "\": " + entry + "}}"
                                               : "{\"" + key + "\": " + entry + "}")

@@ -118,15 +118,21 @@ void set_by_plugin(const Config& config, const std::string& plugin, const char* 
   field = value;
 }
 
+// Lightning's cluster environment plugins and the cluster_environment each stands for; the other
+// plugins apply_plugin takes.
+const std::map<std::string, std::string> kEnvironmentPlugins = {
+    {"LightningEnvironment", "local"}, {"SLURMEnvironment", "slurm"}, {"TorchElasticEnvironment", "torchelastic"},
+    {"MPIEnvironment", "mpi"},         {"LSFEnvironment", "lsf"},     {"KubeflowEnvironment", "kubeflow"}};
+const std::vector<std::string> kOtherPlugins = {"MixedPrecision",    "HalfPrecision",     "DoublePrecision",
+                                                "Precision",         "AsyncCheckpointIO", "TorchCheckpointIO",
+                                                "TorchSyncBatchNorm"};
+
 // One of Lightning's plugins: each stands for trainer options here. Cluster environments set
 // cluster_environment (SLURMEnvironment also auto_requeue and requeue_signal), precision plugins
 // precision, AsyncCheckpointIO async_checkpointing, TorchSyncBatchNorm sync_batchnorm. Returns the
 // plugin's kind, of which a config may name one.
 std::string apply_plugin(const Config& config, const std::string& name, const Config& init_args, TrainerOptions& o) {
-  static const std::map<std::string, std::string> environments = {
-      {"LightningEnvironment", "local"}, {"SLURMEnvironment", "slurm"}, {"TorchElasticEnvironment", "torchelastic"},
-      {"MPIEnvironment", "mpi"},         {"LSFEnvironment", "lsf"},     {"KubeflowEnvironment", "kubeflow"}};
-  if (const auto found = environments.find(name); found != environments.end()) {
+  if (const auto found = kEnvironmentPlugins.find(name); found != kEnvironmentPlugins.end()) {
     set_by_plugin(config, name, "cluster_environment", found->second, o.cluster_environment());
     if (name == "SLURMEnvironment") {
       set_by_plugin(config, name, "auto_requeue", init_args.get<bool>("auto_requeue", true), o.auto_requeue());
@@ -541,10 +547,12 @@ int64_t TrainerOptions::threads_per_process(int64_t local_processes) const {
 }
 
 const std::vector<std::string>& TrainerOptions::plugin_names() {
-  static const std::vector<std::string> names = {
-      "LightningEnvironment", "SLURMEnvironment",  "TorchElasticEnvironment", "MPIEnvironment",  "LSFEnvironment",
-      "KubeflowEnvironment",  "MixedPrecision",    "HalfPrecision",           "DoublePrecision", "Precision",
-      "AsyncCheckpointIO",    "TorchCheckpointIO", "TorchSyncBatchNorm"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& [name, environment] : kEnvironmentPlugins) out.push_back(name);
+    out.insert(out.end(), kOtherPlugins.begin(), kOtherPlugins.end());
+    return out;
+  }();
   return names;
 }
 

@@ -53,8 +53,10 @@ std::optional<double> read_timedelta(const Config& args) {
 }
 
 nlohmann::json ddp_options(const Config& args) {
-  for (const auto& [key, instead] : kObjectArgs)
-    ARC_CHECK(args.get<nlohmann::json>(key, nullptr).is_null(), "DDPStrategy's ", key, " is not taken here: ", instead);
+  for (const auto& [key, instead] : kObjectArgs) {
+    const auto value = args.get<nlohmann::json>(key, nullptr);
+    ARC_CHECK(value.is_null(), "DDPStrategy's ", key, "=", value.dump(), " is not taken here: ", instead);
+  }
   const auto start_method = args.get<std::string>("start_method", "popen");
   if (!contains(kStartMethods, start_method))
     throw Error(unknown_name_message("start_method", start_method, kStartMethods));

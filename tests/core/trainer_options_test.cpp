@@ -319,6 +319,9 @@ TEST(TrainerOptions, LightningsStrategyClassesAreTheOptionsTheyStandFor) {
 
   // The class alone, start methods that always start the ranks from the Trainer, timeouts in other forms.
   EXPECT_EQ(TrainerOptions::from_json({{"strategy", "DDPStrategy"}}).strategy(), "auto");
+  // static_graph from the class alone (above, the trainer section said it too).
+  EXPECT_TRUE(TrainerOptions::from_json({{"strategy", {{"class_path", "DDPStrategy"}, {"static_graph", true}}}})
+                  .static_graph());
   for (const char* method : {"spawn", "fork", "forkserver"})
     EXPECT_EQ(
         TrainerOptions::from_json({{"strategy", {{"class_path", "DDPStrategy"}, {"start_method", method}}}}).strategy(),
@@ -354,8 +357,8 @@ TEST(TrainerOptions, LightningsStrategyClassesAreTheOptionsTheyStandFor) {
             std::string::npos);
   EXPECT_NE(error_of({{"strategy", {{"class_path", "DDPStrategy"}, {"cluster_environment", "SLURMEnvironment"}}}})
                 .find("trainer.strategy.init_args.cluster_environment (DDPStrategy): DDPStrategy's "
-                      "cluster_environment is not taken here: set trainer.cluster_environment or name it in "
-                      "trainer.plugins"),
+                      "cluster_environment=\"SLURMEnvironment\" is not taken here: set trainer.cluster_environment "
+                      "or name it in trainer.plugins"),
             std::string::npos);
   EXPECT_NE(error_of({{"strategy", {{"class_path", "DDPStrategy"}, {"timeout", "half an hour"}}}})
                 .find("'trainer.strategy.init_args.timeout' must be seconds"),
