@@ -99,8 +99,8 @@ int main(int argc, char** argv) try {
       if (!python) continue;
       rows[4].runs.push_back(run("TORCH_THREADS=1 " + python_command + " " + script + " --model " + model));
       rows[5].runs.push_back(run("TORCH_THREADS=1 " + python_command +
-                                 " -m torch.distributed.run --nproc_per_node 2 -r 9:1 -t 9:1 " + script + " --model " +
-                                 model));
+                                 " -m torch.distributed.run --nproc_per_node 2 -r 9:1 -t 9:1 --log_dir " +
+                                 scratch_root() + "/torchrun " + script + " --model " + model));
     }
     const double reference = python ? rows[5].sps() : rows[3].sps();
     std::cout << "\n"

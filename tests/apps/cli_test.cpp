@@ -1,6 +1,7 @@
 // The `arc` tool, run as a user runs it.
 #include "support/arc_tool.h"
 #include "support/command.h"
+#include "support/scratch.h"
 
 #include <arc/core/trainer_options.h>
 
@@ -8,7 +9,6 @@
 #include <torch/cuda.h>
 #include <nlohmann/json.hpp>
 
-#include <unistd.h>
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -56,7 +56,7 @@ std::vector<std::string> names_in(const fs::path& dir) {
 // As Lightning's logger=True and LightningCLI: metrics.csv, TensorBoard events, hparams.yaml and the
 // resolved config.yaml in lightning_logs/version_N, a new version per run, checkpoints inside it.
 TEST(Cli, FitLeavesMetricsHparamsAndConfigInANewVersionPerRun) {
-  const auto dir = fs::temp_directory_path() / ("arc_cli_logs_" + std::to_string(getpid()));
+  const auto dir = arc::testing::process_scratch() / "cli_logs";
   fs::remove_all(dir);
   const std::string args =
       " --set trainer.limit_train_batches=60 --set trainer.limit_val_batches=2 "
@@ -260,7 +260,7 @@ TEST(Cli, SeedEverythingSeedsTheTrainerAndSavesTheSeedItChose) {
 
 // profiler=simple under ddp_spawn: each rank reports its own actions, the gradient all-reduce among them.
 TEST(Cli, DdpSpawnProfileOfEachRankTimesTheGradientAllReduce) {
-  const auto dir = fs::temp_directory_path() / ("arc_cli_profile_" + std::to_string(getpid()));
+  const auto dir = arc::testing::process_scratch() / "cli_profile";
   fs::remove_all(dir);
   const auto run = arc_in(dir, "train --config " + arc::testing::shipped_config() +
                                    " --set trainer.profiler=simple --set trainer.limit_train_batches=10"
@@ -357,7 +357,7 @@ TEST(Cli, UnreadableOrInvalidConfigFilesAreErrors) {
 }
 
 TEST(Cli, ResumeLastContinuesExactlyAndEvaluationLoadsCheckpoints) {
-  const auto root = std::filesystem::temp_directory_path() / ("arc_cli_resume_" + std::to_string(getpid()));
+  const auto root = arc::testing::process_scratch() / "cli_resume";
   std::filesystem::remove_all(root);
   const std::string common = " --set trainer.default_root_dir=" + root.string() +
                              " --set trainer.limit_val_batches=1 --set trainer.enable_progress_bar=false"
@@ -450,7 +450,7 @@ TEST(Cli, ValidateTestPredictAndModules) {
 // `arc lr_find` and `arc scale_batch_size` tune the config's module and data in one process, even
 // when the config trains with ddp_spawn on two.
 TEST(Cli, LrFindAndScaleBatchSizeTuneTheConfigsModule) {
-  const auto dir = fs::temp_directory_path() / ("arc_cli_tune_" + std::to_string(getpid()));
+  const auto dir = arc::testing::process_scratch() / "cli_tune";
   fs::remove_all(dir);
   fs::create_directories(dir);
   const auto csv = (dir / "lr.csv").string();

@@ -2,6 +2,7 @@
 // files merged, --print_config, and errors that name the file and the key.
 #include "support/arc_tool.h"
 #include "support/python.h"
+#include "support/scratch.h"
 #include "support/terminal.h"
 
 #include <gtest/gtest.h>
@@ -29,7 +30,7 @@ using arc::testing::result_of;
 using arc::testing::write_config;
 
 std::string scratch(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / ("arc_config_" + name + "_" + std::to_string(getpid()));
+  const auto dir = arc::testing::process_scratch() / ("config_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();
@@ -898,7 +899,7 @@ TEST(Config, LightningCliPrintedBatchSizeFinderScalesTheExampleMlp) {
 // SpikeDetection's entry as LightningCLI prints it, with rtol 0: the first loss above the one before
 // is a spike, which ends fit and lists the batch and the one before in exclude_batches_path.
 TEST(Config, LightningCliPrintedSpikeDetectionEndsFitAtTheFirstRise) {
-  const auto dir = std::filesystem::temp_directory_path() / ("arc_spikes_" + std::to_string(getpid()));
+  const auto dir = arc::testing::process_scratch() / "spikes";
   std::filesystem::remove_all(dir);
   const std::string config =
       "trainer:\n  max_epochs: 1\n  limit_train_batches: 40\n  limit_val_batches: 1\n  num_threads: 1\n"

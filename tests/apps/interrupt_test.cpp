@@ -3,6 +3,7 @@
 // next batch boundary, saves, says where and exits with 130; a second ends every rank at once.
 #include "support/arc_tool.h"
 #include "support/command.h"
+#include "support/scratch.h"
 #include "support/terminal.h"
 
 #include <gtest/gtest.h>
@@ -34,7 +35,7 @@ bool gone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
 class Interrupt : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (std::filesystem::temp_directory_path() / ("arc_interrupt_" + std::to_string(getpid()))).string();
+    dir_ = (arc::testing::process_scratch() / "interrupt").string();
     std::filesystem::remove_all(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }

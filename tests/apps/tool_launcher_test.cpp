@@ -7,6 +7,7 @@
 
 #include "support/arc_tool.h"
 #include "support/command.h"
+#include "support/scratch.h"
 
 #include <gtest/gtest.h>
 
@@ -78,7 +79,7 @@ class ToolLauncherRun : public ::testing::Test {
   static constexpr double kTimeout = 60;
 
   void SetUp() override {
-    dir_ = (std::filesystem::temp_directory_path() / ("arc_tool_" + std::to_string(getpid()))).string();
+    dir_ = (arc::testing::process_scratch() / "tool").string();
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     const std::string command = std::string(ARC_BINARY) + " train --config " + shipped_config() +
@@ -246,7 +247,7 @@ TEST(ToolLauncher, ARankConfigErrorEndsTheToolWithTheRankStatusAndOneMessage) {
 // the config file's name, replaces its Trainer's); a rank that ends without reporting gets the
 // tool's own line.
 TEST(ToolLauncher, DifferentRankErrorsArePrintedOnceEachTheCauseFirst) {
-  const auto dir = std::filesystem::temp_directory_path() / ("arc_tool_stand_in_" + std::to_string(getpid()));
+  const auto dir = arc::testing::process_scratch() / "tool_stand_in";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::filesystem::copy_file(ARC_BINARY, dir / "arc");

@@ -7,7 +7,6 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <filesystem>
 #include <limits>
 #include <thread>
@@ -241,7 +240,7 @@ struct FailsAtStep3 : TinyModule {
 };
 
 TEST(Callbacks, OnExceptionCheckpointSavesWhatWasDone) {
-  const auto dir = std::filesystem::temp_directory_path() / ("arc_onexc_" + std::to_string(getpid()));
+  const auto dir = arc::testing::process_scratch() / "onexc";
   auto saver = std::make_shared<OnExceptionCheckpoint>(dir.string());
   FailsAtStep3 module;
   Trainer trainer(quiet().max_epochs(5), {saver});
@@ -259,7 +258,7 @@ TEST(Callbacks, OnExceptionCheckpointSavesWhatWasDone) {
 // exception checkpoint into a module of another shape, and the checkpoint (three steps of work)
 // must still be there to resume from once the module is right.
 TEST(Callbacks, OnExceptionCheckpointKeepsTheFileAFailedResumeReadFrom) {
-  const auto dir = std::filesystem::temp_directory_path() / ("arc_onexc_resume_" + std::to_string(getpid()));
+  const auto dir = arc::testing::process_scratch() / "onexc_resume";
   auto saver = std::make_shared<OnExceptionCheckpoint>(dir.string());
   FailsAtStep3 module;
   EXPECT_THROW(Trainer(quiet().max_epochs(5), {saver}).fit(module, tiny_data(4, 2)), std::runtime_error);
@@ -284,7 +283,7 @@ TEST(Callbacks, OnExceptionCheckpointKeepsTheFileAFailedResumeReadFrom) {
 // (an empty ModelCheckpoint filename is the default name, an empty OnExceptionCheckpoint dirpath the
 // current folder, not the root), else an error that names the setting.
 TEST(Callbacks, CheckpointingCallbacksTakeEmptyAndNegativeSettingsAsLightningOrSayWhy) {
-  const auto dir = std::filesystem::temp_directory_path() / ("arc_empty_names_" + std::to_string(getpid()));
+  const auto dir = arc::testing::process_scratch() / "empty_names";
   TinyModule module;
   Trainer(quiet().max_epochs(1),
           {std::make_shared<ModelCheckpoint>(ModelCheckpointOptions().dirpath(dir.string()).filename(""))})

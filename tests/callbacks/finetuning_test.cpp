@@ -3,11 +3,11 @@
 // exactly (Lightning's re-freezes the backbone, issue 21901); TrainModule::freeze/unfreeze; the
 // callbacks' setup and teardown hooks. Under DDP: ddp_test.cpp.
 #include "support/errors.h"
+#include "support/scratch.h"
 #include "support/tiny_module.h"
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <cmath>
 #include <filesystem>
 
@@ -126,7 +126,7 @@ TEST(BackboneFinetuning, AFitResumedAfterAnyBatchEndsBitIdentical) {
   Transfer reference;
   Trainer(finetune_options(4), {std::make_shared<BackboneFinetuning>(options())}).fit(reference, finetune_data());
   const auto expected = testing::weights_of(reference);
-  const auto dir = fs::temp_directory_path() / ("arc_finetune_" + std::to_string(getpid()));
+  const auto dir = arc::testing::process_scratch() / "finetune";
   fs::create_directories(dir);
   for (int64_t k = 1; k < 16; ++k) {
     const auto path = (dir / ("k" + std::to_string(k) + ".ckpt")).string();

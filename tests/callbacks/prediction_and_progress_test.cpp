@@ -2,6 +2,7 @@
 // max_depth, log(..., {.rank_zero_only}) and on_step values of evaluation reaching the loggers.
 #include "support/command.h"
 #include "support/errors.h"
+#include "support/scratch.h"
 #include "support/tiny_module.h"
 
 #include <gtest/gtest.h>
@@ -131,7 +132,7 @@ struct SlowSteps : TinyModule {
 // bar's 50 ms batches go at 20 it/s or slower (counting the 2 earlier ones gave twice the rate);
 // resumed with none left, the rate and time left are unknown, not the batches over no time.
 TEST(ProgressBar, AResumedEpochCountsOnlyItsOwnBatchesInTheRate) {
-  const auto dir = std::filesystem::temp_directory_path() / ("arc_resumed_bar_" + std::to_string(getpid()));
+  const auto dir = arc::testing::process_scratch() / "resumed_bar";
   TinyModule first;
   Trainer(quiet().max_epochs(1),
           {std::make_shared<ModelCheckpoint>(

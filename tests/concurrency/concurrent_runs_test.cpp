@@ -2,10 +2,10 @@
 // rank starts, so none clashes with another (Lightning's "Address already in use"). These start tens
 // of processes, so CTest runs them alone (RUN_SERIAL): nothing timed runs beside them.
 #include "support/command.h"
+#include "support/scratch.h"
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <filesystem>
 #include <future>
 #include <string>
@@ -29,7 +29,7 @@ std::vector<CommandRun> run_concurrently(const std::string& command, int count) 
 // the same one and write over each other's metrics.csv).
 TEST(ConcurrentRuns, TwentyDdpSpawnProgramsNeverClashOnPortsOrLogFolders) {
   constexpr int kRuns = 20;
-  const auto root = std::filesystem::temp_directory_path() / ("arc_concurrent_" + std::to_string(getpid()));
+  const auto root = arc::testing::process_scratch() / "concurrent";
   std::filesystem::remove_all(root);
   for (const auto& run :
        run_concurrently("timeout 120 " + std::string(ARC_PROBE) +

@@ -4,6 +4,7 @@
 
 #include "support/command.h"
 #include "support/errors.h"
+#include "support/scratch.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -30,7 +31,7 @@ using testing::occurrences;
 using testing::quiet;
 
 std::string async_dir(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / ("arc_async_" + std::to_string(getpid()) + "_" + name);
+  const auto dir = arc::testing::process_scratch() / ("async_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();

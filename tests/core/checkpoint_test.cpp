@@ -4,6 +4,7 @@
 #include "support/command.h"
 #include "support/errors.h"
 #include "support/row_stream.h"
+#include "support/scratch.h"
 
 #include <gtest/gtest.h>
 
@@ -33,7 +34,7 @@ using testing::weights_of;
 namespace fs = std::filesystem;
 
 std::string scratch_dir(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / ("arc_ckpt_" + std::to_string(getpid()) + "_" + name);
+  const auto dir = arc::testing::process_scratch() / ("ckpt_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();

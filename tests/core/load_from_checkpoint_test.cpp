@@ -3,10 +3,10 @@
 #include "support/tiny_module.h"
 
 #include "support/errors.h"
+#include "support/scratch.h"
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <algorithm>
 #include <filesystem>
 
@@ -45,7 +45,7 @@ class Sized : public TrainModule {
 };
 
 fs::path scratch(const std::string& name) {
-  const auto root = fs::temp_directory_path() / ("arc_load_" + name + "_" + std::to_string(getpid()));
+  const auto root = arc::testing::process_scratch() / ("load_" + name);
   fs::remove_all(root);
   fs::create_directories(root);
   return root;

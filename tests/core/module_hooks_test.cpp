@@ -4,9 +4,9 @@
 #include "support/tiny_module.h"
 
 #include "support/errors.h"
+#include "support/scratch.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -255,7 +255,7 @@ class BringsCallbacks : public TinyModule {
 };
 
 TEST(ModuleHooks, ConfigureCallbacksReplacesTheTrainersOfTheSameKindAndCheckpointsLast) {
-  const std::string root = "/tmp/arc_module_hooks_" + std::to_string(getpid());
+  const std::string root = (arc::testing::process_scratch() / "module_hooks").string();
   auto early = std::make_shared<EarlyStopping>(EarlyStoppingOptions("train_loss"));
   BringsCallbacks module;
   Trainer trainer(quiet().max_epochs(1).enable_checkpointing(true).default_root_dir(root), {early});

@@ -1,6 +1,7 @@
 // Optimizer state in checkpoints: LibTorch's optimizers round-trip raw and continue bit for bit,
 // others through an archive, format-2 files still load, and mismatches are named.
 #include "support/errors.h"
+#include "support/scratch.h"
 
 #include <arc/base/torch_compat.h>
 #include <arc/core/checkpoint.h>
@@ -21,7 +22,7 @@ namespace fs = std::filesystem;
 using Factory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::optim::OptimizerParamGroup>)>;
 
 std::string scratch_file(const std::string& name) {
-  return (fs::temp_directory_path() / ("arc_optim_" + std::to_string(getpid()) + "_" + name + ".ckpt")).string();
+  return (arc::testing::process_scratch() / ("optim_" + name + ".ckpt")).string();
 }
 
 // Two parameter groups, so that group options and indices across groups are exercised.

@@ -3,10 +3,10 @@
 #include "support/tiny_module.h"
 
 #include "support/errors.h"
+#include "support/scratch.h"
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
 #include <filesystem>
 
@@ -252,7 +252,7 @@ TEST(TrainerOptimization, LoggersStepOncePerBatchOrWindowAsLightningDoes) {
   EXPECT_EQ(whole->steps, (std::vector<int64_t>{1, 3, 5, 7}));
 
   // The same fit stopped after its first epoch and resumed logs at the same steps.
-  const auto path = (fs::temp_directory_path() / ("arc_stepped_" + std::to_string(getpid()) + ".ckpt")).string();
+  const auto path = (arc::testing::process_scratch() / "stepped.ckpt").string();
   auto first = std::make_shared<StepRecorder>(), second = std::make_shared<StepRecorder>();
   LoggingManualModule resumed;
   Trainer one(quiet().max_epochs(1).log_every_n_steps(2), {}, {first});

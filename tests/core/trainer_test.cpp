@@ -2,13 +2,13 @@
 #include "support/tiny_module.h"
 
 #include "support/errors.h"
+#include "support/scratch.h"
 
 #include <arc/accelerators/accelerator_backend.h>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -188,7 +188,7 @@ TEST(Trainer, FastDevRunRunsOneBatchOfEachStage) {
 // As Lightning: fast_dev_run leaves no checkpoint behind and stops nothing early, even with the
 // user's own ModelCheckpoint and EarlyStopping (here monitoring a metric that is never logged).
 TEST(Trainer, FastDevRunDisablesCheckpointingAndEarlyStopping) {
-  const auto dir = std::filesystem::temp_directory_path() / ("arc_fast_dev_run_" + std::to_string(getpid()));
+  const auto dir = arc::testing::process_scratch() / "fast_dev_run";
   std::filesystem::remove_all(dir);
   TinyModule module;
   Trainer trainer(quiet().fast_dev_run(2),
@@ -381,7 +381,7 @@ TEST(Trainer, ASecondFitGoesOnFromTheFirst) {
 // Lightning's warning: epochs shorter than log_every_n_steps (5 batches here, 50 by default) leave
 // epochs without a training step in the loggers. Without loggers there is nothing to say.
 TEST(Trainer, EpochsShorterThanLogEveryNStepsSaySo) {
-  const auto dir = std::filesystem::temp_directory_path() / ("arc_sparse_logging_" + std::to_string(getpid()));
+  const auto dir = arc::testing::process_scratch() / "sparse_logging";
   const auto said = [&](TrainerOptions options, bool with_logger) {
     TinyModule module;
     std::vector<std::shared_ptr<Logger>> loggers;
@@ -404,7 +404,7 @@ TEST(Trainer, EpochsShorterThanLogEveryNStepsSaySo) {
 // writing anything (here: a checkpoint that does not exist) leaves no empty version folder, so the
 // next run takes that number; one that wrote something keeps its folder.
 TEST(Trainer, AFailedRunLeavesNoEmptyVersionFolder) {
-  const auto dir = std::filesystem::temp_directory_path() / ("arc_failed_version_" + std::to_string(getpid()));
+  const auto dir = arc::testing::process_scratch() / "failed_version";
   std::filesystem::remove_all(dir);
   const auto logger = [&] { return std::vector<std::shared_ptr<Logger>>{std::make_shared<CSVLogger>(dir.string())}; };
   TinyModule module;
@@ -682,7 +682,7 @@ TEST(Trainer, EvaluationRunsInInferenceModeOrUnderNoGrad) {
 // Lightning's barebones mode: fit trains and validates, and leaves nothing behind (no checkpoint,
 // no log folder, no metric: log() is ignored); loggers or a checkpoint callback given to it are errors.
 TEST(Trainer, BarebonesTrainsAndLeavesNothingBehind) {
-  const auto dir = std::filesystem::temp_directory_path() / ("arc_barebones_" + std::to_string(getpid()));
+  const auto dir = arc::testing::process_scratch() / "barebones";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const auto options = TrainerOptions().num_threads(1).max_epochs(2).default_root_dir(dir.string()).barebones(true);

@@ -5,7 +5,6 @@
 #include "support/tiny_module.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -49,8 +48,8 @@ TEST(Tuner, LrFindSweepsTheRateSuggestsOneAndPutsTheWeightsBack) {
   const auto& losses = found.losses();
   EXPECT_TRUE(losses[at + 1] < losses[at] || losses[at] < losses[at - 1]) << "the loss falls there";
 
-  const std::string csv = "/tmp/arc_lr_find_" + std::to_string(getpid()) + ".csv";
-  const std::string svg = "/tmp/arc_lr_find_" + std::to_string(getpid()) + ".svg";
+  const std::string csv = (arc::testing::process_scratch() / "lr_find.csv").string();
+  const std::string svg = (arc::testing::process_scratch() / "lr_find.svg").string();
   found.write_csv(csv);
   found.write_svg(svg);
   std::ifstream csv_in(csv);
@@ -249,7 +248,7 @@ TEST(LearningRateFinder, SaysWhereItNeedsTheRateAndSkipsFastDevRunAndResumes) {
   auto skipped = std::make_shared<LearningRateFinder>();
   Trainer(three_epochs().fast_dev_run(2), {skipped}).fit(quick, shuffled_regression());
   EXPECT_FALSE(skipped->optimal_lr().has_value());
-  const std::string checkpoint = "/tmp/arc_lr_finder_" + std::to_string(getpid()) + ".ckpt";
+  const std::string checkpoint = (arc::testing::process_scratch() / "lr_finder.ckpt").string();
   RateModule first(0.01);
   Trainer one_epoch(testing::quiet().seed(5).max_epochs(1));
   one_epoch.fit(first, shuffled_regression());

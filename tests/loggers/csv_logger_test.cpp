@@ -1,8 +1,8 @@
+#include "support/scratch.h"
 #include "support/tiny_module.h"
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -22,7 +22,7 @@ std::vector<std::string> lines(const std::string& path) {
 }
 
 TEST(CSVLogger, LightningLayoutWithNextFreeVersionAndUnionHeader) {
-  const auto root = fs::temp_directory_path() / ("arc_csv_" + std::to_string(getpid()));
+  const auto root = arc::testing::process_scratch() / "csv";
   fs::remove_all(root);
   fs::create_directories(root / "lightning_logs" / "version_0");
   auto logger = std::make_shared<CSVLogger>(root.string());
@@ -44,7 +44,7 @@ TEST(CSVLogger, LightningLayoutWithNextFreeVersionAndUnionHeader) {
 // Lightning's logger=True: a Trainer given no logger writes CSV and TensorBoard logs and hparams.yaml
 // to <default_root_dir>/lightning_logs/version_N, its checkpoints inside; logger(false) writes none.
 TEST(DefaultLogger, TrainerWithoutLoggersWritesANewLightningLogsVersionPerRun) {
-  const auto root = fs::temp_directory_path() / ("arc_default_logger_" + std::to_string(getpid()));
+  const auto root = arc::testing::process_scratch() / "default_logger";
   fs::remove_all(root);
   for (int run = 0; run < 2; ++run) {
     testing::TinyModule module;
@@ -84,7 +84,7 @@ namespace arc {
 namespace {
 
 TEST(JsonLinesLogger, OneObjectPerLoggedStepAndSeveralLoggersAtOnce) {
-  const auto root = fs::temp_directory_path() / ("arc_jsonl_" + std::to_string(getpid()));
+  const auto root = arc::testing::process_scratch() / "jsonl";
   fs::remove_all(root);
   auto jsonl = std::make_shared<JsonLinesLogger>(root.string());
   auto csv = std::make_shared<CSVLogger>(root.string(), "csv");
@@ -106,7 +106,7 @@ TEST(JsonLinesLogger, OneObjectPerLoggedStepAndSeveralLoggersAtOnce) {
 // nothing is created before the Trainer claims it, and a resumed run (ckpt_path "last", found among the
 // versions) writes on in the version folder of the run it continues.
 TEST(Loggers, OneFolderSharesAVersionAndAResumeContinuesIt) {
-  const auto root = fs::temp_directory_path() / ("arc_versions_" + std::to_string(getpid()));
+  const auto root = arc::testing::process_scratch() / "versions";
   fs::remove_all(root);
   fs::create_directories(root / "lightning_logs" / "version_0");
   const auto options = [&](int64_t epochs) {
@@ -150,7 +150,7 @@ TEST(Loggers, OneFolderSharesAVersionAndAResumeContinuesIt) {
 // Runs that start at once in one folder (Lightning's would share a version_N and overwrite each
 // other's metrics.csv): each claims a number of its own by creating its folder.
 TEST(Loggers, RunsStartingAtOnceClaimVersionsOfTheirOwn) {
-  const auto root = fs::temp_directory_path() / ("arc_claims_" + std::to_string(getpid()));
+  const auto root = arc::testing::process_scratch() / "claims";
   fs::remove_all(root);
   constexpr int kRuns = 16;
   std::vector<int64_t> claimed(kRuns, -1);

@@ -1,12 +1,12 @@
 // TensorBoard event files: decoded record by record, CRCs checked, Event/Summary parsed.
 #include "loggers/tensorboard.pb.h"
+#include "support/scratch.h"
 #include "support/tiny_module.h"
 
 #include <arc/base/crc32c.h>
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -43,7 +43,7 @@ std::vector<std::string> records(const std::string& path) {
 TEST(TensorBoardLogger, Crc32cMatchesTheStandardCheckValue) { EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u); }
 
 TEST(TensorBoardLogger, WritesEventsTensorBoardCanRead) {
-  const auto root = fs::temp_directory_path() / ("arc_tb_" + std::to_string(getpid()));
+  const auto root = arc::testing::process_scratch() / "tb";
   fs::remove_all(root);
   auto logger = std::make_shared<TensorBoardLogger>(root.string());
   testing::TinyModule module;
@@ -83,7 +83,7 @@ TEST(TensorBoardLogger, WritesEventsTensorBoardCanRead) {
 // "<prefix>-<name>" in all three files, sub_dir puts the events file in a folder of the version's,
 // and the graph and hp_metric that Arclight does not write are said to be left out.
 TEST(TensorBoardLogger, LightningCliPrintedLoggersTakePrefixAndSubDir) {
-  const auto root = fs::temp_directory_path() / ("arc_printed_loggers_" + std::to_string(getpid()));
+  const auto root = arc::testing::process_scratch() / "printed_loggers";
   fs::remove_all(root);
   const auto save_dir = nlohmann::json(root.string());
   const nlohmann::json printed = {{{"class_path", "lightning.pytorch.loggers.CSVLogger"},

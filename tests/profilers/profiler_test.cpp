@@ -1,10 +1,10 @@
 // The profilers: what they count and time in a fit, the report files, a user's own Profiler, the
 // advanced profiler's operators and Chrome trace, and the option's checks.
+#include "support/scratch.h"
 #include "support/tiny_module.h"
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -17,7 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path scratch(const std::string& name) {
-  const auto root = fs::temp_directory_path() / ("arc_profiler_" + name + "_" + std::to_string(getpid()));
+  const auto root = arc::testing::process_scratch() / ("profiler_" + name);
   fs::remove_all(root);
   return root;
 }

@@ -6,10 +6,10 @@
 #include <arc/strategies/cluster/slurm_environment.h>
 
 #include "support/errors.h"
+#include "support/scratch.h"
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -256,7 +256,7 @@ TEST(ClusterEnvironment, OpenMpiDerivesOnePortPerJobBelowTheEphemeralRange) {
 }
 
 TEST(ClusterEnvironment, Lsf) {
-  const std::string rankfile = "/tmp/arc_lsf_rankfile_" + std::to_string(getpid());
+  const std::string rankfile = (arc::testing::process_scratch() / "lsf_rankfile").string();
   std::ofstream(rankfile) << "launch\nhostA\nhostA\nhostB\nhostB\n";
   Env env({{"LSB_JOBID", "98765"},
            {"LSB_DJOB_RANKFILE", rankfile},

@@ -6,6 +6,7 @@
 
 #include "support/command.h"
 #include "support/ports.h"
+#include "support/scratch.h"
 
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
@@ -47,7 +48,7 @@ std::vector<float> read_floats(const std::string& path) {
 }
 
 std::string scratch_path(const std::string& name) {
-  return "/tmp/arc_ddp_test_" + std::to_string(getpid()) + "_" + name;
+  return (arc::testing::process_scratch() / ("ddp_test_" + name)).string();
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {

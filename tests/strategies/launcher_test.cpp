@@ -3,6 +3,7 @@
 // strategy elastic surviving killed workers under torchrun --max_restarts.
 #include "support/command.h"
 #include "support/launchers.h"
+#include "support/scratch.h"
 #include "support/slurm_cluster.h"
 #include "support/terminal.h"
 
@@ -41,7 +42,7 @@ bool installed(const std::string& program) { return run_command("command -v " + 
 
 // A fresh folder for one test's files.
 std::string scratch(const std::string& name) {
-  const std::string dir = "/tmp/arc_launch_" + std::to_string(getpid()) + "_" + name;
+  const std::string dir = (arc::testing::process_scratch() / ("launch_" + name)).string();
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
