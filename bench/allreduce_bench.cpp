@@ -4,12 +4,16 @@
 // DDP's buckets, so that each rank reads the other's share from the other core's cache, not from
 // its own as in back-to-back all-reduces) against Gloo, in the same invocation; and, as the limit of
 // an ordinary tensor's all-reduce, a plain memcpy of it on both ranks at once (copy: each rank reads
-// its tensor and writes as many bytes, which the all-reduce must do at least). The program starts
+// its tensor and writes as many bytes, which the all-reduce must do at least) and an exchange of it
+// through shared memory (exchange: each rank copies its tensor into a shared file, then, after a
+// barrier, the other rank's copy out of it: the bytes that cross between the cores in a two-rank
+// all-reduce, whose reduce-scatter and all-gather each hand half of them over). The program starts
 // its second rank itself (the same binary, with the same arguments, so that both ranks run the same
 // number of all-reduces).
-//   arc_bench_allreduce [iterations=200] [backends=shm,buffer,written,copy,gloo: any of them]
+//   arc_bench_allreduce [iterations=200] [backends=shm,buffer,written,copy,exchange,gloo: any of them]
 #include "bench_util.h"
 
+#include <arc/strategies/detail/shm_segment.h>
 #include <arc/strategies/process_group.h>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -48,15 +52,34 @@ std::unique_ptr<Collectives> join(int64_t rank, int64_t port, bool shared_memory
   return make_collectives(options, std::move(hosted));
 }
 
-const std::vector<std::string> kBackends = {"shm", "buffer", "written", "copy", "gloo"};
+const std::vector<std::string> kBackends = {"shm", "buffer", "written", "copy", "exchange", "gloo"};
 // The backends whose ratio to the buffer the table gives.
 const std::vector<std::string> kAgainstBuffer = {"shm", "written", "gloo"};
 
+// A /dev/shm file of one region of the largest size per rank, made by rank 0 and mapped by both
+// (its name goes to rank 1 in a broadcast), unlinked once both have it.
+std::unique_ptr<ShmFile> shared_file(Collectives& group) {
+  const size_t bytes = 2 * static_cast<size_t>(kBytes.back());
+  auto name = torch::zeros({256}, torch::kUInt8);
+  std::unique_ptr<ShmFile> file;
+  if (group.rank() == 0) {
+    file = ShmFile::create(bytes);
+    std::memcpy(name.data_ptr(), file->name().data(), std::min<size_t>(file->name().size(), 255));
+  }
+  group.broadcast(name, 0);
+  if (group.rank() != 0) file = ShmFile::open(reinterpret_cast<const char*>(name.data_ptr()), bytes);
+  group.barrier();
+  if (group.rank() == 0) file->unlink();
+  return file;
+}
+
 // Median microseconds of one all-reduce of `bytes` of float32, for every size: of an ordinary
 // tensor (shm, gloo), or of a buffer from reduce_buffer (buffer; written: filled before each); or
-// of a memcpy of an ordinary tensor into another (copy), both ranks at once.
+// of a memcpy of an ordinary tensor into another (copy), both ranks at once; or of an exchange of
+// an ordinary tensor through a shared file (exchange).
 std::vector<double> measure(Collectives& group, int iterations, const std::string& backend) {
   const bool write_first = backend == "written", shared_buffer = write_first || backend == "buffer";
+  const auto exchange = backend == "exchange" ? shared_file(group) : nullptr;
   std::vector<double> micros;
   // A rank just started may share its parent's core until the scheduler moves it (~10 ms here),
   // and while it does every all-reduce costs both a preemption (~50 us): warming up with small
@@ -65,15 +88,25 @@ std::vector<double> measure(Collectives& group, int iterations, const std::strin
   for (int i = 0; i < 1000; ++i) group.all_reduce(small, Reduce::sum).wait();
   for (const int64_t bytes : kBytes) {
     auto tensor = shared_buffer ? group.reduce_buffer(bytes / 4, torch::kFloat).fill_(1) : torch::ones({bytes / 4});
-    const auto copy = backend == "copy" ? torch::empty_like(tensor) : torch::Tensor();
+    const auto copy = backend == "copy" || exchange ? torch::empty_like(tensor) : torch::Tensor();
+    const auto region = [&](int64_t rank) { return exchange ? exchange->data() + rank * kBytes.back() : nullptr; };
     const int runs = bytes >= (16 << 20) ? std::max(iterations / 10, 5) : iterations;
+    const auto step = [&] {
+      if (exchange) {
+        std::memcpy(region(group.rank()), tensor.data_ptr(), tensor.nbytes());
+        group.barrier();
+        std::memcpy(copy.data_ptr(), region(1 - group.rank()), tensor.nbytes());
+      } else if (copy.defined()) {
+        std::memcpy(copy.data_ptr(), tensor.data_ptr(), tensor.nbytes());
+      } else {
+        group.all_reduce(tensor, Reduce::sum).wait();
+      }
+    };
     std::vector<double> times;
     for (int i = 0; i < runs + 5; ++i) {
       if (write_first) tensor.fill_(i);
       group.barrier();
-      const double t = copy.defined()
-                           ? seconds([&] { std::memcpy(copy.data_ptr(), tensor.data_ptr(), tensor.nbytes()); })
-                           : seconds([&] { group.all_reduce(tensor, Reduce::sum).wait(); });
+      const double t = seconds(step);
       if (i >= 5) times.push_back(t * 1e6);
     }
     micros.push_back(median(times));
@@ -102,7 +135,7 @@ int main(int argc, char** argv) try {
   torch::set_num_threads(1);
   const int iterations = static_cast<int>(whole_arg(argc, argv, 1, "iterations", 200));
   // Which backends to time, in the table's order.
-  const auto chosen = names_arg(argc, argv, 2, "backend", kBackends, "shm,buffer,written,copy,gloo");
+  const auto chosen = names_arg(argc, argv, 2, "backend", kBackends, "shm,buffer,written,copy,exchange,gloo");
   const auto run = [&](const std::string& backend, int64_t rank, int64_t port,
                        c10::intrusive_ptr<c10d::TCPStore> store) {
     auto group = join(rank, port, backend != "gloo", std::move(store));
@@ -146,7 +179,7 @@ int main(int argc, char** argv) try {
   for (const auto& backend : kBackends) std::cout << std::setw(12) << backend + " us";
   for (const auto& backend : kBackends) std::cout << std::setw(13) << backend + " GB/s";
   for (const auto& backend : kAgainstBuffer) std::cout << std::setw(16) << backend + "/buffer";
-  std::cout << std::setw(10) << "shm/copy"
+  std::cout << std::setw(10) << "shm/copy" << std::setw(14) << "shm/exchange"
             << "\n";
   const auto cell = [](double value) {
     std::ostringstream text;
@@ -165,7 +198,8 @@ int main(int argc, char** argv) try {
       std::cout << std::setw(13) << cell(us(backend) > 0 ? bytes / us(backend) / 1e3 : 0.0);
     for (const auto& backend : kAgainstBuffer)
       std::cout << std::setw(16) << cell(buffer > 0 ? us(backend) / buffer : 0.0);
-    std::cout << std::setw(10) << cell(us("copy") > 0 ? us("shm") / us("copy") : 0.0) << "\n";
+    std::cout << std::setw(10) << cell(us("copy") > 0 ? us("shm") / us("copy") : 0.0) << std::setw(14)
+              << cell(us("exchange") > 0 ? us("shm") / us("exchange") : 0.0) << "\n";
   }
   return 0;
 } catch (const std::exception& error) {

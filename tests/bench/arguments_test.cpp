@@ -17,7 +17,7 @@ TEST(BenchArguments, AnArgumentABenchCannotTakeIsNamedWithExitStatus2) {
       {"arc_bench_ddp 3 resnet", "arc_bench_ddp: unknown model 'resnet'; known: mlp, cnn"},
       {"arc_bench_allreduce 0", "arc_bench_allreduce: iterations must be a whole number of at least 1, got '0'"},
       {"arc_bench_allreduce 10 shm,nccl",
-       "arc_bench_allreduce: unknown backend 'nccl'; known: shm, buffer, written, copy, gloo"},
+       "arc_bench_allreduce: unknown backend 'nccl'; known: shm, buffer, written, copy, exchange, gloo"},
       {"arc_bench_checkpoint /nonexistent",
        "arc_bench_checkpoint: folder '/nonexistent' is not a directory; give one it can write its test files in"},
       {"arc_bench_checkpoint /tmp 1", "arc_bench_checkpoint: repeats must be a whole number of at least 2, got '1'"},
