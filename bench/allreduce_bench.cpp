@@ -177,7 +177,7 @@ int main(int argc, char** argv) try {
   // backend was not timed.
   std::cout << std::right << std::setw(10) << "size";
   for (const auto& backend : kBackends) std::cout << std::setw(12) << backend + " us";
-  for (const auto& backend : kBackends) std::cout << std::setw(13) << backend + " GB/s";
+  for (const auto& backend : kBackends) std::cout << std::setw(14) << backend + " GB/s";
   for (const auto& backend : kAgainstBuffer) std::cout << std::setw(16) << backend + "/buffer";
   std::cout << std::setw(10) << "shm/copy" << std::setw(14) << "shm/exchange"
             << "\n";
@@ -195,7 +195,7 @@ int main(int argc, char** argv) try {
     std::cout << std::setw(10) << size.str();
     for (const auto& backend : kBackends) std::cout << std::setw(12) << cell(us(backend));
     for (const auto& backend : kBackends)
-      std::cout << std::setw(13) << cell(us(backend) > 0 ? bytes / us(backend) / 1e3 : 0.0);
+      std::cout << std::setw(14) << cell(us(backend) > 0 ? bytes / us(backend) / 1e3 : 0.0);
     for (const auto& backend : kAgainstBuffer)
       std::cout << std::setw(16) << cell(buffer > 0 ? us(backend) / buffer : 0.0);
     std::cout << std::setw(10) << cell(us("copy") > 0 ? us("shm") / us("copy") : 0.0) << std::setw(14)
