@@ -26,15 +26,9 @@ namespace {
 namespace fs = std::filesystem;
 using arc::testing::arc;
 using arc::testing::arc_in;
+using arc::testing::fresh_folder;
 using arc::testing::result_of;
 using arc::testing::write_config;
-
-std::string scratch(const std::string& name) {
-  const auto dir = arc::testing::process_scratch() / ("config_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
 
 std::set<std::string> files_in(const std::string& dir) {
   std::set<std::string> out;
@@ -144,7 +138,7 @@ TEST(Config, ErrorsNameTheSourceOfTheKeyTheyAreAbout) {
 }
 
 TEST(Config, YamlCallbacksAndLoggerRunUnderDdpSpawnAndMatchTheJsonConfig) {
-  const auto yaml_dir = scratch("yaml");
+  const auto yaml_dir = fresh_folder("yaml");
   const auto yaml = arc_in(yaml_dir, "fit --config " + write_config("run.yaml", yaml_run(yaml_dir)));
   ASSERT_EQ(yaml.status, 0) << yaml.output;
   const auto result = result_of(yaml.output);
@@ -159,7 +153,7 @@ TEST(Config, YamlCallbacksAndLoggerRunUnderDdpSpawnAndMatchTheJsonConfig) {
   for (size_t step = 0; step < cosine.size(); ++step) EXPECT_NEAR(lr[step], cosine[step], 1e-9) << "step " << step;
   EXPECT_FALSE(fs::exists(yaml_dir + "/lightning_logs")) << "the config's logger replaces the default";
 
-  const auto json_dir = scratch("json");
+  const auto json_dir = fresh_folder("json");
   const auto json = arc_in(json_dir, "fit --config " + write_config("run.json", json_run(json_dir)));
   ASSERT_EQ(json.status, 0) << json.output;
   EXPECT_EQ(result_of(json.output)["final_param_sha256"], result["final_param_sha256"]);
@@ -171,7 +165,7 @@ TEST(Config, YamlCallbacksAndLoggerRunUnderDdpSpawnAndMatchTheJsonConfig) {
 // LightningCLI's other spellings name the same classes: a class_path by its import path, one entry
 // instead of a list, and a class_path alone as a string.
 TEST(Config, LightningImportPathsLoneEntriesAndBareClassPathsNameTheSameClasses) {
-  const auto dir = scratch("spellings");
+  const auto dir = fresh_folder("spellings");
   const auto run = [&](const std::string& name, const std::string& trainer, const std::string& optimizer) {
     const std::string common =
         "trainer:\n  limit_train_batches: 20\n  limit_val_batches: 2\n  num_threads: 1\n"
@@ -221,7 +215,7 @@ void expect_in(const std::string& output, const std::string& text) {
 // file's list: EarlyStopping ends it after the second epoch (no change of 1.0 in val_loss), and the
 // monitor logs every step's rate.
 TEST(Config, LightningCliAppendedCallbacksAreTheConfigFilesList) {
-  const auto dir = scratch("append");
+  const auto dir = fresh_folder("append");
   const std::string limits =
       " --trainer.max_epochs=3 --trainer.limit_train_batches=10 --trainer.limit_val_batches=2 "
       "--trainer.num_threads=1 --trainer.enable_progress_bar=false --trainer.log_every_n_steps=1";
@@ -292,7 +286,7 @@ TEST(Config, LightningCliAppendedCallbacksAreTheConfigFilesList) {
 // Arclight's module section names: the same weights, and --print_config keeps the section's spelling,
 // so that its output runs again.
 TEST(Config, LightningCliModelAndDataEntriesNameTheSameClasses) {
-  const auto dir = scratch("model");
+  const auto dir = fresh_folder("model");
   const std::string trainer =
       "trainer:\n  limit_train_batches: 10\n  limit_val_batches: 1\n  num_threads: 1\n"
       "  enable_progress_bar: false\n  logger: false\n  enable_checkpointing: false\n";
@@ -364,7 +358,7 @@ std::string adam_halved_each_epoch(const std::string& more_callbacks = "") {
 
 // The optimizer and scheduler sections set the rate, as LearningRateMonitor's lr-Adam column shows.
 TEST(Config, OptimizerAndSchedulerFromTheConfigSetTheLearningRate) {
-  const auto dir = scratch("optimizer");
+  const auto dir = fresh_folder("optimizer");
   const auto run = arc_in(dir, "fit --config " + write_config("optimizer.yaml", adam_halved_each_epoch()));
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_EQ(column(dir + "/lightning_logs/version_0/metrics.csv", "lr-Adam"),
@@ -400,7 +394,7 @@ TEST(Config, OptimizerAndSchedulerFromTheConfigSetTheLearningRate) {
 }
 
 TEST(Config, PrintConfigRoundTripsToTheSameRun) {
-  const auto dir = scratch("print");
+  const auto dir = fresh_folder("print");
   const std::string limits =
       " --set trainer.limit_train_batches=30 --set trainer.limit_val_batches=2 "
       "--set trainer.enable_progress_bar=false --set trainer.num_threads=1";
@@ -493,7 +487,7 @@ TEST(Config, BadConfigsNameTheFileAndTheKey) {
 // logger null, seed_everything true) runs; null is each option's default. The top-level ckpt_path is
 // what --ckpt gives, and the flag wins over it.
 TEST(Config, LightningCliPrintedConfigRunsWithNullsAsDefaults) {
-  const auto dir = scratch("lightning_printed");
+  const auto dir = fresh_folder("lightning_printed");
   std::string trainer = "trainer:\n";
   for (const char* line : {"accelerator: auto",
                            "strategy: auto",
@@ -559,7 +553,7 @@ TEST(Config, LightningCliPrintedConfigRunsWithNullsAsDefaults) {
 // checks at the epoch's end, as there is no validation), and the learning-rate monitor logs momentum
 // and weight decay.
 TEST(Config, LightningCliPrintedCallbacksRunWithEveryInitArg) {
-  const auto dir = scratch("lightning_printed_callbacks");
+  const auto dir = fresh_folder("lightning_printed_callbacks");
   const std::string config = R"(trainer:
   max_epochs: 2
   limit_train_batches: 3
@@ -627,7 +621,7 @@ module:
 // optimizer takes what requires gradients, so fc1 joins it as a second group at epoch 1 (0.005, a
 // tenth of WORKLOAD.md's 0.05), and its rate doubles at epoch 2; the rate monitor logs both groups.
 TEST(Config, BackboneFinetuningFinetunesTheExampleModule) {
-  const auto dir = scratch("backbone_finetuning");
+  const auto dir = fresh_folder("backbone_finetuning");
   const std::string config = R"(trainer:
   max_epochs: 3
   limit_train_batches: 2
@@ -659,7 +653,7 @@ module:
 TEST(Config, PredictionWriterLeavesPredictionsThatPythonReads) {
   const auto python = arc::testing::python_with_torch();
   ASSERT_FALSE(python.empty()) << arc::testing::kNoPythonWithTorch;
-  const auto dir = scratch("predictions");
+  const auto dir = fresh_folder("predictions");
   const auto predict = [&](const std::string& name, int devices) {
     const std::string writer = "{class_path: PredictionWriter, init_args: {output_dir: " + dir + "/" + name +
                                ", write_interval: batch_and_epoch}}";
@@ -780,7 +774,7 @@ std::string rate_set_in(const std::string& output) {
 // hparams.yaml records. With the config's optimizer and scheduler, the optimizer starts at the rate
 // and the scheduler halves it from there.
 TEST(Config, LearningRateFinderTestsTheRateUnderDdpAndTrainsAtIt) {
-  const auto dir = scratch("lr_finder");
+  const auto dir = fresh_folder("lr_finder");
   const std::string trainer =
       "trainer:\n  strategy: ddp_spawn\n  devices: 2\n  max_epochs: 2\n  limit_train_batches: 20\n"
       "  limit_val_batches: 2\n  num_threads: 1\n  enable_progress_bar: false\n  seed: 3\n";
@@ -810,7 +804,7 @@ TEST(Config, LearningRateFinderTestsTheRateUnderDdpAndTrainsAtIt) {
   EXPECT_EQ(result_of(tuned.output)["final_param_sha256"], result_of(given.output)["final_param_sha256"]);
   EXPECT_EQ(result_of(tuned.output)["steps"], 40);
 
-  const auto adam_dir = scratch("lr_finder_adam");
+  const auto adam_dir = fresh_folder("lr_finder_adam");
   const std::string finder = "    - class_path: LearningRateFinder\n      init_args: {num_training_steps: 30}\n";
   const auto adam = arc_in(adam_dir, "fit --config " + write_config("adam.yaml", adam_halved_each_epoch(finder)));
   ASSERT_EQ(adam.status, 0) << adam.output;
@@ -926,7 +920,7 @@ TEST(Config, ReadmeYamlRuns) {
   ASSERT_NE(start, std::string::npos) << "the README has a YAML config";
   const auto begin = start + 8;
   const auto yaml = text.str().substr(begin, text.str().find("```", begin) - begin);
-  const auto dir = scratch("readme");
+  const auto dir = fresh_folder("readme");
   const auto run = arc_in(dir, "fit --config " + write_config("readme.yaml", yaml) +
                                    " --set trainer.limit_train_batches=20 --set trainer.num_threads=1 "
                                    "--set trainer.enable_progress_bar=false");
@@ -947,7 +941,7 @@ TEST(Config, ReadmeYamlRuns) {
 // validation drawn over it and the line given back; with leave, a line per epoch) and
 // RichModelSummary's table; a bar of refresh rate 0 draws nothing and Rich's theme is said to be left out.
 TEST(Config, LightningsProgressBarsDrawOnATerminal) {
-  const auto dir = scratch("progress_bars");
+  const auto dir = fresh_folder("progress_bars");
   const auto on_a_terminal = [&](const std::string& name, const std::string& callbacks) {
     const std::string config =
         "trainer:\n  max_epochs: 3\n  limit_train_batches: 2\n  limit_val_batches: 1\n"

@@ -27,15 +27,9 @@ namespace arc {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::fresh_folder;
 using testing::occurrences;
 using testing::quiet;
-
-std::string async_dir(const std::string& name) {
-  const auto dir = arc::testing::process_scratch() / ("async_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
 
 // A regression with a 2048 x 2048 layer (16 MB, and as much SGD momentum): a file that takes a
 // while to write, while each step changes every weight.
@@ -119,7 +113,7 @@ void expect_same_tensors(const std::string& a, const std::string& b) {
 // although every weight was overwritten while it was being written and training went on; and
 // training itself is the same as with synchronous saves.
 TEST(AsyncCheckpoint, FileEqualsASynchronousSaveOfTheStepWhileTheWeightsChange) {
-  const auto dir = async_dir("equal");
+  const auto dir = fresh_folder("equal");
   Wide module;
   auto scribbler = std::make_shared<Scribbler>(4, dir);
   Trainer trainer(wide_options(), {saving_every(4, dir, true), scribbler});
@@ -132,7 +126,7 @@ TEST(AsyncCheckpoint, FileEqualsASynchronousSaveOfTheStepWhileTheWeightsChange) 
     expect_same_tensors(dir + "/step=" + std::to_string(step) + ".ckpt",
                         dir + "/sync_step=" + std::to_string(step) + ".ckpt");
 
-  const auto sync_dir = async_dir("equal_sync");
+  const auto sync_dir = fresh_folder("equal_sync");
   Wide reference;
   Trainer(wide_options(), {saving_every(4, sync_dir, false)}).fit(reference, wide_data());
   EXPECT_TRUE(torch::equal(testing::weights_of(module), testing::weights_of(reference)));
@@ -142,7 +136,7 @@ TEST(AsyncCheckpoint, FileEqualsASynchronousSaveOfTheStepWhileTheWeightsChange) 
 
 // Resuming from a file written in the background ends where the uninterrupted run ends, bit for bit.
 TEST(AsyncCheckpoint, ResumingFromABackgroundFileEndsBitIdentical) {
-  const auto dir = async_dir("resume");
+  const auto dir = fresh_folder("resume");
   Wide uninterrupted;
   Trainer(wide_options(), {saving_every(4, dir, true)}).fit(uninterrupted, wide_data());
   for (const int step : {4, 12}) {
@@ -161,7 +155,7 @@ TEST(AsyncCheckpoint, ResumingFromABackgroundFileEndsBitIdentical) {
 // before it still under way depends on the scheduler (almost always; not when this thread is preempted
 // for as long as the write takes), so three fresh writers try, and one must have waited.
 TEST(AsyncCheckpoint, OneWriteInFlightAndAFileOfTheSameDataJoinsIt) {
-  const auto dir = async_dir("writer");
+  const auto dir = fresh_folder("writer");
   int waited = 0;
   for (int attempt = 0; attempt < 3; ++attempt) {
     auto weights = torch::full({16 << 20}, 1.0f);  // 64 MB
@@ -208,7 +202,7 @@ TEST(AsyncCheckpoint, OneWriteInFlightAndAFileOfTheSameDataJoinsIt) {
 // SIGKILL while a background write is under way, many times: the file at the path is always a
 // complete checkpoint of one generation, never of the weights overwritten after the save returned.
 TEST(AsyncCheckpoint, KilledDuringABackgroundWriteLeavesThePreviousCheckpointLoadable) {
-  const auto dir = async_dir("kill");
+  const auto dir = fresh_folder("kill");
   const std::string path = dir + "/last.ckpt";
   std::mt19937 random(std::random_device{}());
   for (int round = 0; round < 6; ++round) {
@@ -253,7 +247,7 @@ class SlowBatches : public Callback {
 // A background write that fails (its folder cannot be made) ends fit at a following batch with
 // the file, the cause and the fix; a failed last write ends fit as it returns.
 TEST(AsyncCheckpoint, AFailedBackgroundWriteFailsFitWithThePathAndTheCause) {
-  const auto dir = async_dir("failed");
+  const auto dir = fresh_folder("failed");
   std::ofstream(dir + "/file") << "not a folder";
   const std::string expected =
       "checkpoint written in the background (async_checkpointing) failed on rank 0: cannot create the folder "

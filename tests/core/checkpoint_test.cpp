@@ -25,6 +25,7 @@ extern char** environ;
 namespace arc {
 namespace {
 
+using testing::fresh_folder;
 using testing::quiet;
 using testing::StopAfter;
 using testing::tiny_data;
@@ -32,13 +33,6 @@ using testing::TinyModule;
 using testing::weights_of;
 
 namespace fs = std::filesystem;
-
-std::string scratch_dir(const std::string& name) {
-  const auto dir = arc::testing::process_scratch() / ("ckpt_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
 
 // SGD with momentum and a per-step scheduler: every piece of state matters for exact resume.
 class Stateful : public TinyModule {
@@ -75,7 +69,7 @@ TEST(Checkpoint, ResumingAfterAnyStepEndsBitIdentical) {
   uninterrupted.fit(reference, shuffled(), tiny_data(4, 2));
   const auto expected = weights_of(reference);
   const auto reference_metrics = uninterrupted.callback_metrics();
-  const auto dir = scratch_dir("resume");
+  const auto dir = fresh_folder("resume");
   for (int64_t k = 1; k <= 21; ++k) {
     const std::string path = dir + "/k" + std::to_string(k) + ".ckpt";
     Stateful interrupted;
@@ -106,7 +100,7 @@ class StatefulTwoSources : public Stateful {
 // (under max_size_cycle the shorter one in its right round): after any step the run ends
 // bit-identical and trains only the batches left.
 TEST(Checkpoint, ACombinedLoaderResumesBitIdenticalAfterAnyStep) {
-  const auto dir = scratch_dir("combined");
+  const auto dir = fresh_folder("combined");
   for (const std::string mode : {"max_size_cycle", "max_size"}) {
     SCOPED_TRACE(mode);
     // "a": 7 batches, "b" 3, each shuffled (the order of b's rounds in an epoch stays the epoch's).
@@ -138,7 +132,7 @@ TEST(Checkpoint, AStreamResumesBitIdenticalAfterAnyStep) {
   const auto options = [] {
     return quiet().max_epochs(3).accumulate_grad_batches(2).seed(3).val_check_interval(BatchAmount::count(3));
   };
-  const auto dir = scratch_dir("stream");
+  const auto dir = fresh_folder("stream");
   for (const bool reports : {true, false}) {
     SCOPED_TRACE(reports ? "stream state" : "re-read");
     const auto stream = [reports] {
@@ -203,7 +197,7 @@ TEST(Checkpoint, WeightAveragingSavesTheAverageAndResumesBitIdentical) {
   Trainer(resume_options(), {reference_ema}).fit(reference, shuffled(), tiny_data(4, 2));
   const auto expected = weights_of(reference);
   EXPECT_EQ(reference_ema->updates(), 12);  // 3 epochs of 4 steps
-  const auto dir = scratch_dir("averaging");
+  const auto dir = fresh_folder("averaging");
   for (const int64_t k : {3, 8, 14}) {
     const std::string path = dir + "/k" + std::to_string(k) + ".ckpt";
     Stateful interrupted;
@@ -236,7 +230,7 @@ TEST(Checkpoint, StochasticWeightAveragingResumesBitIdentical) {
   Stateful reference;
   Trainer(resume_options(), {swa()}).fit(reference, shuffled(), tiny_data(4, 2));
   const auto expected = weights_of(reference);
-  const auto dir = scratch_dir("swa");
+  const auto dir = fresh_folder("swa");
   for (const int64_t k : {3, 9, 16}) {
     const std::string path = dir + "/k" + std::to_string(k) + ".ckpt";
     Stateful interrupted;
@@ -267,7 +261,7 @@ class StatefulWithLibTorchScheduler : public Stateful {
 TEST(Checkpoint, ALibTorchSchedulerResumesBitIdentical) {
   StatefulWithLibTorchScheduler reference;
   Trainer(resume_options()).fit(reference, shuffled(), tiny_data(4, 2));
-  const auto dir = scratch_dir("resume_libtorch_scheduler");
+  const auto dir = fresh_folder("resume_libtorch_scheduler");
   for (int64_t k : {1, 6, 13, 20}) {
     const std::string path = dir + "/k" + std::to_string(k) + ".ckpt";
     StatefulWithLibTorchScheduler interrupted;
@@ -321,7 +315,7 @@ class ScopedEnv {
 TEST(Checkpoint, SigtermSavesHpcCheckpointsThatTheNextFitsResumeFromExactly) {
   Stateful reference;
   Trainer(resume_options()).fit(reference, shuffled(), tiny_data(4, 2));
-  const auto dir = scratch_dir("sigterm");
+  const auto dir = fresh_folder("sigterm");
   const auto options = resume_options().default_root_dir(dir);
   int64_t batches_run = 0;
   for (const int64_t at : {5, 12}) {
@@ -353,7 +347,7 @@ TEST(Checkpoint, SigtermSavesHpcCheckpointsThatTheNextFitsResumeFromExactly) {
 TEST(Checkpoint, SavedBetweenEpochsResumesAtTheNextEpochsFirstBatch) {
   Stateful reference;
   Trainer(resume_options()).fit(reference, shuffled(), tiny_data(4, 2));
-  const auto dir = scratch_dir("between");
+  const auto dir = fresh_folder("between");
   Stateful first;
   Trainer one_epoch(resume_options().max_epochs(1));
   one_epoch.fit(first, shuffled(), tiny_data(4, 2));
@@ -379,7 +373,7 @@ TEST(Checkpoint, SavedBetweenEpochsResumesAtTheNextEpochsFirstBatch) {
 // Inside a SLURM job the requeue signal is caught; when scontrol cannot requeue (here it is not
 // on PATH), the checkpoint is still saved and the error says how to resume.
 TEST(Checkpoint, RequeueSignalInASlurmJobSavesAndSaysWhatToDoWhenRequeueFails) {
-  const auto dir = scratch_dir("requeue");
+  const auto dir = fresh_folder("requeue");
   ScopedEnv job("SLURM_JOB_ID", "4242");
   ScopedEnv tasks("SLURM_NTASKS", "1");
   ScopedEnv task("SLURM_PROCID", "0");
@@ -418,7 +412,7 @@ TEST(Checkpoint, SavedRightAfterValidationResumesExactly) {
   };
   Stateful reference;
   Trainer(resume_options()).fit(reference, shuffled(), tiny_data(4, 2));
-  const auto dir = scratch_dir("after_val");
+  const auto dir = fresh_folder("after_val");
   auto saver = std::make_shared<SaveAfterValidation>();
   saver->path = dir + "/val.ckpt";
   Stateful interrupted;
@@ -436,7 +430,7 @@ using testing::error_of;
 class BadCheckpoints : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = scratch_dir("bad");
+    dir_ = fresh_folder("bad");
     good_ = dir_ + "/good.ckpt";
     Stateful module;
     Trainer trainer(quiet().max_steps(2));
@@ -521,7 +515,7 @@ TEST_F(BadCheckpoints, CorruptDataChangesNothing) {
 // A tensor large enough to be checksummed on a second thread while it is written: the file is the
 // same byte for byte as one thread's, loads, and a flipped byte in it is caught.
 TEST(Checkpoint, LargeTensorsWriteTheSameFileOnOneThreadOrTwo) {
-  const auto dir = scratch_dir("threads");
+  const auto dir = fresh_folder("threads");
   const auto large = torch::randn({3 << 20});  // 12 MB
   CheckpointWriter writer(nlohmann::json{{"n", 1}});
   writer.add("large", large);
@@ -554,7 +548,7 @@ TEST_F(BadCheckpoints, WeightsOnlyCannotResumeButCanEvaluate) {
 }
 
 TEST(ModelCheckpoint, KeepsTheBestKByTheMonitoredMetric) {
-  const auto dir = scratch_dir("topk");
+  const auto dir = fresh_folder("topk");
   struct Scripted : TinyModule {
     std::vector<double> scores{3.0, 1.0, 4.0, 0.5, 2.0};
     void validation_step(Batch&, int64_t) override { log("score", scores[static_cast<size_t>(current_epoch())]); }
@@ -606,7 +600,7 @@ TEST(ModelCheckpoint, KeepsTheBestKByTheMonitoredMetric) {
 // (a misspelt name is then plain to see, and the nearest is suggested), as Lightning's "could not
 // find the monitored key" does.
 TEST(ModelCheckpoint, AMetricNotLoggedFailsNamingTheLoggedOnes) {
-  const auto dir = scratch_dir("not_logged");
+  const auto dir = fresh_folder("not_logged");
   const auto fit_error = [&](ModelCheckpointOptions options) {
     TinyModule module;
     Trainer trainer(quiet().max_epochs(1).enable_checkpointing(true).num_sanity_val_steps(0),
@@ -630,7 +624,7 @@ TEST(ModelCheckpoint, AMetricNotLoggedFailsNamingTheLoggedOnes) {
 // enable_version_counter is off; save_on_train_epoch_end moves the epoch's save from after each
 // validation to the training epoch's end, or (false) leaves none where nothing validates.
 TEST(ModelCheckpoint, VersionCounterAndSaveOnTrainEpochEnd) {
-  const auto dir = scratch_dir("versions");
+  const auto dir = fresh_folder("versions");
   const auto saved_files = [&](ModelCheckpointOptions options, TrainerOptions trainer_options, bool validate = true) {
     fs::remove_all(dir);
     for (int run = 0; run < 2; ++run) {
@@ -664,7 +658,7 @@ TEST(ModelCheckpoint, VersionCounterAndSaveOnTrainEpochEnd) {
 }
 
 TEST(ModelCheckpoint, EveryNTrainStepsAndDefaultFolder) {
-  const auto root = scratch_dir("steps");
+  const auto root = fresh_folder("steps");
   TinyModule module;
   auto checkpoint = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions().every_n_train_steps(2).save_top_k(-1));
   Trainer trainer(quiet().max_steps(6).default_root_dir(root).enable_checkpointing(true), {checkpoint});
@@ -677,7 +671,7 @@ TEST(ModelCheckpoint, EveryNTrainStepsAndDefaultFolder) {
 }
 
 TEST(ModelCheckpoint, TrainTimeIntervalSavesByTheClock) {
-  const auto dir = scratch_dir("time");
+  const auto dir = fresh_folder("time");
   struct Slow : TinyModule {
     torch::Tensor training_step(Batch& batch, int64_t index) override {
       std::this_thread::sleep_for(std::chrono::milliseconds(30));
@@ -704,7 +698,7 @@ TEST(ModelCheckpoint, TrainTimeIntervalSavesByTheClock) {
 }
 
 TEST(ModelCheckpoint, SaveWeightsOnlyLeavesOutTrainingState) {
-  const auto dir = scratch_dir("weights_only");
+  const auto dir = fresh_folder("weights_only");
   TinyModule module;
   auto checkpoint = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions().dirpath(dir).save_weights_only(true));
   Trainer(quiet().max_epochs(1).enable_checkpointing(true), {checkpoint}).fit(module, tiny_data(4, 2));
@@ -717,7 +711,7 @@ TEST(ModelCheckpoint, SaveWeightsOnlyLeavesOutTrainingState) {
 }
 
 TEST(ModelCheckpoint, DefaultCheckpointingWritesLastAndResumesFromIt) {
-  const auto root = scratch_dir("default");
+  const auto root = fresh_folder("default");
   TinyModule first;
   Trainer trainer(quiet().max_epochs(2).enable_checkpointing(true).default_root_dir(root));
   // As Lightning's, "last" before there is one starts afresh, so that every run of a job may pass it.
@@ -747,7 +741,7 @@ TEST(ModelCheckpoint, DefaultCheckpointingWritesLastAndResumesFromIt) {
 // that last.ckpt ends the epoch without validating again, and must not save there for want of the
 // monitored value.
 TEST(ModelCheckpoint, ResumingFromTheLastCheckpointOfAMonitoredRunTrainsOn) {
-  const auto root = scratch_dir("monitored_last");
+  const auto root = fresh_folder("monitored_last");
   const auto options = [&] {
     return ModelCheckpointOptions().dirpath(root).monitor("val_loss").save_last(true).save_top_k(-1);
   };
@@ -776,7 +770,7 @@ TEST(ModelCheckpoint, AFitResumedAtAnEpochsEndMonitorsThatEpochsValidation) {
       return {OptimizerConfig(sgd, SchedulerConfig{plateau, Interval::epoch, 1, "val_loss"})};
     }
   };
-  const auto root = scratch_dir("monitored_end");
+  const auto root = fresh_folder("monitored_end");
   const auto fit = [&](Plateau& module, int64_t epochs, const std::string& ckpt) {
     Trainer trainer(quiet().max_epochs(epochs).seed(5).enable_checkpointing(true),
                     {std::make_shared<ModelCheckpoint>(ModelCheckpointOptions().dirpath(root).save_last(true)),
@@ -807,7 +801,7 @@ TEST(ModelCheckpoint, ANanScoreRanksLastAndItsCheckpointResumes) {
       log("val_loss", epoch == 1 ? std::numeric_limits<double>::quiet_NaN() : 1.0 / static_cast<double>(epoch + 1));
     }
   };
-  const auto root = scratch_dir("nan_score");
+  const auto root = fresh_folder("nan_score");
   const auto fit = [&](int64_t epochs, const std::string& ckpt) {
     auto checkpoint = std::make_shared<ModelCheckpoint>(
         ModelCheckpointOptions().dirpath(root).monitor("val_loss").save_top_k(2).save_last(true));
@@ -851,7 +845,7 @@ namespace {
 // SIGKILL a process while it writes checkpoints, many times: the file at the path is always a
 // complete, loadable checkpoint.
 TEST(Checkpoint, KilledWhileSavingAlwaysLeavesTheLastGoodCheckpoint) {
-  const auto dir = scratch_dir("kill");
+  const auto dir = fresh_folder("kill");
   const std::string path = dir + "/last.ckpt";
   std::mt19937 random(std::random_device{}());
   int64_t last_generation = -1;
@@ -889,7 +883,7 @@ std::vector<std::string> temporaries_in(const std::string& dir) {
 // A write that fails midway (here: past the file size limit, as a full disk would) is an arc::Error
 // naming the file, the cause and the fix; no temporary file stays, the previous checkpoint is intact.
 TEST(Checkpoint, FailedWriteIsAClearErrorAndLosesNothing) {
-  const auto dir = scratch_dir("fsize");
+  const auto dir = fresh_folder("fsize");
   const std::string path = dir + "/last.ckpt";
   TinyModule module;
   Trainer trainer(quiet().max_epochs(1).default_root_dir(dir));
@@ -917,7 +911,7 @@ TEST(Checkpoint, FailedWriteIsAClearErrorAndLosesNothing) {
 
 // A checkpoint folder that cannot be made fails fit with an arc::Error, not an abort.
 TEST(Checkpoint, UnwritableFolderFailsFitWithTheFix) {
-  const auto dir = scratch_dir("unwritable");
+  const auto dir = fresh_folder("unwritable");
   std::ofstream(dir + "/file") << "not a folder";
   TinyModule module;
   Trainer trainer(quiet().max_epochs(1).default_root_dir(dir),
@@ -932,7 +926,7 @@ TEST(Checkpoint, UnwritableFolderFailsFitWithTheFix) {
 // Saves that a crash or SIGKILL interrupted leave <name>.tmp-<pid>: the next fit in that folder
 // removes those of dead processes, and keeps those of live ones.
 TEST(Checkpoint, NextFitRemovesTemporariesOfDeadWriters) {
-  const auto dir = scratch_dir("stale");
+  const auto dir = fresh_folder("stale");
   pid_t dead = fork();
   if (dead == 0) _exit(0);
   waitpid(dead, nullptr, 0);

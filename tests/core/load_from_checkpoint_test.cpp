@@ -15,6 +15,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::error_of;
+using testing::fresh_folder;
 using testing::quiet;
 using testing::tiny_data;
 using testing::weights_of;
@@ -44,13 +45,6 @@ class Sized : public TrainModule {
   double lr_;
 };
 
-fs::path scratch(const std::string& name) {
-  const auto root = arc::testing::process_scratch() / ("load_" + name);
-  fs::remove_all(root);
-  fs::create_directories(root);
-  return root;
-}
-
 // Trains `module` for an epoch and saves it as <root>/<name>; the path.
 std::string train_and_save(Sized& module, const fs::path& root, const std::string& name) {
   Trainer trainer(quiet().default_root_dir(root.string()).max_epochs(1));
@@ -61,7 +55,7 @@ std::string train_and_save(Sized& module, const fs::path& root, const std::strin
 }
 
 TEST(LoadFromCheckpoint, BuildsTheModuleFromItsHyperparametersWithItsWeights) {
-  const auto root = scratch("hparams");
+  const fs::path root = fresh_folder("hparams");
   Sized trained(nlohmann::json{{"width", 6}, {"lr", 0.1}});
   const auto path = train_and_save(trained, root, "w.ckpt");
   const auto loaded = load_from_checkpoint<Sized>(path);
@@ -82,7 +76,7 @@ TEST(LoadFromCheckpoint, BuildsTheModuleFromItsHyperparametersWithItsWeights) {
 
 // Lightning's strict=False: what matches is loaded, what does not is reported and left as it is.
 TEST(LoadFromCheckpoint, NotStrictLoadsWhatMatchesAndNamesTheRest) {
-  const auto root = scratch("strict");
+  const fs::path root = fresh_folder("strict");
   Sized trained(nlohmann::json{{"width", 5}});
   const auto plain = train_and_save(trained, root, "plain.ckpt");
   LoadOptions with_extra;
@@ -112,7 +106,7 @@ TEST(LoadFromCheckpoint, NotStrictLoadsWhatMatchesAndNamesTheRest) {
 // ckpt_path="hpc": the highest-numbered hpc_ckpt_<n>.ckpt in default_root_dir (by number: 10 after 9,
 // whichever was written last), for evaluation and fit alike.
 TEST(LoadFromCheckpoint, HpcPathIsTheHighestNumberedRequeueCheckpoint) {
-  const auto root = scratch("hpc");
+  const fs::path root = fresh_folder("hpc");
   const auto data = tiny_data(8, 2);
   testing::TinyModule two_epochs, one_epoch;
   {

@@ -29,6 +29,7 @@ extern char** environ;
 namespace {
 
 using arc::testing::CommandRun;
+using arc::testing::fresh_folder;
 using arc::testing::read_file;
 using arc::testing::run_command;
 using arc::testing::SlurmCluster;
@@ -40,19 +41,11 @@ const std::string kProbe = ARC_PROBE;
 
 bool installed(const std::string& program) { return run_command("command -v " + program).status == 0; }
 
-// A fresh folder for one test's files.
-std::string scratch(const std::string& name) {
-  const std::string dir = (arc::testing::process_scratch() / ("launch_" + name)).string();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
 // Final weights of an uninterrupted ddp_spawn run of the probe, once per step count.
 std::string reference_weights(int64_t steps) {
   static std::map<int64_t, std::string> cache;
   if (cache.count(steps) == 0) {
-    const std::string dir = scratch("reference_" + std::to_string(steps));
+    const std::string dir = fresh_folder("reference_" + std::to_string(steps));
     const auto run = run_command("timeout 120 " + kProbe + " --strategy ddp_spawn --steps " + std::to_string(steps) +
                                  " --root " + dir + " --out " + dir + "/w.bin");
     EXPECT_EQ(run.status, 0) << run.output;
@@ -95,7 +88,7 @@ class Background {
 
 TEST(Launchers, MpirunRunsDdpAsDdpSpawnDoes) {
   if (!installed("mpirun")) GTEST_SKIP() << "mpirun is not installed (Debian package openmpi-bin)";
-  const std::string dir = scratch("mpirun");
+  const std::string dir = fresh_folder("mpirun");
   const auto run = run_command(arc::testing::mpirun(kProbe) + " --strategy ddp --steps 30 --root " + dir + " --out " +
                                dir + "/w.bin");
   ASSERT_EQ(run.status, 0) << run.output;
@@ -106,7 +99,7 @@ TEST(Launchers, MpirunRunsDdpAsDdpSpawnDoes) {
 
 TEST(Launchers, TorchrunStaticRunsDdpAsDdpSpawnDoes) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
-  const std::string dir = scratch("torchrun");
+  const std::string dir = fresh_folder("torchrun");
   const auto run =
       run_command(torchrun(kProbe) + " --strategy ddp --steps 30 --root " + dir + " --out " + dir + "/w.bin");
   ASSERT_EQ(run.status, 0) << run.output;
@@ -195,7 +188,7 @@ TEST(Launchers, RanksExitWithTheirKilledTorchrunAgentOrMpirun) {
   for (const std::string launcher : {"torchrun", "mpirun"}) {
     if (!installed(launcher)) continue;
     SCOPED_TRACE(launcher);
-    const std::string dir = scratch("killed_" + launcher);
+    const std::string dir = fresh_folder("killed_" + launcher);
     const std::string tag = arc::testing::process_tag("killed_" + launcher);
     const std::string command =
         without_timeout(launcher == "torchrun" ? torchrun(kProbe) : arc::testing::mpirun(kProbe)) +
@@ -219,7 +212,7 @@ TEST(Launchers, RanksExitWithTheirKilledTorchrunAgentOrMpirun) {
 // weights, and a second run gives the same bits.
 TEST(Launchers, TwoTorchrunNodesOfTwoRanksTrainToTheSameBitsOnEveryRank) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
-  const std::string dir = scratch("two_nodes");
+  const std::string dir = fresh_folder("two_nodes");
   same_bits_on_every_rank_twice(dir, "torchelastic", [&](const std::string& out) {
     return run_command(two_nodes(dir, "", "--strategy ddp --steps 30 --out-every-rank 1 --out " + out));
   });
@@ -232,7 +225,7 @@ TEST(Launchers, TwoTorchrunNodesOfTwoRanksTrainToTheSameBitsOnEveryRank) {
 // those of the two torchrun nodes.
 TEST(Launchers, TwoSlurmNodesOfTwoRanksTrainToTheBitsOfTwoTorchrunNodes) {
   if (!SlurmCluster::available()) GTEST_SKIP() << "SLURM is not installed (Debian package slurm-wlm)";
-  const std::string dir = scratch("two_slurm_nodes");
+  const std::string dir = fresh_folder("two_slurm_nodes");
   SlurmCluster cluster(2);
   const auto weights = same_bits_on_every_rank_twice(dir, "slurm", [&](const std::string& out) {
     return run_command(cluster.env() + "MASTER_ADDR=127.0.0.1 timeout 120 srun -N 2 --ntasks-per-node 2 " + kProbe +
@@ -252,7 +245,7 @@ TEST(Launchers, TwoSlurmNodesOfTwoRanksTrainToTheBitsOfTwoTorchrunNodes) {
 // killed, its workers follow it, and a new agent starts there.
 TEST(Launchers, ElasticAcrossTwoNodesSurvivesKilledWorkersOrAgentOfNodeOneBitIdentical) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
-  const std::string dir = scratch("two_nodes_elastic");
+  const std::string dir = fresh_folder("two_nodes_elastic");
   const std::string agents = "--max_restarts 2 --monitor_interval 0.1";
   const std::string common = "--strategy elastic --steps 40 --elastic-every 5 --out-every-rank 1 --out ";
   std::filesystem::create_directories(dir + "/plain");
@@ -317,7 +310,7 @@ TEST(Launchers, CtrlCStopsEveryRankUnderTorchrunAndMpirun) {
   for (const std::string launcher : {"torchrun", "mpirun"}) {
     if (!installed(launcher)) continue;
     SCOPED_TRACE(launcher);
-    const std::string dir = scratch("ctrl_c_" + launcher);
+    const std::string dir = fresh_folder("ctrl_c_" + launcher);
     const std::string tag = arc::testing::process_tag("ctrl_c_" + launcher);
     const std::string probe = kProbe + " --strategy ddp --steps 100000 --step-ms 5 --root " + dir + " --tag " + tag;
     // The launcher alone in the terminal, as typed by hand (no `timeout` in between, which would pass
@@ -354,7 +347,7 @@ class Slurm : public ::testing::Test {
   void SetUp() override {
     if (!SlurmCluster::available()) GTEST_SKIP() << "SLURM is not installed (Debian package slurm-wlm)";
     cluster_ = std::make_unique<SlurmCluster>();
-    dir_ = scratch(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fresh_folder(::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
   void TearDown() override {
     cluster_.reset();
@@ -441,7 +434,7 @@ TEST_F(Slurm, RanksEndWithTheirKilledSrun) {
 // by PID: slurmd's step daemons outlive slurmd by design, and under Slurm 24.11 a requeued job's did.
 TEST(SlurmTestCluster, EndsEveryProcessOfItsJobsEvenWithItsControllerGone) {
   if (!SlurmCluster::available()) GTEST_SKIP() << "SLURM is not installed (Debian package slurm-wlm)";
-  const auto dir = scratch("SlurmTestCluster");
+  const auto dir = fresh_folder("SlurmTestCluster");
   std::string cluster_dir;
   {
     SlurmCluster cluster;
@@ -469,7 +462,7 @@ TEST(SlurmTestCluster, EndsEveryProcessOfItsJobsEvenWithItsControllerGone) {
 }
 
 TEST(Signals, SigtermToDdpSpawnSavesEveryRankStopsAndTheNextFitResumesExactly) {
-  const std::string dir = scratch("sigterm_spawn");
+  const std::string dir = fresh_folder("sigterm_spawn");
   const std::string args = "--strategy ddp_spawn --steps 60 --root " + dir + " --out " + dir + "/w.bin";
   Background run(args + " --step-ms 40", dir + "/out.txt");
   ASSERT_TRUE(wait_for_text(dir + "/out.txt", "TIMING start", 60)) << read_file(dir + "/out.txt");
@@ -504,7 +497,7 @@ class ElasticKill : public ::testing::TestWithParam<KillPoint> {};
 TEST_P(ElasticKill, TorchrunRestartsTheGroupAndTheRunEndsBitIdentical) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
   const auto [rank, step] = GetParam();
-  const std::string dir = scratch("elastic_" + std::to_string(rank) + "_" + std::to_string(step));
+  const std::string dir = fresh_folder("elastic_" + std::to_string(rank) + "_" + std::to_string(step));
   const auto run = run_command(torchrun(kProbe, "--max_restarts 2 --monitor_interval 0.1") +
                                " --strategy elastic --steps 40 --elastic-every 5 --fail sigkill --fail-attempt 0" +
                                " --fail-rank " + std::to_string(rank) + " --fail-step " + std::to_string(step) +
@@ -530,7 +523,7 @@ INSTANTIATE_TEST_SUITE_P(KillPoints, ElasticKill,
 
 TEST(Elastic, MoreFailuresThanRestartsEndTorchrunNonZeroNamingTheRankAndCause) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
-  const std::string dir = scratch("elastic_exhausted");
+  const std::string dir = fresh_folder("elastic_exhausted");
   const auto run = run_command(torchrun(kProbe, "--max_restarts 1 --monitor_interval 0.1") +
                                " --strategy elastic --steps 40 --elastic-every 5 --fail sigkill --fail-rank 1" +
                                " --fail-step 3 --root " + dir);

@@ -25,6 +25,15 @@ inline const std::filesystem::path& process_scratch() {
   return folder.path;
 }
 
+/// The folder `name` in process_scratch(), emptied and made afresh: a test's own folder, which an
+/// earlier test of the same process that used the name leaves nothing in.
+inline std::string fresh_folder(const std::string& name) {
+  const auto path = process_scratch() / name;
+  std::filesystem::remove_all(path);
+  std::filesystem::create_directories(path);
+  return path.string();
+}
+
 /// torchrun's flag that keeps its per-run log folders (by default new folders in /tmp that it never
 /// removes) in the process's scratch folder.
 inline std::string torchrun_log_dir() { return "--log_dir " + (process_scratch() / "torchrun").string(); }
