@@ -60,14 +60,9 @@ const std::vector<std::string> kAgainstBuffer = {"shm", "written", "gloo"};
 // (its name goes to rank 1 in a broadcast), unlinked once both have it.
 std::unique_ptr<ShmFile> shared_file(Collectives& group) {
   const size_t bytes = 2 * static_cast<size_t>(kBytes.back());
-  auto name = torch::zeros({256}, torch::kUInt8);
-  std::unique_ptr<ShmFile> file;
-  if (group.rank() == 0) {
-    file = ShmFile::create(bytes);
-    std::memcpy(name.data_ptr(), file->name().data(), std::min<size_t>(file->name().size(), 255));
-  }
-  group.broadcast(name, 0);
-  if (group.rank() != 0) file = ShmFile::open(reinterpret_cast<const char*>(name.data_ptr()), bytes);
+  auto file = group.rank() == 0 ? ShmFile::create(bytes) : nullptr;
+  const auto name = broadcast_text(group, file ? file->name() : "", 0);
+  if (!file) file = ShmFile::open(name, bytes);
   group.barrier();
   if (group.rank() == 0) file->unlink();
   return file;

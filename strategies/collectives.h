@@ -87,4 +87,7 @@ class Collectives {
 /// Throws unless `tensor` can hold the result of `op`: a mean needs a floating type.
 void check_reduction(const torch::Tensor& tensor, Reduce op);
 
+/// `text` as rank `src` of `group` has it (its length, then its bytes); every rank calls it.
+std::string broadcast_text(Collectives& group, const std::string& text, int64_t src);
+
 }  // namespace arc

@@ -18,6 +18,7 @@
 #endif
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 namespace arc {
@@ -249,6 +250,15 @@ void check_reduction(const torch::Tensor& tensor, Reduce op) {
   ARC_CHECK(op != Reduce::mean || tensor.is_floating_point(), "all_reduce: the mean of a ", tensor.scalar_type(),
             " tensor cannot be held in ", tensor.scalar_type(), "; convert it to a floating type first, or reduce ",
             "with sum and divide");
+}
+
+std::string broadcast_text(Collectives& group, const std::string& text, int64_t src) {
+  auto length = torch::tensor({static_cast<int64_t>(text.size())});
+  group.broadcast(length, src);
+  auto bytes = torch::zeros({length.item<int64_t>()}, torch::kUInt8);
+  if (group.rank() == src) std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
+  group.broadcast(bytes, src);
+  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
 }
 
 StoreServer::StoreServer(const std::string& address, int64_t port, std::chrono::milliseconds timeout) {

@@ -11,7 +11,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cstring>
 
 namespace arc {
 
@@ -33,13 +32,7 @@ void Strategy::broadcast(torch::Tensor& tensor, int64_t src) {
 
 std::string Strategy::broadcast(const std::string& text, int64_t src) {
   auto* group = collectives();
-  if (group == nullptr) return text;
-  auto length = torch::tensor({static_cast<int64_t>(text.size())});
-  group->broadcast(length, src);
-  auto bytes = torch::zeros({length.item<int64_t>()}, torch::kUInt8);
-  if (global_rank() == src) std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
-  group->broadcast(bytes, src);
-  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
+  return group == nullptr ? text : broadcast_text(*group, text, src);
 }
 
 torch::Tensor Strategy::all_reduce(const torch::Tensor& tensor, Reduce op) {
