@@ -664,7 +664,7 @@ int run(int argc, char** argv) {
   } catch (const Error& error) {
     return fail("error", loaded.locate(error.what()), 2);
   } catch (const std::exception& error) {
-    return fail("failed", error.what(), 1);
+    return fail("failed", message_of(error), 1);
   }
   return 0;
 }

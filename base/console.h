@@ -5,6 +5,8 @@
 #include <spdlog/logger.h>
 
 #include <cstdint>
+#include <exception>
+#include <string>
 
 namespace arc {
 
@@ -13,5 +15,9 @@ spdlog::logger& console();
 
 /// Tags lines with the rank and quiets ranks other than 0 (they keep warnings and errors).
 void set_console_rank(int64_t rank, int64_t world_size);
+
+/// What `error` says, for a user to read: a LibTorch error (c10::Error) without the C++ stack trace
+/// it carries, unless TORCH_SHOW_CPP_STACKTRACES=1 asks for it, as in PyTorch.
+std::string message_of(const std::exception& error);
 
 }  // namespace arc

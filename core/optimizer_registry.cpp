@@ -8,18 +8,30 @@
 namespace arc {
 namespace {
 
-// betas as PyTorch writes them: a list of two numbers.
-std::tuple<double, double> read_betas(const Config& config, std::tuple<double, double> fallback) {
+// The value of `key` (`fallback` when not given), which `optimizer` takes only when >= 0, as
+// PyTorch's optimizers check it: here the error names the key, where LibTorch's check names neither
+// it nor the config and prints a C++ stack trace.
+double non_negative(const Config& config, const char* optimizer, const std::string& key, double fallback) {
+  const double value = config.get<double>(key, fallback);
+  ARC_CHECK(value >= 0, optimizer, " ", key, " must be >= 0, got ", value);
+  return value;
+}
+
+// betas as PyTorch writes them: a list of two numbers, each in [0, 1).
+std::tuple<double, double> read_betas(const Config& config, const char* optimizer,
+                                      std::tuple<double, double> fallback) {
   const auto betas = config.get<std::vector<double>>("betas", {std::get<0>(fallback), std::get<1>(fallback)});
   ARC_CHECK(betas.size() == 2, "config key '", config.qualified("betas"), "' must be two numbers, e.g. [0.9, 0.999]");
+  for (const double beta : betas)
+    ARC_CHECK(beta >= 0 && beta < 1, optimizer, " betas must each be in [0, 1), got [", betas[0], ", ", betas[1], "]");
   return {betas[0], betas[1]};
 }
 
 template <typename Options>
-void read_adam(const Config& config, Options& options) {
-  options.betas(read_betas(config, options.betas()));
-  options.eps(config.get<double>("eps", options.eps()));
-  options.weight_decay(config.get<double>("weight_decay", options.weight_decay()));
+void read_adam(const Config& config, const char* optimizer, Options& options) {
+  options.betas(read_betas(config, optimizer, options.betas()));
+  options.eps(non_negative(config, optimizer, "eps", options.eps()));
+  options.weight_decay(non_negative(config, optimizer, "weight_decay", options.weight_decay()));
   options.amsgrad(config.get<bool>("amsgrad", options.amsgrad()));
 }
 
@@ -28,33 +40,41 @@ using Parameters = std::vector<torch::Tensor>;
 Registry<torch::optim::Optimizer, Parameters, const Config&> shipped_optimizers() {
   Registry<torch::optim::Optimizer, Parameters, const Config&> r("optimizer");
   r.add("SGD", [](Parameters parameters, const Config& config) {
-    torch::optim::SGDOptions options(config.require<double>("lr"));
-    options.momentum(config.get<double>("momentum", 0.0)).dampening(config.get<double>("dampening", 0.0));
-    options.weight_decay(config.get<double>("weight_decay", 0.0)).nesterov(config.get<bool>("nesterov", false));
+    const double lr = config.require<double>("lr");
+    ARC_CHECK(lr >= 0, "SGD lr must be >= 0, got ", lr);
+    torch::optim::SGDOptions options(lr);
+    options.momentum(non_negative(config, "SGD", "momentum", 0.0)).dampening(config.get<double>("dampening", 0.0));
+    options.weight_decay(non_negative(config, "SGD", "weight_decay", 0.0))
+        .nesterov(config.get<bool>("nesterov", false));
+    ARC_CHECK(!options.nesterov() || (options.momentum() > 0 && options.dampening() == 0),
+              "SGD nesterov needs momentum > 0 and dampening 0, got momentum ", options.momentum(), " and dampening ",
+              options.dampening());
     return std::make_shared<torch::optim::SGD>(std::move(parameters), options);
   });
   r.add("Adam", [](Parameters parameters, const Config& config) {
-    torch::optim::AdamOptions options(config.get<double>("lr", 1e-3));
-    read_adam(config, options);
+    torch::optim::AdamOptions options(non_negative(config, "Adam", "lr", 1e-3));
+    read_adam(config, "Adam", options);
     return std::make_shared<torch::optim::Adam>(std::move(parameters), options);
   });
   r.add("AdamW", [](Parameters parameters, const Config& config) {
-    torch::optim::AdamWOptions options(config.get<double>("lr", 1e-3));
-    read_adam(config, options);
+    torch::optim::AdamWOptions options(non_negative(config, "AdamW", "lr", 1e-3));
+    read_adam(config, "AdamW", options);
     return std::make_shared<torch::optim::AdamW>(std::move(parameters), options);
   });
   r.add("RMSprop", [](Parameters parameters, const Config& config) {
-    torch::optim::RMSpropOptions options(config.get<double>("lr", 1e-2));
-    options.alpha(config.get<double>("alpha", 0.99)).eps(config.get<double>("eps", 1e-8));
-    options.weight_decay(config.get<double>("weight_decay", 0.0)).momentum(config.get<double>("momentum", 0.0));
+    torch::optim::RMSpropOptions options(non_negative(config, "RMSprop", "lr", 1e-2));
+    options.alpha(non_negative(config, "RMSprop", "alpha", 0.99)).eps(non_negative(config, "RMSprop", "eps", 1e-8));
+    options.weight_decay(non_negative(config, "RMSprop", "weight_decay", 0.0))
+        .momentum(non_negative(config, "RMSprop", "momentum", 0.0));
     options.centered(config.get<bool>("centered", false));
     return std::make_shared<torch::optim::RMSprop>(std::move(parameters), options);
   });
   r.add("Adagrad", [](Parameters parameters, const Config& config) {
-    torch::optim::AdagradOptions options(config.get<double>("lr", 1e-2));
-    options.lr_decay(config.get<double>("lr_decay", 0.0)).weight_decay(config.get<double>("weight_decay", 0.0));
-    options.initial_accumulator_value(config.get<double>("initial_accumulator_value", 0.0));
-    options.eps(config.get<double>("eps", 1e-10));
+    torch::optim::AdagradOptions options(non_negative(config, "Adagrad", "lr", 1e-2));
+    options.lr_decay(non_negative(config, "Adagrad", "lr_decay", 0.0))
+        .weight_decay(non_negative(config, "Adagrad", "weight_decay", 0.0));
+    options.initial_accumulator_value(non_negative(config, "Adagrad", "initial_accumulator_value", 0.0));
+    options.eps(non_negative(config, "Adagrad", "eps", 1e-10));
     return std::make_shared<torch::optim::Adagrad>(std::move(parameters), options);
   });
   return r;
@@ -178,7 +198,13 @@ OptimizerConfig build_optimizer(const nlohmann::json& optimizer_json, const nloh
                             : OptimizerConfig(detail::with_class_path(
                                   optimizer_json, "optimizer",
                                   [&](const std::string& name, const Config& init_args) {
-                                    return optimizer_registry().create(name, std::move(parameters), init_args);
+                                    // LibTorch's own checks of the options (an optimizer registered
+                                    // elsewhere) are errors of the entry, without a C++ stack trace.
+                                    try {
+                                      return optimizer_registry().create(name, std::move(parameters), init_args);
+                                    } catch (const c10::Error& error) {
+                                      throw Error(error.what_without_backtrace());
+                                    }
                                   },
                                   resolved != nullptr ? &resolved->first : nullptr));
   if (!scheduler_json.is_null()) {

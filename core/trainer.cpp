@@ -218,7 +218,7 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
   } catch (const Interrupted& interrupted) {
     end_interrupted(module, interrupted);
   } catch (const std::exception& error) {
-    strategy_->on_failure(error.what());
+    strategy_->on_failure(message_of(error));
     call_callbacks([&](Callback& c) { c.on_exception(*this, module, error); });
     state_->logging.finalize("failed");
     detach();

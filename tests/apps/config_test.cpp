@@ -460,6 +460,10 @@ TEST(Config, BadConfigsNameTheFileAndTheKey) {
   EXPECT_EQ(step_size.status, 2) << step_size.output;
   expect_in(step_size.output,
             "step.yaml: lr_scheduler.init_args.step_size (StepLR): StepLR step_size must be >= 1, got 0");
+  const auto lr = arc("fit --print_config --config " +
+                      write_config("lr.yaml", "optimizer: {class_path: Adam, init_args: {lr: -0.001}}\n"));
+  EXPECT_EQ(lr.status, 2) << lr.output;
+  expect_in(lr.output, "lr.yaml: optimizer.init_args.lr (Adam): Adam lr must be >= 0, got -0.001");
   expect_in(error_for("key.yaml", "trainer:\n  ? [a, b]\n  : 1\n"),
             "key.yaml:2: trainer: a key is a list; keys must be plain names");
   expect_in(error_for("class.yaml", "trainer:\n  callbacks:\n    - class_path: EarlyStoping\n"),

@@ -7,7 +7,6 @@
 
 #include <gtest/gtest.h>
 
-
 #include <filesystem>
 
 namespace arc {
@@ -66,6 +65,41 @@ TEST(TrainerOptimization, AConfigOptimizerTheModuleDoesNotTakeIsAnError) {
   EXPECT_NE(message.find("configure_optimizers() does not take it; build the optimizer with configured_optimizer("),
             std::string::npos)
       << message;
+}
+
+// A value an optimizer cannot take is an error of the config that names the key, as a scheduler's
+// or a callback's is; LibTorch's own check (an optimizer registered without one) loses its C++ stack
+// trace.
+TEST(TrainerOptimization, AnOptimizerValueItCannotTakeNamesItsKey) {
+  const auto error_for = [](const nlohmann::json& optimizer) {
+    return error_of([&] { TinyModule().set_optimizer_config(optimizer, nullptr); });
+  };
+  const std::vector<std::pair<nlohmann::json, std::string>> cases = {
+      {{{"class_path", "Adam"}, {"init_args", {{"lr", -1}}}},
+       "optimizer.init_args.lr (Adam): Adam lr must be >= 0, got -1"},
+      {{{"class_path", "AdamW"}, {"init_args", {{"betas", {1.5, 0.9}}}}},
+       "optimizer.init_args.betas (AdamW): AdamW betas must each be in [0, 1), got [1.5, 0.9]"},
+      {{{"class_path", "Adam"}, {"init_args", {{"eps", -1e-8}}}},
+       "optimizer.init_args.eps (Adam): Adam eps must be >= 0, got -1e-08"},
+      {{{"class_path", "SGD"}, {"init_args", {{"lr", -0.1}}}}, "optimizer.init_args.lr (SGD): SGD lr must be >= 0"},
+      {{{"class_path", "SGD"}, {"init_args", {{"lr", 0.1}, {"nesterov", true}}}},
+       "optimizer.init_args.nesterov (SGD): SGD nesterov needs momentum > 0 and dampening 0, got momentum 0 and "
+       "dampening 0"},
+      {{{"class_path", "SGD"}, {"init_args", {{"lr", 0.1}, {"weight_decay", -0.5}}}},
+       "optimizer.init_args.weight_decay (SGD): SGD weight_decay must be >= 0, got -0.5"},
+      {{{"class_path", "RMSprop"}, {"init_args", {{"alpha", -1}}}},
+       "optimizer.init_args.alpha (RMSprop): RMSprop alpha must be >= 0, got -1"},
+      {{{"class_path", "Adagrad"}, {"init_args", {{"lr_decay", -1}}}},
+       "optimizer.init_args.lr_decay (Adagrad): Adagrad lr_decay must be >= 0, got -1"}};
+  for (const auto& [optimizer, expected] : cases)
+    EXPECT_EQ(error_for(optimizer).rfind(expected, 0), 0u) << error_for(optimizer);
+
+  optimizer_registry().add("UncheckedSGD", [](std::vector<torch::Tensor> parameters, const Config& config) {
+    return std::make_shared<torch::optim::SGD>(std::move(parameters),
+                                               torch::optim::SGDOptions(config.get<double>("lr", 0.1)));
+  });
+  const auto unchecked = error_for({{"class_path", "UncheckedSGD"}, {"init_args", {{"lr", -1}}}});
+  EXPECT_EQ(unchecked, "optimizer (UncheckedSGD): Invalid learning rate: -1");
 }
 
 TEST(TrainerOptimization, GradientClippingByNormAndByValue) {

@@ -86,6 +86,7 @@ using arc::testing::unix_ms;
 void fail_on_purpose(const std::string& kind, int64_t step) {
   std::cout << "TIMING kill " << step << " " << unix_ms() << std::endl;
   if (kind == "exception") throw std::runtime_error("probe failure on purpose");
+  TORCH_CHECK(kind != "torch", "probe LibTorch failure on purpose");
   if (kind == "exit3") std::exit(3);
   if (kind == "segv") std::raise(SIGSEGV);
   if (kind == "sigkill") std::raise(SIGKILL);

@@ -373,6 +373,22 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(0, 1)),
     [](const auto& info) { return std::get<0>(info.param).kind + "_rank" + std::to_string(std::get<1>(info.param)); });
 
+// LibTorch's errors carry a C++ stack trace of unnamed frames; the caller gets a rank's without it, as
+// PyTorch shows them unless TORCH_SHOW_CPP_STACKTRACES=1.
+TEST(DDP, ARanksLibTorchErrorReachesTheCallerWithoutItsStackTrace) {
+  const std::string args = "--strategy ddp_spawn --devices 2 --steps 200 --fail torch --fail-rank 1 --fail-step 3";
+  const auto run = probe(args);
+  EXPECT_EQ(run.status, 1) << run.output;
+  EXPECT_NE(run.output.find("probe: error: ddp_spawn: rank 1 failed: probe LibTorch failure on purpose\n"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("Exception raised from"), std::string::npos) << run.output;
+  const auto traced = probe(args, "TORCH_SHOW_CPP_STACKTRACES=1");
+  EXPECT_NE(traced.output.find("rank 1 failed: probe LibTorch failure on purpose\nException raised from"),
+            std::string::npos)
+      << traced.output;
+}
+
 // In a user's own loop (arc::Accelerator), an exception that leaves the loop ends the ranks as it
 // does in a Trainer: rank 0's at once (the other rank waits for it in a collective, and waited out
 // the timeout before), rank 1's as rank 0's error.
