@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 namespace arc {
@@ -147,6 +148,25 @@ double MetricStore::aggregate(const Entry& entry) {
   return entry.weighted_sum;
 }
 
+namespace {
+
+// Gathers `packed`, the values of `names`, from every rank, after them a hash of the names that a
+// double holds exactly: ranks that sync as many values under other names (a name with the rank in
+// it) would otherwise add one rank's value into another's.
+std::vector<std::vector<double>> gather_named(const GatherFn& gather, std::vector<double> packed,
+                                              const std::vector<std::string>& names) {
+  const auto names_hash = static_cast<double>(std::hash<std::string>{}(join(names, std::string(1, '\0'))) >> 12);
+  packed.push_back(names_hash);
+  auto ranks = gather(packed);
+  for (size_t r = 0; r < ranks.size(); ++r)
+    ARC_CHECK(ranks[r].size() == packed.size() && ranks[r].back() == names_hash,
+              "the values logged with sync_dist=True have other names on rank ", r, " than here (", join(names),
+              "); every rank must sync the same names: log a value whose name differs by rank without sync_dist");
+  return ranks;
+}
+
+}  // namespace
+
 // Names are sorted so that every rank packs the same values in the same order.
 std::vector<std::string> MetricStore::synced_names(bool epoch) const {
   std::vector<std::string> names;
@@ -165,7 +185,7 @@ void MetricStore::sync_epoch(const GatherFn& gather) {
     const auto& e = entries_.at(name);
     packed.insert(packed.end(), {e.weighted_sum, e.weight, e.extreme, static_cast<double>(e.count)});
   }
-  const auto ranks = gather(packed);
+  const auto ranks = gather_named(gather, std::move(packed), names);
   for (size_t i = 0; i < names.size(); ++i) {
     auto& e = entries_.at(names[i]);
     e.weighted_sum = e.weight = 0;
@@ -190,7 +210,7 @@ void MetricStore::sync_steps(const GatherFn& gather) {
   if (names.empty()) return;
   std::vector<double> packed;
   for (const auto& name : names) packed.push_back(entries_.at(name).step_value.item<double>());
-  const auto ranks = gather(packed);
+  const auto ranks = gather_named(gather, std::move(packed), names);
   for (size_t i = 0; i < names.size(); ++i) {
     auto& e = entries_.at(names[i]);
     double value = ranks.front()[i];

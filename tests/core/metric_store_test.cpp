@@ -31,6 +31,31 @@ TEST(MetricStore, SumMaxMinReductions) {
   EXPECT_DOUBLE_EQ(epoch.at("lo"), -1.0);
 }
 
+// Two ranks' stores: each gathers its own values and the other's, which `other` packed when it synced.
+TEST(MetricStore, RanksThatSyncOtherNamesFailInsteadOfMixingValues) {
+  const auto synced = [](const std::string& name, double value, std::vector<double>* packed = nullptr,
+                         const std::vector<double>& other = {}) {
+    MetricStore store;
+    store.log(name, v(value), {.on_step = true, .sync_dist = true}, true, 1);
+    return store.step_logger_metrics([&](const std::vector<double>& mine) {
+      if (packed != nullptr) *packed = mine;
+      return std::vector<std::vector<double>>{mine, other.empty() ? mine : other};
+    });
+  };
+  std::vector<double> rank1_loss, rank1_renamed;
+  synced("loss", 3.0, &rank1_loss);
+  synced("loss_rank1", 3.0, &rank1_renamed);
+  EXPECT_DOUBLE_EQ(synced("loss", 1.0, nullptr, rank1_loss).at("loss"), 2.0);
+  try {
+    synced("loss_rank0", 1.0, nullptr, rank1_renamed);
+    FAIL() << "values of other names were mixed";
+  } catch (const Error& error) {
+    EXPECT_STREQ(error.what(),
+                 "the values logged with sync_dist=True have other names on rank 1 than here (loss_rank0); every rank "
+                 "must sync the same names: log a value whose name differs by rank without sync_dist");
+  }
+}
+
 TEST(MetricStore, StepAndEpochGetLightningSuffixes) {
   MetricStore store;
   store.log("loss", v(2.0), {.on_step = true, .on_epoch = true}, true, 1);

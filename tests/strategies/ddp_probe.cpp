@@ -16,6 +16,7 @@
 //             [--slow-rank 1 --slow-ms 20] [--log-every 5] [--num-nodes 2] [--out-every-rank 1] [--fail-node 1]
 //             [--fit-again 1] [--combined 96] [--gather 1] [--finetune 1] [--toggle 1]
 //             [--freeze-rank 1 [--freeze-bias-elsewhere 1]] [--spike-rank 1 --spike-batch 5]
+//             [--rank-named-sync 1]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -105,7 +106,8 @@ struct Args {
   double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
   bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false, async_checkpoint = false;
-  bool fit_again = false, toggle = false, freeze_bias_elsewhere = false, root_per_rank = false, save_last = false;
+  bool fit_again = false, toggle = false, rank_named_sync = false, freeze_bias_elsewhere = false, root_per_rank = false,
+       save_last = false;
   std::string ckpt_path;
   std::string out, fail, loop = "trainer", root, precision = "32-true", loggers, prepare_log;
   std::string even_batches = "error";
@@ -191,6 +193,7 @@ Args parse(int argc, char** argv) {
     if (key == "--out-every-rank") a.out_every_rank = value == "1";
     if (key == "--even-batches") a.even_batches = value;
     if (key == "--val-step-sync") a.val_step_sync = value == "1";
+    if (key == "--rank-named-sync") a.rank_named_sync = value == "1";
   }
   // ddp_spawn's rank 0 is the process started, which has no RANK; the ranks it starts have theirs.
   const char* rank = std::getenv("RANK");
@@ -247,6 +250,8 @@ class Probe : public arc::TrainModule {
     log("rank_max", rank, {.on_epoch = true, .reduce = arc::Reduce::max, .sync_dist = true});
     log("rank_min", rank, {.on_epoch = true, .reduce = arc::Reduce::min, .sync_dist = true});
     log("rank_sum", rank, {.on_step = false, .on_epoch = true, .reduce = arc::Reduce::sum, .sync_dist = true});
+    if (args_.rank_named_sync)
+      log("rank_" + std::to_string(trainer().global_rank()), rank, {.on_epoch = true, .sync_dist = true});
     const bool skip = trainer().global_rank() == args_.skip_rank && batch_idx == args_.skip_batch;
     const bool spike = trainer().global_rank() == args_.spike_rank && batch_idx == args_.spike_batch;
     if (spike && current_epoch() == 0) loss = loss + 999 * loss.detach();

@@ -373,6 +373,20 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(0, 1)),
     [](const auto& info) { return std::get<0>(info.param).kind + "_rank" + std::to_string(std::get<1>(info.param)); });
 
+// A value whose name holds the rank, logged with sync_dist: the ranks sync as many values under other
+// names, which they would add into each other; instead every rank fails at the epoch's sync.
+TEST(DDP, RanksThatSyncOtherNamesFailTogether) {
+  const double timeout = 60;
+  const auto run =
+      probe("--strategy ddp_spawn --devices 2 --steps 8 --rank-named-sync 1 --timeout " + std::to_string(timeout));
+  EXPECT_EQ(run.status, 1) << run.output;
+  EXPECT_NE(run.output.find("the values logged with sync_dist=True have other names on rank 1 than here (rank_0, "
+                            "rank_max, rank_mean, rank_min, rank_sum)"),
+            std::string::npos)
+      << run.output;
+  EXPECT_LT(run.seconds, timeout / 2) << run.output;
+}
+
 // LibTorch's errors carry a C++ stack trace of unnamed frames; the caller gets a rank's without it, as
 // PyTorch shows them unless TORCH_SHOW_CPP_STACKTRACES=1.
 TEST(DDP, ARanksLibTorchErrorReachesTheCallerWithoutItsStackTrace) {
