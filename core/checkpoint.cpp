@@ -440,11 +440,17 @@ LoadResult CheckpointReader::load_module(torch::nn::Module& module, bool strict,
     for (const auto& name : unmatched.missing_keys) problems.push_back("missing '" + name + "'");
     for (const auto& name : unmatched.unexpected_keys) problems.push_back("unexpected '" + name + "'");
   }
-  ARC_CHECK(
-      problems.empty(), "checkpoint '", path_, "' does not match ", module.name(),
-      prefix == "model" ? "" : " (its '" + prefix + "')", ": ", join(problems, "; "),
-      ". It was written for another model; load it into the same architecture",
-      strict && shapes.size() < problems.size() ? " (or load with strict=false to skip the names that differ)" : "");
+  if (!problems.empty()) {
+    // A Trainer's checkpoint names the module it was written for and that module's hyperparameters.
+    const auto written_for = meta_.is_object() ? meta_.value("module", std::string()) : std::string();
+    const auto hparams = meta_.is_object() ? meta_.value("hparams", nlohmann::json()) : nlohmann::json();
+    ARC_FAIL(
+        "checkpoint '", path_, "' does not match ", module.name(), prefix == "model" ? "" : " (its '" + prefix + "')",
+        ": ", join(problems, "; "), ". It was written for ", written_for.empty() ? "another model" : written_for,
+        hparams.empty() || written_for.empty() ? "" : " with hyperparameters " + hparams.dump(),
+        "; load it into the same architecture",
+        strict && shapes.size() < problems.size() ? " (or load with strict=false to skip the names that differ)" : "");
+  }
   for (auto& [name, tensor] : state)
     if (entries_.count(folder + name) > 0) read_into(folder + name, tensor);
   return unmatched;

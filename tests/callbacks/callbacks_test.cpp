@@ -268,8 +268,12 @@ TEST(Callbacks, OnExceptionCheckpointKeepsTheFileAFailedResumeReadFrom) {
     Wider() { linear = replace_module("linear", torch::nn::Linear(4, 2)); }
   } wider;
   Trainer wrong(quiet().max_epochs(5), {saver});
-  EXPECT_NE(error_of([&] { wrong.fit(wider, tiny_data(4, 2), {}, saver->path()); }).find("does not match"),
-            std::string::npos);
+  // The error names the module the checkpoint was written for (and would name its hyperparameters).
+  const auto mismatch = error_of([&] { wrong.fit(wider, tiny_data(4, 2), {}, saver->path()); });
+  EXPECT_NE(mismatch.find("does not match TinyModule: 'linear.weight' has shape [1,4], the module has [2,4]; "
+                          "'linear.bias' has shape [1], the module has [2]. It was written for TinyModule; load it"),
+            std::string::npos)
+      << mismatch;
   EXPECT_TRUE(saver->exception_checkpoint().empty());
   EXPECT_TRUE(testing::read_file(saver->path()) == saved) << "the checkpoint resumed from was rewritten";
   TinyModule resumed;

@@ -69,6 +69,10 @@ TEST(LoadFromCheckpoint, BuildsTheModuleFromItsHyperparametersWithItsWeights) {
   options.hparams = {{"width", 3}};
   const auto message = error_of([&] { load_from_checkpoint<Sized>(path, options); });
   EXPECT_NE(message.find("'hidden.weight' has shape [6,4], the module has [3,4]"), std::string::npos) << message;
+  // The checkpoint's own hyperparameters say what would match it.
+  EXPECT_NE(message.find("It was written for Sized with hyperparameters {\"lr\":0.1,\"width\":6}; load it"),
+            std::string::npos)
+      << message;
   EXPECT_NE(error_of([&] { load_from_checkpoint<Sized>((root / "none.ckpt").string()); }).find("none.ckpt"),
             std::string::npos);
   fs::remove_all(root);
