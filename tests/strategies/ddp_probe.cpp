@@ -372,6 +372,8 @@ void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc
       accelerator.backward(loss);
       accelerator.step(sgd);
       if (!args.loggers.empty()) accelerator.log("train_loss", loss.item<double>(), step);
+      if (args.rank_named_sync)
+        accelerator.all_reduce_dict({{"loss_rank" + std::to_string(accelerator.global_rank()), loss.detach()}});
       ++step;
       if (step == args.save_at) {
         state.values = {{"step", step}, {"epoch", epoch}, {"batch", loader->position()}};

@@ -385,6 +385,16 @@ TEST(DDP, RanksThatSyncOtherNamesFailTogether) {
             std::string::npos)
       << run.output;
   EXPECT_LT(run.seconds, timeout / 2) << run.output;
+  // So in a user's own loop: Accelerator::all_reduce_dict of a map whose name holds the rank.
+  const auto own_loop =
+      probe("--strategy ddp_spawn --devices 2 --steps 8 --loop custom --rank-named-sync 1 --timeout " +
+            std::to_string(timeout));
+  EXPECT_EQ(own_loop.status, 1) << own_loop.output;
+  EXPECT_NE(
+      own_loop.output.find("all_reduce of a map: another rank's map has other names than this rank's (loss_rank0)"),
+      std::string::npos)
+      << own_loop.output;
+  EXPECT_LT(own_loop.seconds, timeout / 2) << own_loop.output;
 }
 
 // LibTorch's errors carry a C++ stack trace of unnamed frames; the caller gets a rank's without it, as
