@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
 
 namespace arc {
@@ -150,16 +149,16 @@ double MetricStore::aggregate(const Entry& entry) {
 
 namespace {
 
-// Gathers `packed`, the values of `names`, from every rank, after them a hash of the names that a
-// double holds exactly: ranks that sync as many values under other names (a name with the rank in
-// it) would otherwise add one rank's value into another's.
+// Gathers `packed`, the values of `names`, from every rank, with names_hash after them: ranks that
+// sync as many values under other names (a name with the rank in it) fail instead of adding one
+// rank's value into another's.
 std::vector<std::vector<double>> gather_named(const GatherFn& gather, std::vector<double> packed,
                                               const std::vector<std::string>& names) {
-  const auto names_hash = static_cast<double>(std::hash<std::string>{}(join(names, std::string(1, '\0'))) >> 12);
-  packed.push_back(names_hash);
+  const double hash = names_hash(names);
+  packed.push_back(hash);
   auto ranks = gather(packed);
   for (size_t r = 0; r < ranks.size(); ++r)
-    ARC_CHECK(ranks[r].size() == packed.size() && ranks[r].back() == names_hash,
+    ARC_CHECK(ranks[r].size() == packed.size() && ranks[r].back() == hash,
               "the values logged with sync_dist=True have other names on rank ", r, " than here (", join(names),
               "); every rank must sync the same names: log a value whose name differs by rank without sync_dist");
   return ranks;

@@ -5,14 +5,17 @@
 
 #include <torch/torch.h>
 
+#include <optional>
+
 namespace arc {
 namespace {
 
-// The value of `key` (`fallback` when not given), which `optimizer` takes only when >= 0, as
-// PyTorch's optimizers check it: here the error names the key, where LibTorch's check names neither
-// it nor the config and prints a C++ stack trace.
-double non_negative(const Config& config, const char* optimizer, const std::string& key, double fallback) {
-  const double value = config.get<double>(key, fallback);
+// The value of `key` (`fallback` when not given; none: the key is required), which `optimizer` takes
+// only when >= 0, as PyTorch's optimizers check it: here the error names the key, where LibTorch's
+// check names neither it nor the config and prints a C++ stack trace.
+double non_negative(const Config& config, const char* optimizer, const std::string& key,
+                    std::optional<double> fallback) {
+  const double value = fallback ? config.get<double>(key, *fallback) : config.require<double>(key);
   ARC_CHECK(value >= 0, optimizer, " ", key, " must be >= 0, got ", value);
   return value;
 }
@@ -40,9 +43,7 @@ using Parameters = std::vector<torch::Tensor>;
 Registry<torch::optim::Optimizer, Parameters, const Config&> shipped_optimizers() {
   Registry<torch::optim::Optimizer, Parameters, const Config&> r("optimizer");
   r.add("SGD", [](Parameters parameters, const Config& config) {
-    const double lr = config.require<double>("lr");
-    ARC_CHECK(lr >= 0, "SGD lr must be >= 0, got ", lr);
-    torch::optim::SGDOptions options(lr);
+    torch::optim::SGDOptions options(non_negative(config, "SGD", "lr", std::nullopt));
     options.momentum(non_negative(config, "SGD", "momentum", 0.0)).dampening(config.get<double>("dampening", 0.0));
     options.weight_decay(non_negative(config, "SGD", "weight_decay", 0.0))
         .nesterov(config.get<bool>("nesterov", false));

@@ -52,12 +52,10 @@ std::map<std::string, torch::Tensor> Strategy::all_reduce(const std::map<std::st
     flat.push_back(value.detach().reshape({-1}).to(torch::kDouble));
     names.push_back(name);
   }
-  // After the values, a hash of the names (40 bits: exact in a double, even summed over thousands of
-  // ranks) and its negation: ranks whose maps hold as many values under other names would otherwise
-  // reduce one's values into another's. Reduced by max or min, the pair is this rank's own only where
-  // every rank's is; by a sum or mean (world_size times it, or it), at least the ranks whose hash is
-  // off the mean see a difference, and their failure ends the others (two ranks: both see it).
-  const auto hash = static_cast<double>(std::hash<std::string>{}(join(names, std::string(1, '\0'))) >> 24);
+  // After the values, names_hash and its negation. Reduced by max or min, the pair is this rank's own
+  // only where every rank's is; by a sum or mean (world_size times it, or it), at least the ranks
+  // whose hash is off the mean see a difference, and their failure ends the others (two ranks: both).
+  const double hash = names_hash(names);
   flat.push_back(torch::tensor({hash, -hash}, torch::kDouble).to(flat.front().device()));
   const auto reduced = all_reduce(torch::cat(flat), op);
   const double times = op == Reduce::sum ? static_cast<double>(world_size()) : 1.0;

@@ -382,11 +382,16 @@ void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc
     }
   }
   const auto averaged = accelerator.all_reduce_dict({{"loss", loss.detach()}});
+  const auto rank = torch::tensor(static_cast<double>(accelerator.global_rank()));
+  const auto summed = accelerator.all_reduce_dict({{"rank", rank}}, arc::Reduce::sum);
+  const auto highest = accelerator.all_reduce_dict({{"rank", rank}}, arc::Reduce::max);
   const auto ranks = accelerator.distribute([](int64_t rank) { return nlohmann::json{{"rank", rank}}; });
   if (accelerator.is_global_zero()) {
     nlohmann::json report = {{"global_step", step},
                              {"world_size", accelerator.world_size()},
                              {"loss", averaged.at("loss").item<double>()},
+                             {"rank_sum", summed.at("rank").item<double>()},
+                             {"rank_max", highest.at("rank").item<double>()},
                              {"ranks", ranks}};
     std::cout << "PROBE " << report.dump() << std::endl;
     write_parameters(module, args.out);

@@ -868,6 +868,9 @@ TEST_P(CustomLoop, OnAcceleratorMatchesTheTrainer) {
   const auto result = report(by_hand);
   EXPECT_EQ(result["world_size"], 2);
   EXPECT_EQ(result["ranks"], nlohmann::json::parse(R"([{"rank": 0}, {"rank": 1}])"));
+  // all_reduce_dict by sum and by max, where the ranks' names agree (their check passes).
+  EXPECT_EQ(result["rank_sum"], 1.0);
+  EXPECT_EQ(result["rank_max"], 1.0);
   std::remove(custom.c_str());
   std::remove(trained.c_str());
 }
