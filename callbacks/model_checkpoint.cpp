@@ -85,7 +85,7 @@ std::vector<std::string> ModelCheckpoint::checkpoint_files(const std::string& ki
 
 void ModelCheckpoint::on_fit_start(Trainer& trainer, TrainModule&) {
   dirpath_ = folder(trainer);
-  last_save_time_ = std::chrono::steady_clock::now();
+  last_save_seconds_ = trainer.agreed_elapsed_seconds();
 }
 
 // An epoch resumed mid-way keeps the count of its start from the checkpoint: a validation before the
@@ -98,15 +98,15 @@ void ModelCheckpoint::on_train_batch_end(Trainer& trainer, TrainModule&, const t
   const int64_t step = trainer.global_step();
   const int64_t every = options_.every_n_train_steps();
   const bool by_steps = every > 0 && step > 0 && step % every == 0;
+  // By the ranks' agreed clock, which their own clocks would pass at different batches.
   const bool by_time = options_.train_time_interval() > 0 &&
-                       std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_time_).count() >=
-                           options_.train_time_interval();
+                       trainer.agreed_elapsed_seconds() - last_save_seconds_ >= options_.train_time_interval();
   if ((by_steps || by_time) && step != last_saved_step_) save(trainer);
 }
 
 void ModelCheckpoint::on_validation_end(Trainer& trainer, TrainModule&) {
   const int64_t every = options_.every_n_epochs();
-  if (trainer.sanity_checking() || trainer.stage() != Stage::fit || every == 0 || options_.every_n_train_steps() > 0 ||
+  if (trainer.sanity_checking() || trainer.stage() != Stage::fit || every == 0 || saves_by_step_or_time() ||
       options_.save_on_train_epoch_end().value_or(false))
     return;
   if ((trainer.current_epoch() + 1) % every == 0) save(trainer);
@@ -115,8 +115,7 @@ void ModelCheckpoint::on_validation_end(Trainer& trainer, TrainModule&) {
 void ModelCheckpoint::on_train_epoch_end(Trainer& trainer, TrainModule&) {
   const int64_t every = options_.every_n_epochs();
   const bool validated = trainer.progress().validation_runs > validations_at_epoch_start_;
-  if (!options_.save_on_train_epoch_end().value_or(!validated) || every == 0 || options_.every_n_train_steps() > 0)
-    return;
+  if (!options_.save_on_train_epoch_end().value_or(!validated) || every == 0 || saves_by_step_or_time()) return;
   if ((trainer.current_epoch() + 1) % every == 0) save(trainer);
 }
 
@@ -162,11 +161,13 @@ std::optional<double> ModelCheckpoint::best_model_score() const {
 void ModelCheckpoint::save(Trainer& trainer) {
   // fast_dev_run checks that the code runs; like Lightning, it leaves no checkpoint behind.
   if (trainer.options().fast_dev_run() > 0) return;
-  auto metrics = trainer.callback_metrics();
+  // Rank 0's values, with which every rank decides alike: values logged without sync_dist differ by
+  // rank, and a rank that saved alone would leave the others in the next collective.
+  auto metrics = trainer.agreed_metrics();
   metrics["epoch"] = static_cast<double>(trainer.current_epoch());
   metrics["step"] = static_cast<double>(trainer.global_step());
   last_saved_step_ = trainer.global_step();
-  last_save_time_ = std::chrono::steady_clock::now();
+  last_save_seconds_ = trainer.agreed_elapsed_seconds();
   std::string path = dirpath_ + "/" + format_name(metrics);
   const bool monitored = !options_.monitor().empty();
   double score = static_cast<double>(saves_++);

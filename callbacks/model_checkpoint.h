@@ -5,7 +5,6 @@
 #include <arc/base/arg.h>
 #include <arc/callbacks/callback.h>
 
-#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -28,9 +27,11 @@ class ModelCheckpointOptions {
   ARC_ARG(bool, save_last) = false;
   /// Save every N optimizer steps (0: off).
   ARC_ARG(int64_t, every_n_train_steps) = 0;
-  /// Save every N epochs, after validation if it ran (0: off).
+  /// Save every N epochs, after validation if it ran (0: off; off too with every_n_train_steps or
+  /// train_time_interval, as Lightning's default).
   ARC_ARG(int64_t, every_n_epochs) = 1;
-  /// Save when this many seconds passed since the last save (0: off).
+  /// Save when this many seconds passed since the last save (0: off), by the clock that the ranks
+  /// agree on (Trainer::agreed_elapsed_seconds).
   ARC_ARG(double, train_time_interval) = 0;
   ARC_ARG(bool, save_weights_only) = false;
   /// Written by a background thread after a copy of the state (unset: the Trainer's async_checkpointing).
@@ -83,6 +84,11 @@ class ModelCheckpoint : public Callback {
   /// Where checkpoints go (or will go, before fit starts).
   std::string folder(const Trainer& trainer) const;
   bool better(double candidate, double reference) const;
+  /// every_n_train_steps or train_time_interval is set, which turn the saves by epoch off, as they do
+  /// Lightning's default every_n_epochs.
+  bool saves_by_step_or_time() const {
+    return options_.every_n_train_steps() > 0 || options_.train_time_interval() > 0;
+  }
   /// `path`, or with "-vN" where a file has that name already (not `replaced`), as rank 0 sees it.
   std::string free_name(Trainer& trainer, const std::string& path, const std::string& replaced) const;
 
@@ -94,7 +100,8 @@ class ModelCheckpoint : public Callback {
   int64_t saves_ = 0;
   int64_t last_saved_step_ = -1;
   int64_t validations_at_epoch_start_ = 0;
-  std::chrono::steady_clock::time_point last_save_time_;
+  /// Trainer::agreed_elapsed_seconds at the last save (or at the fit's start).
+  double last_save_seconds_ = 0;
 };
 
 }  // namespace arc

@@ -139,6 +139,14 @@ double Trainer::elapsed_seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - state_->stage_start).count();
 }
 
+double Trainer::agreed_elapsed_seconds() const { return world_size() > 1 ? state_->agreed_seconds : elapsed_seconds(); }
+
+Metrics Trainer::agreed_metrics() {
+  const auto& metrics = callback_metrics();
+  if (world_size() == 1) return metrics;
+  return metrics_from_json(nlohmann::json::parse(strategy().broadcast(metrics_to_json(metrics).dump(), 0)));
+}
+
 void Trainer::request_stop(const std::string& reason) {
   if (!should_stop())
     state_->stop_after_validation =
@@ -185,6 +193,7 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
   }
   state_->stage = stage;
   state_->stage_start = std::chrono::steady_clock::now();
+  state_->agreed_seconds = 0;
   if (profiler_) profiler_->setup(to_string(stage), log_dir(), global_rank());
   state_->stop_after_validation = 0;
   state_->validation_running = 0;

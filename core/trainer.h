@@ -123,6 +123,10 @@ class Trainer {
   int64_t estimated_stepping_batches() const;
   /// Every metric callbacks may monitor: step values, epoch values.
   const Metrics& callback_metrics() const;
+  /// callback_metrics() as rank 0 has them, on every rank (one broadcast; every rank must call):
+  /// what a decision that every rank must take alike reads, such as ModelCheckpoint's, since values
+  /// logged without sync_dist differ by rank. Rank 0's are the ones its loggers show.
+  Metrics agreed_metrics();
   /// What was last sent to the loggers.
   const Metrics& logged_metrics() const;
   /// During a training batch (its hooks included): whether its step metrics go to the loggers,
@@ -131,6 +135,12 @@ class Trainer {
   Metrics progress_bar_metrics() const;
   /// Seconds since the current stage started.
   double elapsed_seconds() const;
+  /// During fit, elapsed_seconds() as the ranks agreed at the last batch boundary (the latest of
+  /// their clocks at their vote there): the same on every rank at the same batch, for decisions by
+  /// the clock that every rank must take together, such as ModelCheckpoint's train_time_interval.
+  /// Under DDP a batch behind the clock (the vote overlaps a batch), 0 before the first vote; with
+  /// one process, elapsed_seconds().
+  double agreed_elapsed_seconds() const;
 
   /// The first callback of class `T` (or of a class derived from it), or null: Lightning's
   /// `trainer.checkpoint_callback` is `callback<ModelCheckpoint>()` (the default one too), its

@@ -355,6 +355,8 @@ void FitLoop::vote(bool settle) {
 
 void FitLoop::agree(const SignalConnector::Decision& decision) {
   agreed_ = decision;
+  // The vote just after an epoch's settle is the first of its kind and brings no clock.
+  state_.agreed_seconds = std::max(state_.agreed_seconds, static_cast<double>(decision.elapsed_us) / 1e6);
   time_held_ = time_held_ || (agreed_.time_up > 0 && !can_stop_early());
 }
 
@@ -461,7 +463,9 @@ void FitLoop::step_schedulers(Interval interval) {
     if (count % scheduler.frequency != 0) continue;
     std::optional<double> metric;
     if (!scheduler.monitor.empty()) {
-      const auto& metrics = t.callback_metrics();
+      // Rank 0's value: a value logged without sync_dist differs by rank, and so would the ranks'
+      // learning rates, whose weights would then part.
+      const auto metrics = t.agreed_metrics();
       const auto found = metrics.find(scheduler.monitor);
       ARC_CHECK(found != metrics.end(), "the scheduler monitors '", scheduler.monitor,
                 "', which was not logged; available metrics: ", metric_names(metrics, scheduler.monitor),

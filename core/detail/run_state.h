@@ -65,6 +65,8 @@ struct RunState {
   std::vector<int64_t> batch_indices;
   int64_t accumulate_grad_batches = 1;
   std::chrono::steady_clock::time_point stage_start;
+  /// Trainer::agreed_elapsed_seconds: the latest clock of the ranks' latest vote in this stage.
+  double agreed_seconds = 0;
   std::vector<OptimizerConfig> optimizers;
   LoggerConnector logging;
   /// Checkpoints written in the background (async_checkpointing), and whether saves may go there:

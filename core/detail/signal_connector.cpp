@@ -106,6 +106,7 @@ SignalConnector::Ballot SignalConnector::local(bool wants_validation, int64_t ba
   ballot.decision.validation = wants_validation ? next_validation : 0;
   ballot.decision.batches_end = batches_end;
   ballot.decision.batches_most = batches_most;
+  ballot.decision.elapsed_us = static_cast<int64_t>(trainer_.elapsed_seconds() * 1e6);
   return ballot;
 }
 
@@ -120,11 +121,12 @@ void SignalConnector::fill(const Ballot& ballot) {
   out[6] = -ballot.decision.batches_end;  // the maximum of the negatives: the earliest end
   out[7] = ballot.decision.batches_most;
   out[8] = ballot.checkpoint_failed;
+  out[9] = ballot.decision.elapsed_us;
 }
 
 SignalConnector::Ballot SignalConnector::read() const {
   const int64_t* in = ballot_.data_ptr<int64_t>();
-  return {in[0] > 0, in[1] > 0, in[2] > 0, in[8] > 0, {in[3], in[4], in[5], -in[6], in[7]}};
+  return {in[0] > 0, in[1] > 0, in[2] > 0, in[8] > 0, {in[3], in[4], in[5], -in[6], in[7], in[9]}};
 }
 
 SignalConnector::Decision SignalConnector::check(bool wants_validation, int64_t batches_end, int64_t batches_most) {

@@ -4,7 +4,8 @@
 // asks for, so that every rank acts at the same batch: a rank that left the loop (or validated)
 // alone would leave the others waiting in the gradient all-reduce.
 // A checkpoint write that failed in the background (on rank 0) rides in the vote too, so that every
-// rank fails with its error at the same batch.
+// rank fails with its error at the same batch. Each rank's clock rides in it as well: the latest is
+// the time that decisions by the clock go by (Trainer::agreed_elapsed_seconds).
 // On a signal it saves an HPC checkpoint (hpc_ckpt_<n>.ckpt, which the next fit in that folder
 // resumes from), requeues the job when its launcher can (SLURM's auto_requeue), and ends fit with an
 // error that says so; on
@@ -45,6 +46,9 @@ class SignalConnector {
     int64_t batches_end = kUnknownLength;
     /// The largest batch count of the epoch that a rank reported (0: none).
     int64_t batches_most = 0;
+    /// The latest of the ranks' clocks when they voted, in microseconds since the stage started: the
+    /// same on every rank, for decisions by time that every rank must take together.
+    int64_t elapsed_us = 0;
   };
 
   /// Catches the requeue signal of the run's cluster environment too, where it has one; reports the
@@ -72,7 +76,7 @@ class SignalConnector {
     bool checkpoint_failed = false;
     Decision decision;
   };
-  static constexpr int64_t kFields = 9;
+  static constexpr int64_t kFields = 10;
 
   Ballot local(bool wants_validation, int64_t batches_end, int64_t batches_most) const;
   void fill(const Ballot& ballot);

@@ -697,6 +697,18 @@ TEST(ModelCheckpoint, TrainTimeIntervalSavesByTheClock) {
   fs::remove_all(dir);
 }
 
+// As Lightning's default every_n_epochs: with train_time_interval, no save at the epochs' ends.
+TEST(ModelCheckpoint, TrainTimeIntervalTurnsTheEpochSavesOff) {
+  const auto dir = fresh_folder("time_only");
+  TinyModule module;
+  auto checkpoint =
+      std::make_shared<ModelCheckpoint>(ModelCheckpointOptions().dirpath(dir).train_time_interval(3600).save_top_k(-1));
+  Trainer(quiet().max_epochs(2).enable_checkpointing(true), {checkpoint}).fit(module, tiny_data(4, 2));
+  EXPECT_TRUE(checkpoint->best_model_path().empty()) << checkpoint->best_model_path();
+  EXPECT_TRUE(!fs::exists(dir) || fs::is_empty(dir));
+  fs::remove_all(dir);
+}
+
 TEST(ModelCheckpoint, SaveWeightsOnlyLeavesOutTrainingState) {
   const auto dir = fresh_folder("weights_only");
   TinyModule module;

@@ -16,7 +16,8 @@
 //             [--slow-rank 1 --slow-ms 20] [--log-every 5] [--num-nodes 2] [--out-every-rank 1] [--fail-node 1]
 //             [--fit-again 1] [--combined 96] [--gather 1] [--finetune 1] [--toggle 1]
 //             [--freeze-rank 1 [--freeze-bias-elsewhere 1]] [--spike-rank 1 --spike-batch 5]
-//             [--rank-named-sync 1]
+//             [--rank-named-sync 1] [--rank-value 1] [--checkpoint-monitor rank_value]
+//             [--checkpoint-seconds 0.5] [--plateau rank_value] [--fit-start-rank 1 --fit-start-ms 1000]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -58,6 +59,13 @@
 // epoch; --val-step-sync: per step too).
 // --spike-rank R/--spike-batch B: a SpikeDetection callback, and that rank's loss is 1000 times larger
 // at that batch of the first epoch (its gradient as it was).
+// --rank-value 1: each training step logs `rank_value` without sync_dist: the global step on rank 0,
+// its negation elsewhere. --checkpoint-monitor: the --checkpoint-every ModelCheckpoint keeps the one
+// file of the least value of that metric. --checkpoint-seconds: a ModelCheckpoint in ROOT/checkpoints
+// (the same) saves every that many seconds (train_time_interval). --plateau: a ReduceLROnPlateau
+// (patience 0, mode min) steps every optimizer step on that metric. --fit-start-rank: a callback ahead
+// of the ModelCheckpoint sleeps --fit-start-ms in that rank's on_fit_start.
+// With a ModelCheckpoint every rank prints "BEST <rank> <best_model_path> <best score, or none>" after fit.
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
 // --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
 // Every rank prints "STOPPED <rank> <global step>" and "VALIDATIONS <rank> <fit's validations>" after fit.
@@ -102,13 +110,13 @@ struct Args {
   int64_t val_stream = 0, uneven_drop = 0, stall_rank = -1, stall_step = -1, stall_ms = 0;
   int64_t spike_rank = -1, spike_batch = -1, val_every = 0;
   int64_t slow_rank = -1, slow_ms = 0, log_every = 0, num_nodes = 1, fail_node = -1, combined = 0, gather = 0;
-  int64_t finetune = -1, freeze_rank = -1, save_at = -1;
-  double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300;
+  int64_t finetune = -1, freeze_rank = -1, save_at = -1, fit_start_rank = -1, fit_start_ms = 0;
+  double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300, checkpoint_seconds = 0;
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
   bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false, async_checkpoint = false;
   bool fit_again = false, toggle = false, rank_named_sync = false, freeze_bias_elsewhere = false, root_per_rank = false,
-       save_last = false;
-  std::string ckpt_path;
+       save_last = false, rank_value = false;
+  std::string ckpt_path, checkpoint_monitor, plateau;
   std::string out, fail, loop = "trainer", root, precision = "32-true", loggers, prepare_log;
   std::string even_batches = "error";
   // The custom loop's state: saved after step save_at to `state` (Accelerator::save), or loaded from
@@ -194,6 +202,12 @@ Args parse(int argc, char** argv) {
     if (key == "--even-batches") a.even_batches = value;
     if (key == "--val-step-sync") a.val_step_sync = value == "1";
     if (key == "--rank-named-sync") a.rank_named_sync = value == "1";
+    if (key == "--rank-value") a.rank_value = value == "1";
+    if (key == "--checkpoint-monitor") a.checkpoint_monitor = value;
+    if (key == "--checkpoint-seconds") a.checkpoint_seconds = std::stod(value);
+    if (key == "--plateau") a.plateau = value;
+    if (key == "--fit-start-rank") a.fit_start_rank = std::stoll(value);
+    if (key == "--fit-start-ms") a.fit_start_ms = std::stoll(value);
   }
   // ddp_spawn's rank 0 is the process started, which has no RANK; the ranks it starts have theirs.
   const char* rank = std::getenv("RANK");
@@ -252,6 +266,10 @@ class Probe : public arc::TrainModule {
     log("rank_sum", rank, {.on_step = false, .on_epoch = true, .reduce = arc::Reduce::sum, .sync_dist = true});
     if (args_.rank_named_sync)
       log("rank_" + std::to_string(trainer().global_rank()), rank, {.on_epoch = true, .sync_dist = true});
+    if (args_.rank_value) {
+      const auto step = static_cast<double>(global_step());
+      log("rank_value", trainer().is_global_zero() ? step : -step);
+    }
     const bool skip = trainer().global_rank() == args_.skip_rank && batch_idx == args_.skip_batch;
     const bool spike = trainer().global_rank() == args_.spike_rank && batch_idx == args_.spike_batch;
     if (spike && current_epoch() == 0) loss = loss + 999 * loss.detach();
@@ -272,7 +290,11 @@ class Probe : public arc::TrainModule {
       return std::make_shared<torch::optim::SGD>(parameters, torch::optim::SGDOptions(0.1).momentum(0.9));
     };
     if (args_.toggle) return {sgd(fc1->parameters()), sgd(fc2->parameters())};
-    return {sgd(arc::BaseFinetuning::filter_params(*this))};
+    auto optimizer = sgd(arc::BaseFinetuning::filter_params(*this));
+    if (args_.plateau.empty()) return {optimizer};
+    return {{optimizer,
+             {std::make_shared<arc::ReduceLROnPlateau>(*optimizer, arc::ReduceLROnPlateau::Mode::min, 0.5, 0),
+              arc::Interval::step, 1, args_.plateau}}};
   }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   arc::SyncBatchNorm bn{nullptr};
@@ -486,12 +508,24 @@ int main(int argc, char** argv) {
     if (args.finetune >= 0)
       callbacks.push_back(std::make_shared<arc::BackboneFinetuning>(
           arc::BackboneFinetuningOptions().backbone("fc1").unfreeze_backbone_at_epoch(args.finetune)));
-    if (args.checkpoint_every > 0) {
+    if (args.fit_start_rank >= 0) {
+      auto late = std::make_shared<arc::LambdaCallback>();
+      late->fit_start = [&args](arc::Trainer& trainer, arc::TrainModule&) {
+        if (trainer.global_rank() == args.fit_start_rank)
+          std::this_thread::sleep_for(std::chrono::milliseconds(args.fit_start_ms));
+      };
+      callbacks.push_back(late);
+    }
+    std::shared_ptr<arc::ModelCheckpoint> checkpoints;
+    if (args.checkpoint_every > 0 || args.checkpoint_seconds > 0) {
       ARC_CHECK(!args.root.empty(), "--checkpoint-every needs --root, the folder of its checkpoints");
-      callbacks.push_back(std::make_shared<arc::ModelCheckpoint>(arc::ModelCheckpointOptions()
-                                                                     .dirpath(args.root + "/checkpoints")
-                                                                     .every_n_train_steps(args.checkpoint_every)
-                                                                     .save_last(args.save_last)));
+      checkpoints = std::make_shared<arc::ModelCheckpoint>(arc::ModelCheckpointOptions()
+                                                               .dirpath(args.root + "/checkpoints")
+                                                               .every_n_train_steps(args.checkpoint_every)
+                                                               .train_time_interval(args.checkpoint_seconds)
+                                                               .monitor(args.checkpoint_monitor)
+                                                               .save_last(args.save_last));
+      callbacks.push_back(checkpoints);
     }
     arc::Trainer trainer(options, callbacks, make_loggers(args));
     if (args.fsize_limit > 0 && trainer.is_global_zero()) {
@@ -510,6 +544,10 @@ int main(int argc, char** argv) {
     }
     std::cout << "STOPPED " << trainer.global_rank() << " " << trainer.global_step() << std::endl;
     std::cout << "VALIDATIONS " << trainer.global_rank() << " " << trainer.progress().validation_runs << std::endl;
+    if (checkpoints)
+      std::cout << "BEST " << trainer.global_rank() << " " << checkpoints->best_model_path() << " "
+                << (checkpoints->best_model_score() ? std::to_string(*checkpoints->best_model_score()) : "none")
+                << std::endl;
     if (args.out_every_rank) write_parameters(module, args.out + "." + std::to_string(trainer.global_rank()));
     if (trainer.is_global_zero()) {
       nlohmann::json report = trainer.callback_metrics();

@@ -783,6 +783,79 @@ INSTANTIATE_TEST_SUITE_P(
                                    -1, -1}),
     [](const auto& info) { return info.param.name; });
 
+// The probe under ddp_spawn on two ranks, with `args`.
+CommandRun two_ranks(const std::string& args) { return probe("--strategy ddp_spawn --devices 2 --timeout 60 " + args); }
+
+// "BEST <rank> <path> <score, or none>" of every rank: what its ModelCheckpoint kept as the best.
+std::map<int64_t, std::pair<std::string, std::string>> best_per_rank(const std::string& output) {
+  std::map<int64_t, std::pair<std::string, std::string>> best;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string tag, path, score;
+    int64_t rank = -1;
+    if (words >> tag >> rank >> path >> score && tag == "BEST") best[rank] = {path, score};
+  }
+  return best;
+}
+
+std::vector<std::string> files_in(const std::string& folder) {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// A ModelCheckpoint that monitors a value logged without sync_dist (rank 0: the step, rank 1 its
+// negation) decides by rank 0's value on every rank: rank 1 alone would keep each new file, saving
+// where rank 0 does not, and the ranks' collectives would part.
+TEST(DDP, ModelCheckpointDecidesByRankZerosValueOnEveryRank) {
+  const auto root = scratch_path("monitor");
+  const auto run =
+      two_ranks("--steps 12 --rank-value 1 --checkpoint-every 1 --checkpoint-monitor rank_value --root " + root);
+  ASSERT_EQ(run.status, 0) << run.output;
+  // The first save's value (0) stays the least of rank 0's values.
+  const auto best = best_per_rank(run.output);
+  ASSERT_EQ(best.size(), 2u) << run.output;
+  const std::string first = root + "/checkpoints/epoch=0-step=1.ckpt";
+  for (const auto& [rank, kept] : best) {
+    EXPECT_EQ(kept.first, first) << "rank " << rank << "\n" << run.output;
+    EXPECT_EQ(kept.second, "0.000000") << "rank " << rank << "\n" << run.output;
+  }
+  EXPECT_EQ(files_in(root + "/checkpoints"), std::vector<std::string>{first}) << run.output;
+  std::filesystem::remove_all(root);
+}
+
+// train_time_interval goes by the clock the ranks agree on: rank 1's ModelCheckpoint starts its clock a
+// second after rank 0's, so that rank 1's own clock would pass each interval well after rank 0's.
+TEST(DDP, ModelCheckpointSavesByTheClockAtTheSameStepOnEveryRank) {
+  const auto root = scratch_path("by_time");
+  const auto run = two_ranks(
+      "--steps 120 --step-ms 10 --fit-start-rank 1 --fit-start-ms 1000 --checkpoint-seconds 0.3 --root " + root);
+  ASSERT_EQ(run.status, 0) << run.output;
+  const auto best = best_per_rank(run.output);
+  ASSERT_EQ(best.size(), 2u) << run.output;
+  EXPECT_EQ(best.at(0).first, best.at(1).first) << run.output;
+  // Saves by the clock alone (none at the epochs' ends, as in Lightning), the latest one kept.
+  const auto files = files_in(root + "/checkpoints");
+  ASSERT_EQ(files, std::vector<std::string>{best.at(0).first}) << run.output;
+  EXPECT_EQ(files[0].find(root + "/checkpoints/epoch="), 0u) << files[0];
+  std::filesystem::remove_all(root);
+}
+
+// A ReduceLROnPlateau on a value logged without sync_dist steps on rank 0's value on every rank: on
+// their own values rank 0's learning rate would halve at every step and rank 1's never, and their
+// weights would part.
+TEST(DDP, APlateauSchedulerOnAnUnsyncedValueKeepsTheRanksWeightsEqual) {
+  const auto out = scratch_path("plateau");
+  const auto run = two_ranks("--steps 12 --rank-value 1 --plateau rank_value --out-every-rank 1 --out " + out);
+  ASSERT_EQ(run.status, 0) << run.output;
+  const auto rank0 = read_floats(out + ".0"), rank1 = read_floats(out + ".1");
+  ASSERT_FALSE(rank0.empty());
+  EXPECT_EQ(rank0, rank1);
+  for (const auto* suffix : {"", ".0", ".1"}) std::remove((out + suffix).c_str());
+}
+
 TEST(DDP, JoinsProcessesStartedByHand) {
   const std::string port = std::to_string(free_port());
   const auto one = scratch_path("hand0"), two = scratch_path("hand1");
