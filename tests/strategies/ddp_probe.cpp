@@ -63,7 +63,8 @@
 // its negation elsewhere. --checkpoint-monitor: the --checkpoint-every ModelCheckpoint keeps the one
 // file of the least value of that metric. --checkpoint-seconds: a ModelCheckpoint in ROOT/checkpoints
 // (the same) saves every that many seconds (train_time_interval). --plateau: a ReduceLROnPlateau
-// (patience 0, mode min) steps every optimizer step on that metric. --fit-start-rank: a callback ahead
+// (patience 0, mode min) steps every optimizer step on that metric, and every rank prints "LR <rank>
+// <its rate>" after fit. --fit-start-rank: a callback ahead
 // of the ModelCheckpoint sleeps --fit-start-ms in that rank's on_fit_start.
 // With a ModelCheckpoint every rank prints "BEST <rank> <best_model_path> <best score, or none>" after fit.
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
@@ -84,6 +85,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -292,11 +294,11 @@ class Probe : public arc::TrainModule {
     if (args_.toggle) return {sgd(fc1->parameters()), sgd(fc2->parameters())};
     auto optimizer = sgd(arc::BaseFinetuning::filter_params(*this));
     if (args_.plateau.empty()) return {optimizer};
-    return {{optimizer,
-             {std::make_shared<arc::ReduceLROnPlateau>(*optimizer, arc::ReduceLROnPlateau::Mode::min, 0.5, 0),
-              arc::Interval::step, 1, args_.plateau}}};
+    plateau = std::make_shared<arc::ReduceLROnPlateau>(*optimizer, arc::ReduceLROnPlateau::Mode::min, 0.5, 0);
+    return {{optimizer, {plateau, arc::Interval::step, 1, args_.plateau}}};
   }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  std::shared_ptr<arc::LRScheduler> plateau;
   arc::SyncBatchNorm bn{nullptr};
 
  private:
@@ -518,7 +520,8 @@ int main(int argc, char** argv) {
     }
     std::shared_ptr<arc::ModelCheckpoint> checkpoints;
     if (args.checkpoint_every > 0 || args.checkpoint_seconds > 0) {
-      ARC_CHECK(!args.root.empty(), "--checkpoint-every needs --root, the folder of its checkpoints");
+      ARC_CHECK(!args.root.empty(), "--checkpoint-every and --checkpoint-seconds need --root, the folder of their ",
+                "checkpoints");
       checkpoints = std::make_shared<arc::ModelCheckpoint>(arc::ModelCheckpointOptions()
                                                                .dirpath(args.root + "/checkpoints")
                                                                .every_n_train_steps(args.checkpoint_every)
@@ -547,6 +550,9 @@ int main(int argc, char** argv) {
     if (checkpoints)
       std::cout << "BEST " << trainer.global_rank() << " " << checkpoints->best_model_path() << " "
                 << (checkpoints->best_model_score() ? std::to_string(*checkpoints->best_model_score()) : "none")
+                << std::endl;
+    if (module.plateau)
+      std::cout << "LR " << trainer.global_rank() << " " << std::setprecision(17) << module.plateau->last_lr().at(0)
                 << std::endl;
     if (args.out_every_rank) write_parameters(module, args.out + "." + std::to_string(trainer.global_rank()));
     if (trainer.is_global_zero()) {
