@@ -23,7 +23,10 @@ void MetricStore::log(const std::string& name, const torch::Tensor& value, const
   entry.sync_dist = options.sync_dist;
   entry.reduce = options.reduce;
   const torch::Tensor detached = value.detach();
-  if (entry.on_step) entry.step_value = detached;
+  if (entry.on_step) {
+    entry.step_value = detached;
+    entry.step_unsynced = options.sync_dist;
+  }
   if (!entry.on_epoch) return;
   const double v = detached.item<double>();
   const double weight = static_cast<double>(options.batch_size.value_or(std::max<int64_t>(batch_size, 1)));
@@ -170,8 +173,7 @@ std::vector<std::vector<double>> gather_named(const GatherFn& gather, std::vecto
 std::vector<std::string> MetricStore::synced_names(bool epoch) const {
   std::vector<std::string> names;
   for (const auto& [name, entry] : entries_)
-    if (entry.sync_dist && (epoch ? entry.on_epoch : entry.on_step && entry.step_value.defined()))
-      names.push_back(name);
+    if (entry.sync_dist && (epoch ? entry.on_epoch : entry.on_step && entry.step_unsynced)) names.push_back(name);
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -204,7 +206,8 @@ void MetricStore::sync_epoch(const GatherFn& gather) {
   }
 }
 
-void MetricStore::sync_steps(const GatherFn& gather) {
+void MetricStore::sync_step_values(const GatherFn& gather) {
+  if (!gather) return;
   const auto names = synced_names(false);
   if (names.empty()) return;
   std::vector<double> packed;
@@ -219,11 +222,12 @@ void MetricStore::sync_steps(const GatherFn& gather) {
     }
     if (e.reduce == Reduce::mean) value /= static_cast<double>(ranks.size());
     e.step_value = torch::scalar_tensor(value, torch::kDouble);
+    e.step_unsynced = false;
   }
 }
 
 Metrics MetricStore::step_logger_metrics(const GatherFn& gather) {
-  if (gather) sync_steps(gather);
+  sync_step_values(gather);
   Metrics out;
   for (const auto& [name, entry] : entries_)
     if (entry.logger && entry.on_step && entry.step_value.defined())

@@ -62,8 +62,12 @@ class MetricStore {
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options, bool training,
            int64_t batch_size, std::optional<int64_t> dataloader_idx = std::nullopt);
 
+  /// Reduces across ranks the on_step values logged with sync_dist since the last call, in one
+  /// collective (none when there are none), as Lightning syncs each at its log call: every rank must
+  /// call, having logged the same names. Without `gather` (one process) nothing changes.
+  void sync_step_values(const GatherFn& gather);
   /// Values logged at the last step for loggers ("loss", or "loss_step" when also per epoch).
-  /// With `gather`, sync_dist values are reduced across ranks first (every rank must call).
+  /// With `gather`, sync_step_values runs first (every rank must call).
   Metrics step_logger_metrics(const GatherFn& gather = nullptr);
   /// Values for the progress bar (latest step value, else the epoch value).
   Metrics prog_bar_metrics() const;
@@ -89,6 +93,9 @@ class MetricStore {
     bool sync_dist = false;
     Reduce reduce = Reduce::mean;
     torch::Tensor step_value;
+    /// step_value was logged with sync_dist and is not synced yet (a synced value is not synced again:
+    /// a sum would grow by the world size each time).
+    bool step_unsynced = false;
     double weighted_sum = 0;
     double weight = 0;
     double extreme = 0;
@@ -102,7 +109,6 @@ class MetricStore {
   static std::string epoch_name(const std::string& name, const Entry& entry);
   static double aggregate(const Entry& entry);
   void sync_epoch(const GatherFn& gather);
-  void sync_steps(const GatherFn& gather);
   std::vector<std::string> synced_names(bool epoch) const;
 
   std::unordered_map<std::string, Entry> entries_;

@@ -177,6 +177,7 @@ Metrics EvaluationLoop::run(Loaders& loaders, const std::vector<int64_t>& batche
                    ProfileScope scope(t.profiler(), detail::module_action(t.profiler(), module_, hooks.step_name));
                    (module_.*hooks.step)(batch, batch_idx, index);
                  }
+                 state_.logging.eval_metrics.sync_step_values(step_gather(state_.logging.gather(), loader));
                  call(t, module_, hooks.batch_end, batch, batch_idx);
                  // Values logged with on_step reach the loggers after every batch, at the batch's index as the
                  // step, as Lightning logs them (not in the sanity check).

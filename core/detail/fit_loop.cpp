@@ -415,11 +415,22 @@ void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {
   state_.logging_batch = false;
 }
 
+// The step's values logged with sync_dist are reduced across ranks as soon as it returns, as Lightning
+// reduces each at its log call: every hook and callback after it (the progress bar, a ModelCheckpoint
+// every n steps, the loggers) sees the ranks' value. One collective for all of them.
 torch::Tensor FitLoop::training_step(Batch& batch, int64_t batch_idx) {
   auto* profiler = trainer_.profiler();
-  const auto autocast = trainer_.precision().forward_context();
-  ProfileScope scope(profiler, detail::module_action(profiler, module_, "training_step"));
-  return module_.training_step(batch, batch_idx);
+  torch::Tensor loss;
+  {
+    const auto autocast = trainer_.precision().forward_context();
+    ProfileScope scope(profiler, detail::module_action(profiler, module_, "training_step"));
+    loss = module_.training_step(batch, batch_idx);
+  }
+  if (const auto gather = state_.logging.gather()) {
+    ProfileScope scope(profiler, "[LoggerConnector].sync_step_values");
+    state_.logging.train_metrics.sync_step_values(gather);
+  }
+  return loss;
 }
 
 void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, bool boundary, torch::Tensor& loss) {

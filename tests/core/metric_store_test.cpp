@@ -56,6 +56,25 @@ TEST(MetricStore, RanksThatSyncOtherNamesFailInsteadOfMixingValues) {
   }
 }
 
+// Two ranks whose values are equal: a sum doubles when synced. A value synced once is not synced again
+// at a later sync where it was not logged anew (it would double again), and one logged anew is.
+TEST(MetricStore, AStepValueIsSyncedOnceEachTimeItIsLogged) {
+  int64_t gathers = 0;
+  const GatherFn two_alike = [&](const std::vector<double>& mine) {
+    ++gathers;
+    return std::vector<std::vector<double>>{mine, mine};
+  };
+  MetricStore store;
+  store.log("count", v(3.0), {.on_step = true, .reduce = Reduce::sum, .sync_dist = true}, true, 1);
+  store.sync_step_values(two_alike);
+  EXPECT_DOUBLE_EQ(store.callback_metrics().at("count"), 6.0);
+  EXPECT_DOUBLE_EQ(store.step_logger_metrics(two_alike).at("count"), 6.0);
+  EXPECT_EQ(gathers, 1);  // nothing new to sync: no collective
+  store.log("count", v(4.0), {.on_step = true, .reduce = Reduce::sum, .sync_dist = true}, true, 1);
+  EXPECT_DOUBLE_EQ(store.step_logger_metrics(two_alike).at("count"), 8.0);
+  EXPECT_EQ(gathers, 2);
+}
+
 TEST(MetricStore, StepAndEpochGetLightningSuffixes) {
   MetricStore store;
   store.log("loss", v(2.0), {.on_step = true, .on_epoch = true}, true, 1);

@@ -18,6 +18,7 @@
 //             [--freeze-rank 1 [--freeze-bias-elsewhere 1]] [--spike-rank 1 --spike-batch 5]
 //             [--rank-named-sync 1] [--rank-value 1] [--checkpoint-monitor rank_value]
 //             [--checkpoint-seconds 0.5] [--plateau rank_value] [--fit-start-rank 1 --fit-start-ms 1000]
+//             [--watch rank_mean_step]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -66,6 +67,8 @@
 // (patience 0, mode min) steps every optimizer step on that metric, and every rank prints "LR <rank>
 // <its rate>" after fit. --fit-start-rank: a callback ahead
 // of the ModelCheckpoint sleeps --fit-start-ms in that rank's on_fit_start.
+// --watch NAME: every rank prints "WATCH <rank> <global step> <value>" of that callback metric at each
+// on_train_batch_end (the probe logs rank_mean, rank_max and rank_min with sync_dist at each step).
 // With a ModelCheckpoint every rank prints "BEST <rank> <best_model_path> <best score, or none>" after fit.
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
 // --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
@@ -118,7 +121,7 @@ struct Args {
   bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false, async_checkpoint = false;
   bool fit_again = false, toggle = false, rank_named_sync = false, freeze_bias_elsewhere = false, root_per_rank = false,
        save_last = false, rank_value = false;
-  std::string ckpt_path, checkpoint_monitor, plateau;
+  std::string ckpt_path, checkpoint_monitor, plateau, watch;
   std::string out, fail, loop = "trainer", root, precision = "32-true", loggers, prepare_log;
   std::string even_batches = "error";
   // The custom loop's state: saved after step save_at to `state` (Accelerator::save), or loaded from
@@ -208,6 +211,7 @@ Args parse(int argc, char** argv) {
     if (key == "--checkpoint-monitor") a.checkpoint_monitor = value;
     if (key == "--checkpoint-seconds") a.checkpoint_seconds = std::stod(value);
     if (key == "--plateau") a.plateau = value;
+    if (key == "--watch") a.watch = value;
     if (key == "--fit-start-rank") a.fit_start_rank = std::stoll(value);
     if (key == "--fit-start-ms") a.fit_start_ms = std::stoll(value);
   }
@@ -517,6 +521,15 @@ int main(int argc, char** argv) {
           std::this_thread::sleep_for(std::chrono::milliseconds(args.fit_start_ms));
       };
       callbacks.push_back(late);
+    }
+    if (!args.watch.empty()) {
+      auto watch = std::make_shared<arc::LambdaCallback>();
+      watch->train_batch_end = [&args](arc::Trainer& trainer, arc::TrainModule&, const torch::Tensor&, arc::Batch&,
+                                       int64_t) {
+        std::cout << "WATCH " << trainer.global_rank() << " " << trainer.global_step() << " "
+                  << trainer.callback_metrics().at(args.watch) << std::endl;
+      };
+      callbacks.push_back(watch);
     }
     std::shared_ptr<arc::ModelCheckpoint> checkpoints;
     if (args.checkpoint_every > 0 || args.checkpoint_seconds > 0) {

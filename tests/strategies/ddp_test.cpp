@@ -269,8 +269,10 @@ TEST(DDP, AStuckRankFailsTheRunAfterCollectiveTimeoutNotTimeout) {
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     EXPECT_NE(stuck.status, 0);
     EXPECT_NE(stuck.output.find("collective_timeout"), std::string::npos) << stuck.output;
-    // Where each rank was: rank 0 in step 3's gradient all-reduce, rank 1 in its own work.
-    EXPECT_NE(stuck.output.find("rank 0: waits in all_reduce #"), std::string::npos) << stuck.output;
+    // Where each rank was: rank 0 in the sync of step 3's values logged with sync_dist, rank 1 in its
+    // own work.
+    EXPECT_NE(stuck.output.find("rank 0: waits in all_gather #"), std::string::npos) << stuck.output;
+    EXPECT_NE(stuck.output.find("(metric sync, "), std::string::npos) << stuck.output;
     EXPECT_NE(stuck.output.find("(gradient bucket 0, "), std::string::npos) << stuck.output;
     EXPECT_NE(stuck.output.find("rank 1: in no collective for "), std::string::npos) << stuck.output;
     EXPECT_NE(stuck.output.find("last completed all_reduce #"), std::string::npos) << stuck.output;
@@ -374,14 +376,14 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::get<0>(info.param).kind + "_rank" + std::to_string(std::get<1>(info.param)); });
 
 // A value whose name holds the rank, logged with sync_dist: the ranks sync as many values under other
-// names, which they would add into each other; instead every rank fails at the epoch's sync.
+// names, which they would add into each other; instead every rank fails at the first step's sync.
 TEST(DDP, RanksThatSyncOtherNamesFailTogether) {
   const double timeout = 60;
   const auto run =
       probe("--strategy ddp_spawn --devices 2 --steps 8 --rank-named-sync 1 --timeout " + std::to_string(timeout));
   EXPECT_EQ(run.status, 1) << run.output;
   EXPECT_NE(run.output.find("the values logged with sync_dist=True have other names on rank 1 than here (rank_0, "
-                            "rank_max, rank_mean, rank_min, rank_sum)"),
+                            "rank_max, rank_mean, rank_min)"),
             std::string::npos)
       << run.output;
   EXPECT_LT(run.seconds, timeout / 2) << run.output;
@@ -858,6 +860,29 @@ TEST(DDP, APlateauSchedulerOnAnUnsyncedValueKeepsTheRanksWeightsEqual) {
   EXPECT_EQ(per_rank<double>(run.output, "LR"), (std::map<int64_t, double>{{0, 0.1 / 2048}, {1, 0.1 / 2048}}))
       << run.output;
   for (const auto* suffix : {"", ".0", ".1"}) std::remove((out + suffix).c_str());
+}
+
+// The probe logs rank_mean, rank_max and rank_min (its rank, 0 or 1) with sync_dist at every step, and
+// no step here is a logger's (log_every_n_steps 1000): what a callback reads at every batch's end is
+// still the ranks' value, as in Lightning, where the sync is at the log call.
+TEST(DDP, StepValuesLoggedWithSyncDistAreTheRanksValuesAtEveryBatchEnd) {
+  for (const auto& [name, expected] :
+       {std::pair{"rank_mean_step", 0.5}, std::pair{"rank_max_step", 1.0}, std::pair{"rank_min_step", 0.0}}) {
+    const auto run = two_ranks(std::string("--steps 6 --log-every 1000 --watch ") + name);
+    ASSERT_EQ(run.status, 0) << run.output;
+    std::map<int64_t, std::vector<double>> seen;  // rank -> the value at each batch end
+    std::istringstream lines(run.output);
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream words(line);
+      std::string tag;
+      int64_t rank = -1, step = -1;
+      double value = -1;
+      if (words >> tag >> rank >> step >> value && tag == "WATCH") seen[rank].push_back(value);
+    }
+    const std::vector<double> every_step(6, expected);
+    EXPECT_EQ(seen, (std::map<int64_t, std::vector<double>>{{0, every_step}, {1, every_step}})) << name << "\n"
+                                                                                                << run.output;
+  }
 }
 
 TEST(DDP, JoinsProcessesStartedByHand) {
