@@ -226,6 +226,10 @@ void MetricStore::sync_step_values(const GatherFn& gather) {
   }
 }
 
+bool MetricStore::has_unsynced_step_values() const {
+  return std::any_of(entries_.begin(), entries_.end(), [](const auto& entry) { return entry.second.step_unsynced; });
+}
+
 Metrics MetricStore::step_logger_metrics(const GatherFn& gather) {
   sync_step_values(gather);
   Metrics out;

@@ -66,6 +66,8 @@ class MetricStore {
   /// collective (none when there are none), as Lightning syncs each at its log call: every rank must
   /// call, having logged the same names. Without `gather` (one process) nothing changes.
   void sync_step_values(const GatherFn& gather);
+  /// Whether an on_step value was logged with sync_dist since the last sync_step_values.
+  bool has_unsynced_step_values() const;
   /// Values logged at the last step for loggers ("loss", or "loss_step" when also per epoch).
   /// With `gather`, sync_step_values runs first (every rank must call).
   Metrics step_logger_metrics(const GatherFn& gather = nullptr);

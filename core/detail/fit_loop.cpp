@@ -409,15 +409,13 @@ void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {
   ++state_.progress.epoch_batches;
   ++state_.progress.total_batches;
   if (steps) ++state_.progress.stepped_batches;
+  sync_step_values();  // those that the backward and optimizer hooks logged
   call_hook(t, module_, "on_train_batch_end", &Callback::on_train_batch_end, &TrainModule::on_train_batch_end, loss,
             batch, batch_idx);
   if (state_.logging_batch) log_step();
   state_.logging_batch = false;
 }
 
-// The step's values logged with sync_dist are reduced across ranks as soon as it returns, as Lightning
-// reduces each at its log call: every hook and callback after it (the progress bar, a ModelCheckpoint
-// every n steps, the loggers) sees the ranks' value. One collective for all of them.
 torch::Tensor FitLoop::training_step(Batch& batch, int64_t batch_idx) {
   auto* profiler = trainer_.profiler();
   torch::Tensor loss;
@@ -426,11 +424,19 @@ torch::Tensor FitLoop::training_step(Batch& batch, int64_t batch_idx) {
     ProfileScope scope(profiler, detail::module_action(profiler, module_, "training_step"));
     loss = module_.training_step(batch, batch_idx);
   }
-  if (const auto gather = state_.logging.gather()) {
-    ProfileScope scope(profiler, "[LoggerConnector].sync_step_values");
-    state_.logging.train_metrics.sync_step_values(gather);
-  }
+  sync_step_values();
   return loss;
+}
+
+// One collective for all of the values; at the logger's steps, step_logger_metrics syncs those that
+// on_train_batch_end logged.
+void FitLoop::sync_step_values() {
+  auto& metrics = state_.logging.train_metrics;
+  if (!metrics.has_unsynced_step_values()) return;
+  if (const auto gather = state_.logging.gather()) {
+    ProfileScope scope(trainer_.profiler(), "[LoggerConnector].sync_step_values");
+    metrics.sync_step_values(gather);
+  }
 }
 
 void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, bool boundary, torch::Tensor& loss) {

@@ -18,7 +18,7 @@
 //             [--freeze-rank 1 [--freeze-bias-elsewhere 1]] [--spike-rank 1 --spike-batch 5]
 //             [--rank-named-sync 1] [--rank-value 1] [--checkpoint-monitor rank_value]
 //             [--checkpoint-seconds 0.5] [--plateau rank_value] [--fit-start-rank 1 --fit-start-ms 1000]
-//             [--watch rank_mean_step]
+//             [--watch rank_mean_step] [--hook-sync 1]
 // --fail-attempt: fail only in that start of the job (the strategy's restart count).
 // --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
 // rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
@@ -69,6 +69,7 @@
 // of the ModelCheckpoint sleeps --fit-start-ms in that rank's on_fit_start.
 // --watch NAME: every rank prints "WATCH <rank> <global step> <value>" of that callback metric at each
 // on_train_batch_end (the probe logs rank_mean, rank_max and rank_min with sync_dist at each step).
+// --hook-sync 1: on_before_optimizer_step logs `hook_rank`, the rank, with sync_dist.
 // With a ModelCheckpoint every rank prints "BEST <rank> <best_model_path> <best score, or none>" after fit.
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
 // --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
@@ -120,7 +121,7 @@ struct Args {
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
   bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false, async_checkpoint = false;
   bool fit_again = false, toggle = false, rank_named_sync = false, freeze_bias_elsewhere = false, root_per_rank = false,
-       save_last = false, rank_value = false;
+       save_last = false, rank_value = false, hook_sync = false;
   std::string ckpt_path, checkpoint_monitor, plateau, watch;
   std::string out, fail, loop = "trainer", root, precision = "32-true", loggers, prepare_log;
   std::string even_batches = "error";
@@ -212,6 +213,7 @@ Args parse(int argc, char** argv) {
     if (key == "--checkpoint-seconds") a.checkpoint_seconds = std::stod(value);
     if (key == "--plateau") a.plateau = value;
     if (key == "--watch") a.watch = value;
+    if (key == "--hook-sync") a.hook_sync = value == "1";
     if (key == "--fit-start-rank") a.fit_start_rank = std::stoll(value);
     if (key == "--fit-start-ms") a.fit_start_ms = std::stoll(value);
   }
@@ -280,6 +282,9 @@ class Probe : public arc::TrainModule {
     const bool spike = trainer().global_rank() == args_.spike_rank && batch_idx == args_.spike_batch;
     if (spike && current_epoch() == 0) loss = loss + 999 * loss.detach();
     return skip && current_epoch() == 0 ? torch::Tensor() : loss;
+  }
+  void on_before_optimizer_step(torch::optim::Optimizer&) override {
+    if (args_.hook_sync) log("hook_rank", static_cast<double>(trainer().global_rank()), {.sync_dist = true});
   }
   void on_validation_start() override {
     if (args_.val_every_seconds > 0)

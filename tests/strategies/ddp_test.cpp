@@ -862,13 +862,14 @@ TEST(DDP, APlateauSchedulerOnAnUnsyncedValueKeepsTheRanksWeightsEqual) {
   for (const auto* suffix : {"", ".0", ".1"}) std::remove((out + suffix).c_str());
 }
 
-// The probe logs rank_mean, rank_max and rank_min (its rank, 0 or 1) with sync_dist at every step, and
-// no step here is a logger's (log_every_n_steps 1000): what a callback reads at every batch's end is
-// still the ranks' value, as in Lightning, where the sync is at the log call.
+// The probe logs rank_mean, rank_max and rank_min (its rank, 0 or 1) with sync_dist in every
+// training_step, and hook_rank (the same) in on_before_optimizer_step, and no step here is a logger's
+// (log_every_n_steps 1000): what a callback reads at every batch's end is still the ranks' value, as in
+// Lightning, where the sync is at the log call.
 TEST(DDP, StepValuesLoggedWithSyncDistAreTheRanksValuesAtEveryBatchEnd) {
-  for (const auto& [name, expected] :
-       {std::pair{"rank_mean_step", 0.5}, std::pair{"rank_max_step", 1.0}, std::pair{"rank_min_step", 0.0}}) {
-    const auto run = two_ranks(std::string("--steps 6 --log-every 1000 --watch ") + name);
+  for (const auto& [name, expected] : {std::pair{"rank_mean_step", 0.5}, std::pair{"rank_max_step", 1.0},
+                                       std::pair{"rank_min_step", 0.0}, std::pair{"hook_rank", 0.5}}) {
+    const auto run = two_ranks(std::string("--steps 6 --log-every 1000 --hook-sync 1 --watch ") + name);
     ASSERT_EQ(run.status, 0) << run.output;
     std::map<int64_t, std::vector<double>> seen;  // rank -> the value at each batch end
     std::istringstream lines(run.output);
