@@ -67,7 +67,7 @@
 // (patience 0, mode min) steps every optimizer step on that metric, and every rank prints "LR <rank>
 // <its rate>" after fit. --fit-start-rank: a callback ahead
 // of the ModelCheckpoint sleeps --fit-start-ms in that rank's on_fit_start.
-// --watch NAME: every rank prints "WATCH <rank> <global step> <value>" of that callback metric at each
+// --watch NAME: every rank prints "WATCH <rank> <value>" of that callback metric at each
 // on_train_batch_end (the probe logs rank_mean, rank_max and rank_min with sync_dist at each step).
 // --hook-sync 1: on_before_optimizer_step logs `hook_rank`, the rank, with sync_dist.
 // With a ModelCheckpoint every rank prints "BEST <rank> <best_model_path> <best score, or none>" after fit.
@@ -531,8 +531,7 @@ int main(int argc, char** argv) {
       auto watch = std::make_shared<arc::LambdaCallback>();
       watch->train_batch_end = [&args](arc::Trainer& trainer, arc::TrainModule&, const torch::Tensor&, arc::Batch&,
                                        int64_t) {
-        std::cout << "WATCH " << trainer.global_rank() << " " << trainer.global_step() << " "
-                  << trainer.callback_metrics().at(args.watch) << std::endl;
+        std::cout << "WATCH " << trainer.global_rank() << " " << trainer.callback_metrics().at(args.watch) << std::endl;
       };
       callbacks.push_back(watch);
     }

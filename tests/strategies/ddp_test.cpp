@@ -724,19 +724,27 @@ TEST(DDP, PrepareDataRunsOnceOnLocalRankZero) {
   std::remove(log.c_str());
 }
 
-// "<tag> <rank> <value>" of every rank ("STOPPED 1 7"), as rank -> value.
+// Every "<tag> <rank> <value>" line ("STOPPED 1 7"), as rank -> its values in order.
 template <typename Value = int64_t>
-std::map<int64_t, Value> per_rank(const std::string& output, const std::string& tag) {
-  std::map<int64_t, Value> values;
+std::map<int64_t, std::vector<Value>> all_per_rank(const std::string& output, const std::string& tag) {
+  std::map<int64_t, std::vector<Value>> values;
   std::istringstream lines(output);
   for (std::string line; std::getline(lines, line);) {
     std::istringstream words(line);
     std::string word;
     int64_t rank = -1;
     Value value{};
-    if (words >> word >> rank >> value && word == tag) values[rank] = value;
+    if (words >> word >> rank >> value && word == tag) values[rank].push_back(value);
   }
   return values;
+}
+
+// The last "<tag> <rank> <value>" of every rank, as rank -> value.
+template <typename Value = int64_t>
+std::map<int64_t, Value> per_rank(const std::string& output, const std::string& tag) {
+  std::map<int64_t, Value> last;
+  for (const auto& [rank, values] : all_per_rank<Value>(output, tag)) last[rank] = values.back();
+  return last;
 }
 
 // Ranks that disagree on stopping: one asks alone, one sees another value of an unsynced metric,
@@ -871,18 +879,11 @@ TEST(DDP, StepValuesLoggedWithSyncDistAreTheRanksValuesAtEveryBatchEnd) {
                                        std::pair{"rank_min_step", 0.0}, std::pair{"hook_rank", 0.5}}) {
     const auto run = two_ranks(std::string("--steps 6 --log-every 1000 --hook-sync 1 --watch ") + name);
     ASSERT_EQ(run.status, 0) << run.output;
-    std::map<int64_t, std::vector<double>> seen;  // rank -> the value at each batch end
-    std::istringstream lines(run.output);
-    for (std::string line; std::getline(lines, line);) {
-      std::istringstream words(line);
-      std::string tag;
-      int64_t rank = -1, step = -1;
-      double value = -1;
-      if (words >> tag >> rank >> step >> value && tag == "WATCH") seen[rank].push_back(value);
-    }
     const std::vector<double> every_step(6, expected);
-    EXPECT_EQ(seen, (std::map<int64_t, std::vector<double>>{{0, every_step}, {1, every_step}})) << name << "\n"
-                                                                                                << run.output;
+    EXPECT_EQ(all_per_rank<double>(run.output, "WATCH"),
+              (std::map<int64_t, std::vector<double>>{{0, every_step}, {1, every_step}}))
+        << name << "\n"
+        << run.output;
   }
 }
 
