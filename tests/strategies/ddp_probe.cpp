@@ -68,7 +68,8 @@
 // <its rate>" after fit. --fit-start-rank: a callback ahead
 // of the ModelCheckpoint sleeps --fit-start-ms in that rank's on_fit_start.
 // --watch NAME: every rank prints "WATCH <rank> <value>" of that callback metric at each
-// on_train_batch_end (the probe logs rank_mean, rank_max and rank_min with sync_dist at each step).
+// on_train_batch_end (the probe logs rank_mean, rank_max and rank_min with sync_dist at each step),
+// and "BACKWARD <rank> <value>" at each on_before_backward where the metric is there.
 // --hook-sync 1: on_before_optimizer_step logs `hook_rank`, the rank, with sync_dist.
 // With a ModelCheckpoint every rank prints "BEST <rank> <best_model_path> <best score, or none>" after fit.
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
@@ -532,6 +533,12 @@ int main(int argc, char** argv) {
       watch->train_batch_end = [&args](arc::Trainer& trainer, arc::TrainModule&, const torch::Tensor&, arc::Batch&,
                                        int64_t) {
         std::cout << "WATCH " << trainer.global_rank() << " " << trainer.callback_metrics().at(args.watch) << std::endl;
+      };
+      // Between training_step and on_train_batch_end, once the value is there.
+      watch->before_backward = [&args](arc::Trainer& trainer, arc::TrainModule&, const torch::Tensor&) {
+        const auto& metrics = trainer.callback_metrics();
+        if (metrics.count(args.watch))
+          std::cout << "BACKWARD " << trainer.global_rank() << " " << metrics.at(args.watch) << std::endl;
       };
       callbacks.push_back(watch);
     }
