@@ -230,8 +230,7 @@ bool MetricStore::has_unsynced_step_values() const {
   return std::any_of(entries_.begin(), entries_.end(), [](const auto& entry) { return entry.second.step_unsynced; });
 }
 
-Metrics MetricStore::step_logger_metrics(const GatherFn& gather) {
-  sync_step_values(gather);
+Metrics MetricStore::step_logger_metrics() const {
   Metrics out;
   for (const auto& [name, entry] : entries_)
     if (entry.logger && entry.on_step && entry.step_value.defined())

@@ -69,8 +69,7 @@ class MetricStore {
   /// Whether an on_step value was logged with sync_dist since the last sync_step_values.
   bool has_unsynced_step_values() const;
   /// Values logged at the last step for loggers ("loss", or "loss_step" when also per epoch).
-  /// With `gather`, sync_step_values runs first (every rank must call).
-  Metrics step_logger_metrics(const GatherFn& gather = nullptr);
+  Metrics step_logger_metrics() const;
   /// Values for the progress bar (latest step value, else the epoch value).
   Metrics prog_bar_metrics() const;
   /// Step and epoch values under every name callbacks may monitor.

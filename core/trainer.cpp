@@ -415,6 +415,8 @@ void Trainer::log_from_module(const std::string& name, const torch::Tensor& valu
   const bool several = !state_->training && state_->num_dataloaders > 1 && options.add_dataloader_idx;
   store.log(name, value, options, state_->training, state_->current_batch_size,
             several ? std::optional<int64_t>(state_->dataloader_idx) : std::nullopt);
+  // Synced at the call where a loop's hook logs it, as Lightning's; a step's values wait for its end.
+  if (options.sync_dist) state_->logging.sync_step_values(store, state_->logging.sync_at_log, profiler_.get());
 }
 
 void Trainer::backward(TrainModule& module, const torch::Tensor& loss) {

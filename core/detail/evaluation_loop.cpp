@@ -144,6 +144,7 @@ void EvaluationLoop::each_batch(Loaders& loaders, const std::vector<int64_t>& ba
     const auto dataloader_idx = static_cast<int64_t>(index);
     state_.dataloader_idx = dataloader_idx;
     auto& loader = *loaders[index];
+    const detail::SyncAtLog at_log(state_.logging, step_gather(state_.logging.gather(), loader));
     loader.start();
     for (int64_t batch_idx = 0; batch_idx < batches[index]; ++batch_idx) {
       auto fetched = next(t.profiler(), loader, next_action);
@@ -162,6 +163,7 @@ Metrics EvaluationLoop::run(Loaders& loaders, const std::vector<int64_t>& batche
   state_.training = false;
   if (was_training && !state_.sanity_checking) state_.validation_running = state_.progress.validation_runs + 1;
   start(batches);
+  const detail::SyncAtLog at_log(state_.logging, state_.logging.gather());
   state_.logging.eval_metrics.clear();
   Metrics epoch_metrics;
   {
@@ -169,23 +171,21 @@ Metrics EvaluationLoop::run(Loaders& loaders, const std::vector<int64_t>& batche
     const auto& hooks = stage_ == Stage::test ? kTestHooks : kValidationHooks;
     call(t, module_, hooks.start);
     call(t, module_, hooks.epoch_start);
-    each_batch(loaders, batches, hooks.next_action,
-               [&](DataLoader& loader, Batch& batch, int64_t batch_idx, int64_t index) {
-                 const auto autocast = t.precision().forward_context();
-                 call(t, module_, hooks.batch_start, batch, batch_idx);
-                 {
-                   ProfileScope scope(t.profiler(), detail::module_action(t.profiler(), module_, hooks.step_name));
-                   (module_.*hooks.step)(batch, batch_idx, index);
-                 }
-                 state_.logging.eval_metrics.sync_step_values(step_gather(state_.logging.gather(), loader));
-                 call(t, module_, hooks.batch_end, batch, batch_idx);
-                 // Values logged with on_step reach the loggers after every batch, at the batch's index as the
-                 // step, as Lightning logs them (not in the sanity check).
-                 if (!state_.sanity_checking)
-                   state_.logging.send(
-                       state_.logging.eval_metrics.step_logger_metrics(step_gather(state_.logging.gather(), loader)),
-                       state_.progress, batch_idx);
-               });
+    each_batch(loaders, batches, hooks.next_action, [&](DataLoader&, Batch& batch, int64_t batch_idx, int64_t index) {
+      const auto autocast = t.precision().forward_context();
+      call(t, module_, hooks.batch_start, batch, batch_idx);
+      {
+        ProfileScope scope(t.profiler(), detail::module_action(t.profiler(), module_, hooks.step_name));
+        const detail::SyncAtLog waiting(state_.logging, nullptr);
+        (module_.*hooks.step)(batch, batch_idx, index);
+      }
+      state_.logging.sync_step_values(state_.logging.eval_metrics, state_.logging.sync_at_log, t.profiler());
+      call(t, module_, hooks.batch_end, batch, batch_idx);
+      // Values logged with on_step reach the loggers after every batch, at the batch's index as the
+      // step, as Lightning logs them (not in the sanity check).
+      if (!state_.sanity_checking)
+        state_.logging.send(state_.logging.eval_metrics.step_logger_metrics(), state_.progress, batch_idx);
+    });
     call(t, module_, hooks.epoch_end);
     epoch_metrics = state_.logging.eval_metrics.end_epoch(state_.logging.gather());
     if (!state_.sanity_checking) state_.logging.send(epoch_metrics, state_.progress);

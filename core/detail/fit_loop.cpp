@@ -169,6 +169,7 @@ void FitLoop::run() {
   done_at_start_ = epochs_done() || steps_done();
   state_.training = true;
   state_.background_saves = true;
+  const detail::SyncAtLog at_log(state_.logging, state_.logging.gather());
   module_.train();
   // A tuning run inside fit runs the training hooks only, as Lightning's tuners run its fit loop.
   if (!state_.tuning) {
@@ -409,7 +410,6 @@ void FitLoop::run_batch(Batch& batch, int64_t batch_idx) {
   ++state_.progress.epoch_batches;
   ++state_.progress.total_batches;
   if (steps) ++state_.progress.stepped_batches;
-  sync_step_values();  // those that the backward and optimizer hooks logged
   call_hook(t, module_, "on_train_batch_end", &Callback::on_train_batch_end, &TrainModule::on_train_batch_end, loss,
             batch, batch_idx);
   if (state_.logging_batch) log_step();
@@ -422,21 +422,12 @@ torch::Tensor FitLoop::training_step(Batch& batch, int64_t batch_idx) {
   {
     const auto autocast = trainer_.precision().forward_context();
     ProfileScope scope(profiler, detail::module_action(profiler, module_, "training_step"));
+    // The step's values wait, and are synced in one collective when it returns.
+    const detail::SyncAtLog waiting(state_.logging, nullptr);
     loss = module_.training_step(batch, batch_idx);
   }
-  sync_step_values();
+  state_.logging.sync_step_values(state_.logging.train_metrics, state_.logging.sync_at_log, profiler);
   return loss;
-}
-
-// One collective for all of the values; at the logger's steps, step_logger_metrics syncs those that
-// on_train_batch_end logged.
-void FitLoop::sync_step_values() {
-  auto& metrics = state_.logging.train_metrics;
-  if (!metrics.has_unsynced_step_values()) return;
-  if (const auto gather = state_.logging.gather()) {
-    ProfileScope scope(trainer_.profiler(), "[LoggerConnector].sync_step_values");
-    metrics.sync_step_values(gather);
-  }
 }
 
 void FitLoop::automatic_step(Batch& batch, int64_t batch_idx, bool boundary, torch::Tensor& loss) {
@@ -529,7 +520,7 @@ void FitLoop::validate() {
 
 void FitLoop::log_step() {
   ProfileScope scope(trainer_.profiler(), "[LoggerConnector].log_step");
-  state_.logging.send(state_.logging.train_metrics.step_logger_metrics(state_.logging.gather()), state_.progress);
+  state_.logging.send(state_.logging.train_metrics.step_logger_metrics(), state_.progress);
 }
 
 }  // namespace arc

@@ -72,12 +72,9 @@ class FitLoop {
   bool has_validation() const;
   void run_batch(Batch& batch, int64_t batch_idx);
   void timed_batch(Batch& batch, int64_t batch_idx, std::chrono::steady_clock::time_point fetch_start);
-  /// The module's training_step under the precision's forward context; then sync_step_values.
+  /// The module's training_step under the precision's forward context; then the values it logged
+  /// with sync_dist are synced.
   torch::Tensor training_step(Batch& batch, int64_t batch_idx);
-  /// Reduces across ranks the step values logged with sync_dist since the last time (none: no
-  /// collective), as Lightning reduces each at its log call, so that the hooks and callbacks after it
-  /// see the ranks' value.
-  void sync_step_values();
   /// Whether the batch ends an accumulation window (the automatic loop steps after it).
   bool ends_window(int64_t batch_idx) const;
   /// training_step, backward and, at an accumulation window's end (`boundary`), the step; an

@@ -3,11 +3,13 @@
 
 #include <arc/core/trainer.h>
 #include <arc/loggers/folder_logger.h>
+#include <arc/profilers/profiler.h>
 #include <arc/strategies/strategy.h>
 
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <utility>
 
 namespace arc::detail {
 
@@ -47,6 +49,17 @@ GatherFn LoggerConnector::gather() const {
     return out;
   };
 }
+
+void LoggerConnector::sync_step_values(MetricStore& store, const GatherFn& gather, Profiler* profiler) {
+  if (!gather || !store.has_unsynced_step_values()) return;
+  ProfileScope scope(profiler, "[LoggerConnector].sync_step_values");
+  store.sync_step_values(gather);
+}
+
+SyncAtLog::SyncAtLog(LoggerConnector& logging, GatherFn gather)
+    : logging_(logging), previous_(std::exchange(logging.sync_at_log, std::move(gather))) {}
+
+SyncAtLog::~SyncAtLog() { logging_.sync_at_log = std::move(previous_); }
 
 // The loggers of one folder share the version given to any of them, or else the next free one.
 void LoggerConnector::agree_on_versions() {

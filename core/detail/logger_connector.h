@@ -12,10 +12,26 @@
 
 namespace arc {
 
+class Profiler;
 class Strategy;
 struct Progress;
 
 namespace detail {
+
+class LoggerConnector;
+
+/// Sets LoggerConnector::sync_at_log for a scope, and puts back the one before at its end.
+class SyncAtLog {
+ public:
+  SyncAtLog(LoggerConnector& logging, GatherFn gather);
+  ~SyncAtLog();
+  SyncAtLog(const SyncAtLog&) = delete;
+  SyncAtLog& operator=(const SyncAtLog&) = delete;
+
+ private:
+  LoggerConnector& logging_;
+  GatherFn previous_;
+};
 
 class LoggerConnector {
  public:
@@ -42,6 +58,14 @@ class LoggerConnector {
   void send(const Metrics& metrics, const Progress& progress, std::optional<int64_t> step = std::nullopt);
   /// Gathers metric values across ranks, or nullptr with one process.
   GatherFn gather() const;
+  /// How an on_step value logged with sync_dist is synced at its log call, as Lightning's (the
+  /// callbacks after it in the same hook see the ranks' value): set by the loops while they run
+  /// hooks (SyncAtLog), null inside a step, whose values the loop syncs in one collective as soon as
+  /// it returns, and outside the loops.
+  GatherFn sync_at_log;
+  /// Reduces the on_step values with sync_dist that wait in `store` with `gather`, in one collective
+  /// timed as "[LoggerConnector].sync_step_values"; nothing when none wait or without `gather`.
+  void sync_step_values(MetricStore& store, const GatherFn& gather, Profiler* profiler);
   /// Rank 0 picks each logger's version and every rank takes it, as Lightning broadcasts log_dir.
   void agree_on_versions();
   /// On rank 0: the hyper-parameters to every logger; their finalize("success" | "failed").

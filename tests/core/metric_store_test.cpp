@@ -37,10 +37,11 @@ TEST(MetricStore, RanksThatSyncOtherNamesFailInsteadOfMixingValues) {
                          const std::vector<double>& other = {}) {
     MetricStore store;
     store.log(name, v(value), {.on_step = true, .sync_dist = true}, true, 1);
-    return store.step_logger_metrics([&](const std::vector<double>& mine) {
+    store.sync_step_values([&](const std::vector<double>& mine) {
       if (packed != nullptr) *packed = mine;
       return std::vector<std::vector<double>>{mine, other.empty() ? mine : other};
     });
+    return store.step_logger_metrics();
   };
   std::vector<double> rank1_loss, rank1_renamed;
   synced("loss", 3.0, &rank1_loss);
@@ -68,10 +69,12 @@ TEST(MetricStore, AStepValueIsSyncedOnceEachTimeItIsLogged) {
   store.log("count", v(3.0), {.on_step = true, .reduce = Reduce::sum, .sync_dist = true}, true, 1);
   store.sync_step_values(two_alike);
   EXPECT_DOUBLE_EQ(store.callback_metrics().at("count"), 6.0);
-  EXPECT_DOUBLE_EQ(store.step_logger_metrics(two_alike).at("count"), 6.0);
+  store.sync_step_values(two_alike);
+  EXPECT_DOUBLE_EQ(store.step_logger_metrics().at("count"), 6.0);
   EXPECT_EQ(gathers, 1);  // nothing new to sync: no collective
   store.log("count", v(4.0), {.on_step = true, .reduce = Reduce::sum, .sync_dist = true}, true, 1);
-  EXPECT_DOUBLE_EQ(store.step_logger_metrics(two_alike).at("count"), 8.0);
+  store.sync_step_values(two_alike);
+  EXPECT_DOUBLE_EQ(store.step_logger_metrics().at("count"), 8.0);
   EXPECT_EQ(gathers, 2);
 }
 

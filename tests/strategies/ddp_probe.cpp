@@ -70,7 +70,8 @@
 // --watch NAME: every rank prints "WATCH <rank> <value>" of that callback metric at each
 // on_train_batch_end (the probe logs rank_mean, rank_max and rank_min with sync_dist at each step),
 // and "BACKWARD <rank> <value>" at each on_before_backward where the metric is there.
-// --hook-sync 1: on_before_optimizer_step logs `hook_rank`, the rank, with sync_dist.
+// --hook-sync 1: on_before_optimizer_step logs `hook_rank`, the rank, with sync_dist, and a callback
+// ahead of --watch's logs `end_rank` so in on_train_batch_end.
 // With a ModelCheckpoint every rank prints "BEST <rank> <best_model_path> <best score, or none>" after fit.
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
 // --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
@@ -527,6 +528,14 @@ int main(int argc, char** argv) {
           std::this_thread::sleep_for(std::chrono::milliseconds(args.fit_start_ms));
       };
       callbacks.push_back(late);
+    }
+    if (args.hook_sync) {
+      auto batch_end = std::make_shared<arc::LambdaCallback>();
+      batch_end->train_batch_end = [](arc::Trainer& trainer, arc::TrainModule& module, const torch::Tensor&,
+                                      arc::Batch&, int64_t) {
+        module.log("end_rank", static_cast<double>(trainer.global_rank()), {.sync_dist = true});
+      };
+      callbacks.push_back(batch_end);
     }
     if (!args.watch.empty()) {
       auto watch = std::make_shared<arc::LambdaCallback>();
