@@ -68,10 +68,12 @@
 // <its rate>" after fit. --fit-start-rank: a callback ahead
 // of the ModelCheckpoint sleeps --fit-start-ms in that rank's on_fit_start.
 // --watch NAME: every rank prints "WATCH <rank> <value>" of that callback metric at each
-// on_train_batch_end (the probe logs rank_mean, rank_max and rank_min with sync_dist at each step),
-// and "BACKWARD <rank> <value>" at each on_before_backward where the metric is there.
+// on_train_batch_end, "BACKWARD ..." at each on_before_backward and "VALIDATION ..." at each
+// on_validation_batch_end, where the metric is there (the probe logs rank_mean, rank_max and rank_min
+// with sync_dist at each step).
 // --hook-sync 1: on_before_optimizer_step logs `hook_rank`, the rank, with sync_dist, and a callback
-// ahead of --watch's logs `end_rank` so in on_train_batch_end.
+// ahead of --watch's logs `end_rank` so in on_train_batch_end and `val_end_rank` (per step) in
+// on_validation_batch_end.
 // With a ModelCheckpoint every rank prints "BEST <rank> <best_model_path> <best score, or none>" after fit.
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
 // --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
@@ -535,19 +537,28 @@ int main(int argc, char** argv) {
                                       arc::Batch&, int64_t) {
         module.log("end_rank", static_cast<double>(trainer.global_rank()), {.sync_dist = true});
       };
+      batch_end->validation_batch_end = [](arc::Trainer& trainer, arc::TrainModule& module, arc::Batch&, int64_t) {
+        module.log("val_end_rank", static_cast<double>(trainer.global_rank()),
+                   {.on_step = true, .on_epoch = false, .sync_dist = true});
+      };
       callbacks.push_back(batch_end);
     }
     if (!args.watch.empty()) {
-      auto watch = std::make_shared<arc::LambdaCallback>();
-      watch->train_batch_end = [&args](arc::Trainer& trainer, arc::TrainModule&, const torch::Tensor&, arc::Batch&,
-                                       int64_t) {
-        std::cout << "WATCH " << trainer.global_rank() << " " << trainer.callback_metrics().at(args.watch) << std::endl;
-      };
-      // Between training_step and on_train_batch_end, once the value is there.
-      watch->before_backward = [&args](arc::Trainer& trainer, arc::TrainModule&, const torch::Tensor&) {
+      // "<tag> <rank> <value>" of the watched metric, once it is there.
+      const auto print = [&args](const arc::Trainer& trainer, const char* tag) {
         const auto& metrics = trainer.callback_metrics();
         if (metrics.count(args.watch))
-          std::cout << "BACKWARD " << trainer.global_rank() << " " << metrics.at(args.watch) << std::endl;
+          std::cout << tag << " " << trainer.global_rank() << " " << metrics.at(args.watch) << std::endl;
+      };
+      auto watch = std::make_shared<arc::LambdaCallback>();
+      watch->train_batch_end = [print](arc::Trainer& trainer, arc::TrainModule&, const torch::Tensor&, arc::Batch&,
+                                       int64_t) { print(trainer, "WATCH"); };
+      watch->validation_batch_end = [print](arc::Trainer& trainer, arc::TrainModule&, arc::Batch&, int64_t) {
+        print(trainer, "VALIDATION");
+      };
+      // Between training_step and on_train_batch_end.
+      watch->before_backward = [print](arc::Trainer& trainer, arc::TrainModule&, const torch::Tensor&) {
+        print(trainer, "BACKWARD");
       };
       callbacks.push_back(watch);
     }

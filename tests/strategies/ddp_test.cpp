@@ -895,6 +895,20 @@ TEST(DDP, StepValuesLoggedWithSyncDistAreTheRanksValuesAtEveryBatchEnd) {
   }
 }
 
+// The same in validation (2 batches every 3; --max-time gives the probe validation data): a callback
+// logs val_end_rank with sync_dist in on_validation_batch_end, and the callback after it sees the
+// ranks' value.
+TEST(DDP, ValuesThatValidationCallbacksLogWithSyncDistAreTheRanksValues) {
+  const auto run =
+      two_ranks("--steps 6 --val-every 3 --max-time 3600 --log-every 1000 --hook-sync 1 --watch val_end_rank");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const auto seen = all_per_rank<double>(run.output, "VALIDATION");
+  ASSERT_EQ(seen.size(), 2u) << run.output;
+  EXPECT_EQ(seen.at(0).size(), 4u) << run.output;
+  EXPECT_EQ(seen.at(0), seen.at(1)) << run.output;
+  for (const double value : seen.at(0)) EXPECT_EQ(value, 0.5) << run.output;
+}
+
 TEST(DDP, JoinsProcessesStartedByHand) {
   const std::string port = std::to_string(free_port());
   const auto one = scratch_path("hand0"), two = scratch_path("hand1");
