@@ -3,6 +3,7 @@
 
 #include <arc/base/console.h>
 #include <arc/base/error.h>
+#include <arc/base/swapped.h>
 #include <arc/core/checkpoint.h>
 #include <arc/core/detail/checkpoint_connector.h>
 #include <arc/core/detail/data_connector.h>
@@ -227,20 +228,6 @@ LRFinder reported(LRFinder result, bool speaks) {
   }
   return result;
 }
-
-// Puts `slot` back as it was when it goes out of scope, holding `value` there meanwhile.
-template <typename T>
-class Swapped {
- public:
-  Swapped(T& slot, T value) : slot_(slot), saved_(std::exchange(slot, std::move(value))) {}
-  ~Swapped() { slot_ = std::move(saved_); }
-  Swapped(const Swapped&) = delete;
-  Swapped& operator=(const Swapped&) = delete;
-
- private:
-  T& slot_;
-  T saved_;
-};
 
 // What a sweep inside fit changes besides the weights, as it was however the sweep ends: the CPU
 // random state (Lightning's isolate_rng), the loss scale, the profiler the strategy reports to, and

@@ -1,6 +1,7 @@
 // EvaluationLoop: validation, test and predict passes.
 #include <arc/core/detail/evaluation_loop.h>
 
+#include <arc/base/swapped.h>
 #include <arc/core/detail/run_state.h>
 #include <arc/data/data_loader.h>
 #include <arc/strategies/strategy.h>
@@ -144,7 +145,7 @@ void EvaluationLoop::each_batch(Loaders& loaders, const std::vector<int64_t>& ba
     const auto dataloader_idx = static_cast<int64_t>(index);
     state_.dataloader_idx = dataloader_idx;
     auto& loader = *loaders[index];
-    const detail::SyncAtLog at_log(state_.logging, step_gather(state_.logging.gather(), loader));
+    const Swapped<GatherFn> at_log(state_.logging.sync_at_log, step_gather(state_.logging.gather(), loader));
     loader.start();
     for (int64_t batch_idx = 0; batch_idx < batches[index]; ++batch_idx) {
       auto fetched = next(t.profiler(), loader, next_action);
@@ -163,7 +164,7 @@ Metrics EvaluationLoop::run(Loaders& loaders, const std::vector<int64_t>& batche
   state_.training = false;
   if (was_training && !state_.sanity_checking) state_.validation_running = state_.progress.validation_runs + 1;
   start(batches);
-  const detail::SyncAtLog at_log(state_.logging, state_.logging.gather());
+  const Swapped<GatherFn> at_log(state_.logging.sync_at_log, state_.logging.gather());
   state_.logging.eval_metrics.clear();
   Metrics epoch_metrics;
   {
@@ -176,7 +177,7 @@ Metrics EvaluationLoop::run(Loaders& loaders, const std::vector<int64_t>& batche
       call(t, module_, hooks.batch_start, batch, batch_idx);
       {
         ProfileScope scope(t.profiler(), detail::module_action(t.profiler(), module_, hooks.step_name));
-        const detail::SyncAtLog waiting(state_.logging, nullptr);
+        const Swapped<GatherFn> waiting(state_.logging.sync_at_log, nullptr);
         (module_.*hooks.step)(batch, batch_idx, index);
       }
       state_.logging.sync_step_values(state_.logging.eval_metrics, state_.logging.sync_at_log, t.profiler());

@@ -2,6 +2,7 @@
 #include <arc/core/detail/fit_loop.h>
 
 #include <arc/base/console.h>
+#include <arc/base/swapped.h>
 #include <arc/core/detail/checkpoint_connector.h>
 #include <arc/core/detail/evaluation_loop.h>
 #include <arc/core/detail/run_state.h>
@@ -169,7 +170,7 @@ void FitLoop::run() {
   done_at_start_ = epochs_done() || steps_done();
   state_.training = true;
   state_.background_saves = true;
-  const detail::SyncAtLog at_log(state_.logging, state_.logging.gather());
+  const Swapped<GatherFn> at_log(state_.logging.sync_at_log, state_.logging.gather());
   module_.train();
   // A tuning run inside fit runs the training hooks only, as Lightning's tuners run its fit loop.
   if (!state_.tuning) {
@@ -423,7 +424,7 @@ torch::Tensor FitLoop::training_step(Batch& batch, int64_t batch_idx) {
     const auto autocast = trainer_.precision().forward_context();
     ProfileScope scope(profiler, detail::module_action(profiler, module_, "training_step"));
     // The step's values wait, and are synced in one collective when it returns.
-    const detail::SyncAtLog waiting(state_.logging, nullptr);
+    const Swapped<GatherFn> waiting(state_.logging.sync_at_log, nullptr);
     loss = module_.training_step(batch, batch_idx);
   }
   state_.logging.sync_step_values(state_.logging.train_metrics, state_.logging.sync_at_log, profiler);

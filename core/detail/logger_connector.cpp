@@ -9,7 +9,6 @@
 #include <torch/torch.h>
 
 #include <filesystem>
-#include <utility>
 
 namespace arc::detail {
 
@@ -55,11 +54,6 @@ void LoggerConnector::sync_step_values(MetricStore& store, const GatherFn& gathe
   ProfileScope scope(profiler, "[LoggerConnector].sync_step_values");
   store.sync_step_values(gather);
 }
-
-SyncAtLog::SyncAtLog(LoggerConnector& logging, GatherFn gather)
-    : logging_(logging), previous_(std::exchange(logging.sync_at_log, std::move(gather))) {}
-
-SyncAtLog::~SyncAtLog() { logging_.sync_at_log = std::move(previous_); }
 
 // The loggers of one folder share the version given to any of them, or else the next free one.
 void LoggerConnector::agree_on_versions() {

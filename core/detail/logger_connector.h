@@ -18,21 +18,6 @@ struct Progress;
 
 namespace detail {
 
-class LoggerConnector;
-
-/// Sets LoggerConnector::sync_at_log for a scope, and puts back the one before at its end.
-class SyncAtLog {
- public:
-  SyncAtLog(LoggerConnector& logging, GatherFn gather);
-  ~SyncAtLog();
-  SyncAtLog(const SyncAtLog&) = delete;
-  SyncAtLog& operator=(const SyncAtLog&) = delete;
-
- private:
-  LoggerConnector& logging_;
-  GatherFn previous_;
-};
-
 class LoggerConnector {
  public:
   LoggerConnector(std::vector<std::shared_ptr<Logger>>& loggers, Strategy& strategy)
@@ -60,7 +45,7 @@ class LoggerConnector {
   GatherFn gather() const;
   /// How an on_step value logged with sync_dist is synced at its log call, as Lightning's (the
   /// callbacks after it in the same hook see the ranks' value): set by the loops while they run
-  /// hooks (SyncAtLog), null inside a step, whose values the loop syncs in one collective as soon as
+  /// hooks (through a Swapped), null inside a step, whose values the loop syncs in one collective as soon as
   /// it returns, and outside the loops.
   GatherFn sync_at_log;
   /// Reduces the on_step values with sync_dist that wait in `store` with `gather`, in one collective
