@@ -1,12 +1,13 @@
 // Checkpoint save and load of a ~100M-parameter model (alone, and with SGD momentum state), in
 // MB/s, against writing and reading the same bytes with plain buffered file I/O in the same run
-// (each write against the plain write in the same position of a round: first or second);
-// then saves in the background (AsyncCheckpointWriter): the time training is blocked per save
-// against a memcpy of the same bytes, and step times while a write is in flight against steps
-// without one (training on one thread, so that the writer has the other core).
+// (each write against the plain write in the same position of a round: first or second), with as
+// many intra-op threads as the cores it may use (a checkpoint is read on that many); then saves in the background
+// (AsyncCheckpointWriter): the time training is blocked per save against a memcpy of the same bytes, and step times
+// while a write is in flight against steps without one (training on one thread, so that the writer has the other core).
 //   arc_bench_checkpoint [folder=/tmp] [repeats=3, at least 2]
 #include "bench_util.h"
 
+#include <arc/base/host.h>
 #include <arc/base/torch_compat.h>
 #include <arc/core/async_checkpoint_writer.h>
 #include <arc/core/checkpoint.h>
@@ -187,6 +188,8 @@ int main(int argc, char** argv) try {
                      "' is not a directory; give one it can write its test files in (default /tmp)");
   // Writes take turns going first, so at least one round of each order.
   const int repeats = static_cast<int>(whole_arg(argc, argv, 2, "repeats", 3, 2));
+  // As a Trainer of one process has.
+  torch::set_num_threads(static_cast<int>(arc::usable_cores()));
   print_header("Checkpoint I/O, ~100M parameters, " + std::to_string(repeats) + " runs, median");
   auto model = big_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));

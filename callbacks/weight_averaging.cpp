@@ -137,7 +137,9 @@ void WeightAveraging::on_load_checkpoint(Trainer&, TrainModule& module, const Ch
   ARC_CHECK(reader.contains(prefix + state.front().first), "checkpoint '", reader.path(), "' holds no ", state_key(),
             " state (it was saved without one); resume without the callback, or start afresh");
   track(module);  // the averages: the checkpoint's module weights, which the module holds now
-  for (size_t i = 0; i < tracked_.size(); ++i) reader.read_into(prefix + state[i].first, tracked_[i]);
+  std::vector<std::pair<std::string, torch::Tensor>> targets;
+  for (size_t i = 0; i < tracked_.size(); ++i) targets.emplace_back(prefix + state[i].first, tracked_[i]);
+  reader.read_all_into(targets);
   swapped_ = false;
   restored_ = true;
 }

@@ -13,9 +13,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <set>
 
@@ -29,10 +32,39 @@ constexpr size_t kHeaderBytes = 16;
 constexpr size_t kTrailerBytes = 32;
 // Write pieces: checksummed, then written while still in L2.
 constexpr size_t kPiece = 1 << 20;
-// Blobs of this size or more are worth a second thread's checksum.
-constexpr size_t kSummedAside = 8 << 20;
+// A blob of this size or more is worth a second thread's checksum when written, and reads of this
+// many bytes or more are worth more threads.
+constexpr size_t kWorthAThread = 8 << 20;
 // Read pieces: summed while still in L2.
 constexpr size_t kReadPiece = 256 << 10;
+// Load pieces, a thread's share of the reading into tensors.
+constexpr size_t kLoadPiece = 4 << 20;
+
+// Runs job(0) .. job(count - 1), each index once, on this thread and, where `bytes` make it worth
+// starting threads, on up to LibTorch's intra-op thread count less one more. (at::parallel_for would
+// run them all on this thread: its OpenMP loop is compiled into the caller, and Arclight is built
+// without OpenMP.) The first error is rethrown once every thread has stopped.
+void spread(size_t count, size_t bytes, const std::function<void(size_t)>& job) {
+  std::atomic<size_t> next{0};
+  const auto work = [&] {
+    for (size_t i = next++; i < count; i = next++) job(i);
+  };
+  const size_t threads = bytes < kWorthAThread ? 1 : static_cast<size_t>(std::max(1, at::get_num_threads()));
+  std::vector<std::future<void>> helpers;
+  for (size_t h = 1; h < std::min(threads, count); ++h) helpers.push_back(std::async(std::launch::async, work));
+  std::exception_ptr error;
+  try {
+    work();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  for (auto& helper : helpers) try {
+      helper.get();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  if (error) std::rethrow_exception(error);
+}
 
 void fsync_path(const std::string& path, int flags) {
   const int fd = ::open(path.c_str(), flags);
@@ -52,7 +84,7 @@ void pad_to(OutputFile& file, size_t alignment) {
 std::string write_blob(OutputFile& file, const void* data, size_t size, CheckpointWriter::Threads threads) {
   const auto* bytes = static_cast<const uint8_t*>(data);
   std::future<std::string> aside;
-  if (threads == CheckpointWriter::Threads::kTwo && size >= kSummedAside)
+  if (threads == CheckpointWriter::Threads::kTwo && size >= kWorthAThread)
     aside = std::async(std::launch::async, [bytes, size] {
       BlobChecksum sum;
       sum.update(bytes, size);
@@ -291,24 +323,26 @@ void CheckpointReader::read_at(uint64_t offset, void* into, size_t size) const {
 }
 
 // Every data checksum, before anything is loaded. Each blob is read in pieces small enough to be
-// summed in cache; blobs are spread over LibTorch's intra-op threads.
+// summed in cache; blobs are spread over threads.
 void CheckpointReader::verify_checksums() {
   std::vector<const std::pair<const std::string, Entry>*> blobs;
+  size_t bytes = 0;
   for (const auto& item : entries_)
-    if (item.second.kind != "json") blobs.push_back(&item);
-  std::vector<std::string> sums(blobs.size());
-  at::parallel_for(0, static_cast<int64_t>(blobs.size()), 1, [&](int64_t begin, int64_t end) {
-    std::vector<uint8_t> piece(kReadPiece);
-    for (auto i = begin; i < end; ++i) {
-      const auto& e = blobs[static_cast<size_t>(i)]->second;
-      BlobChecksum checksum;
-      for (int64_t at = 0; at < e.bytes; at += static_cast<int64_t>(kReadPiece)) {
-        const auto n = std::min(kReadPiece, static_cast<size_t>(e.bytes - at));
-        read_at(static_cast<uint64_t>(e.offset + at), piece.data(), n);
-        checksum.update(piece.data(), n);
-      }
-      sums[static_cast<size_t>(i)] = checksum.hex();
+    if (item.second.kind != "json") {
+      blobs.push_back(&item);
+      bytes += static_cast<size_t>(item.second.bytes);
     }
+  std::vector<std::string> sums(blobs.size());
+  spread(blobs.size(), bytes, [&](size_t i) {
+    const auto& e = blobs[i]->second;
+    std::vector<uint8_t> piece(std::min(kReadPiece, static_cast<size_t>(e.bytes)));
+    BlobChecksum checksum;
+    for (int64_t at = 0; at < e.bytes; at += static_cast<int64_t>(kReadPiece)) {
+      const auto n = std::min(kReadPiece, static_cast<size_t>(e.bytes - at));
+      read_at(static_cast<uint64_t>(e.offset + at), piece.data(), n);
+      checksum.update(piece.data(), n);
+    }
+    sums[i] = checksum.hex();
   });
   for (size_t i = 0; i < blobs.size(); ++i)
     ARC_CHECK(sums[i] == blobs[i]->second.checksum, "checkpoint '", path_, "' is corrupt: '", blobs[i]->first,
@@ -386,23 +420,50 @@ std::vector<std::string> CheckpointReader::top_names() const {
   return {names.begin(), names.end()};
 }
 
-torch::Tensor CheckpointReader::tensor(const std::string& name) const {
+torch::Tensor CheckpointReader::empty_tensor(const std::string& name) const {
   const auto& e = entry(name, "tensor");
-  auto out = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
-  read_at(static_cast<uint64_t>(e.offset), out.data_ptr(), static_cast<size_t>(e.bytes));
+  return torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
+}
+
+torch::Tensor CheckpointReader::tensor(const std::string& name) const {
+  auto out = empty_tensor(name);
+  read_into(name, out);
   return out;
 }
 
-void CheckpointReader::read_into(const std::string& name, torch::Tensor& into) const {
-  const auto& e = entry(name, "tensor");
-  ARC_CHECK(into.sizes().vec() == e.shape, "checkpoint '", path_, "': '", name, "' has shape ", shape_text(e.shape),
-            ", the destination has ", shape_text(into.sizes().vec()), "; read it into a tensor of its shape");
-  torch::NoGradGuard no_grad;
-  if (into.is_cpu() && into.is_contiguous() && into.scalar_type() == e.dtype) {
-    read_at(static_cast<uint64_t>(e.offset), into.data_ptr(), static_cast<size_t>(e.bytes));
-  } else {
-    into.copy_(tensor(name));
+void CheckpointReader::read_into(const std::string& name, const torch::Tensor& into) const {
+  read_all_into({{name, into}});
+}
+
+// Tensors that take the file's bytes as they are are read in pieces spread over threads (two copy
+// from the page cache about 1.4x as fast as one); the others through a CPU tensor.
+void CheckpointReader::read_all_into(const std::vector<std::pair<std::string, torch::Tensor>>& targets) const {
+  struct Piece {
+    uint64_t offset;
+    uint8_t* into;
+    size_t size;
+  };
+  std::vector<Piece> pieces;
+  size_t bytes_read = 0;
+  std::vector<const std::pair<std::string, torch::Tensor>*> converted;
+  for (const auto& target : targets) {
+    const auto& [name, into] = target;
+    const auto& e = entry(name, "tensor");
+    ARC_CHECK(into.sizes().vec() == e.shape, "checkpoint '", path_, "': '", name, "' has shape ", shape_text(e.shape),
+              ", the destination has ", shape_text(into.sizes().vec()), "; read it into a tensor of its shape");
+    if (!(into.is_cpu() && into.is_contiguous() && into.scalar_type() == e.dtype)) {
+      converted.push_back(&target);
+      continue;
+    }
+    auto* bytes = static_cast<uint8_t*>(into.data_ptr());
+    bytes_read += static_cast<size_t>(e.bytes);
+    for (size_t at = 0; at < static_cast<size_t>(e.bytes); at += kLoadPiece)
+      pieces.push_back(
+          {static_cast<uint64_t>(e.offset) + at, bytes + at, std::min(kLoadPiece, static_cast<size_t>(e.bytes) - at)});
   }
+  spread(pieces.size(), bytes_read, [&](size_t i) { read_at(pieces[i].offset, pieces[i].into, pieces[i].size); });
+  torch::NoGradGuard no_grad;
+  for (const auto* target : converted) target->second.copy_(tensor(target->first));
 }
 
 torch::serialize::InputArchive CheckpointReader::archive(const std::string& name) const {
@@ -451,8 +512,10 @@ LoadResult CheckpointReader::load_module(torch::nn::Module& module, bool strict,
         "; load it into the same architecture",
         strict && shapes.size() < problems.size() ? " (or load with strict=false to skip the names that differ)" : "");
   }
+  std::vector<std::pair<std::string, torch::Tensor>> targets;
   for (auto& [name, tensor] : state)
-    if (entries_.count(folder + name) > 0) read_into(folder + name, tensor);
+    if (entries_.count(folder + name) > 0) targets.emplace_back(folder + name, tensor);
+  read_all_into(targets);
   return unmatched;
 }
 

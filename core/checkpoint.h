@@ -111,9 +111,14 @@ class CheckpointReader {
   /// Its entries' names up to their first '/', sorted, each once: "model", "optimizer_0", ...
   std::vector<std::string> top_names() const;
   /// Copies tensor `name` into `into`, which must have its shape (converted to into's type and device).
-  void read_into(const std::string& name, torch::Tensor& into) const;
+  void read_into(const std::string& name, const torch::Tensor& into) const;
+  /// read_into for each (name, destination), every shape checked first; large reads are spread over
+  /// as many threads as LibTorch's intra-op thread count.
+  void read_all_into(const std::vector<std::pair<std::string, torch::Tensor>>& targets) const;
   /// Tensor `name` as a new CPU tensor.
   torch::Tensor tensor(const std::string& name) const;
+  /// A new, unfilled CPU tensor of tensor `name`'s shape and type, to read it into.
+  torch::Tensor empty_tensor(const std::string& name) const;
   /// The archive blob `name`.
   torch::serialize::InputArchive archive(const std::string& name) const;
   bool holds_archive(const std::string& name) const { return contains(name) && entries_.at(name).kind == "archive"; }

@@ -180,6 +180,7 @@ bool load_raw(const CheckpointReader& reader, const std::string& name, const nlo
   for (const auto& group : layout.at("groups")) sizes.push_back(group.at("params").get<size_t>());
   check_groups(reader, name, sizes, optimizer);
   size_t index = 0;
+  std::vector<std::pair<std::string, torch::Tensor>> reads;  // read together at the end
   for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
     auto& group = optimizer.param_groups()[g];
     const auto& options = layout.at("groups")[g].at("options");
@@ -202,7 +203,10 @@ bool load_raw(const CheckpointReader& reader, const std::string& name, const nlo
           if (std::find(tensors.begin(), tensors.end(), key) == tensors.end()) {
             value = torch::Tensor();
           } else if (value.defined() && value.device() == parameter.device()) {
-            reader.read_into(field_entry(name, index, key), value);
+            reads.emplace_back(field_entry(name, index, key), value);
+          } else if (parameter.is_cpu()) {
+            value = reader.empty_tensor(field_entry(name, index, key));
+            reads.emplace_back(field_entry(name, index, key), value);
           } else {
             value = reader.tensor(field_entry(name, index, key)).to(parameter.device());
           }
@@ -214,6 +218,7 @@ bool load_raw(const CheckpointReader& reader, const std::string& name, const nlo
       ++index;
     }
   }
+  reader.read_all_into(reads);
   return true;
 }
 

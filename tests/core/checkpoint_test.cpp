@@ -535,6 +535,54 @@ TEST(Checkpoint, LargeTensorsWriteTheSameFileOnOneThreadOrTwo) {
   fs::remove_all(dir);
 }
 
+// Checkpoints of 8 MB or more are checked and read on as many threads as LibTorch's intra-op
+// thread count: what they load is the same as on one thread, into any destination, and a damaged
+// blob, or a file cut short after it was opened, is the same clear error from whichever thread met it.
+TEST(Checkpoint, LargeCheckpointsLoadTheSameOnSeveralThreads) {
+  const auto dir = fresh_folder("read_threads");
+  const int threads_before = torch::get_num_threads();
+  std::vector<std::pair<std::string, torch::Tensor>> saved;
+  CheckpointWriter writer(nlohmann::json{{"n", 1}});
+  for (int i = 0; i < 6; ++i) saved.emplace_back("blob" + std::to_string(i), torch::randn({1 << 19}));  // 2 MB each
+  saved.emplace_back("large", torch::randn({3 << 20}));  // 12 MB: three pieces
+  saved.emplace_back("matrix", torch::randn({64, 32}));
+  for (const auto& [name, tensor] : saved) writer.add(name, tensor);
+  const std::string path = dir + "/large.ckpt";
+  writer.write(path);
+  for (const int threads : {1, 2}) {
+    torch::set_num_threads(threads);
+    const CheckpointReader reader(path);
+    std::vector<std::pair<std::string, torch::Tensor>> loaded;
+    for (const auto& [name, tensor] : saved) loaded.emplace_back(name, torch::zeros_like(tensor));
+    loaded.back().second = torch::zeros({32, 64}).t();                      // not contiguous
+    loaded.emplace_back("blob0", torch::zeros({1 << 19}, torch::kDouble));  // another type
+    reader.read_all_into(loaded);
+    for (size_t i = 0; i < saved.size(); ++i)
+      EXPECT_TRUE(torch::equal(loaded[i].second, saved[i].second)) << threads << " threads: " << saved[i].first;
+    EXPECT_TRUE(torch::equal(loaded.back().second, saved[0].second.to(torch::kDouble))) << threads << " threads";
+  }
+  const auto bytes = arc::testing::read_file(path);
+  const std::string damaged = dir + "/damaged.ckpt";
+  fs::copy_file(path, damaged);
+  std::fstream file(damaged, std::ios::in | std::ios::out | std::ios::binary);
+  const size_t at = 64 + (9 << 20);  // in blob4: blob i from 64 + i x 2 MB, then large
+  file.seekp(static_cast<std::streamoff>(at));
+  file.put(static_cast<char>(bytes[at] ^ 0x10));
+  file.close();
+  const auto corrupt = error_of([&] { CheckpointReader{damaged}; });
+  EXPECT_NE(corrupt.find("'blob4' fails its checksum"), std::string::npos) << corrupt;
+  // The file cut in the last of large's three pieces, which either thread may take (so, ten times).
+  const CheckpointReader opened(path);
+  fs::resize_file(path, 64 + (22 << 20));
+  auto large = torch::zeros({3 << 20});
+  for (int i = 0; i < 10; ++i) {
+    const auto cut = error_of([&] { opened.read_into("large", large); });
+    EXPECT_NE(cut.find("it is shorter than when it was opened"), std::string::npos) << i << ": " << cut;
+  }
+  torch::set_num_threads(threads_before);
+  fs::remove_all(dir);
+}
+
 TEST_F(BadCheckpoints, WeightsOnlyCannotResumeButCanEvaluate) {
   Stateful module;
   Trainer trainer(quiet().max_steps(1));
