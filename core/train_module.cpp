@@ -120,7 +120,7 @@ void TrainModule::log(const std::string& name, double value, const LogOptions& o
 }
 
 void TrainModule::log_dict(const std::map<std::string, torch::Tensor>& values, const LogOptions& options) {
-  for (const auto& [name, value] : values) log(name, value, options);
+  trainer().log_from_module(values, options);
 }
 
 torch::Tensor TrainModule::all_gather(const torch::Tensor& tensor, bool sync_grads) {

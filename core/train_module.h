@@ -185,6 +185,7 @@ class TrainModule : public torch::nn::Module {
   /// Records a scalar for the progress bar, loggers and callbacks (step or epoch, see LogOptions).
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options = {});
   void log(const std::string& name, double value, const LogOptions& options = {});
+  /// log() of each value; where a hook logs them with sync_dist, they are synced in one collective.
   void log_dict(const std::map<std::string, torch::Tensor>& values, const LogOptions& options = {});
   /// Lightning's all_gather: `tensor` from every rank, stacked along a new first dimension in rank
   /// order, [world_size, ...] (also in one process, where Lightning's leaves the dimension out).

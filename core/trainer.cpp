@@ -402,21 +402,36 @@ std::vector<torch::Tensor> Trainer::run_predict(TrainModule& module, DataModule*
 }
 
 void Trainer::log_from_module(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
+  if (record_logged(name, value, options)) sync_logged(options);
+}
+
+void Trainer::log_from_module(const std::map<std::string, torch::Tensor>& values, const LogOptions& options) {
+  bool recorded = false;
+  for (const auto& [name, value] : values) recorded = record_logged(name, value, options) || recorded;
+  if (recorded) sync_logged(options);
+}
+
+bool Trainer::record_logged(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
   ARC_CHECK(!options.rank_zero_only || !options.sync_dist, "log('", name, "'): rank_zero_only and sync_dist ",
             "contradict each other (a value from rank 0 alone has nothing to synchronize); drop one");
-  if (options.rank_zero_only && !is_global_zero()) return;
+  if (options.rank_zero_only && !is_global_zero()) return false;
   if (options_.barebones()) {
     if (!state_->barebones_log_said)
       console().info("log('{}') and every later log() do nothing: barebones=true turns logging off", name);
     state_->barebones_log_said = true;
-    return;
+    return false;
   }
   auto& store = state_->training ? state_->logging.train_metrics : state_->logging.eval_metrics;
   const bool several = !state_->training && state_->num_dataloaders > 1 && options.add_dataloader_idx;
   store.log(name, value, options, state_->training, state_->current_batch_size,
             several ? std::optional<int64_t>(state_->dataloader_idx) : std::nullopt);
-  // Synced at the call where a loop's hook logs it, as Lightning's; a step's values wait for its end.
-  if (options.sync_dist) state_->logging.sync_step_values(store, state_->logging.sync_at_log, profiler_.get());
+  return true;
+}
+
+void Trainer::sync_logged(const LogOptions& options) {
+  if (!options.sync_dist) return;
+  auto& store = state_->training ? state_->logging.train_metrics : state_->logging.eval_metrics;
+  state_->logging.sync_step_values(store, state_->logging.sync_at_log, profiler_.get());
 }
 
 void Trainer::backward(TrainModule& module, const torch::Tensor& loss) {

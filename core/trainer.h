@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -169,6 +170,9 @@ class Trainer {
 
   /// Called by TrainModule::log.
   void log_from_module(const std::string& name, const torch::Tensor& value, const LogOptions& options);
+  /// Called by TrainModule::log_dict: where a hook logs them with sync_dist, the values are synced
+  /// in one collective.
+  void log_from_module(const std::map<std::string, torch::Tensor>& values, const LogOptions& options);
   /// Called by TrainModule::manual_backward and the automatic loop.
   void backward(TrainModule& module, const torch::Tensor& loss);
   /// The precision plugin ("32-true", "bf16-mixed", ...).
@@ -212,6 +216,12 @@ class Trainer {
   void replace_options(const TrainerOptions& changed, const std::string& call);
   void attach(TrainModule& module);
   void detach();
+  /// Records a value that the module logs; false where it is not recorded (rank_zero_only on
+  /// another rank, barebones).
+  bool record_logged(const std::string& name, const torch::Tensor& value, const LogOptions& options);
+  /// Syncs the values just recorded with sync_dist where a loop's hook logged them, as Lightning's
+  /// (a step's values wait for the step's end).
+  void sync_logged(const LogOptions& options);
 
   TrainerOptions options_;
   std::vector<std::shared_ptr<Callback>> callbacks_;

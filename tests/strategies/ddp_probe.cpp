@@ -72,7 +72,8 @@
 // on_validation_batch_end, where the metric is there (the probe logs rank_mean, rank_max and rank_min
 // with sync_dist at each step).
 // --hook-sync 1: on_before_optimizer_step logs `hook_rank`, the rank, with sync_dist, and a callback
-// ahead of --watch's logs `end_rank` so in on_train_batch_end and `val_end_rank` (per step) in
+// ahead of --watch's logs `end_rank` so in on_train_batch_end (and, in one log_dict, `dict_rank` and
+// `dict_twice_rank`, the rank and twice it) and `val_end_rank` (per step) in
 // on_validation_batch_end.
 // With a ModelCheckpoint every rank prints "BEST <rank> <best_model_path> <best score, or none>" after fit.
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
@@ -535,7 +536,10 @@ int main(int argc, char** argv) {
       auto batch_end = std::make_shared<arc::LambdaCallback>();
       batch_end->train_batch_end = [](arc::Trainer& trainer, arc::TrainModule& module, const torch::Tensor&,
                                       arc::Batch&, int64_t) {
-        module.log("end_rank", static_cast<double>(trainer.global_rank()), {.sync_dist = true});
+        const auto rank = static_cast<double>(trainer.global_rank());
+        module.log("end_rank", rank, {.sync_dist = true});
+        module.log_dict({{"dict_rank", torch::tensor(rank)}, {"dict_twice_rank", torch::tensor(2 * rank)}},
+                        {.sync_dist = true});
       };
       batch_end->validation_batch_end = [](arc::Trainer& trainer, arc::TrainModule& module, arc::Batch&, int64_t) {
         module.log("val_end_rank", static_cast<double>(trainer.global_rank()),

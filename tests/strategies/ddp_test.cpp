@@ -871,22 +871,24 @@ TEST(DDP, APlateauSchedulerOnAnUnsyncedValueKeepsTheRanksWeightsEqual) {
 }
 
 // The probe logs rank_mean, rank_max and rank_min (its rank, 0 or 1) with sync_dist in every
-// training_step, hook_rank (the same) in on_before_optimizer_step and end_rank in a callback's
-// on_train_batch_end, and no step here is a logger's (log_every_n_steps 1000): what a callback reads at
-// every batch's end is still the ranks' value, as in Lightning, where the sync is at the log call.
+// training_step, hook_rank (the same) in on_before_optimizer_step, and end_rank, dict_rank and
+// dict_twice_rank (twice the rank; these two in one log_dict) in a callback's on_train_batch_end,
+// and no step here is a logger's (log_every_n_steps 1000): what a callback reads at every batch's
+// end is still the ranks' value, as in Lightning, where the sync is at the log call.
 TEST(DDP, StepValuesLoggedWithSyncDistAreTheRanksValuesAtEveryBatchEnd) {
   for (const auto& [name, expected] :
        {std::pair{"rank_mean_step", 0.5}, std::pair{"rank_max_step", 1.0}, std::pair{"rank_min_step", 0.0},
-        std::pair{"hook_rank", 0.5}, std::pair{"end_rank", 0.5}}) {
+        std::pair{"hook_rank", 0.5}, std::pair{"end_rank", 0.5}, std::pair{"dict_rank", 0.5},
+        std::pair{"dict_twice_rank", 1.0}}) {
     const auto run = two_ranks(std::string("--steps 6 --log-every 1000 --hook-sync 1 --watch ") + name);
     ASSERT_EQ(run.status, 0) << run.output;
     const std::vector<double> every_step(6, expected);
     const std::map<int64_t, std::vector<double>> both_ranks{{0, every_step}, {1, every_step}};
     EXPECT_EQ(all_per_rank<double>(run.output, "WATCH"), both_ranks) << name << "\n" << run.output;
     // As Lightning's, a value is synced at its log call: values logged in training_step before the
-    // backward hooks see them, end_rank before the next callback does. hook_rank and end_rank,
-    // logged after backward, are first there at the second step's.
-    const bool after_backward = name == std::string("hook_rank") || name == std::string("end_rank");
+    // backward hooks see them, end_rank before the next callback does. The values logged after
+    // backward are first there at the second step's.
+    const bool after_backward = std::string(name).rfind("rank_", 0) != 0;  // not logged in training_step
     const std::vector<double> at_backward(after_backward ? 5 : 6, expected);
     EXPECT_EQ(all_per_rank<double>(run.output, "BACKWARD"),
               (std::map<int64_t, std::vector<double>>{{0, at_backward}, {1, at_backward}}))
