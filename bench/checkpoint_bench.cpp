@@ -1,9 +1,10 @@
 // Checkpoint save and load of a ~100M-parameter model (alone, and with SGD momentum state), in
 // MB/s, against writing and reading the same bytes with plain buffered file I/O in the same run
 // (each write against the plain write in the same position of a round: first or second), with as
-// many intra-op threads as the cores it may use (a checkpoint is read on that many); then saves in the background
-// (AsyncCheckpointWriter): the time training is blocked per save against a memcpy of the same bytes, and step times
-// while a write is in flight against steps without one (training on one thread, so that the writer has the other core).
+// many intra-op threads as the cores it may use (a checkpoint is read on that many); then saves in
+// the background (AsyncCheckpointWriter): the time training is blocked per save against a memcpy
+// of the same bytes, and step times while a write is in flight against steps without one (training
+// on one thread, so that the writer has the other core).
 //   arc_bench_checkpoint [folder=/tmp] [repeats=3, at least 2]
 #include "bench_util.h"
 

@@ -200,15 +200,16 @@ bool load_raw(const CheckpointReader& reader, const std::string& name, const nlo
       const auto& tensors = saved.at("tensors");
       Kind::each_field(*state, [&](const char* key, auto& value) {
         if constexpr (is_tensor<decltype(value)>) {
+          const auto entry = field_entry(name, index, key);
           if (std::find(tensors.begin(), tensors.end(), key) == tensors.end()) {
             value = torch::Tensor();
           } else if (value.defined() && value.device() == parameter.device()) {
-            reads.emplace_back(field_entry(name, index, key), value);
+            reads.emplace_back(entry, value);
           } else if (parameter.is_cpu()) {
-            value = reader.empty_tensor(field_entry(name, index, key));
-            reads.emplace_back(field_entry(name, index, key), value);
+            value = reader.empty_tensor(entry);
+            reads.emplace_back(entry, value);
           } else {
-            value = reader.tensor(field_entry(name, index, key)).to(parameter.device());
+            value = reader.tensor(entry).to(parameter.device());
           }
         } else {
           value = saved.at("scalars").at(key).get<std::decay_t<decltype(value)>>();

@@ -60,6 +60,11 @@ void keep_large_buffers_in_heap() {
   (void)done;
 }
 
+// Where what the module logs now goes.
+MetricStore& logged_store(detail::RunState& state) {
+  return state.training ? state.logging.train_metrics : state.logging.eval_metrics;
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks,
@@ -421,7 +426,7 @@ bool Trainer::record_logged(const std::string& name, const torch::Tensor& value,
     state_->barebones_log_said = true;
     return false;
   }
-  auto& store = state_->training ? state_->logging.train_metrics : state_->logging.eval_metrics;
+  auto& store = logged_store(*state_);
   const bool several = !state_->training && state_->num_dataloaders > 1 && options.add_dataloader_idx;
   store.log(name, value, options, state_->training, state_->current_batch_size,
             several ? std::optional<int64_t>(state_->dataloader_idx) : std::nullopt);
@@ -430,8 +435,7 @@ bool Trainer::record_logged(const std::string& name, const torch::Tensor& value,
 
 void Trainer::sync_logged(const LogOptions& options) {
   if (!options.sync_dist) return;
-  auto& store = state_->training ? state_->logging.train_metrics : state_->logging.eval_metrics;
-  state_->logging.sync_step_values(store, state_->logging.sync_at_log, profiler_.get());
+  state_->logging.sync_step_values(logged_store(*state_), state_->logging.sync_at_log, profiler_.get());
 }
 
 void Trainer::backward(TrainModule& module, const torch::Tensor& loss) {

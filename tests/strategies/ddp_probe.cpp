@@ -74,7 +74,8 @@
 // --hook-sync 1: on_before_optimizer_step logs `hook_rank`, the rank, with sync_dist, and a callback
 // ahead of --watch's logs `end_rank` so in on_train_batch_end (and, in one log_dict, `dict_rank` and
 // `dict_twice_rank`, the rank and twice it) and `val_end_rank` (per step) in
-// on_validation_batch_end.
+// on_validation_batch_end. --count-syncs 1 (with --root, for the simple profiler's report): --watch's
+// callback also prints "SYNCS <rank> <step-value syncs so far>" at every batch end.
 // With a ModelCheckpoint every rank prints "BEST <rank> <best_model_path> <best score, or none>" after fit.
 // --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
 // --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
@@ -126,7 +127,7 @@ struct Args {
   bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
   bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false, async_checkpoint = false;
   bool fit_again = false, toggle = false, rank_named_sync = false, freeze_bias_elsewhere = false, root_per_rank = false,
-       save_last = false, rank_value = false, hook_sync = false;
+       save_last = false, rank_value = false, hook_sync = false, count_syncs = false;
   std::string ckpt_path, checkpoint_monitor, plateau, watch;
   std::string out, fail, loop = "trainer", root, precision = "32-true", loggers, prepare_log;
   std::string even_batches = "error";
@@ -219,6 +220,7 @@ Args parse(int argc, char** argv) {
     if (key == "--plateau") a.plateau = value;
     if (key == "--watch") a.watch = value;
     if (key == "--hook-sync") a.hook_sync = value == "1";
+    if (key == "--count-syncs") a.count_syncs = value == "1";
     if (key == "--fit-start-rank") a.fit_start_rank = std::stoll(value);
     if (key == "--fit-start-ms") a.fit_start_ms = std::stoll(value);
   }
@@ -466,6 +468,10 @@ int main(int argc, char** argv) {
       .precision(args.precision);
   // Without --root nothing is logged: no folder is left where the test runs.
   if (args.root.empty()) options.logger(false);
+  if (args.count_syncs) {
+    ARC_CHECK(!args.root.empty(), "--count-syncs needs --root, the folder of the profiler's report");
+    options.profiler("simple");
+  }
   options.elastic_checkpoint_every_n_steps(args.elastic_every).async_checkpointing(args.async_checkpoint);
   options.enable_progress_bar(false).enable_model_summary(false).enable_checkpointing(false).deterministic(true);
   try {
@@ -556,7 +562,15 @@ int main(int argc, char** argv) {
       };
       auto watch = std::make_shared<arc::LambdaCallback>();
       watch->train_batch_end = [print](arc::Trainer& trainer, arc::TrainModule&, const torch::Tensor&, arc::Batch&,
-                                       int64_t) { print(trainer, "WATCH"); };
+                                       int64_t) {
+        print(trainer, "WATCH");
+        // The step-value syncs so far, each one collective (the simple profiler counts them).
+        if (const auto* profiler = dynamic_cast<const arc::SimpleProfiler*>(trainer.profiler())) {
+          const auto found = profiler->totals().find("[LoggerConnector].sync_step_values");
+          std::cout << "SYNCS " << trainer.global_rank() << " "
+                    << (found == profiler->totals().end() ? 0 : found->second.calls) << std::endl;
+        }
+      };
       watch->validation_batch_end = [print](arc::Trainer& trainer, arc::TrainModule&, arc::Batch&, int64_t) {
         print(trainer, "VALIDATION");
       };

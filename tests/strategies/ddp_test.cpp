@@ -897,6 +897,21 @@ TEST(DDP, StepValuesLoggedWithSyncDistAreTheRanksValuesAtEveryBatchEnd) {
   }
 }
 
+// Each sync of step values is one collective, a log_dict's values together: at every batch end the
+// probe has synced the step's values, hook_rank, end_rank and the log_dict of dict_rank and
+// dict_twice_rank, 4 (5 were a log_dict's values synced one by one).
+TEST(DDP, ALogDictInAHookIsSyncedInOneCollective) {
+  const auto root = scratch_path("count_syncs");
+  const auto run =
+      two_ranks("--steps 6 --log-every 1000 --hook-sync 1 --watch end_rank --count-syncs 1 --root " + root);
+  ASSERT_EQ(run.status, 0) << run.output;
+  const std::vector<int64_t> four_a_step{4, 8, 12, 16, 20, 24};
+  EXPECT_EQ(all_per_rank<int64_t>(run.output, "SYNCS"),
+            (std::map<int64_t, std::vector<int64_t>>{{0, four_a_step}, {1, four_a_step}}))
+      << run.output;
+  std::filesystem::remove_all(root);
+}
+
 // The same in validation (2 batches every 3; --max-time gives the probe validation data): a callback
 // logs val_end_rank with sync_dist in on_validation_batch_end, and the callback after it sees the
 // ranks' value.
