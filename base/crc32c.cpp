@@ -1,5 +1,8 @@
-// CRC-32C: a table for single bytes and for machines without the instruction, SSE4.2 otherwise.
+// CRC-32C: a table for single bytes and for machines without the instruction, SSE4.2 otherwise;
+// and the polynomial arithmetic that joins the checksums of consecutive pieces.
 #include <arc/base/crc32c.h>
+
+#include <arc/base/error.h>
 
 #include <cstdio>
 #include <cstring>
@@ -11,12 +14,14 @@
 namespace arc {
 namespace {
 
+constexpr uint32_t kPolynomial = 0x82F63B78u;  // CRC-32C's, bit-reversed as the register holds it
+
 struct Table {
   uint32_t entries[256];
   Table() {
     for (uint32_t i = 0; i < 256; ++i) {
       uint32_t crc = i;
-      for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+      for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (kPolynomial & (0u - (crc & 1u)));
       entries[i] = crc;
     }
   }
@@ -83,6 +88,27 @@ void update_lanes(std::array<uint64_t, 4>& lanes, const uint8_t* data, size_t gr
   update_lanes_portable(lanes, data, groups);
 }
 
+// a(x) b(x) modulo the polynomial, both in the register's order (bit 31 is x^0, bit 0 x^31).
+uint32_t multiply_mod(uint32_t a, uint32_t b) {
+  uint32_t product = 0;
+  for (uint32_t bit = 1u << 31; bit != 0; bit >>= 1) {
+    if ((a & bit) != 0) product ^= b;
+    b = (b & 1u) != 0 ? (b >> 1) ^ kPolynomial : b >> 1;
+  }
+  return product;
+}
+
+// x^(8 bytes) modulo the polynomial: a register fed `bytes` zero bytes is multiplied by it.
+uint32_t zeros_factor(uint64_t bytes) {
+  uint32_t factor = 1u << 31;  // x^0
+  uint32_t square = 1u << 23;  // x^8, then x^16, x^32, ...
+  for (; bytes != 0; bytes >>= 1) {
+    if ((bytes & 1) != 0) factor = multiply_mod(factor, square);
+    square = multiply_mod(square, square);
+  }
+  return factor;
+}
+
 }  // namespace
 
 uint32_t crc32c(const void* data, size_t size) {
@@ -116,6 +142,20 @@ void BlobChecksum::update(const void* data, size_t size) {
   update_lanes(lanes_, bytes, size / 32);
   pending_size_ = size % 32;
   std::memcpy(pending_.data(), bytes + size - pending_size_, pending_size_);
+}
+
+// The register is linear in its start and in the bytes: fed B from a start s, it ends at
+// s x^(8|B|) + crc(B from 0), and `next`, started from ~0 as every checksum is, at ~0 x^(8|B|) +
+// crc(B from 0); so this lane's end is (lane + ~0) x^(8|B|) + next's lane, |B| the bytes of that lane.
+void BlobChecksum::append(const BlobChecksum& next) {
+  ARC_CHECK(pending_size_ == 0, "BlobChecksum::append needs the bytes summed before to be whole 32-byte groups, got ",
+            bytes_, " bytes");
+  const uint32_t factor = zeros_factor((next.bytes_ - next.pending_size_) / lanes_.size());
+  for (size_t lane = 0; lane < lanes_.size(); ++lane)
+    lanes_[lane] = multiply_mod(factor, static_cast<uint32_t>(lanes_[lane]) ^ 0xFFFFFFFFu) ^ next.lanes_[lane];
+  pending_ = next.pending_;
+  pending_size_ = next.pending_size_;
+  bytes_ += next.bytes_;
 }
 
 std::string BlobChecksum::hex() const {

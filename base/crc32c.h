@@ -19,6 +19,10 @@ uint32_t masked_crc32c(const void* data, size_t size);
 class BlobChecksum {
  public:
   void update(const void* data, size_t size);
+  /// Appends `next`, the checksum of the bytes that follow those summed here, as if they had been fed
+  /// to update(): so pieces of one blob can be summed on several threads. The bytes summed here must
+  /// be a whole number of 32-byte groups.
+  void append(const BlobChecksum& next);
   /// The lanes and the byte count, as text for the checkpoint index.
   std::string hex() const;
 

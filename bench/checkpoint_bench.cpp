@@ -1,10 +1,10 @@
-// Checkpoint save and load of a ~100M-parameter model (alone, and with SGD momentum state), in
-// MB/s, against writing and reading the same bytes with plain buffered file I/O in the same run
-// (each write against the plain write in the same position of a round: first or second), with as
-// many intra-op threads as the cores it may use (a checkpoint is read on that many); then saves in
-// the background (AsyncCheckpointWriter): the time training is blocked per save against a memcpy
-// of the same bytes, and step times while a write is in flight against steps without one (training
-// on one thread, so that the writer has the other core).
+// Checkpoint save and load of a ~100M-parameter model (alone, with SGD momentum state, and as one
+// tensor), in MB/s, against writing and reading the same bytes with plain buffered file I/O in the
+// same run (each write against the plain write in the same position of a round: first or second),
+// with as many intra-op threads as the cores it may use (a checkpoint is read on that many); then
+// saves in the background (AsyncCheckpointWriter): the time training is blocked per save against a
+// memcpy of the same bytes, and step times while a write is in flight against steps without one
+// (training on one thread, so that the writer has the other core).
 //   arc_bench_checkpoint [folder=/tmp] [repeats=3, at least 2]
 #include "bench_util.h"
 
@@ -27,7 +27,7 @@
 namespace arc::bench {
 namespace {
 
-// 25 layers of 2048 x 2048: 104.9 M parameters, 419 MB of float32.
+// 25 layers of 2048 x 2048: 104.9 M parameters, 419 MB of float32 (the embedding below has as many).
 torch::nn::Sequential big_model() {
   torch::nn::Sequential model;
   for (int i = 0; i < 25; ++i) model->push_back(torch::nn::Linear(2048, 2048));
@@ -199,8 +199,18 @@ int main(int argc, char** argv) try {
   const std::string plain = folder + "/arc_bench_plain.bin", ckpt = folder + "/arc_bench.ckpt";
   std::cout << std::left << std::setw(74) << "case" << std::right << std::setw(8) << "MB" << std::setw(10) << "MB/s"
             << std::setw(9) << "ratio\n";
-  for (auto* optimizer : {static_cast<torch::optim::SGD*>(nullptr), &sgd}) {
-    const auto tensors = payload(*model, optimizer);
+  // A model whose bytes lie in one tensor, as a large embedding's do: its checksums and its loading
+  // are shared among threads by pieces, not by tensors.
+  torch::nn::Embedding embedding(51200, 2048);
+  struct Case {
+    std::string what;
+    torch::nn::Module* model;
+    torch::optim::SGD* optimizer;  // whose momentum the checkpoint holds too, or null
+  };
+  for (const Case& c :
+       {Case{"model", model.ptr().get(), nullptr}, Case{"model + SGD momentum", model.ptr().get(), &sgd},
+        Case{"one tensor", embedding.ptr().get(), nullptr}}) {
+    const auto tensors = payload(*c.model, c.optimizer);
     const double size = mb(tensors);
     // Write times by position in the round ([0]: written first, [1]: second). On some machines the
     // second of two large writes is much slower whichever it is (a VM whose fresh page-cache memory
@@ -214,8 +224,8 @@ int main(int argc, char** argv) try {
         std::filesystem::remove(plain);
       };
       const auto checkpoint_pass = [&] {
-        cw[checkpoint_first ? 0 : 1].push_back(seconds([&] { checkpoint_write(*model, optimizer, ckpt); }));
-        cr.push_back(seconds([&] { checkpoint_read(*model, optimizer, ckpt); }));
+        cw[checkpoint_first ? 0 : 1].push_back(seconds([&] { checkpoint_write(*c.model, c.optimizer, ckpt); }));
+        cr.push_back(seconds([&] { checkpoint_read(*c.model, c.optimizer, ckpt); }));
         std::filesystem::remove(ckpt);
       };
       if (checkpoint_first) {
@@ -226,7 +236,6 @@ int main(int argc, char** argv) try {
         checkpoint_pass();
       }
     }
-    const std::string what = optimizer == nullptr ? "model" : "model + SGD momentum";
     const auto row = [&](const std::string& name, double s, double base) {
       std::cout << std::left << std::setw(74) << name << std::right << std::fixed << std::setprecision(0)
                 << std::setw(8) << size << std::setw(10) << size / s << std::setw(9) << std::setprecision(3) << base / s
@@ -235,8 +244,8 @@ int main(int argc, char** argv) try {
     double write_ratios = 1;
     for (const int position : {0, 1}) {
       const std::string when = position == 0 ? ", written first" : ", written second";
-      row("write " + what + ": plain fwrite + fsync" + when, median(pw[position]), median(pw[position]));
-      row("write " + what + ": checkpoint (atomic, fsync)" + when, median(cw[position]), median(pw[position]));
+      row("write " + c.what + ": plain fwrite + fsync" + when, median(pw[position]), median(pw[position]));
+      row("write " + c.what + ": checkpoint (atomic, fsync)" + when, median(cw[position]), median(pw[position]));
       write_ratios *= median(pw[position]) / median(cw[position]);
     }
     // Where writing into the page cache itself varies (a VM whose host hands memory back slowly),
@@ -246,12 +255,12 @@ int main(int argc, char** argv) try {
                       *std::min_element(times[1].begin(), times[1].end()));
     };
     const double best_plain = fastest(pw), best_checkpoint = fastest(cw);
-    std::cout << "  write " << what << ": the two ratios' geometric mean " << std::setprecision(3)
+    std::cout << "  write " << c.what << ": the two ratios' geometric mean " << std::setprecision(3)
               << std::sqrt(write_ratios) << "; fastest rounds " << std::setprecision(0) << size / best_plain
               << " MB/s plain, " << size / best_checkpoint << " MB/s checkpoint, ratio " << std::setprecision(3)
               << best_plain / best_checkpoint << "\n";
-    row("read " + what + ": plain fread", median(pr), median(pr));
-    row("read " + what + ": checkpoint (all checksums)", median(cr), median(pr));
+    row("read " + c.what + ": plain fread", median(pr), median(pr));
+    row("read " + c.what + ": checkpoint (all checksums)", median(cr), median(pr));
   }
   background_saves(model, sgd, folder, repeats);
   return 0;

@@ -37,7 +37,7 @@ constexpr size_t kPiece = 1 << 20;
 constexpr size_t kWorthAThread = 8 << 20;
 // Read pieces: summed while still in L2.
 constexpr size_t kReadPiece = 256 << 10;
-// Load pieces, a thread's share of the reading into tensors.
+// Load pieces, a thread's share of the checksums and of the reading into tensors.
 constexpr size_t kLoadPiece = 4 << 20;
 
 // Runs job(0) .. job(count - 1), each index once, on this thread and, where `bytes` make it worth
@@ -322,30 +322,40 @@ void CheckpointReader::read_at(uint64_t offset, void* into, size_t size) const {
   }
 }
 
-// Every data checksum, before anything is loaded. Each blob is read in pieces small enough to be
-// summed in cache; blobs are spread over threads.
+// Every data checksum, before anything is loaded. Blobs are summed in pieces of kLoadPiece spread
+// over threads (so that one large tensor is not summed on one), each read in parts small enough to
+// be summed in cache; a blob's pieces are joined in order.
 void CheckpointReader::verify_checksums() {
+  struct Piece {
+    size_t blob;
+    int64_t at;
+    size_t size;
+  };
   std::vector<const std::pair<const std::string, Entry>*> blobs;
+  std::vector<Piece> pieces;
   size_t bytes = 0;
-  for (const auto& item : entries_)
-    if (item.second.kind != "json") {
-      blobs.push_back(&item);
-      bytes += static_cast<size_t>(item.second.bytes);
+  for (const auto& item : entries_) {
+    if (item.second.kind == "json") continue;
+    for (int64_t at = 0; at < item.second.bytes; at += static_cast<int64_t>(kLoadPiece))
+      pieces.push_back({blobs.size(), at, std::min(kLoadPiece, static_cast<size_t>(item.second.bytes - at))});
+    blobs.push_back(&item);
+    bytes += static_cast<size_t>(item.second.bytes);
+  }
+  std::vector<BlobChecksum> sums(pieces.size());
+  spread(pieces.size(), bytes, [&](size_t i) {
+    const auto& piece = pieces[i];
+    const auto offset = static_cast<uint64_t>(blobs[piece.blob]->second.offset + piece.at);
+    std::vector<uint8_t> part(std::min(kReadPiece, piece.size));
+    for (size_t at = 0; at < piece.size; at += kReadPiece) {
+      const size_t n = std::min(kReadPiece, piece.size - at);
+      read_at(offset + at, part.data(), n);
+      sums[i].update(part.data(), n);
     }
-  std::vector<std::string> sums(blobs.size());
-  spread(blobs.size(), bytes, [&](size_t i) {
-    const auto& e = blobs[i]->second;
-    std::vector<uint8_t> piece(std::min(kReadPiece, static_cast<size_t>(e.bytes)));
-    BlobChecksum checksum;
-    for (int64_t at = 0; at < e.bytes; at += static_cast<int64_t>(kReadPiece)) {
-      const auto n = std::min(kReadPiece, static_cast<size_t>(e.bytes - at));
-      read_at(static_cast<uint64_t>(e.offset + at), piece.data(), n);
-      checksum.update(piece.data(), n);
-    }
-    sums[i] = checksum.hex();
   });
-  for (size_t i = 0; i < blobs.size(); ++i)
-    ARC_CHECK(sums[i] == blobs[i]->second.checksum, "checkpoint '", path_, "' is corrupt: '", blobs[i]->first,
+  std::vector<BlobChecksum> joined(blobs.size());
+  for (size_t i = 0; i < pieces.size(); ++i) joined[pieces[i].blob].append(sums[i]);
+  for (size_t b = 0; b < blobs.size(); ++b)
+    ARC_CHECK(joined[b].hex() == blobs[b]->second.checksum, "checkpoint '", path_, "' is corrupt: '", blobs[b]->first,
               "' fails its checksum (the file changed after it was written); use an earlier one");
 }
 

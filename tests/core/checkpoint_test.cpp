@@ -562,15 +562,18 @@ TEST(Checkpoint, LargeCheckpointsLoadTheSameOnSeveralThreads) {
     EXPECT_TRUE(torch::equal(loaded.back().second, saved[0].second.to(torch::kDouble))) << threads << " threads";
   }
   const auto bytes = arc::testing::read_file(path);
-  const std::string damaged = dir + "/damaged.ckpt";
-  fs::copy_file(path, damaged);
-  std::fstream file(damaged, std::ios::in | std::ios::out | std::ios::binary);
-  const size_t at = 64 + (9 << 20);  // in blob4: blob i from 64 + i x 2 MB, then large
-  file.seekp(static_cast<std::streamoff>(at));
-  file.put(static_cast<char>(bytes[at] ^ 0x10));
-  file.close();
-  const auto corrupt = error_of([&] { CheckpointReader{damaged}; });
-  EXPECT_NE(corrupt.find("'blob4' fails its checksum"), std::string::npos) << corrupt;
+  // A flipped byte in blob4 (blob i from 64 + i x 2 MB), and one in the second of large's pieces
+  // (from 64 + 12 MB), whose checksums are summed on either thread and joined.
+  for (const auto& [at, name] : {std::pair<size_t, std::string>{64 + (9 << 20), "blob4"}, {64 + (17 << 20), "large"}}) {
+    const std::string damaged = dir + "/damaged_" + name + ".ckpt";
+    fs::copy_file(path, damaged);
+    std::fstream file(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(at));
+    file.put(static_cast<char>(bytes[at] ^ 0x10));
+    file.close();
+    const auto corrupt = error_of([&] { CheckpointReader{damaged}; });
+    EXPECT_NE(corrupt.find("'" + name + "' fails its checksum"), std::string::npos) << corrupt;
+  }
   // The file cut in the last of large's three pieces, which either thread may take (so, ten times).
   const CheckpointReader opened(path);
   fs::resize_file(path, 64 + (22 << 20));
