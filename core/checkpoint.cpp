@@ -328,7 +328,7 @@ void CheckpointReader::read_at(uint64_t offset, void* into, size_t size) const {
 void CheckpointReader::verify_checksums() {
   struct Piece {
     size_t blob;
-    int64_t at;
+    uint64_t offset;  // in the file
     size_t size;
   };
   std::vector<const std::pair<const std::string, Entry>*> blobs;
@@ -336,19 +336,19 @@ void CheckpointReader::verify_checksums() {
   size_t bytes = 0;
   for (const auto& item : entries_) {
     if (item.second.kind == "json") continue;
-    for (int64_t at = 0; at < item.second.bytes; at += static_cast<int64_t>(kLoadPiece))
-      pieces.push_back({blobs.size(), at, std::min(kLoadPiece, static_cast<size_t>(item.second.bytes - at))});
+    const auto size = static_cast<size_t>(item.second.bytes);
+    for (size_t at = 0; at < size; at += kLoadPiece)
+      pieces.push_back({blobs.size(), static_cast<uint64_t>(item.second.offset) + at, std::min(kLoadPiece, size - at)});
     blobs.push_back(&item);
-    bytes += static_cast<size_t>(item.second.bytes);
+    bytes += size;
   }
   std::vector<BlobChecksum> sums(pieces.size());
   spread(pieces.size(), bytes, [&](size_t i) {
     const auto& piece = pieces[i];
-    const auto offset = static_cast<uint64_t>(blobs[piece.blob]->second.offset + piece.at);
     std::vector<uint8_t> part(std::min(kReadPiece, piece.size));
     for (size_t at = 0; at < piece.size; at += kReadPiece) {
       const size_t n = std::min(kReadPiece, piece.size - at);
-      read_at(offset + at, part.data(), n);
+      read_at(piece.offset + at, part.data(), n);
       sums[i].update(part.data(), n);
     }
   });
