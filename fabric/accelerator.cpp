@@ -165,6 +165,12 @@ torch::Tensor Accelerator::all_reduce(const torch::Tensor& tensor, Reduce op) {
   return strategy_->all_reduce(tensor, op);
 }
 
+void Accelerator::all_reduce_(torch::Tensor& tensor, Reduce op) { strategy_->all_reduce_(tensor, op); }
+
+torch::Tensor Accelerator::reduce_buffer(torch::IntArrayRef sizes, torch::TensorOptions options) {
+  return strategy_->reduce_buffer(sizes, options);
+}
+
 void Accelerator::broadcast(torch::Tensor& tensor, int64_t src) { strategy_->broadcast(tensor, src); }
 
 std::string Accelerator::broadcast(const std::string& text, int64_t src) { return strategy_->broadcast(text, src); }

@@ -109,7 +109,16 @@ class Accelerator {
   /// Every value reduced across ranks with one collective.
   std::map<std::string, torch::Tensor> all_reduce_dict(const std::map<std::string, torch::Tensor>& values,
                                                        Reduce op = Reduce::mean);
+  /// A reduced copy of `tensor` (as Fabric's all_reduce).
   torch::Tensor all_reduce(const torch::Tensor& tensor, Reduce op = Reduce::mean);
+  /// `tensor` reduced in place (as torch.distributed.all_reduce), with no copy of it made when it
+  /// comes from reduce_buffer.
+  void all_reduce_(torch::Tensor& tensor, Reduce op = Reduce::mean);
+  /// A zeroed tensor (on this rank's device unless `options` name one) for repeated all_reduce_
+  /// calls, as DDP's gradient buckets are: with ranks on one node's CPU it lies in memory that
+  /// every rank maps, and all_reduce_ reduces it there, without copying it through the slots.
+  /// Every rank calls it, in the same order and with the same arguments.
+  torch::Tensor reduce_buffer(torch::IntArrayRef sizes, torch::TensorOptions options = {});
   void broadcast(torch::Tensor& tensor, int64_t src = 0);
   std::string broadcast(const std::string& text, int64_t src = 0);
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);

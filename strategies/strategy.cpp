@@ -37,10 +37,30 @@ std::string Strategy::broadcast(const std::string& text, int64_t src) {
 
 torch::Tensor Strategy::all_reduce(const torch::Tensor& tensor, Reduce op) {
   auto out = tensor.detach().clone();
-  auto* group = collectives();
-  if (group == nullptr) return out;
-  group->all_reduce(out, op).wait();
+  all_reduce_(out, op);
   return out;
+}
+
+void Strategy::all_reduce_(torch::Tensor& tensor, Reduce op) {
+  auto* group = collectives();
+  if (group == nullptr) return;
+  // A strided tensor goes through a contiguous copy; a buffer from reduce_buffer is reduced where it lies.
+  const bool contiguous = tensor.is_contiguous();
+  auto work = contiguous ? tensor.detach() : tensor.detach().contiguous();
+  group->all_reduce(work, op).wait();
+  if (!contiguous) tensor.detach().copy_(work);
+}
+
+torch::Tensor Strategy::reduce_buffer(torch::IntArrayRef sizes, torch::TensorOptions options) {
+  int64_t numel = 1;
+  for (const auto size : sizes) {
+    ARC_CHECK(size >= 0, "reduce_buffer: size ", size, " in ", sizes, " is negative; give every size as 0 or more");
+    numel *= size;
+  }
+  if (!options.has_device()) options = options.device(root_device());
+  auto* group = collectives();
+  if (group == nullptr) return torch::zeros(sizes, options);
+  return group->reduce_buffer(numel, options).view(sizes);
 }
 
 std::map<std::string, torch::Tensor> Strategy::all_reduce(const std::map<std::string, torch::Tensor>& values,

@@ -123,6 +123,13 @@ class Strategy {
   /// `text` as rank `src` has it (any serialisable object goes through this).
   std::string broadcast(const std::string& text, int64_t src = 0);
   torch::Tensor all_reduce(const torch::Tensor& tensor, Reduce op = Reduce::mean);
+  /// `tensor` reduced in place (as torch.distributed.all_reduce); of a buffer from reduce_buffer,
+  /// nothing is copied.
+  void all_reduce_(torch::Tensor& tensor, Reduce op = Reduce::mean);
+  /// A zeroed tensor for repeated all_reduce_ calls, placed where the group reduces it fastest (under
+  /// the shared-memory group, memory that every rank of the node maps). Every rank calls it in the
+  /// same order with the same arguments; `options` without a device: the root device.
+  torch::Tensor reduce_buffer(torch::IntArrayRef sizes, torch::TensorOptions options = {});
   /// Every value reduced with one collective.
   std::map<std::string, torch::Tensor> all_reduce(const std::map<std::string, torch::Tensor>& values,
                                                   Reduce op = Reduce::mean);

@@ -91,6 +91,22 @@ TEST(Accelerator, PrecisionNamesFollowTheTrainer) {
   EXPECT_NE(message.find("unknown precision 'fp8'"), std::string::npos) << message;
 }
 
+// One process: reduce_buffer is a zeroed tensor on the rank's device, all_reduce_ leaves a tensor as
+// it is (the mean of one), and a negative size is an error that names it.
+TEST(Accelerator, ReduceBufferAndInPlaceAllReduceInOneProcess) {
+  Accelerator accelerator(quiet());
+  auto buffer = accelerator.reduce_buffer({2, 3}, torch::kDouble);
+  EXPECT_EQ(buffer.sizes(), torch::IntArrayRef({2, 3}));
+  EXPECT_EQ(buffer.scalar_type(), torch::kDouble);
+  EXPECT_EQ(buffer.device(), accelerator.device());
+  EXPECT_TRUE(torch::equal(buffer, torch::zeros({2, 3}, torch::kDouble)));
+  buffer.fill_(2.5);
+  accelerator.all_reduce_(buffer);
+  EXPECT_TRUE(torch::equal(buffer, torch::full({2, 3}, 2.5, torch::kDouble)));
+  const auto message = error_of([&] { accelerator.reduce_buffer({4, -1}); });
+  EXPECT_NE(message.find("reduce_buffer: size -1 in [4, -1] is negative"), std::string::npos) << message;
+}
+
 // `steps` Adam steps of a hand-written loop over 16 samples in batches of 4, from `from` (the steps
 // before it: the loader starts at that batch of its epoch).
 void train(Accelerator& accelerator, Regression& module, torch::optim::Optimizer& adam, int64_t from, int64_t to) {

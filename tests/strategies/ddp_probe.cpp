@@ -84,6 +84,7 @@
 // "TIMING kill <step> <unix ms>" before it kills itself, for the launcher tests and benchmarks.
 #include "support/command.h"
 #include "support/row_stream.h"
+#include "support/shm_maps.h"
 
 #include <arc/arc.h>
 
@@ -426,13 +427,27 @@ void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc
   const auto summed = accelerator.all_reduce_dict({{"rank", rank}}, arc::Reduce::sum);
   const auto highest = accelerator.all_reduce_dict({{"rank", rank}}, arc::Reduce::max);
   const auto ranks = accelerator.distribute([](int64_t rank) { return nlohmann::json{{"rank", rank}}; });
+  // In place: a buffer from reduce_buffer (each rank's value its rank + 1), and a strided tensor.
+  auto buffer = accelerator.reduce_buffer({3, 1000}, torch::kDouble);
+  const auto* buffer_data = buffer.data_ptr();
+  buffer.fill_(static_cast<double>(accelerator.global_rank() + 1));
+  accelerator.all_reduce_(buffer, arc::Reduce::sum);
+  auto strided = torch::full({6, 4}, static_cast<double>(accelerator.global_rank())).t();
+  accelerator.all_reduce_(strided, arc::Reduce::max);
   if (accelerator.is_global_zero()) {
     nlohmann::json report = {{"global_step", step},
                              {"world_size", accelerator.world_size()},
                              {"loss", averaged.at("loss").item<double>()},
                              {"rank_sum", summed.at("rank").item<double>()},
                              {"rank_max", highest.at("rank").item<double>()},
-                             {"ranks", ranks}};
+                             {"ranks", ranks},
+                             {"buffer_sizes", buffer.sizes().vec()},
+                             {"buffer_min", buffer.min().item<double>()},
+                             {"buffer_max", buffer.max().item<double>()},
+                             {"buffer_stayed", buffer.data_ptr() == buffer_data},
+                             {"buffer_shared", arc::testing::in_shm_mapping(buffer_data)},
+                             {"strided_sum", strided.sum().item<double>()},
+                             {"strided_strides", strided.strides().vec()}};
     std::cout << "PROBE " << report.dump() << std::endl;
     write_parameters(module, args.out);
   }

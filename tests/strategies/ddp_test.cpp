@@ -1014,6 +1014,15 @@ TEST_P(CustomLoop, OnAcceleratorMatchesTheTrainer) {
   // all_reduce_dict by sum and by max, where the ranks' names agree (their check passes).
   EXPECT_EQ(result["rank_sum"], 1.0);
   EXPECT_EQ(result["rank_max"], 1.0);
+  // all_reduce_ in place: a reduce_buffer of [3, 1000] summed where it lies, in the memory both
+  // ranks map (1 + 2 everywhere), and a strided tensor, which keeps its strides.
+  EXPECT_EQ(result["buffer_sizes"], nlohmann::json::parse("[3, 1000]"));
+  EXPECT_EQ(result["buffer_min"], 3.0);
+  EXPECT_EQ(result["buffer_max"], 3.0);
+  EXPECT_EQ(result["buffer_stayed"], true);
+  EXPECT_EQ(result["buffer_shared"], true);
+  EXPECT_EQ(result["strided_sum"], 24.0);
+  EXPECT_EQ(result["strided_strides"], nlohmann::json::parse("[1, 4]"));
   std::remove(custom.c_str());
   std::remove(trained.c_str());
 }

@@ -7,6 +7,7 @@
 #include <arc/strategies/process_group.h>
 
 #include <support/errors.h>
+#include <support/shm_maps.h>
 
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -22,7 +23,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <csignal>
-#include <fstream>
 #include <optional>
 #include <thread>
 
@@ -30,6 +30,8 @@ namespace arc {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::in_shm_mapping;
+using testing::shm_mappings;
 
 struct Group {
   bool shared_memory = true;
@@ -114,31 +116,6 @@ std::vector<std::string> segments_of_this_process() {
 
 const std::vector<torch::ScalarType> kTypes = {torch::kFloat,    torch::kDouble, torch::kHalf,
                                                torch::kBFloat16, torch::kInt,    torch::kLong};
-
-// This process's mappings of files in /dev/shm (shared buffers once their names are gone): the
-// address ranges, and their sizes.
-std::vector<std::pair<uintptr_t, uintptr_t>> shm_ranges() {
-  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
-  std::ifstream maps("/proc/self/maps");
-  for (std::string line; std::getline(maps, line);) {
-    if (line.find("/dev/shm/arc-shm-" + std::to_string(getpid()) + "-") == std::string::npos) continue;
-    const auto dash = line.find('-');
-    ranges.emplace_back(std::stoull(line.substr(0, dash), nullptr, 16),
-                        std::stoull(line.substr(dash + 1, line.find(' ') - dash - 1), nullptr, 16));
-  }
-  return ranges;
-}
-std::vector<int64_t> shm_mappings() {
-  std::vector<int64_t> sizes;
-  for (const auto& [begin, end] : shm_ranges()) sizes.push_back(static_cast<int64_t>(end - begin));
-  return sizes;
-}
-bool in_shm_mapping(const void* address) {
-  const auto at = reinterpret_cast<uintptr_t>(address);
-  for (const auto& [begin, end] : shm_ranges())
-    if (begin <= at && at < end) return true;
-  return false;
-}
 
 // Every case through an ordinary tensor, and through a buffer from reduce_buffer, which is
 // reduced where it lies (its data pointer stays).
