@@ -8,6 +8,7 @@
 #include <arc/strategies/elastic_strategy.h>
 #include <arc/strategies/single_device_strategy.h>
 
+#include <c10/core/InferenceMode.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -48,7 +49,9 @@ void Strategy::all_reduce_(torch::Tensor& tensor, Reduce op) {
   const bool contiguous = tensor.is_contiguous();
   auto work = contiguous ? tensor.detach() : tensor.detach().contiguous();
   group->all_reduce(work, op).wait();
-  if (!contiguous) tensor.detach().copy_(work);
+  if (contiguous) return;
+  const c10::InferenceMode writable(tensor.is_inference());
+  tensor.detach().copy_(work);
 }
 
 torch::Tensor Strategy::reduce_buffer(torch::IntArrayRef sizes, torch::TensorOptions options) {

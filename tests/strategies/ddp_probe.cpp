@@ -427,12 +427,17 @@ void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc
   const auto summed = accelerator.all_reduce_dict({{"rank", rank}}, arc::Reduce::sum);
   const auto highest = accelerator.all_reduce_dict({{"rank", rank}}, arc::Reduce::max);
   const auto ranks = accelerator.distribute([](int64_t rank) { return nlohmann::json{{"rank", rank}}; });
-  // In place: a buffer from reduce_buffer (each rank's value its rank + 1), and a strided tensor.
+  // In place: a buffer from reduce_buffer (each rank's value its rank + 1), and a strided tensor
+  // made in inference mode (as an evaluation step makes them).
   auto buffer = accelerator.reduce_buffer({3, 1000}, torch::kDouble);
   const auto* buffer_data = buffer.data_ptr();
   buffer.fill_(static_cast<double>(accelerator.global_rank() + 1));
   accelerator.all_reduce_(buffer, arc::Reduce::sum);
-  auto strided = torch::full({6, 4}, static_cast<double>(accelerator.global_rank())).t();
+  torch::Tensor strided;
+  {
+    const c10::InferenceMode evaluation;
+    strided = torch::full({6, 4}, static_cast<double>(accelerator.global_rank())).t();
+  }
   accelerator.all_reduce_(strided, arc::Reduce::max);
   if (accelerator.is_global_zero()) {
     nlohmann::json report = {{"global_step", step},

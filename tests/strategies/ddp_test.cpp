@@ -1015,7 +1015,7 @@ TEST_P(CustomLoop, OnAcceleratorMatchesTheTrainer) {
   EXPECT_EQ(result["rank_sum"], 1.0);
   EXPECT_EQ(result["rank_max"], 1.0);
   // all_reduce_ in place: a reduce_buffer of [3, 1000] summed where it lies, in the memory both
-  // ranks map (1 + 2 everywhere), and a strided tensor, which keeps its strides.
+  // ranks map (1 + 2 everywhere), and a strided inference tensor, which keeps its strides.
   EXPECT_EQ(result["buffer_sizes"], nlohmann::json::parse("[3, 1000]"));
   EXPECT_EQ(result["buffer_min"], 3.0);
   EXPECT_EQ(result["buffer_max"], 3.0);
