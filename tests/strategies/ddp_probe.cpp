@@ -427,8 +427,8 @@ void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc
   const auto summed = accelerator.all_reduce_dict({{"rank", rank}}, arc::Reduce::sum);
   const auto highest = accelerator.all_reduce_dict({{"rank", rank}}, arc::Reduce::max);
   const auto ranks = accelerator.distribute([](int64_t rank) { return nlohmann::json{{"rank", rank}}; });
-  // In place: a buffer from reduce_buffer (each rank's value its rank + 1), and a strided tensor
-  // made in inference mode (as an evaluation step makes them).
+  // In place: a buffer from reduce_buffer (each rank's value its rank + 1; rank 0, which reports,
+  // made its file), and a strided tensor made in inference mode (as an evaluation step makes them).
   auto buffer = accelerator.reduce_buffer({3, 1000}, torch::kDouble);
   const auto* buffer_data = buffer.data_ptr();
   buffer.fill_(static_cast<double>(accelerator.global_rank() + 1));
