@@ -1,6 +1,7 @@
 // The `arc` command line tool.
 #include <arc/apps/cli.h>
 
+#include <arc/apps/cli_help.h>
 #include <arc/apps/examples/run_report.h>
 #include <arc/base/class_path.h>
 #include <arc/base/config.h>
@@ -16,10 +17,9 @@
 #include <arc/core/trainer.h>
 #include <arc/core/tuner.h>
 #include <arc/loggers/logger_registry.h>
-#include <arc/profilers/profiler.h>
 #include <arc/strategies/launchers/rank_processes.h>
-#include <arc/strategies/lightning_strategy.h>
 #include <arc/strategies/strategy.h>
+#include <arc/version.h>
 
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
@@ -48,6 +48,7 @@ const char* kExamples = R"(Examples:
   arc lr_find --config run.json --svg lr.svg  the learning-rate range test; prints the suggested rate
   arc scale_batch_size --mode binsearch       the largest data.batch_size whose steps fit in memory
   arc modules                                 list registered modules and data modules, with their keys
+  arc reference                               every config key with its default, as Markdown
   arc fit --trainer.callbacks.help ModelCheckpoint   a class's init_args with their defaults (jsonargparse's
                                               --<key>.help; also trainer.logger, model, data, optimizer, lr_scheduler,
                                               trainer.strategy, trainer.profiler, trainer.plugins)
@@ -345,142 +346,6 @@ int tune(const std::string& command, const nlohmann::json& config, const TuneArg
   return 0;
 }
 
-// Every trainer key with its default and help, from the table the parser reads, and the callbacks and
-// loggers a config can name.
-std::string trainer_keys_help() {
-  std::ostringstream out;
-  out << "Trainer keys (the config's trainer section, or --set trainer.<key>=<value>), with their defaults:\n";
-  for (const auto& option : TrainerOptions::help()) {
-    std::string head = "  trainer." + option.key + " = " + option.default_value.dump();
-    head.resize(std::max<size_t>(head.size() + 1, 52), ' ');
-    out << head << option.help << "\n";
-  }
-  out << "  trainer.callbacks                                 a list of {class_path, init_args} (or one; a class_path "
-         "alone may be a string, and may be Lightning's import path): "
-      << join(callback_registry().names()) << "\n";
-  out << "  trainer.logger takes such entries too: " << join(logger_registry().names()) << "\n";
-  out << "  --trainer.callbacks.help <class> lists a callback's init_args with their defaults; so do "
-         "--trainer.logger.help, --model.help, --data.help, --optimizer.help, --lr_scheduler.help, "
-         "--trainer.strategy.help, --trainer.profiler.help and --trainer.plugins.help\n";
-  return out.str();
-}
-
-// The keys `create` reads from a survey of `section`, with their defaults: those a config may set.
-std::vector<std::string> config_keys(const std::string& section, const std::function<void(const Config&)>& create) {
-  const auto config = Config::survey(section);
-  try {
-    create(config);
-  } catch (const Error&) {
-    // A constructor that refuses a survey's stand-in values stops there, its keys read.
-  }
-  return config.keys_with_defaults();
-}
-
-// ": hidden=256, lr=0.05", or "" for a class that reads no keys.
-std::string listed(const std::vector<std::string>& keys) { return keys.empty() ? "" : ": " + join(keys); }
-
-// A config key that names a class, and the classes it may name.
-struct ClassKey {
-  std::string key;   // "trainer.callbacks"
-  std::string what;  // "callback", as unknown names are reported
-  std::vector<std::string> names;
-  std::function<void(const std::string& name, const Config&)> create;
-  bool list = false;  // a list of entries (appended with +=), not one entry
-};
-
-// Every config key that names a class, in the order `arc modules` lists them.
-std::vector<ClassKey> class_keys() {
-  const auto stand_in = [] { return std::vector<torch::Tensor>{torch::zeros({1}).requires_grad_()}; };
-  return {{"model", "module", module_registry().names(),
-           [](const std::string& name, const Config& config) { module_registry().create(name, config); }},
-          {"data", "data module", data_module_registry().names(),
-           [](const std::string& name, const Config& config) { data_module_registry().create(name, config); }},
-          {"trainer.callbacks", "callback", callback_registry().names(),
-           [](const std::string& name, const Config& config) { callback_registry().create(name, config); }, true},
-          {"trainer.logger", "logger", logger_registry().names(),
-           [](const std::string& name, const Config& config) { logger_registry().create(name, config); }, true},
-          {"optimizer", "optimizer", optimizer_registry().names(),
-           [stand_in](const std::string& name, const Config& config) {
-             optimizer_registry().create(name, stand_in(), config);
-           }},
-          {"lr_scheduler", "lr_scheduler", lr_scheduler_registry().names(),
-           [stand_in](const std::string& name, const Config& config) {
-             torch::optim::SGD sgd(stand_in(), torch::optim::SGDOptions(0.1));
-             lr_scheduler_registry().create(name, sgd, config);
-           }},
-          // Lightning's classes that stand for trainer options here.
-          {"trainer.strategy", "strategy class", strategy_class_names(),
-           [](const std::string& name, const Config& config) { strategy_class(name, config); }},
-          {"trainer.profiler", "profiler class", profiler_class_names(),
-           [](const std::string& name, const Config& config) { profiler_class(name, config); }},
-          {"trainer.plugins", "plugin", TrainerOptions::plugin_names(),
-           [](const std::string& name, const Config& config) { TrainerOptions().apply_plugin(name, config); }, true}};
-}
-
-// The modules and data modules with the keys each reads, then the other classes a config can name,
-// each kind with the flag that lists one's init_args.
-int list_modules() {
-  for (const auto& known : class_keys()) {
-    const bool keyed = known.key == "model" || known.key == "data";
-    std::cout << known.what << (known.what.back() == 's' ? "es" : "s")
-              << (known.key == "model" ? " (the config keys each reads, with their defaults)"
-                  : keyed              ? ""
-                                       : " (arc fit --" + known.key + ".help <class> lists one's init_args)")
-              << ":\n";
-    if (!keyed) {
-      std::cout << "  " << join(known.names) << "\n";
-      continue;
-    }
-    for (const auto& name : known.names) {
-      const auto data = known.key == "model" ? default_data_module(name) : "";
-      std::cout << "  " << name << (data.empty() ? "" : "  (data: " + data + ")")
-                << listed(config_keys(known.key, [&](const Config& config) { known.create(name, config); })) << "\n";
-    }
-  }
-  return 0;
-}
-
-// The entry of class_keys() for `key` (LightningCLI's "model" is also Arclight's "module").
-ClassKey class_key(const std::string& key) {
-  std::vector<std::string> keys;
-  for (auto& known : class_keys()) {
-    if (known.key == key || (key == "module" && known.key == "model")) return known;
-    keys.push_back(known.key);
-  }
-  throw Error("--" + key + ".help: '" + key + "' names no class; --<key>.help <class> lists the init_args of a class " +
-              "that one of these keys names: " + join(keys) +
-              " (`arc fit --help` lists the trainer's keys, `arc modules` the modules')");
-}
-
-// jsonargparse's `--<key>.help <class>` (`request` is "trainer.callbacks=ModelCheckpoint"): the init_args
-// the class reads, with their defaults, and how a command line and a config give them.
-int class_help(const std::string& request) {
-  const size_t equals = request.find('=');
-  const std::string key = request.substr(0, equals), class_path = request.substr(equals + 1);
-  const auto known = class_key(key);
-  ARC_CHECK(!class_path.empty(), "--", key, ".help needs a class: --", key, ".help <class>, one of ",
-            join(known.names));
-  const std::string name = detail::registered_name(class_path);
-  ARC_CHECK(std::count(known.names.begin(), known.names.end(), name) > 0, "--", key,
-            ".help: ", unknown_name_message(known.what, name, known.names));
-  const auto keys = config_keys(key + ".init_args", [&](const Config& config) { known.create(name, config); });
-  std::cout << name << " (" << known.what << ")";
-  if (keys.empty()) {
-    std::cout << " takes no init_args\n";
-    return 0;
-  }
-  std::cout << " init_args, with their defaults:\n";
-  for (const auto& entry : keys) std::cout << "  " << entry << "\n";
-  std::string entry = "{\"class_path\": \"" + name + "\", \"init_args\": {\"<key>\": <value>}}";
-  if (known.list) entry = "[" + entry + "]";
-  std::cout << "Give them on the command line: --" << key << (known.list ? "+=" : "=") << name << " --" << key
-            << ".<key>=<value>\nor in a config: "
-            << (key.rfind("trainer.", 0) == 0 ? "{\"trainer\": {\"" + key.substr(8) + "\": " + entry + "}}"
-                                              : "{\"" + key + "\": " + entry + "}")
-            << "\n";
-  return 0;
-}
-
 // Prints "arc: <kind>: <message>" and returns `code`; a rank that the `arc` tool started hands it
 // to the tool instead (kSpawnErrorPipeVariable), which prints each distinct error of its ranks once.
 int fail(const std::string& kind, const std::string& message, int code) {
@@ -543,6 +408,7 @@ int run(int argc, char** argv) {
   CLI::App app("arc: train LibTorch modules with Arclight", "arc");
   app.footer(kExamples);
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("arc (Arclight) ") + version(), "print the version and exit");
   std::string ckpt;
   std::optional<bool> verbose;
   std::vector<std::string> config_paths, overrides;
@@ -559,14 +425,14 @@ int run(int argc, char** argv) {
                         "override one key: section.key=value (JSON or text), after the files; LightningCLI's "
                         "--section.key=value and --section.key value are the same, and "
                         "--trainer.callbacks+=<class> appends an entry whose init_args the keys after it set");
-  };
-  for (const char* name : {"fit", "validate", "test", "predict"}) {
-    auto* command = app.add_subcommand(name, std::string(name) + " a registered module as the config says");
-    add_config_options(command);
     command->add_flag(
         "--print_config", print_config,
         "print the resolved config (every trainer option and init_arg) as YAML and exit; feeding it back with "
         "--config reproduces the run");
+  };
+  for (const char* name : {"fit", "validate", "test", "predict"}) {
+    auto* command = app.add_subcommand(name, std::string(name) + " a registered module as the config says");
+    add_config_options(command);
     if (std::string(name) == "fit") {
       // LightningCLI's name; `train` stays as it was.
       command->alias("train");
@@ -575,8 +441,8 @@ int run(int argc, char** argv) {
                           "or \"best\" (--ckpt_path: LightningCLI's name)");
     } else {
       command->add_option("--ckpt,--ckpt_path", ckpt,
-                          "load the weights of this checkpoint (a path or \"last\") first (--ckpt_path: LightningCLI's "
-                          "name)");
+                          "load the weights of this checkpoint (a path, \"last\", \"best\" or \"hpc\") first "
+                          "(--ckpt_path: LightningCLI's name)");
     }
     if (std::string(name) == "validate" || std::string(name) == "test")
       command->add_option_function<bool>(
@@ -626,6 +492,11 @@ int run(int argc, char** argv) {
       "modules",
       "list registered modules and data modules, with the config keys each reads, then the callbacks, loggers, "
       "optimizers and schedulers");
+  // The commands that read a config, and then the rest.
+  std::vector<CLI::App*> configured = runs;
+  configured.insert(configured.end(), {lr_find, scale_batch_size});
+  auto* reference = app.add_subcommand(
+      "reference", "print every key a config may set, with its default, as Markdown (docs/reference/options.md)");
   std::vector<std::string> args;
   try {
     args = with_dotted_flags({argv + 1, argv + argc});
@@ -638,28 +509,25 @@ int run(int argc, char** argv) {
     app.parse(static_cast<int>(rewritten.size()), rewritten.data());
   } catch (const CLI::ParseError& error) {
     if (error.get_exit_code() == 0) return app.exit(error);  // --help
-    std::vector<CLI::App*> commands = runs;
-    commands.insert(commands.end(), {lr_find, scale_batch_size, modules});
+    std::vector<CLI::App*> commands = configured;
+    commands.insert(commands.end(), {modules, reference});
     return fail("error", usage_error(commands, args, error), 2);
   }
   LoadedConfig loaded;
   try {
     if (modules->parsed()) return list_modules();
+    if (reference->parsed()) return print_reference();
     if (!class_help_request.empty()) return class_help(class_help_request);
-    for (auto* command : {lr_find, scale_batch_size}) {
-      if (!command->parsed()) continue;
-      loaded = load_config(config_paths, overrides);
-      return tune(command->get_name(), loaded.config, tune_args);
-    }
-    for (auto* command : runs) {
+    for (auto* command : configured) {
       if (!command->parsed()) continue;
       loaded = load_config(config_paths, overrides);
       if (print_config) {
         std::cout << to_yaml(build(loaded.config).resolved);
         return 0;
       }
-      return command->get_name() == "fit" ? train(loaded.config, ckpt)
-                                          : evaluate(command->get_name(), loaded.config, ckpt, verbose);
+      const auto name = command->get_name();
+      if (command == lr_find || command == scale_batch_size) return tune(name, loaded.config, tune_args);
+      return name == "fit" ? train(loaded.config, ckpt) : evaluate(name, loaded.config, ckpt, verbose);
     }
   } catch (const Error& error) {
     return fail("error", loaded.locate(error.what()), 2);

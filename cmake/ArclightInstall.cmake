@@ -9,7 +9,8 @@ foreach(dir base data accelerators strategies loggers core fabric callbacks prof
   install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/arc/${dir}
           FILES_MATCHING PATTERN "*.h" PATTERN "detail" EXCLUDE)
 endforeach()
-install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/arc.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/arc)
+install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/arc.h ${ARC_VERSION_INCLUDE_DIR}/arc/version.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/arc)
 
 install(TARGETS arclight arclight_launch arc_deps EXPORT ArclightTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -4,6 +4,7 @@
 #include "support/scratch.h"
 
 #include <arc/core/trainer_options.h>
+#include <arc/version.h>
 
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
@@ -87,6 +88,17 @@ TEST(Cli, FitLeavesMetricsHparamsAndConfigInANewVersionPerRun) {
 }
 
 // Help comes from the table TrainerOptions::from_json reads, so it lists every key the parser takes.
+// The version that CMake's project(VERSION) gives: the header's, the library's and the tool's agree.
+TEST(Cli, VersionIsTheProjectsVersion) {
+  const std::string version = std::to_string(ARC_VERSION_MAJOR) + "." + std::to_string(ARC_VERSION_MINOR) + "." +
+                              std::to_string(ARC_VERSION_PATCH);
+  EXPECT_EQ(version, ARC_VERSION_STRING);
+  EXPECT_EQ(std::string(arc::version()), version);
+  const auto out = arc("--version");
+  ASSERT_EQ(out.status, 0) << out.output;
+  EXPECT_EQ(out.output, "arc (Arclight) " + version + "\n");
+}
+
 TEST(Cli, FitHelpListsEveryTrainerKeyWithItsDefault) {
   const auto out = arc("fit --help");
   ASSERT_EQ(out.status, 0) << out.output;
