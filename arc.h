@@ -1,4 +1,5 @@
-// The whole public API of Arclight.
+// The whole public API of Arclight: this header and those it includes are the public headers. The
+// other installed headers are what those need; detail/ folders are internal and not installed.
 #pragma once
 
 #include <arc/accelerators/accelerator_backend.h>
@@ -55,3 +56,8 @@
 #include <arc/profilers/simple_profiler.h>
 #include <arc/strategies/strategy.h>
 #include <arc/strategies/sync_batch_norm.h>
+#include <arc/version.h>
+
+/// Arclight: a Lightning-style training framework for C++ on LibTorch. Start with arc::Trainer,
+/// arc::TrainModule and arc::TrainerOptions; arc::Accelerator is the facade for your own loop.
+namespace arc {}

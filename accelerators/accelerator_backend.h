@@ -18,7 +18,9 @@ namespace arc {
 class AcceleratorBackend {
  public:
   virtual ~AcceleratorBackend() = default;
+  /// The name it is registered under ("cpu", "cuda").
   virtual std::string name() const = 0;
+  /// Whether this machine has the hardware and this build supports it.
   virtual bool available() const = 0;
   /// Devices one node offers (processes for cpu).
   virtual int64_t device_count() const = 0;

@@ -23,8 +23,10 @@ inline std::string lowercase(std::string text) {
 
 /// How Config::require's message for a missing key begins and ends ("missing config key 'a.b'; add
 /// it to the config"); the `arc` tool gives the flag instead for keys that its command line set.
+///@{
 inline constexpr const char* kMissingKey = "missing config key '";
 inline constexpr const char* kAddItToTheConfig = "'; add it to the config";
+///@}
 
 /// One JSON object read key by key. Call `finish()` when done: keys never asked for are errors.
 class Config {
@@ -56,6 +58,7 @@ class Config {
   }
 
   /// Sets `field` to the value of `key` when present and not null (an optional field: null unsets it).
+  ///@{
   template <typename T>
   void read(const std::string& key, T& field) const {
     field = get<T>(key, field);
@@ -67,6 +70,7 @@ class Config {
     if constexpr (std::is_constructible_v<nlohmann::json, const T&>)
       defaults_[key] = fallback ? nlohmann::json(*fallback) : nlohmann::json();
   }
+  ///@}
 
   /// Value of `key` that must be present.
   template <typename T>

@@ -12,6 +12,7 @@ namespace arc {
 /// The exception Arclight throws for anything a user can get wrong.
 class Error : public std::runtime_error {
  public:
+  /// An error whose what() is `message`.
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 

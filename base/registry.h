@@ -16,6 +16,7 @@ namespace arc {
 template <typename T, typename... Args>
 class Registry {
  public:
+  /// Makes a `T` from the arguments that create() passes on.
   using Factory = std::function<std::shared_ptr<T>(Args...)>;
 
   /// `what` names the kind of thing in messages ("strategy", "module").

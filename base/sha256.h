@@ -11,7 +11,9 @@ namespace arc {
 /// Incremental SHA-256: update() any number of times, then hex_digest().
 class Sha256 {
  public:
+  /// An empty message's state.
   Sha256();
+  /// Adds `size` bytes at `data` to the message.
   void update(const void* data, size_t size);
   /// Lower-case hex of the digest; the object is finished afterwards.
   std::string hex_digest();

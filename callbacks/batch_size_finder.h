@@ -25,6 +25,7 @@ namespace arc {
 /// Subclasses that search elsewhere override on_fit_start; the search runs only before the first step.
 class BatchSizeFinder : public Callback {
  public:
+  /// Searches as `options` say; the module's hyper-parameter `batch_arg_name` records the size found.
   explicit BatchSizeFinder(BatchSizeOptions options = {}, std::string batch_arg_name = "batch_size");
   std::string state_key() const override { return "BatchSizeFinder"; }
   void on_fit_start(Trainer& trainer, TrainModule& module) override;

@@ -18,6 +18,7 @@ class CpuAccelerator;
 /// adds them on a GPU too; false logs none on the CPU.
 class DeviceStatsMonitor : public Callback {
  public:
+  /// Logs the CPU's figures as `cpu_stats` says.
   explicit DeviceStatsMonitor(std::optional<bool> cpu_stats = std::nullopt);
   ~DeviceStatsMonitor() override;
   std::string state_key() const override { return "DeviceStatsMonitor"; }

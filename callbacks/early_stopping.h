@@ -13,7 +13,9 @@ namespace arc {
 /// EarlyStopping's settings (Lightning's names and defaults).
 class EarlyStoppingOptions {
  public:
+  /// Options that monitor `monitor`, the others at their defaults.
   explicit EarlyStoppingOptions(std::string monitor = "val_loss") : monitor_(std::move(monitor)) {}
+  /// The logged metric it watches.
   ARC_ARG(std::string, monitor);
   /// Smallest change that counts as an improvement.
   ARC_ARG(double, min_delta) = 0.0;
@@ -21,6 +23,7 @@ class EarlyStoppingOptions {
   ARC_ARG(int64_t, patience) = 3;
   /// "min" or "max".
   ARC_ARG(std::string, mode) = "min";
+  /// Stop as soon as the metric is NaN or infinite.
   ARC_ARG(bool, check_finite) = true;
   /// Stop as soon as the metric is this good.
   ARC_ARG(std::optional<double>, stopping_threshold);
@@ -45,6 +48,7 @@ class EarlyStoppingOptions {
 /// (every rank decides alike, since monitored values are synced).
 class EarlyStopping : public Callback {
  public:
+  /// Stops fit as `options` say.
   explicit EarlyStopping(EarlyStoppingOptions options = EarlyStoppingOptions());
 
   std::string state_key() const override { return "EarlyStopping{monitor=" + options_.monitor() + "}"; }
@@ -54,7 +58,9 @@ class EarlyStopping : public Callback {
   nlohmann::json state_dict() const override;
   void load_state_dict(const nlohmann::json& state) override;
 
+  /// Checks in a row without improvement so far.
   int64_t wait_count() const { return wait_; }
+  /// The best monitored value so far; none before the first check.
   std::optional<double> best_score() const { return best_; }
   /// Why it stopped ("" while it has not).
   const std::string& reason() const { return reason_; }

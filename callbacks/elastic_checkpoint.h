@@ -13,6 +13,8 @@ namespace arc {
 /// `every_seconds` > 0, also once that many seconds have passed since the last write.
 class ElasticCheckpoint : public Callback {
  public:
+  /// Writes every `every_n_steps` global steps (0: not by steps) and every `every_seconds` (0: not by
+  /// the clock).
   ElasticCheckpoint(int64_t every_n_steps, double every_seconds);
   std::string state_key() const override { return "ElasticCheckpoint"; }
   void on_fit_start(Trainer& trainer, TrainModule& module) override;

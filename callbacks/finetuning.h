@@ -88,6 +88,7 @@ class BaseFinetuning : public Callback {
   nlohmann::json restored_;  // the checkpoint's state until on_load_checkpoint applies it
 };
 
+/// BackboneFinetuning's settings (Lightning's names and defaults).
 struct BackboneFinetuningOptions {
   /// The epoch at whose start the backbone joins the optimizer.
   ARC_ARG(int64_t, unfreeze_backbone_at_epoch) = 10;
@@ -95,13 +96,18 @@ struct BackboneFinetuningOptions {
   ARC_ARG(std::function<double(int64_t)>, lambda_func) = [](int64_t) { return 2.0; };
   /// The backbone's first rate: the first group's times this, unless backbone_initial_lr is set.
   ARC_ARG(double, backbone_initial_ratio_lr) = 0.1;
+  /// The backbone's first rate itself (unset: by backbone_initial_ratio_lr).
   ARC_ARG(std::optional<double>, backbone_initial_lr);
   /// The backbone's rate stops at the first group's once it reaches it.
   ARC_ARG(bool, should_align) = true;
+  /// Passed on to unfreeze_and_add_param_group, as Lightning's; the backbone's first rate is always
+  /// given there, so it changes nothing (nor does Lightning's).
   ARC_ARG(double, initial_denom_lr) = 10.0;
+  /// The backbone's BatchNorm layers keep training while it is frozen; false freezes them too.
   ARC_ARG(bool, train_bn) = true;
   /// Says both rates at each epoch from the unfreezing on, rounded to `rounding` decimals.
   ARC_ARG(bool, verbose) = false;
+  /// Decimals of the rates that verbose says.
   ARC_ARG(int64_t, rounding) = 12;
   /// The module's submodule that is the backbone (Lightning's `backbone` attribute); a dotted path
   /// names a deeper one.
@@ -112,6 +118,7 @@ struct BackboneFinetuningOptions {
 /// trained with a rate that grows by lambda_func each epoch up to the rest's.
 class BackboneFinetuning : public BaseFinetuning {
  public:
+  /// Finetunes as `options` say; an impossible value is an error.
   explicit BackboneFinetuning(BackboneFinetuningOptions options = {});
   std::string state_key() const override { return "BackboneFinetuning"; }
   void freeze_before_training(TrainModule& module) override;

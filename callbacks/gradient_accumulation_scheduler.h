@@ -10,6 +10,8 @@ namespace arc {
 /// From each listed epoch on, accumulate that many batches per optimizer step.
 class GradientAccumulationScheduler : public Callback {
  public:
+  /// `scheduling`: epoch (0 or more) to batches per step (1 or more), at least one entry; the epochs
+  /// before the first listed one accumulate 1.
   explicit GradientAccumulationScheduler(std::map<int64_t, int64_t> scheduling);
   std::string state_key() const override { return "GradientAccumulationScheduler"; }
   void on_train_epoch_start(Trainer& trainer, TrainModule& module) override;

@@ -12,19 +12,31 @@ namespace arc {
 /// `on_teardown` at setup and teardown. Set the functions you need; the others stay empty.
 class LambdaCallback : public Callback {
  public:
+  /// A function for the hooks that take the Trainer and the module alone.
   using Hook = std::function<void(Trainer&, TrainModule&)>;
+  /// A function for setup and teardown, which also take the stage.
   using StageHook = std::function<void(Trainer&, TrainModule&, Stage)>;
   /// The tensor is what the step returned: training_step's loss, predict_step's outputs.
   using BatchHook = std::function<void(Trainer&, TrainModule&, const torch::Tensor&, Batch&, int64_t)>;
+  /// A function for the other batch hooks: the batch and its index (the validation and test batch
+  /// ends' too).
   using BatchStartHook = std::function<void(Trainer&, TrainModule&, Batch&, int64_t)>;
+  /// A function for on_before_backward: the loss.
   using LossHook = std::function<void(Trainer&, TrainModule&, const torch::Tensor&)>;
+  /// A function for on_before_optimizer_step and on_before_zero_grad: the optimizer.
   using OptimizerHook = std::function<void(Trainer&, TrainModule&, torch::optim::Optimizer&)>;
+  /// A function for on_exception: the error.
   using ExceptionHook = std::function<void(Trainer&, TrainModule&, const std::exception&)>;
+  /// A function for on_save_checkpoint: the checkpoint being written.
   using SaveHook = std::function<void(Trainer&, TrainModule&, CheckpointWriter&)>;
+  /// A function for on_load_checkpoint: the checkpoint being read.
   using LoadHook = std::function<void(Trainer&, TrainModule&, const CheckpointReader&)>;
 
   std::string state_key() const override { return "LambdaCallback"; }
 
+  /// The functions, each called at the hook of its name (`train_batch_end` at on_train_batch_end,
+  /// `exception` at on_exception) with the hook's arguments; an empty one does nothing.
+  ///@{
   StageHook on_setup, on_teardown;
   Hook fit_start, fit_end, sanity_check_start, sanity_check_end, train_start, train_end, validation_start,
       validation_end, test_start, test_end, predict_start, predict_end, train_epoch_start, train_epoch_end,
@@ -36,6 +48,7 @@ class LambdaCallback : public Callback {
   ExceptionHook exception;
   SaveHook save_checkpoint;
   LoadHook load_checkpoint;
+  ///@}
 
   void setup(Trainer& t, TrainModule& m, Stage s) override { call(on_setup, t, m, s); }
   void teardown(Trainer& t, TrainModule& m, Stage s) override { call(on_teardown, t, m, s); }

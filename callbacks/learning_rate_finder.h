@@ -21,6 +21,7 @@ namespace arc {
 /// Subclasses that test elsewhere override on_fit_start; lr_find runs only before the first step.
 class LearningRateFinder : public Callback {
  public:
+  /// Tests with `options`; `update_attr` and `attr_name` as above.
   explicit LearningRateFinder(LRFinderOptions options = {}, bool update_attr = true, std::string attr_name = "");
   std::string state_key() const override { return "LearningRateFinder"; }
   void on_fit_start(Trainer& trainer, TrainModule& module) override;

@@ -14,7 +14,7 @@ namespace arc {
 /// ModelCheckpoint's settings (Lightning's names and defaults).
 class ModelCheckpointOptions {
  public:
-  /// Folder; empty = <log_dir>/checkpoints.
+  /// Folder; empty = `<log_dir>/checkpoints`.
   ARC_ARG(std::string, dirpath);
   /// Template with metrics: "{epoch}-{step}-{val_loss:.3f}"; ".ckpt" is appended.
   ARC_ARG(std::string, filename) = "{epoch}-{step}";
@@ -24,6 +24,7 @@ class ModelCheckpointOptions {
   ARC_ARG(std::string, mode) = "min";
   /// How many to keep: -1 all, 0 none (last.ckpt still written when save_last).
   ARC_ARG(int64_t, save_top_k) = 1;
+  /// Also write last.ckpt at every save, replacing the previous one.
   ARC_ARG(bool, save_last) = false;
   /// Save every N optimizer steps (0: off).
   ARC_ARG(int64_t, every_n_train_steps) = 0;
@@ -33,6 +34,8 @@ class ModelCheckpointOptions {
   /// Save when this many seconds passed since the last save (0: off), by the clock that the ranks
   /// agree on (Trainer::agreed_elapsed_seconds).
   ARC_ARG(double, train_time_interval) = 0;
+  /// Save the module's weights without the optimizers' state: for validate, test or predict; fit
+  /// cannot resume from such a file.
   ARC_ARG(bool, save_weights_only) = false;
   /// Written by a background thread after a copy of the state (unset: the Trainer's async_checkpointing).
   ARC_ARG(std::optional<bool>, async_checkpointing);
@@ -53,6 +56,7 @@ class ModelCheckpointOptions {
 /// decisions (monitored metrics are synced); only rank 0 touches files.
 class ModelCheckpoint : public Callback {
  public:
+  /// Saves as `options` say.
   explicit ModelCheckpoint(ModelCheckpointOptions options = ModelCheckpointOptions());
 
   std::string state_key() const override;
@@ -66,15 +70,19 @@ class ModelCheckpoint : public Callback {
   void load_state_dict(const nlohmann::json& state) override;
   /// "best": the best file of this fit or, without one, the best that the newest checkpoint with
   /// this callback's state (same monitor, mode and intervals) names, in its folder or, in the default
-  /// folder (<log_dir>/checkpoints), in any version's; "last": last.ckpt there; "resume": every
+  /// folder (`<log_dir>/checkpoints`), in any version's; "last": last.ckpt there; "resume": every
   /// .ckpt in its folder.
   std::vector<std::string> checkpoint_files(const std::string& kind, const Trainer& trainer) const override;
 
+  /// The best kept checkpoint by the monitored metric (without a monitor, the newest); "" before any.
   const std::string& best_model_path() const { return best_path_; }
+  /// The monitored value of best_model_path(); none without a monitor or a save.
   std::optional<double> best_model_score() const;
+  /// The last.ckpt written under save_last; "" before any.
   const std::string& last_model_path() const { return last_path_; }
   /// The folder checkpoints go to (known once fit started).
   const std::string& dirpath() const { return dirpath_; }
+  /// The options it was made with.
   const ModelCheckpointOptions& options() const { return options_; }
   /// Name for the given metrics: "epoch=0-step=100-val_loss=0.123.ckpt".
   std::string format_name(const std::map<std::string, double>& metrics) const;

@@ -22,13 +22,17 @@ struct PruningAmount {
   /// Lightning's int: this many of them.
   static PruningAmount count(int64_t value) { return {static_cast<double>(value), true}; }
 
+  /// The fraction or the count.
   double value = 0.5;
+  /// Whether `value` is a count.
   bool is_count = false;
 };
 
 /// (submodule, parameter) names.
 using ParameterNames = std::vector<std::pair<std::string, std::string>>;
 
+/// ModelPruning's settings (Lightning's names and defaults; pruning_fn, which Lightning requires,
+/// defaults to "l1_unstructured").
 struct ModelPruningOptions {
   /// torch.nn.utils.prune's methods: "l1_unstructured" (the smallest magnitudes), "random_unstructured",
   /// "ln_structured" (the channels along pruning_dim with the smallest pruning_norm-norm) or
@@ -37,6 +41,7 @@ struct ModelPruningOptions {
   /// (submodule as named_modules() names it, "" for the module itself; parameter) pairs. Empty: every
   /// parameter of parameter_names in every submodule but containers (Sequential, ModuleList, ModuleDict).
   ARC_ARG(ParameterNames, parameters_to_prune);
+  /// The parameters pruned in every submodule when parameters_to_prune is empty: "weight", "bias".
   ARC_ARG(std::vector<std::string>, parameter_names) = std::vector<std::string>{"weight", "bias"};
   /// One ranking across all the parameters (unstructured methods only), or each parameter alone.
   ARC_ARG(bool, use_global_unstructured) = true;
@@ -74,6 +79,7 @@ struct ModelPruningOptions {
 /// checkpoint without them resumes with a warning, pruning afresh.
 class ModelPruning : public Callback {
  public:
+  /// Prunes as `options` say; options it cannot run with are errors.
   explicit ModelPruning(ModelPruningOptions options = {});
   std::string state_key() const override { return "ModelPruning"; }
 

@@ -11,6 +11,7 @@ namespace arc {
 /// Lightning's default; -1: every level; 0: no table) with type and parameters, then the totals.
 class ModelSummary : public Callback {
  public:
+  /// Prints the layers down to `max_depth` levels.
   explicit ModelSummary(int64_t max_depth = 1);
   std::string state_key() const override { return "ModelSummary"; }
   void on_fit_start(Trainer& trainer, TrainModule& module) override;

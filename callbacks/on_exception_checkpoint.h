@@ -19,6 +19,7 @@ class OnExceptionCheckpoint : public Callback {
   void on_train_start(Trainer& trainer, TrainModule& module) override;
   void on_exception(Trainer& trainer, TrainModule& module, const std::exception& error) override;
   std::string exception_checkpoint() const override { return saved_; }
+  /// The file it writes: `<dirpath>/<filename>.ckpt`.
   std::string path() const;
 
  private:

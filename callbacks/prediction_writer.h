@@ -18,12 +18,17 @@ enum class WriteInterval { batch, epoch, batch_and_epoch };
 /// predictions' samples, so that the shares can be put back together in the dataset's order.
 class BasePredictionWriter : public Callback {
  public:
+  /// A writer that writes at `write_interval`.
   explicit BasePredictionWriter(WriteInterval write_interval = WriteInterval::batch);
   std::string state_key() const override { return "BasePredictionWriter"; }
 
+  /// After each batch's predict_step (WriteInterval::batch or batch_and_epoch): `prediction` is what
+  /// it returned for `batch`. The default is an error, for a writer that does not override it.
   virtual void write_on_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& prediction,
                                   const std::vector<int64_t>& batch_indices, const Batch& batch, int64_t batch_idx,
                                   int64_t dataloader_idx);
+  /// After predict's last batch (WriteInterval::epoch or batch_and_epoch): every batch's prediction
+  /// and indices, in order. The default is an error, for a writer that does not override it.
   virtual void write_on_epoch_end(Trainer& trainer, TrainModule& module, const std::vector<torch::Tensor>& predictions,
                                   const std::vector<std::vector<int64_t>>& batch_indices);
 
@@ -32,6 +37,7 @@ class BasePredictionWriter : public Callback {
                             int64_t batch_idx) override;
   void on_predict_epoch_end(Trainer& trainer, TrainModule& module) override;
 
+  /// When it writes.
   WriteInterval write_interval() const { return interval_; }
 
  private:
@@ -52,6 +58,7 @@ WriteInterval write_interval_named(const std::string& name);
 /// whole (OutputFile), so none is ever half-written. output_dir is made when predict starts.
 class PredictionWriter : public BasePredictionWriter {
  public:
+  /// Writes into `output_dir` at `write_interval`.
   explicit PredictionWriter(std::string output_dir, WriteInterval write_interval = WriteInterval::batch);
   std::string state_key() const override { return "PredictionWriter"; }
 

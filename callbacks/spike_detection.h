@@ -20,6 +20,7 @@ class TrainingSpikeException : public Error {
   using Error::Error;
 };
 
+/// SpikeDetection's settings (Lightning's names and defaults).
 struct SpikeDetectionOptions {
   /// "min": a loss above the last one may be a spike; "max": a value below it.
   ARC_ARG(std::string, mode) = "min";
@@ -48,6 +49,7 @@ struct SpikeDetectionOptions {
 /// Checkpoints keep the running statistics and the batches listed, so a resumed fit goes on exactly.
 class SpikeDetection : public Callback {
  public:
+  /// Detects spikes as `options` say.
   explicit SpikeDetection(SpikeDetectionOptions options = {});
   std::string state_key() const override { return "SpikeDetection"; }
   void on_train_batch_end(Trainer& trainer, TrainModule& module, const torch::Tensor& loss, Batch& batch,

@@ -16,6 +16,7 @@ namespace arc {
 /// `verbose` has no counterpart here.
 class Timer : public Callback {
  public:
+  /// Stops fit after `seconds`, checked at `interval`: "step" or "epoch".
   explicit Timer(double seconds, const std::string& interval = "step");
   std::string state_key() const override { return "Timer"; }
   void on_fit_start(Trainer& trainer, TrainModule& module) override;
@@ -31,6 +32,8 @@ class Timer : public Callback {
   double elapsed() const;
   /// Seconds left before it stops fit (infinity when it only measures), as Lightning's time_remaining.
   double time_remaining() const { return limit_ - elapsed(); }
+  /// Seconds spent in validation passes since it was made (fit's, its sanity check's, validate's);
+  /// not carried over a resume.
   double validation_seconds() const { return validation_; }
 
  private:

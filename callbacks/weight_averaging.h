@@ -37,6 +37,7 @@ class WeightAveraging : public Callback {
 
   /// The averaged parameters and buffers, in the module's order (empty before fit).
   const std::vector<torch::Tensor>& averaged() const { return averaged_; }
+  /// How many times the averages were updated.
   int64_t updates() const { return updates_; }
 
   void on_fit_start(Trainer& trainer, TrainModule& module) override;
@@ -118,6 +119,8 @@ class StochasticWeightAveraging : public WeightAveraging {
 /// `update_starting_at_epoch` on. `use_buffers` and `device` as WeightAveraging's.
 class EMAWeightAveraging : public WeightAveraging {
  public:
+  /// The average with `decay` (in [0, 1]), updated every `update_every_n_steps` (at least 1) steps;
+  /// unset starting points: from the first step.
   explicit EMAWeightAveraging(double decay = 0.999, int64_t update_every_n_steps = 1,
                               std::optional<int64_t> update_starting_at_step = std::nullopt,
                               std::optional<int64_t> update_starting_at_epoch = std::nullopt, bool use_buffers = true,

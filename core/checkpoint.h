@@ -25,14 +25,16 @@ class Module;
 namespace arc {
 
 /// The format this build writes, and the oldest it reads.
+///@{
 constexpr int64_t kCheckpointFormatVersion = 3;
 constexpr int64_t kOldestReadableCheckpointFormat = 2;
+///@}
 
 /// Removes the temporary files in `folder` that writers which died (a crash, SIGKILL) left behind.
 void remove_stale_temporaries(const std::string& folder);
 
 /// The last.ckpt files that ckpt_path="last" chooses among: `folder`'s, and, when `versions_folder` is
-/// given (checkpoints in the default <log_dir>/checkpoints), that of every version_*/checkpoints in it.
+/// given (checkpoints in the default `<log_dir>/checkpoints`), that of every version_*/checkpoints in it.
 std::vector<std::string> last_checkpoints(const std::string& folder, const std::string& versions_folder);
 
 /// `paths` by the time each file was last written, newest first (what "last", "best" of an earlier
@@ -53,6 +55,7 @@ std::vector<std::pair<std::string, torch::Tensor>> named_state(const torch::nn::
 /// Collects what one checkpoint holds, then writes it in one go.
 class CheckpointWriter {
  public:
+  /// A checkpoint with the metadata `meta` (epoch, step, callbacks' states, ...) and no entry yet.
   explicit CheckpointWriter(nlohmann::json meta) : meta_(std::move(meta)) {}
   /// A tensor, stored raw (read when the file is written, through the CPU when it lives elsewhere).
   void add(const std::string& name, const torch::Tensor& tensor);
@@ -73,8 +76,11 @@ class CheckpointWriter {
   /// previous `path` intact. Temporary files of dead writers in that folder are removed first.
   void write(const std::string& path, Threads threads = Threads::kTwo) const;
 
+  /// The metadata, which set_meta replaces.
+  ///@{
   const nlohmann::json& meta() const { return meta_; }
   void set_meta(nlohmann::json meta) { meta_ = std::move(meta); }
+  ///@}
   /// Copies every tensor into `buffer` (bytes, made larger when too small, else reused) and holds
   /// those copies instead, so that the originals may change while write() runs on another thread.
   void copy_tensors_to(torch::Tensor& buffer);
@@ -92,6 +98,7 @@ class CheckpointWriter {
 /// unknown-version files are arc::Errors that say which.
 class CheckpointReader {
  public:
+  /// Opens the checkpoint at `path` and verifies all of it, data checksums included.
   explicit CheckpointReader(std::string path);
   ~CheckpointReader();
   /// The metadata of a complete checkpoint, without reading its data: header, trailer and index
@@ -101,8 +108,11 @@ class CheckpointReader {
   CheckpointReader(const CheckpointReader&) = delete;
   CheckpointReader& operator=(const CheckpointReader&) = delete;
 
+  /// The file's path, as given.
   const std::string& path() const { return path_; }
+  /// The metadata it was written with.
   const nlohmann::json& meta() const { return meta_; }
+  /// Whether it holds an entry `name` (a tensor, an archive or a JSON value).
   bool contains(const std::string& name) const { return entries_.count(name) > 0; }
   /// The names of the tensors it holds, sorted.
   std::vector<std::string> tensor_names() const;
@@ -121,6 +131,7 @@ class CheckpointReader {
   torch::Tensor empty_tensor(const std::string& name) const;
   /// The archive blob `name`.
   torch::serialize::InputArchive archive(const std::string& name) const;
+  /// Whether it holds `name` as an archive blob.
   bool holds_archive(const std::string& name) const { return contains(name) && entries_.at(name).kind == "archive"; }
   /// The JSON value `name`.
   const nlohmann::json& json(const std::string& name) const;

@@ -19,6 +19,7 @@ namespace arc {
 /// Sets the learning rate of every parameter group of an optimizer, step by step.
 class LRScheduler {
  public:
+  /// Schedules `optimizer`, whose groups' rates now are the base rates.
   explicit LRScheduler(torch::optim::Optimizer& optimizer);
   virtual ~LRScheduler() = default;
 
@@ -26,13 +27,17 @@ class LRScheduler {
   virtual void step(std::optional<double> metric = std::nullopt);
   /// The rates of the parameter groups after the last step.
   std::vector<double> last_lr() const;
+  /// The steps taken so far (PyTorch's last_epoch, whether it steps by epoch or by batch).
   int64_t last_epoch() const { return last_epoch_; }
   /// The rates the groups had when the scheduler was made.
   const std::vector<double>& base_lrs() const { return base_lrs_; }
   /// Whether step() needs a monitored metric.
   virtual bool needs_metric() const { return false; }
 
+  /// What a checkpoint keeps of the scheduler: its step count and base rates, and what a subclass
+  /// adds.
   virtual nlohmann::json state_dict() const;
+  /// Puts back what state_dict() gave, with the groups' rates at that step.
   virtual void load_state_dict(const nlohmann::json& state);
 
   /// The rate of a group with base rate `base` at step `epoch`.
@@ -41,16 +46,21 @@ class LRScheduler {
  protected:
   /// Applies lr_at(base, last_epoch) to every group.
   void apply();
+  /// Sets each parameter group's rate to the one at its index in `lrs`.
   void set_lrs(const std::vector<double>& lrs);
 
+  /// The optimizer whose rates the scheduler sets.
   torch::optim::Optimizer& optimizer_;
+  /// The base rate of each parameter group.
   std::vector<double> base_lrs_;
+  /// The steps taken so far.
   int64_t last_epoch_ = 0;
 };
 
 /// base · gamma^(epoch / step_size).
 class StepLR : public LRScheduler {
  public:
+  /// The rate times `gamma` every `step_size` steps (at least 1).
   StepLR(torch::optim::Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
   double lr_at(double base, int64_t epoch) const override;
 
@@ -62,6 +72,7 @@ class StepLR : public LRScheduler {
 /// base · gamma^(number of milestones <= epoch).
 class MultiStepLR : public LRScheduler {
  public:
+  /// The rate times `gamma` at each of the `milestones`, which must be increasing.
   MultiStepLR(torch::optim::Optimizer& optimizer, std::vector<int64_t> milestones, double gamma = 0.1);
   double lr_at(double base, int64_t epoch) const override;
 
@@ -73,6 +84,7 @@ class MultiStepLR : public LRScheduler {
 /// base · gamma^epoch.
 class ExponentialLR : public LRScheduler {
  public:
+  /// The rate times `gamma` at every step.
   ExponentialLR(torch::optim::Optimizer& optimizer, double gamma);
   double lr_at(double base, int64_t epoch) const override;
 
@@ -83,6 +95,7 @@ class ExponentialLR : public LRScheduler {
 /// eta_min + (base - eta_min) · (1 + cos(pi · epoch / t_max)) / 2.
 class CosineAnnealingLR : public LRScheduler {
  public:
+  /// From the base rate down to `eta_min` over `t_max` steps (at least 1).
   CosineAnnealingLR(torch::optim::Optimizer& optimizer, int64_t t_max, double eta_min = 0.0);
   double lr_at(double base, int64_t epoch) const override;
 
@@ -95,6 +108,7 @@ class CosineAnnealingLR : public LRScheduler {
 /// LinearLR), the usual warm-up.
 class LinearWarmup : public LRScheduler {
  public:
+  /// The factor from `start_factor` (in (0, 1]) to `end_factor` over `total_iters` steps (at least 1).
   LinearWarmup(torch::optim::Optimizer& optimizer, int64_t total_iters, double start_factor = 1.0 / 3,
                double end_factor = 1.0);
   double lr_at(double base, int64_t epoch) const override;
@@ -109,6 +123,7 @@ class LinearWarmup : public LRScheduler {
 /// The function is not part of state_dict(); resume makes the scheduler with the same function.
 class LambdaLR : public LRScheduler {
  public:
+  /// The base rate times `lr_lambda(step)`; an empty function is an error.
   LambdaLR(torch::optim::Optimizer& optimizer, std::function<double(int64_t)> lr_lambda);
   double lr_at(double base, int64_t epoch) const override;
 
@@ -120,6 +135,7 @@ class LambdaLR : public LRScheduler {
 /// at total_iters and stays there.
 class PolynomialLR : public LRScheduler {
  public:
+  /// From the base rate down to 0 over `total_iters` steps (at least 1), along the power `power`.
   PolynomialLR(torch::optim::Optimizer& optimizer, int64_t total_iters = 5, double power = 1.0);
   double lr_at(double base, int64_t epoch) const override;
 
@@ -132,6 +148,8 @@ class PolynomialLR : public LRScheduler {
 /// t_0 · t_mult², ... (PyTorch's CosineAnnealingWarmRestarts, SGDR).
 class CosineAnnealingWarmRestarts : public LRScheduler {
  public:
+  /// Cycles down to `eta_min`, the first of `t_0` steps (at least 1), each next one `t_mult` (at least
+  /// 1) times as long.
   CosineAnnealingWarmRestarts(torch::optim::Optimizer& optimizer, int64_t t_0, int64_t t_mult = 1,
                               double eta_min = 0.0);
   double lr_at(double base, int64_t epoch) const override;
@@ -149,17 +167,28 @@ class CosineAnnealingWarmRestarts : public LRScheduler {
 /// error, as in PyTorch; Trainer::estimated_stepping_batches() gives total_steps for a fit.
 class OneCycleLR : public LRScheduler {
  public:
+  /// The cycle's shape, with PyTorch's defaults.
   struct Options {
+    /// The fraction of total_steps over which the rate rises, in [0, 1].
     double pct_start = 0.3;
-    bool cosine = true;  // anneal_strategy "cos"; false: "linear"
+    /// Anneal by cosine (PyTorch's anneal_strategy "cos"); false: linearly ("linear").
+    bool cosine = true;
+    /// Cycle the momentum (or beta1) too; the optimizer must then be SGD, RMSprop, Adam or AdamW.
     bool cycle_momentum = true;
+    /// The momentum at the peak rate.
     double base_momentum = 0.85;
+    /// The momentum at the cycle's start and end.
     double max_momentum = 0.95;
+    /// The starting rate is max_lr / div_factor.
     double div_factor = 25.0;
+    /// The final rate is the starting rate / final_div_factor.
     double final_div_factor = 1e4;
+    /// Back down to the starting rate first, then to the final rate (PyTorch's three_phase).
     bool three_phase = false;
   };
+  /// A cycle of `total_steps` optimizer steps (at least 1) that peaks at `max_lr`, shaped by `options`.
   OneCycleLR(torch::optim::Optimizer& optimizer, double max_lr, int64_t total_steps, Options options);
+  /// The same with the default Options.
   OneCycleLR(torch::optim::Optimizer& optimizer, double max_lr, int64_t total_steps)
       : OneCycleLR(optimizer, max_lr, total_steps, Options()) {}
 
@@ -189,6 +218,8 @@ class OneCycleLR : public LRScheduler {
 /// `SequentialLR(opt, {warmup, cosine}, {100})`. Each phase counts its steps from 0.
 class SequentialLR : public LRScheduler {
  public:
+  /// `schedulers`, made on `optimizer`, one after another; `milestones`, increasing and one fewer than
+  /// the schedulers, are the steps where each next one takes over.
   SequentialLR(torch::optim::Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
                std::vector<int64_t> milestones);
   double lr_at(double base, int64_t epoch) const override;
@@ -202,7 +233,11 @@ class SequentialLR : public LRScheduler {
 /// steps (PyTorch's ReduceLROnPlateau).
 class ReduceLROnPlateau : public LRScheduler {
  public:
+  /// Whether the metric improves as it falls (min, a loss) or as it rises (max, an accuracy).
   enum class Mode { min, max };
+  /// The rate times `factor` (in (0, 1)), not below `min_lr`, once more than `patience` steps in a row
+  /// did not improve on the best metric by the fraction `threshold`; the `cooldown` steps after a
+  /// reduction do not count.
   ReduceLROnPlateau(torch::optim::Optimizer& optimizer, Mode mode = Mode::min, double factor = 0.1,
                     int64_t patience = 10, double threshold = 1e-4, int64_t cooldown = 0, double min_lr = 0.0);
 

@@ -32,7 +32,9 @@ Interval interval_named(const std::string& text, const std::string& what);
 
 /// A scheduler with Lightning's lr_scheduler_config keys.
 struct SchedulerConfig {
+  /// The scheduler the Trainer steps.
   std::shared_ptr<LRScheduler> scheduler;
+  /// Whether it steps after optimizer steps or after training epochs.
   Interval interval = Interval::epoch;
   /// Steps every `frequency` intervals.
   int64_t frequency = 1;
@@ -42,12 +44,15 @@ struct SchedulerConfig {
 
 /// One optimizer and its optional scheduler, as returned by configure_optimizers.
 struct OptimizerConfig {
+  /// The optimizer.
   std::shared_ptr<torch::optim::Optimizer> optimizer;
+  /// Its scheduler, if any.
   std::optional<SchedulerConfig> lr_scheduler;
 
   /// Implicit, so that configure_optimizers can return {std::make_shared<torch::optim::SGD>(...)}.
   template <typename Opt>
   OptimizerConfig(std::shared_ptr<Opt> opt) : optimizer(std::move(opt)) {}  // NOLINT
+  /// An optimizer with its scheduler.
   template <typename Opt>
   OptimizerConfig(std::shared_ptr<Opt> opt, SchedulerConfig scheduler)
       : optimizer(std::move(opt)), lr_scheduler(std::move(scheduler)) {}
@@ -57,12 +62,14 @@ struct OptimizerConfig {
 /// manually optimized training_step and what the optimizer_step hook gets.
 class TrainerOptimizer {
  public:
+  /// `optimizer`, stepped through `trainer`'s hooks and precision.
   TrainerOptimizer(Trainer& trainer, torch::optim::Optimizer& optimizer) : trainer_(&trainer), optimizer_(&optimizer) {}
   /// on_before_zero_grad, then every gradient set to none.
   void zero_grad();
   /// Gradients unscaled (under "16-mixed"), on_before_optimizer_step, configure_gradient_clipping
   /// (automatic optimization), the step, the global step advanced.
   void step();
+  /// The LibTorch optimizer itself.
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
 
  private:
@@ -70,21 +77,28 @@ class TrainerOptimizer {
   torch::optim::Optimizer* optimizer_;
 };
 
-/// Subclass this: training_step and configure_optimizers are required, the rest optional.
+/// Subclass this: training_step and configure_optimizers are required, the rest optional. Its hooks
+/// are Lightning's, each called after the callbacks' hook of the same name.
 class TrainModule : public torch::nn::Module {
  public:
   TrainModule() = default;
+  /// A module named `name` (the torch::nn::Module name) instead of after its class.
   explicit TrainModule(const std::string& name) : torch::nn::Module(name) {}
 
   /// Returns the loss to minimise (automatic optimization) or anything (manual). Under automatic
   /// optimization an undefined tensor skips the batch: no backward, and no optimizer step where it
   /// ends an accumulation window; under DDP every rank skips that step when one rank does.
   virtual torch::Tensor training_step(Batch& batch, int64_t batch_idx) = 0;
+  /// Evaluates one validation batch, logging its metrics with log(); required where there is
+  /// validation data.
   virtual void validation_step(Batch& batch, int64_t batch_idx);
+  /// Evaluates one test batch, logging its metrics with log(); required by Trainer::test.
   virtual void test_step(Batch& batch, int64_t batch_idx);
+  /// The outputs of one batch, which Trainer::predict returns; required by Trainer::predict.
   virtual torch::Tensor predict_step(Batch& batch, int64_t batch_idx);
   /// With several loaders in a stage, override these to tell them apart: `dataloader_idx` is the
   /// loader's index (Lightning's third argument). By default they call the two-argument steps.
+  ///@{
   virtual void validation_step(Batch& batch, int64_t batch_idx, int64_t /*dataloader_idx*/) {
     validation_step(batch, batch_idx);
   }
@@ -92,48 +106,102 @@ class TrainModule : public torch::nn::Module {
   virtual torch::Tensor predict_step(Batch& batch, int64_t batch_idx, int64_t /*dataloader_idx*/) {
     return predict_step(batch, batch_idx);
   }
+  ///@}
+  /// The optimizers and their schedulers, asked for when fit starts, after setup: one optimizer
+  /// under automatic optimization, any number under manual.
   virtual std::vector<OptimizerConfig> configure_optimizers() = 0;
 
   /// Data the module owns itself; a DataModule or sources passed to fit take precedence.
+  ///@{
   virtual DataSource train_dataloader() { return {}; }
   virtual DataSource val_dataloader() { return {}; }
   virtual DataSource test_dataloader() { return {}; }
   virtual DataSource predict_dataloader() { return {}; }
+  ///@}
   /// Several loaders for a stage (see DataModule::val_dataloaders).
+  ///@{
   virtual DataSources val_dataloaders() { return val_dataloader(); }
   virtual DataSources test_dataloaders() { return test_dataloader(); }
   virtual DataSources predict_dataloaders() { return predict_dataloader(); }
+  ///@}
 
-  /// Lifecycle hooks, as Lightning names them.
+  /// When fit, validate, test or predict starts, after the data module's and the callbacks' setup,
+  /// before configure_optimizers and DDP's set-up: build what depends on the data here.
   virtual void setup(Stage) {}
+  /// At the end of fit, validate, test or predict, before the data module's teardown (not when the
+  /// stage fails).
   virtual void teardown(Stage) {}
+  /// When fit starts, once configure_optimizers has run (and a checkpoint it resumes from is
+  /// restored), before the sanity check.
   virtual void on_fit_start() {}
+  /// When fit ends, after on_train_end: fit's last hook.
   virtual void on_fit_end() {}
+  /// When fit's training starts, after the sanity check and before the first epoch (skipped, with
+  /// on_train_end, when max_epochs or max_steps leave nothing to train).
   virtual void on_train_start() {}
+  /// When fit's training ends, after the last epoch, before on_fit_end.
   virtual void on_train_end() {}
+  /// When a validation pass starts (validate, fit's validations and its sanity check), in evaluation
+  /// mode with gradients off, and when it ends, after its epoch metrics are logged.
+  ///@{
   virtual void on_validation_start() {}
   virtual void on_validation_end() {}
+  ///@}
+  /// When test starts, in evaluation mode with gradients off, and when it ends, after its epoch
+  /// metrics are logged.
+  ///@{
   virtual void on_test_start() {}
   virtual void on_test_end() {}
+  ///@}
+  /// When predict starts, in evaluation mode with gradients off, and when it ends, after its last
+  /// batch.
+  ///@{
   virtual void on_predict_start() {}
   virtual void on_predict_end() {}
+  ///@}
+  /// At each training epoch's start, before its first batch.
   virtual void on_train_epoch_start() {}
+  /// At each training epoch's end, after its last batch and the validation that follows it, with the
+  /// epoch's metrics computed (values logged here are added after it), before the epoch-interval
+  /// schedulers step.
   virtual void on_train_epoch_end() {}
+  /// Before a validation pass's first batch, and after its last, before its epoch metrics are
+  /// computed (values logged there count in them).
+  ///@{
   virtual void on_validation_epoch_start() {}
   virtual void on_validation_epoch_end() {}
+  ///@}
+  /// Before test's first batch, and after its last, before its epoch metrics are computed (values
+  /// logged there count in them).
+  ///@{
   virtual void on_test_epoch_start() {}
   virtual void on_test_epoch_end() {}
+  ///@}
+  /// Before each training batch's training_step, with the batch on the device.
   virtual void on_train_batch_start(Batch&, int64_t) {}
+  /// After a training batch's optimizer step (or after its backward on an accumulation micro-step,
+  /// after its training_step under manual optimization), with what training_step returned.
   virtual void on_train_batch_end(const torch::Tensor&, Batch&, int64_t) {}
+  /// Before and after each validation batch's validation_step, with the batch on the device.
+  ///@{
   virtual void on_validation_batch_start(Batch&, int64_t) {}
   virtual void on_validation_batch_end(Batch&, int64_t) {}
+  ///@}
+  /// Before and after each test batch's test_step, with the batch on the device.
+  ///@{
   virtual void on_test_batch_start(Batch&, int64_t) {}
   virtual void on_test_batch_end(Batch&, int64_t) {}
+  ///@}
 
-  /// Optimization hooks.
+  /// Before each backward (automatic optimization's, or manual_backward's), with the loss it runs
+  /// from (divided by accumulate_grad_batches when gradients accumulate).
   virtual void on_before_backward(const torch::Tensor&) {}
+  /// After each backward, with the gradients computed (still scaled under "16-mixed").
   virtual void on_after_backward() {}
+  /// Before each optimizer step, with the gradients unscaled and not yet clipped.
   virtual void on_before_optimizer_step(torch::optim::Optimizer&) {}
+  /// Before the optimizer's gradients are reset: at each accumulation window's first batch, between
+  /// its training_step and its backward (automatic optimization), or at TrainerOptimizer::zero_grad.
   virtual void on_before_zero_grad(torch::optim::Optimizer&) {}
 
   /// What the automatic loop does, overridable as in Lightning. optimizer_step runs after the
@@ -158,12 +226,16 @@ class TrainModule : public torch::nn::Module {
   /// Lightning's freeze(): no parameter requires gradients, and the module is in evaluation mode
   /// (for inference); unfreeze() undoes both. Under DDP the gradient reduction follows which
   /// parameters require gradients at each backward (see BaseFinetuning for freezing parts).
+  ///@{
   void freeze();
   void unfreeze();
+  ///@}
   /// For several optimizers (manual optimization): only `optimizer`'s parameters require gradients
   /// until untoggle_optimizer puts back what the others had.
+  ///@{
   void toggle_optimizer(torch::optim::Optimizer& optimizer);
   void untoggle_optimizer(torch::optim::Optimizer& optimizer);
+  ///@}
 
   /// Callbacks the module brings, added when fit, validate, test or predict starts: each replaces
   /// the Trainer's callbacks of its type (a ModelCheckpoint, or a subclass of one, replaces the
@@ -174,17 +246,23 @@ class TrainModule : public torch::nn::Module {
   /// loader's batch), transfer_batch_to_device (default: every tensor to `device`),
   /// on_after_batch_transfer (on the device). Floating tensors then take a "-true" precision's type.
   /// `dataloader_idx` is the loader's index among the stage's loaders (0 for one).
+  ///@{
   virtual void on_before_batch_transfer(Batch&, int64_t /*dataloader_idx*/) {}
   virtual Batch transfer_batch_to_device(const Batch& batch, torch::Device device, int64_t dataloader_idx);
   virtual void on_after_batch_transfer(Batch&, int64_t /*dataloader_idx*/) {}
+  ///@}
 
-  /// Checkpoint hooks: add to or read from the checkpoint's metadata.
+  /// While a checkpoint is written, before the module's weights are added: add to its metadata.
   virtual void on_save_checkpoint(nlohmann::json&) {}
+  /// After a checkpoint's weights loaded into the module (fit resuming, a ckpt_path given to
+  /// validate, test or predict, load_from_checkpoint): read what on_save_checkpoint added.
   virtual void on_load_checkpoint(const nlohmann::json&) {}
 
   /// Records a scalar for the progress bar, loggers and callbacks (step or epoch, see LogOptions).
+  ///@{
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options = {});
   void log(const std::string& name, double value, const LogOptions& options = {});
+  ///@}
   /// log() of each value; where a hook logs them with sync_dist, they are synced in one collective.
   void log_dict(const std::map<std::string, torch::Tensor>& values, const LogOptions& options = {});
   /// Lightning's all_gather: `tensor` from every rank, stacked along a new first dimension in rank
@@ -196,6 +274,7 @@ class TrainModule : public torch::nn::Module {
 
   /// Turn off to call optimizers yourself in training_step (GAN-style modules).
   void set_automatic_optimization(bool automatic) { automatic_optimization_ = automatic; }
+  /// Whether the Trainer runs backward and the optimizer step itself (true by default).
   bool automatic_optimization() const { return automatic_optimization_; }
   /// The configured optimizers, for manual optimization.
   std::vector<TrainerOptimizer> optimizers();
@@ -209,8 +288,10 @@ class TrainModule : public torch::nn::Module {
   void set_optimizer_config(nlohmann::json optimizer, nlohmann::json lr_scheduler);
   /// The config's optimizer and lr_scheduler sections (null: not given), as {class_path, init_args}
   /// with every init_arg spelt out, defaults included.
+  ///@{
   const nlohmann::json& optimizer_config() const { return optimizer_json_; }
   const nlohmann::json& lr_scheduler_config() const { return scheduler_json_; }
+  ///@}
   /// For configure_optimizers: the optimizer over `parameters` (with its scheduler) that the config
   /// names, or `fallback()` when it names none (a config's lr_scheduler then schedules that one), as
   /// LightningCLI lets a config choose. Modules that call it opt in to config-chosen optimizers.
@@ -223,12 +304,16 @@ class TrainModule : public torch::nn::Module {
 
   /// Hyper-parameters recorded by loggers and checkpoints.
   void save_hyperparameters(nlohmann::json hparams) { hparams_ = std::move(hparams); }
+  /// The hyper-parameters given to save_hyperparameters (an empty object by default).
   const nlohmann::json& hparams() const { return hparams_; }
 
   /// The Trainer running this module; an error outside fit/validate/test/predict.
   Trainer& trainer() const;
+  /// Whether a Trainer is running the module (inside fit, validate, test or predict).
   bool attached() const { return trainer_ != nullptr; }
+  /// The Trainer's current epoch (0 when not attached).
   int64_t current_epoch() const;
+  /// The optimizer steps the Trainer has taken (0 when not attached).
   int64_t global_step() const;
 
  private:

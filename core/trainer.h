@@ -32,6 +32,7 @@ struct RunState;
 
 /// Counters of a run, as Lightning's trainer exposes them.
 struct Progress {
+  /// The epoch that runs (the epochs finished, between epochs).
   int64_t current_epoch = 0;
   /// Optimizer steps taken.
   int64_t global_step = 0;
@@ -65,16 +66,22 @@ class Trainer {
   /// One pass over the validation data (weights from `ckpt_path` if given); the epoch metrics (with
   /// several loaders, each one's names end in "/dataloader_idx_N"). With `verbose`, rank 0 prints
   /// them as Lightning's table on standard output.
+  ///@{
   Metrics validate(TrainModule& module, DataModule& data, const std::string& ckpt_path = "", bool verbose = true);
   Metrics validate(TrainModule& module, DataSources val = {}, const std::string& ckpt_path = "", bool verbose = true);
+  ///@}
   /// One pass over the test data (weights from `ckpt_path` if given); the epoch metrics, printed as
   /// validate prints them.
+  ///@{
   Metrics test(TrainModule& module, DataModule& data, const std::string& ckpt_path = "", bool verbose = true);
   Metrics test(TrainModule& module, DataSources test_data = {}, const std::string& ckpt_path = "", bool verbose = true);
+  ///@}
   /// predict_step's outputs, batch by batch (loader after loader when there are several).
+  ///@{
   std::vector<torch::Tensor> predict(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
   std::vector<torch::Tensor> predict(TrainModule& module, DataSources predict_data = {},
                                      const std::string& ckpt_path = "");
+  ///@}
   /// Sends `metrics` to the loggers at the current global step (rank 0 only).
   void log_to_loggers(const Metrics& metrics);
   /// Batches per optimizer step from now on (GradientAccumulationScheduler sets it per epoch).
@@ -82,8 +89,12 @@ class Trainer {
   /// The limits of fit from now on (Lightning's `trainer.fit_loop.max_epochs = n`): a fit that ended at
   /// max_epochs trains on in the next fit once it is raised (-1: no limit). A fit keeps the epoch and
   /// global step of this Trainer's earlier one, as Lightning's does.
+  ///@{
   void set_max_epochs(int64_t epochs);
   void set_max_steps(int64_t steps);
+  ///@}
+  /// Batches per optimizer step now: the accumulate_grad_batches option, or what
+  /// set_accumulate_grad_batches set since.
   int64_t accumulate_grad_batches() const;
   /// Writes a checkpoint of the running (or last) module; rank 0 writes, other ranks return.
   /// `in_background` (unset: the async_checkpointing option) during fit: rank 0 copies the state
@@ -92,22 +103,33 @@ class Trainer {
   void save_checkpoint(const std::string& path, bool weights_only = false,
                        std::optional<bool> in_background = std::nullopt);
 
+  /// The options, with fast_dev_run's and overfit_batches' limits applied and what set_max_epochs and
+  /// set_max_steps changed.
   const TrainerOptions& options() const { return options_; }
+  /// The run's counters.
   const Progress& progress() const;
+  /// progress().current_epoch.
   int64_t current_epoch() const { return progress().current_epoch; }
+  /// progress().global_step: the optimizer steps taken.
   int64_t global_step() const { return progress().global_step; }
   /// Ends fit after the current step (respecting min_epochs/min_steps), as `trainer.should_stop`: a
   /// stop mid-epoch validates first where the epoch validates, unless a validation came after the ask.
   void request_stop(const std::string& reason);
+  /// Whether request_stop was called since the current stage started.
   bool should_stop() const;
+  /// The reason given to request_stop ("" when none).
   const std::string& stop_reason() const;
+  /// Whether fit's sanity check runs.
   bool sanity_checking() const;
+  /// The stage that runs (or ran last).
   Stage stage() const;
   /// Training batches per epoch after limits; the batches of the current (or last) validation run,
   /// or of test or predict under those stages. kUnknownLength for a stream, until the ranks know
   /// where its epoch ends (a few batches before).
+  ///@{
   int64_t num_training_batches() const;
   int64_t num_val_batches() const;
+  ///@}
   /// During fit: the training loader (Lightning's trainer.train_dataloader); null otherwise.
   DataLoader* train_dataloader() const;
   /// During validation, test or predict: the index of the loader whose batch runs, among the
@@ -133,6 +155,7 @@ class Trainer {
   /// During a training batch (its hooks included): whether its step metrics go to the loggers,
   /// as they do every log_every_n_steps batches. Callbacks that log per step follow it.
   bool logging_batch() const;
+  /// The values logged with prog_bar, as the progress bar shows them.
   Metrics progress_bar_metrics() const;
   /// Seconds since the current stage started.
   double elapsed_seconds() const;
@@ -152,18 +175,32 @@ class Trainer {
       if (auto found = std::dynamic_pointer_cast<T>(each)) return found;
     return nullptr;
   }
+  /// The callbacks, in the order their hooks run: the given ones with the Trainer's defaults and, once
+  /// a stage started, the module's, the checkpointing ones last.
+  ///@{
   std::vector<std::shared_ptr<Callback>>& callbacks() { return callbacks_; }
   const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
+  ///@}
+  /// The loggers (the default CSV and TensorBoard loggers when none was given and `logger` is on).
+  ///@{
   std::vector<std::shared_ptr<Logger>>& loggers() { return loggers_; }
   const std::vector<std::shared_ptr<Logger>>& loggers() const { return loggers_; }
+  ///@}
+  /// What configure_optimizers returned in the running (or last) fit; empty before any fit.
   const std::vector<OptimizerConfig>& optimizer_configs() const;
   /// The profiler the run times its actions with; null when none.
   Profiler* profiler() const { return profiler_.get(); }
+  /// How the run is spread over processes and devices ("ddp", "single_device", ...).
   Strategy& strategy() const;
+  /// The hardware backend the options chose ("cpu", "cuda", ...).
   AcceleratorBackend& accelerator() const;
+  /// This process's device, where the module and its batches are.
   torch::Device device() const;
+  /// The number of processes that train together (1 without DDP).
   int64_t world_size() const;
+  /// This process's rank among them, from 0.
   int64_t global_rank() const;
+  /// Whether this is rank 0, which logs and writes checkpoints.
   bool is_global_zero() const;
   /// default_root_dir, or the first logger's folder when there is one.
   std::string log_dir() const;

@@ -20,8 +20,11 @@ class Callback;
 class Trainer;
 class TrainModule;
 
+/// How lr_find sweeps the learning rate, with Lightning's defaults.
 struct LRFinderOptions {
+  /// The rate of the first step (above 0).
   ARC_ARG(double, min_lr) = 1e-8;
+  /// The rate of the last step (above min_lr).
   ARC_ARG(double, max_lr) = 1.0;
   /// Optimizer steps of the sweep.
   ARC_ARG(int64_t, num_training) = 100;
@@ -37,8 +40,11 @@ void check_lr_finder_options(const LRFinderOptions& options);
 /// What a sweep found: each step's learning rate and smoothed loss.
 class LRFinder {
  public:
+  /// The curve of `lrs` and their `losses`, one of each per step.
   LRFinder(std::vector<double> lrs, std::vector<double> losses);
+  /// Each step's learning rate.
   const std::vector<double>& lrs() const { return lrs_; }
+  /// Each step's smoothed loss.
   const std::vector<double>& losses() const { return losses_; }
   /// The rate at the steepest fall of the loss, leaving out the first `skip_begin` and last
   /// `skip_end` steps (Lightning's defaults); none when fewer than two finite losses remain.
@@ -53,6 +59,7 @@ class LRFinder {
   std::vector<double> losses_;
 };
 
+/// How scale_batch_size searches, with Lightning's defaults.
 struct BatchSizeOptions {
   /// "power": doubles until a trial runs out of memory; "binsearch": then bisects between the last
   /// size that fit and the first that did not. A first size that does not fit is halved until one
@@ -60,6 +67,7 @@ struct BatchSizeOptions {
   ARC_ARG(std::string, mode) = "power";
   /// Optimizer steps each trial trains.
   ARC_ARG(int64_t, steps_per_trial) = 3;
+  /// The size of the first trial.
   ARC_ARG(int64_t, init_val) = 2;
   /// Trials at most, those that ran out of memory included.
   ARC_ARG(int64_t, max_trials) = 25;
@@ -75,6 +83,7 @@ void check_batch_size_options(const BatchSizeOptions& options);
 /// Tunes for a Trainer of one process (Lightning's Tuner refuses distributed strategies too).
 class Tuner {
  public:
+  /// A tuner for `trainer`, whose options its trials take (with their own limits, and no logger).
   explicit Tuner(Trainer& trainer) : trainer_(trainer) {}
   /// The range test on `train` (or the module's or data module's training data). The module's
   /// weights are as before afterwards; set the suggested rate yourself (C++ has no attribute to

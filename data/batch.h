@@ -17,22 +17,33 @@ namespace arc {
 class Batch {
  public:
   Batch() = default;
+  /// A batch of these positional tensors, in order: `Batch{inputs, targets}`.
+  ///@{
   Batch(std::initializer_list<torch::Tensor> tensors) : tensors_(tensors) {}
   explicit Batch(std::vector<torch::Tensor> tensors) : tensors_(std::move(tensors)) {}
+  ///@}
 
   /// Appends a positional tensor.
   Batch& add(torch::Tensor tensor);
   /// Sets (or replaces) the tensor called `name`.
   Batch& set(const std::string& name, torch::Tensor tensor);
 
+  /// The positional tensor at `index`; an error past the last.
+  ///@{
   torch::Tensor& operator[](size_t index);
   const torch::Tensor& operator[](size_t index) const;
+  ///@}
+  /// The tensor called `name`; an error naming the tensors there are when it is absent.
+  ///@{
   torch::Tensor& operator[](const std::string& name);
   const torch::Tensor& operator[](const std::string& name) const;
+  ///@}
 
+  /// Whether there is a tensor called `name`.
   bool contains(const std::string& name) const;
   /// Number of positional tensors.
   size_t size() const { return tensors_.size(); }
+  /// Whether the batch has no tensor and no part.
   bool empty() const { return tensors_.empty() && named_.empty() && parts_.empty(); }
   /// Samples in the batch: the first dimension of the first tensor, or of the first part's (0 when
   /// empty).
@@ -41,8 +52,10 @@ class Batch {
   /// Sets (or replaces) the part called `name`.
   Batch& set_part(const std::string& name, Batch part);
   /// The part called `name`; an error naming the parts there are when it is absent.
+  ///@{
   Batch& part(const std::string& name);
   const Batch& part(const std::string& name) const;
+  ///@}
   /// Whether the part is there (under CombinedLoader's "max_size" a source that ran out has none).
   bool has_part(const std::string& name) const;
   /// The names of the parts, in the order they were set.
@@ -56,7 +69,9 @@ class Batch {
   /// A copy with every CPU tensor in page-locked memory (needs CUDA).
   Batch pin_memory() const;
 
+  /// The positional tensors, in order.
   const std::vector<torch::Tensor>& tensors() const { return tensors_; }
+  /// The named tensors with their names, in the order they were set.
   const std::vector<std::pair<std::string, torch::Tensor>>& named() const { return named_; }
 
  private:

@@ -30,6 +30,7 @@ class DataLoader {
 
   /// Selects the epoch's order; takes effect at the next `start`.
   void set_epoch(int64_t epoch);
+  /// The epoch set_epoch selected (0 before).
   int64_t epoch() const { return epoch_; }
   /// Batches this rank gets per epoch; kUnknownLength for a stream.
   int64_t num_batches() const;
@@ -45,6 +46,7 @@ class DataLoader {
   int64_t position() const { return position_; }
   /// Whether batches come in page-locked memory (pin_memory asked for, and CUDA present).
   bool pins_memory() const { return pin_memory_; }
+  /// The source it reads.
   const DataSource& source() const { return source_; }
   /// The samples of the batch next() returned last: their dataset indices, or for a stream their
   /// positions in the epoch's stream (none for a CombinedLoader's, whose parts each have theirs).

@@ -22,6 +22,7 @@ namespace arc {
 class Dataset {
  public:
   virtual ~Dataset() = default;
+  /// The number of samples; valid indices are 0 to size() - 1.
   virtual int64_t size() const = 0;
   /// The samples at `indices`, collated into one batch.
   virtual Batch get_batch(const std::vector<int64_t>& indices) const = 0;
@@ -30,6 +31,8 @@ class Dataset {
 /// Samples are rows of tensors that share their first dimension.
 class TensorDataset : public Dataset {
  public:
+  /// Rows of `tensors` as a sample's positional tensors and of `named` as its named ones; at least one
+  /// tensor, all with the same first dimension.
   explicit TensorDataset(std::vector<torch::Tensor> tensors,
                          std::vector<std::pair<std::string, torch::Tensor>> named = {});
 
@@ -47,6 +50,7 @@ class TensorDataset : public Dataset {
 template <typename TorchDataset>
 class TorchDatasetAdapter : public Dataset {
  public:
+  /// Reads `dataset`, which must know its size.
   explicit TorchDatasetAdapter(TorchDataset dataset) : dataset_(std::move(dataset)) {}
 
   int64_t size() const override { return static_cast<int64_t>(dataset_.size().value()); }

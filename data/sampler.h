@@ -11,6 +11,8 @@ namespace arc {
 class Sampler {
  public:
   virtual ~Sampler() = default;
+  /// The indices of a dataset of `dataset_size` samples in the order of `epoch` (from 0); every rank
+  /// must compute the same.
   virtual std::vector<int64_t> order(int64_t dataset_size, int64_t epoch) const = 0;
 };
 
@@ -24,6 +26,7 @@ class SequentialSampler : public Sampler {
 /// so `set_epoch` reshuffles and every rank computes the same order.
 class RandomSampler : public Sampler {
  public:
+  /// Orders seeded with `seed` (a shuffling loader gives its own seed).
   explicit RandomSampler(uint64_t seed = 0) : seed_(seed) {}
   std::vector<int64_t> order(int64_t dataset_size, int64_t epoch) const override;
 
@@ -34,7 +37,9 @@ class RandomSampler : public Sampler {
 /// An order computed by a user function of (dataset size, epoch): custom samplers in one line.
 class FunctionSampler : public Sampler {
  public:
+  /// The order of (dataset size, epoch).
   using OrderFn = std::function<std::vector<int64_t>(int64_t, int64_t)>;
+  /// Orders from `fn`; an index it returns outside the dataset is an error.
   explicit FunctionSampler(OrderFn fn) : fn_(std::move(fn)) {}
   std::vector<int64_t> order(int64_t dataset_size, int64_t epoch) const override;
 

@@ -35,8 +35,13 @@ class Strategy;
 /// anything else), which load replaces with the file's.
 class AcceleratorState {
  public:
+  /// Adds a module or an optimizer under `name`, which must be new, not empty and without '/';
+  /// returns the state, so that adds chain.
+  ///@{
   AcceleratorState& add(const std::string& name, torch::nn::Module& module);
   AcceleratorState& add(const std::string& name, torch::optim::Optimizer& optimizer);
+  ///@}
+  /// Whatever else the file keeps (the step, the epoch, ...): a JSON object.
   nlohmann::json values = nlohmann::json::object();
 
  private:
@@ -52,6 +57,7 @@ class AcceleratorState {
 /// what log and log_dict send; every rank agrees on their versions, as under a Trainer.
 class Accelerator {
  public:
+  /// Sets up the run that `options` describe, with `loggers` for log and log_dict.
   explicit Accelerator(TrainerOptions options = TrainerOptions(), std::vector<std::shared_ptr<Logger>> loggers = {});
   ~Accelerator();
   Accelerator(const Accelerator&) = delete;
@@ -101,9 +107,11 @@ class Accelerator {
   /// Fabric's log_dict: `values` to every logger at `step`, from rank 0 only (reduce other ranks'
   /// values first, with all_reduce_dict, to log their mean).
   void log_dict(const std::map<std::string, double>& values, int64_t step);
+  /// log_dict of one value.
   void log(const std::string& name, double value, int64_t step) { log_dict({{name, value}}, step); }
   /// The run's hyper-parameters to every logger (hparams.yaml, TensorBoard's), from rank 0.
   void log_hyperparams(const nlohmann::json& hparams);
+  /// The loggers given to the constructor.
   const std::vector<std::shared_ptr<Logger>>& loggers() const { return loggers_; }
 
   /// Every value reduced across ranks with one collective.
@@ -119,18 +127,28 @@ class Accelerator {
   /// every rank maps, and all_reduce_ reduces it there, without copying it through the slots.
   /// Every rank calls it, in the same order and with the same arguments.
   torch::Tensor reduce_buffer(torch::IntArrayRef sizes, torch::TensorOptions options = {});
+  /// Sets `tensor`, in place, to rank `src`'s.
   void broadcast(torch::Tensor& tensor, int64_t src = 0);
+  /// `text` as rank `src` has it (any serialisable object goes through this).
   std::string broadcast(const std::string& text, int64_t src = 0);
+  /// `tensor` as every rank has it, in rank order; the ranks' tensors must have one shape and type.
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
+  /// Waits until every rank got there.
   void barrier();
   /// Runs `fn(rank)` on every rank and gives every rank all ranks' results, in rank order.
   std::vector<nlohmann::json> distribute(const std::function<nlohmann::json(int64_t rank)>& fn);
 
+  /// This process's rank among all, from 0.
   int64_t global_rank() const;
+  /// This process's rank on its machine, from 0.
   int64_t local_rank() const;
+  /// The number of processes that run together.
   int64_t world_size() const;
+  /// Whether this is rank 0.
   bool is_global_zero() const;
+  /// This rank's device, where prepare puts the model and the batches.
   torch::Device device() const;
+  /// The strategy the options chose ("single_device", "ddp", ...).
   Strategy& strategy() const { return *strategy_; }
 
  private:

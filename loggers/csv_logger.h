@@ -1,4 +1,4 @@
-// CSVLogger: Lightning's layout, save_dir/name/version_N/metrics.csv plus hparams.json.
+// CSVLogger: Lightning's layout, save_dir/name/version_N/metrics.csv plus hparams.yaml.
 #pragma once
 
 #include <arc/loggers/folder_logger.h>
@@ -15,6 +15,8 @@ namespace arc {
 /// A run resumed in the same version folder keeps the rows written before.
 class CSVLogger : public FolderLogger {
  public:
+  /// Writes `save_dir/name/version_N/metrics.csv`, N being `version` (< 0: as the Trainer chooses),
+  /// every `flush_every` rows (at least 1).
   explicit CSVLogger(const std::string& save_dir, std::string name = "lightning_logs", int64_t version = -1,
                      int64_t flush_every = 100);
 

@@ -14,6 +14,7 @@ namespace arc {
 /// A logger that writes into save_dir/name/version_N.
 class FolderLogger : public Logger {
  public:
+  /// The `name` it was made with: its folder under save_dir.
   std::string name() const override { return name_; }
   std::string version() const override { return "version_" + std::to_string(version_number()); }
   std::string log_dir() const override;
@@ -26,6 +27,7 @@ class FolderLogger : public Logger {
   void log_hyperparams(const nlohmann::json& hparams) override;
   /// Lightning's prefix: each metric is written as "<prefix>-<name>" ("": as logged).
   void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
+  /// The prefix set_prefix set ("" by default).
   const std::string& prefix() const { return prefix_; }
 
  protected:

@@ -8,7 +8,7 @@
 
 namespace arc {
 
-/// Appends {"step": s, "<metric>": v, ...} lines; hyper-parameters go to hparams.json beside them.
+/// Appends {"step": s, "<metric>": v, ...} lines; hyper-parameters go to hparams.yaml beside them.
 class JsonLinesLogger : public FolderLogger {
  public:
   /// Picks the next free version_N under save_dir/name unless `version` is given (>= 0).

@@ -13,6 +13,7 @@ namespace arc {
 class Logger {
  public:
   virtual ~Logger() = default;
+  /// The logger's name (a FolderLogger's folder under its save_dir, "lightning_logs" by default).
   virtual std::string name() const = 0;
   /// The run's version ("version_3"), or "" when the logger has none.
   virtual std::string version() const { return ""; }
@@ -28,7 +29,10 @@ class Logger {
   /// Whether the user gave the version or read it before any Trainer chose one (a resumed checkpoint
   /// leaves it then).
   virtual bool version_fixed() const { return false; }
+  /// Records `metrics` at `step` (the Trainer's include the current "epoch"); called on rank 0 only.
   virtual void log_metrics(const std::map<std::string, double>& metrics, int64_t step) = 0;
+  /// Records the run's hyper-parameters (the module's hparams, once a stage's checkpoint is loaded or,
+  /// in fit, after on_fit_start); called on rank 0 only.
   virtual void log_hyperparams(const nlohmann::json&) {}
   /// Writes buffered records out.
   virtual void save() {}

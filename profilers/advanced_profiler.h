@@ -14,17 +14,19 @@ namespace arc {
 /// SimpleProfiler with LibTorch's operators over `batches` training batches from `first_batch`.
 class AdvancedProfiler : public SimpleProfiler {
  public:
+  /// Which training batches the operator window covers, and what it writes.
   struct Options {
     /// Training batches of the fit run before the window opens (the first ones warm up).
     int64_t first_batch = 1;
     /// Training batches in the window.
     int64_t batches = 3;
-    /// Also write <dirpath>/<stage>-trace.json (<stage>-<filename>-trace.json after set_output).
+    /// Also write `<dirpath>/<stage>-trace.json` (`<stage>-<filename>-trace.json` after set_output).
     bool chrome_trace = true;
     /// Operators listed in the summary, the most costly first.
     int64_t row_limit = 25;
   };
 
+  /// A profiler whose window and outputs `options` set.
   explicit AdvancedProfiler(Options options);
   AdvancedProfiler() : AdvancedProfiler(Options()) {}
   ~AdvancedProfiler() override;

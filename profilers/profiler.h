@@ -17,9 +17,10 @@ class Config;
 
 /// The profiler TrainerOptions::profiler names: "simple", "advanced" (also Lightning's "pytorch":
 /// LibTorch's operators) or "" for none, with the init_args of Lightning's profiler classes: where
-/// the report goes (<dirpath>/<stage>-<filename>.txt) and, for "advanced", its operator rows and
+/// the report goes (`<dirpath>/<stage>-<filename>.txt`) and, for "advanced", its operator rows and
 /// Chrome trace.
 struct ProfilerSpec {
+  /// "simple", "advanced", "pytorch" or "" (none).
   std::string name;
   /// The report's folder; "" is the Trainer's log_dir.
   std::string dirpath;
@@ -27,11 +28,16 @@ struct ProfilerSpec {
   std::string filename;
   /// "advanced": the operators listed (AdvancedProfiler::Options::row_limit), and whether the
   /// Chrome trace is written.
+  ///@{
   std::optional<int64_t> row_limit;
   bool chrome_trace = true;
+  ///@}
 
+  /// The profiler named `profiler`, with the defaults of the rest, so that a name converts to a spec.
+  ///@{
   ProfilerSpec(std::string profiler = "") : name(std::move(profiler)) {}  // NOLINT: profiler("simple")
   ProfilerSpec(const char* profiler) : name(profiler) {}                  // NOLINT
+  ///@}
   /// Whether only the name is given (LightningCLI's string form).
   bool name_only() const;
 };
@@ -47,24 +53,30 @@ class Profiler {
   /// A stage begins: `stage` ("fit", "validate", "test", "predict"), the folder describe() writes to
   /// (the Trainer's log_dir) and this process's global rank.
   virtual void setup(const std::string& stage, const std::string& dirpath, int64_t global_rank);
+  /// Starts timing `action`, such as "run_training_batch"; the Trainer's actions nest, each stopped
+  /// before the one around it.
   virtual void start(const std::string& action) = 0;
+  /// Stops timing `action`, which start began.
   virtual void stop(const std::string& action) = 0;
   /// What was recorded since setup, as a report.
   virtual std::string summary() const = 0;
-  /// The stage ended: writes summary() to <dirpath>/<stage>-profile.txt (rank r > 0:
-  /// <stage>-profile-<r>.txt; set_output changes both), rank 0 prints it too, and forgets what was
+  /// The stage ended: writes summary() to `<dirpath>/<stage>-profile.txt` (rank r > 0:
+  /// `<stage>-profile-<r>.txt`; set_output changes both), rank 0 prints it too, and forgets what was
   /// recorded.
   virtual void describe();
 
  protected:
   /// Forgets what was recorded.
   virtual void reset() = 0;
+  /// The stage setup named ("fit" before any).
   const std::string& stage() const { return stage_; }
+  /// The folder the outputs go to: set_output's, else the one setup gave.
   const std::string& dirpath() const { return dirpath_; }
+  /// This process's global rank, as setup gave it.
   int64_t global_rank() const { return global_rank_; }
-  /// <dirpath>/<stage>-<name>[-<kind>][-<rank>].<extension>, its folder created: the report's name
-  /// ("profile" or set_output's filename) for the report (`kind` ""), and for another output `kind`
-  /// alone ("trace"), or after the filename set_output gave.
+  /// The path of an output, its folder created. It is `<dirpath>/<stage>-<name>[-<kind>][-<rank>].<extension>`:
+  /// the report's name ("profile" or set_output's filename) for the report (`kind` ""), and for another
+  /// output `kind` alone ("trace"), or after the filename set_output gave.
   std::string output_path(const std::string& kind, const std::string& extension) const;
 
  private:
@@ -78,6 +90,7 @@ class Profiler {
 /// Times `action` on `profiler` for the scope's life; does nothing when `profiler` is null.
 class ProfileScope {
  public:
+  /// Starts `action` on `profiler`, if any; the destructor stops it.
   ProfileScope(Profiler* profiler, std::string_view action) : profiler_(profiler) {
     if (profiler_ == nullptr) return;
     action_.assign(action);

@@ -14,12 +14,16 @@ namespace arc {
 /// Counts and times every action; summary() is a table sorted by total time.
 class SimpleProfiler : public Profiler {
  public:
+  /// The clock the actions are timed by.
   using Clock = std::chrono::steady_clock;
 
   /// What one action took over the stage.
   struct Totals {
+    /// The times it ran.
     int64_t calls = 0;
+    /// Its time over all of them.
     double total_seconds = 0;
+    /// Its longest run.
     double max_seconds = 0;
   };
 

@@ -30,8 +30,11 @@ struct DDPOptions {
   /// How long one collective of a step may wait for the other ranks.
   std::chrono::milliseconds collective_timeout{std::chrono::minutes(5)};
   /// Gradient bucket sizes: the first (small, so that communication starts early), the rest.
+  ///@{
   int64_t first_bucket_bytes = int64_t{1} << 20;
   int64_t bucket_bytes = int64_t{25} << 20;
+  ///@}
+  /// Tolerate parameters without a gradient in a step (ReducerOptions::find_unused_parameters).
   bool find_unused_parameters = false;
   /// Every step uses the same parameters (ReducerOptions::static_graph).
   bool static_graph = false;
@@ -49,11 +52,13 @@ struct LaunchRequest {
   int64_t processes = 1;
   /// devices is "auto": under a launcher, as many processes per node as it started.
   bool devices_auto = false;
+  /// Machines the job runs on.
   int64_t num_nodes = 1;
   /// "auto" or a registered cluster environment.
   std::string cluster_environment = "auto";
   /// For the SLURM environment: whether and on which signal the job requeues itself.
   cluster::RequeueOptions requeue;
+  /// How long starting or joining the launcher's processes may take.
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
 
   /// Checks that `environment`'s launch matches these devices and nodes.
@@ -62,21 +67,25 @@ struct LaunchRequest {
 
 /// A run as the connector resolved it, once: a strategy sets itself up from this alone.
 struct StrategyPlan {
+  /// The hardware backend of the devices.
   AcceleratorBackend* accelerator = nullptr;
   /// This node's devices, selected once; a rank takes the one at its local rank.
   std::vector<c10::Device> devices;
   /// Where this process runs (from launch()); null for one process.
   std::shared_ptr<cluster::ClusterEnvironment> environment;
+  /// Machines the job runs on.
   int64_t num_nodes = 1;
   /// Intra-op threads of each process on this machine.
   int64_t threads_per_process = 1;
+  /// DDP's settings, from the Trainer's options.
   DDPOptions ddp;
 };
 
-/// Places the module, runs backward and tells ranks apart.
+/// Places the module, runs backward and tells ranks apart; its collectives serve user code too.
 class Strategy {
  public:
   virtual ~Strategy() = default;
+  /// The name it is registered under ("single_device", "ddp", ...).
   virtual std::string name() const = 0;
   /// The launch step, before any device is selected: the environment this process runs in. ddp and
   /// elastic find the one their launcher (srun, mpirun, torchrun) made; ddp_spawn starts the other
@@ -84,19 +93,26 @@ class Strategy {
   virtual std::shared_ptr<cluster::ClusterEnvironment> launch(const LaunchRequest& request) = 0;
   /// Takes this process's device and joins the other ranks.
   virtual void setup(const StrategyPlan& plan) = 0;
+  /// This process's device, where the module and its batches go.
   virtual torch::Device root_device() const = 0;
   /// Moves the module to the root device (and, for DDP, copies rank 0's weights and wires
   /// gradient synchronisation).
   virtual void setup_module(torch::nn::Module& module);
+  /// Runs backward from `loss`; under DDP it also averages the gradients over the ranks, unless
+  /// set_gradient_sync turned that off.
   virtual void backward(const torch::Tensor& loss);
   /// At an optimizer step, after this rank's backward (`skipped`: it had no loss to run backward
   /// on): whether some rank skipped it, so that every rank skips the step together.
   virtual bool agree_on_skip(bool skipped) { return skipped; }
+  /// The number of processes that train together.
   virtual int64_t world_size() const { return 1; }
+  /// This process's rank among all, from 0.
   virtual int64_t global_rank() const { return 0; }
+  /// This process's rank on its machine, from 0.
   virtual int64_t local_rank() const { return 0; }
   /// Processes sharing this machine's cores (sets the default thread count).
   virtual int64_t local_world_size() const { return 1; }
+  /// Whether this is rank 0.
   bool is_global_zero() const { return global_rank() == 0; }
   /// Off during gradient-accumulation micro-steps (no_sync): gradients stay local.
   virtual void set_gradient_sync(bool) {}
@@ -114,14 +130,19 @@ class Strategy {
   /// Called when a stage (fit, validate, ...) ends well.
   virtual void teardown() {}
   /// The profiler that times the gradient collectives (null: none).
+  ///@{
   void set_profiler(Profiler* profiler) { profiler_ = profiler; }
   Profiler* profiler() const { return profiler_; }
+  ///@}
 
-  /// Collectives for user code; with one process they return their input.
+  /// Collectives for user code; with one process they return their input. barrier: waits until every
+  /// rank got there.
   void barrier();
+  /// Sets `tensor`, in place, to rank `src`'s.
   void broadcast(torch::Tensor& tensor, int64_t src = 0);
   /// `text` as rank `src` has it (any serialisable object goes through this).
   std::string broadcast(const std::string& text, int64_t src = 0);
+  /// `tensor` reduced over the ranks with `op`, as a new tensor (the mean by default).
   torch::Tensor all_reduce(const torch::Tensor& tensor, Reduce op = Reduce::mean);
   /// `tensor` reduced in place (as torch.distributed.all_reduce); of a buffer from reduce_buffer,
   /// nothing is copied.
