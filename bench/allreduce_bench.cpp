@@ -196,6 +196,14 @@ int main(int argc, char** argv) try {
     std::cout << std::setw(10) << cell(us("copy") > 0 ? us("shm") / us("copy") : 0.0) << std::setw(14)
               << cell(us("exchange") > 0 ? us("shm") / us("exchange") : 0.0) << "\n";
   }
+  Summary summary("arc_bench_allreduce");
+  for (const int64_t bytes : {int64_t{1} << 20, kBytes.back()}) {
+    const auto i = static_cast<size_t>(std::find(kBytes.begin(), kBytes.end(), bytes) - kBytes.begin());
+    for (const std::string backend : {"shm", "buffer", "gloo"})
+      summary.add(std::to_string(bytes >> 20) + " MB " + backend + " us",
+                  micros.count(backend) ? micros[backend][i] : Summary::kNotMeasured, 0);
+  }
+  summary.print();
   return 0;
 } catch (const std::exception& error) {
   return arc::bench::failed("arc_bench_allreduce", error);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -256,6 +257,33 @@ struct Row {
     for (const auto& r : runs) v.push_back(r.wall_s);
     return median(v);
   }
+};
+
+/// One row of a table of bench/RESULTS.md: the figures of this invocation that
+/// scripts/bench-results.sh keeps, printed as one "SUMMARY {json}" line (the table's name and its
+/// columns in order) after the bench's own table.
+class Summary {
+ public:
+  /// A figure this invocation did not measure (a framework that does not import, say).
+  static constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
+  explicit Summary(std::string table) : table_(std::move(table)) {}
+  /// A figure, rounded to `decimals`; kNotMeasured reads "-".
+  Summary& add(const std::string& column, double value, int decimals) {
+    std::ostringstream text;
+    text << std::fixed << std::setprecision(decimals) << value;
+    return add(column, std::isnan(value) ? "-" : text.str());
+  }
+  Summary& add(const std::string& column, const std::string& text) {
+    columns_.push_back({column, text});
+    return *this;
+  }
+  void print() const {
+    std::cout << "SUMMARY " << nlohmann::json{{"table", table_}, {"columns", columns_}}.dump() << std::endl;
+  }
+
+ private:
+  std::string table_;
+  nlohmann::json columns_ = nlohmann::json::array();
 };
 
 }  // namespace arc::bench

@@ -130,7 +130,8 @@ std::pair<double, double> step_times(const std::function<double()>& step, AsyncC
   return {median(idle), writing.empty() ? 0.0 : median(writing)};
 }
 
-void background_saves(torch::nn::Sequential& model, torch::optim::SGD& sgd, const std::string& folder, int repeats) {
+void background_saves(torch::nn::Sequential& model, torch::optim::SGD& sgd, const std::string& folder, int repeats,
+                      Summary& summary) {
   torch::set_num_threads(1);
   const auto tensors = payload(*model, &sgd);
   size_t bytes = 0;
@@ -175,6 +176,9 @@ void background_saves(torch::nn::Sequential& model, torch::optim::SGD& sgd, cons
       step_times([&] { return timed_step(mlp, mlp_sgd, mlp_x, mlp_y); }, background, save, repeats);
   row("step of the canonical MLP, batch 64, no write", mlp_idle, mlp_idle);
   row("step of the canonical MLP, batch 64, a write in flight (goal <= 1.05)", mlp_writing, mlp_idle);
+  summary.add("background save blocks, ms", median(blocked) * 1e3, 0)
+      .add("blocked vs memcpy", median(blocked) * 1e3 / copy_ms, 2)
+      .add("MLP step, write in flight vs none", mlp_writing / mlp_idle, 2);
   std::filesystem::remove(path);
 }
 
@@ -202,6 +206,7 @@ int main(int argc, char** argv) try {
   // A model whose bytes lie in one tensor, as a large embedding's do: its checksums and its loading
   // are shared among threads by pieces, not by tensors.
   torch::nn::Embedding embedding(51200, 2048);
+  Summary summary("arc_bench_checkpoint");
   struct Case {
     std::string what;
     torch::nn::Module* model;
@@ -261,8 +266,13 @@ int main(int argc, char** argv) try {
               << best_plain / best_checkpoint << "\n";
     row("read " + c.what + ": plain fread", median(pr), median(pr));
     row("read " + c.what + ": checkpoint (all checksums)", median(cr), median(pr));
+    if (c.optimizer != nullptr)
+      summary.add("save vs fwrite + fsync", std::sqrt(write_ratios), 2)
+          .add("load vs fread", median(pr) / median(cr), 2);
+    if (c.what == "one tensor") summary.add("one-tensor load vs fread", median(pr) / median(cr), 2);
   }
-  background_saves(model, sgd, folder, repeats);
+  background_saves(model, sgd, folder, repeats, summary);
+  summary.print();
   return 0;
 } catch (const std::exception& error) {
   return arc::bench::failed("arc_bench_checkpoint", error);

@@ -188,6 +188,17 @@ int main(int argc, char** argv) try {
     if (python)
       std::cout << "final weights, Arclight ddp_spawn x2 vs PyTorch DDP x2: "
                 << (sha(2) == sha(5) ? "bit-identical" : "DIFFERENT") << "\n";
+    Summary("arc_bench_ddp " + model)
+        .add("1 process, samples/s", rows[0].sps(), 0)
+        .add("ddp_spawn x2, samples/s", rows[2].sps(), 0)
+        .add("of 2 x 1 process", rows[2].sps() / (2 * rows[0].sps()), 3)
+        .add("machine's ceiling", rows[1].sps() / (2 * rows[0].sps()), 3)
+        .add("PyTorch DDP x2, samples/s", python ? rows[5].sps() : Summary::kNotMeasured, 0)
+        .add("vs PyTorch DDP", python ? rows[2].sps() / rows[5].sps() : Summary::kNotMeasured, 2)
+        .add("weights as PyTorch DDP's", !python            ? "-"
+                                         : sha(2) == sha(5) ? "bit-identical"
+                                                            : "different")
+        .print();
   }
   return 0;
 } catch (const std::exception& error) {

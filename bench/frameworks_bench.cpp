@@ -77,6 +77,24 @@ int main(int argc, char** argv) try {
                   << std::setw(12) << row.first_step() << std::setprecision(2) << std::setw(9) << row.wall()
                   << std::setprecision(4) << std::setw(9) << row.runs.front().json["val_acc"].get<double>() << "\n";
       }
+      const auto against = [&](const Row& row) {
+        return row.runs.empty() ? Summary::kNotMeasured : rows[0].sps() / row.sps();
+      };
+      const auto weights = [&](const Row& row) {
+        if (row.runs.empty()) return std::string("-");
+        return row.runs.front().json["final_param_sha256"] == rows[0].runs.front().json["final_param_sha256"]
+                   ? std::string("bit-identical")
+                   : std::string("different");
+      };
+      Summary("arc_bench_frameworks " + model + " " + precision)
+          .add("Arclight, samples/s", rows[0].sps(), 0)
+          .add("PyTorch loop, samples/s", rows[1].runs.empty() ? Summary::kNotMeasured : rows[1].sps(), 0)
+          .add("Lightning, samples/s", rows[2].runs.empty() ? Summary::kNotMeasured : rows[2].sps(), 0)
+          .add("vs PyTorch", against(rows[1]), 2)
+          .add("vs Lightning", against(rows[2]), 2)
+          .add("weights as PyTorch's", weights(rows[1]))
+          .add("weights as Lightning's", weights(rows[2]))
+          .print();
     }
   }
   return 0;

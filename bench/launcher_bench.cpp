@@ -110,13 +110,18 @@ int main(int argc, char** argv) try {
   const std::string common = " --strategy ddp --root " + root;
   std::cout << "== launch to first training step, 2 processes (median of " << runs << ") ==\n\n"
             << "| launcher | ms | ratio |\n|---|---|---|\n";
+  arc::bench::Summary summary("arc_bench_launchers");
+  const auto launch = [&](const std::string& name, const std::string& column, double ms, double baseline) {
+    print_row(name, ms, baseline);
+    summary.add(column + " to 1st step, ms", ms, 0);
+  };
   const double spawn = first_step_ms("timeout 120 " + kProbe + " --strategy ddp_spawn --root " + root, runs);
-  print_row("ddp_spawn (baseline)", spawn, spawn);
-  print_row("torchrun --no_python, strategy ddp", first_step_ms(torchrun(kProbe) + common, runs), spawn);
-  print_row("mpirun -np 2, strategy ddp", first_step_ms(arc::testing::mpirun(kProbe) + common, runs), spawn);
+  launch("ddp_spawn (baseline)", "ddp_spawn", spawn, spawn);
+  launch("torchrun --no_python, strategy ddp", "torchrun", first_step_ms(torchrun(kProbe) + common, runs), spawn);
+  launch("mpirun -np 2, strategy ddp", "mpirun", first_step_ms(arc::testing::mpirun(kProbe) + common, runs), spawn);
   arc::testing::SlurmCluster cluster;
-  print_row("srun -n 2 (local SLURM), strategy ddp",
-            first_step_ms(cluster.env() + " timeout 120 srun -n 2 " + kProbe + common, runs), spawn);
+  launch("srun -n 2 (local SLURM), strategy ddp", "srun",
+         first_step_ms(cluster.env() + " timeout 120 srun -n 2 " + kProbe + common, runs), spawn);
 
   std::cout << "\n== recovery (median of " << runs << " for torchrun) ==\n\n"
             << "| failure | ms to training again | steps redone |\n|---|---|---|\n";
@@ -125,10 +130,12 @@ int main(int argc, char** argv) try {
     std::printf(
         "| SIGKILL rank 1 at step 13, torchrun --monitor_interval %.1f, checkpoint every 5 steps | %.0f | %lld |\n",
         interval, recovery.ms, static_cast<long long>(recovery.steps_lost));
+    if (interval == 0.1) summary.add("torchrun worker killed: back in, ms", recovery.ms, 0);
   }
   const auto requeue = requeue_recovery(cluster);
   std::printf("| SLURM SIGUSR1: save, scontrol requeue, start again (cred_expire=5 s) | %.0f | %lld |\n", requeue.ms,
               static_cast<long long>(requeue.steps_lost));
+  summary.add("SLURM requeue: back in, ms", requeue.ms, 0).print();
   std::filesystem::remove_all(root);
   return 0;
 } catch (const std::exception& error) {

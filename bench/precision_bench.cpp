@@ -16,6 +16,7 @@ int main(int argc, char** argv) try {
   std::cout << std::left << std::setw(24) << "run" << std::right << std::setw(12) << "samples/s" << std::setw(8)
             << "ratio" << std::setw(10) << "val_acc" << std::setw(10) << "d acc"
             << "\n";
+  Summary summary("arc_bench_precision");
   for (const std::string model : {"mlp", "cnn"}) {
     if (!has(models, model)) continue;
     double base_sps = 0, base_acc = 0;
@@ -36,8 +37,13 @@ int main(int argc, char** argv) try {
                 << std::setprecision(0) << std::setw(12) << median(sps) << std::setprecision(3) << std::setw(8)
                 << median(sps) / base_sps << std::setprecision(4) << std::setw(10) << acc << std::setw(10)
                 << acc - base_acc << "\n";
+      if (precision == "bf16-mixed")
+        summary.add(model + " bf16-mixed vs 32-true", median(sps) / base_sps, 2)
+            .add(model + " val_acc 32-true", base_acc, 4)
+            .add(model + " val_acc bf16-mixed", acc, 4);
     }
   }
+  summary.print();
   return 0;
 } catch (const std::exception& error) {
   return arc::bench::failed("arc_bench_precision", error);

@@ -220,6 +220,12 @@ int main(int argc, char** argv) try {
   row("CNN: minor page faults, defaults", static_cast<double>(plain.front().minor_faults), "faults", 1.0);
   row("CNN: minor page faults, tune_malloc", static_cast<double>(tuned.front().minor_faults), "faults",
       static_cast<double>(tuned.front().minor_faults) / static_cast<double>(plain.front().minor_faults));
+  Summary("arc_bench_trainer")
+      .add("overhead per step, us", per_step_us(defaults) - hand_us, 1)
+      .add("MLP epoch vs hand loop", 60000 / median(mlp_d) / hand_sps, 3)
+      .add("simple profiler per step, us", per_step_us(profiled) - per_step_us(defaults), 1)
+      .add("CNN tune_malloc vs glibc defaults", sps(tuned) / plain_sps, 2)
+      .print();
   return 0;
 } catch (const std::exception& error) {
   return arc::bench::failed("arc_bench_trainer", error);

@@ -1,0 +1,175 @@
+"""Keeps bench/RESULTS.md: runs the benchmarks on this machine, keeps the SUMMARY lines they print
+(one row of a table each) with the date, commit, command and machine in bench/results/<machine>.json,
+and writes RESULTS.md anew from every machine's file: one table per benchmark, one row per machine.
+
+    python3 bench/results.py [--machine NAME] [--build build] [BENCH ...]   run, keep, write
+    python3 bench/results.py --render                                       write RESULTS.md only
+
+scripts/bench-results.sh runs it. BENCH names a benchmark (arc_bench_ddp, ...); none: all of them.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS_DIR = os.path.join(ROOT, "bench", "results")
+PAGE = os.path.join(ROOT, "bench", "RESULTS.md")
+
+# Each benchmark's arguments for this page, on a CPU machine and on a GPU machine, and what its
+# tables show.
+BENCHES = {
+    "arc_bench_frameworks": (["cpu", "3"], ["gpu", "1"],
+                             "One epoch of the canonical workloads on one device, one CPU thread: Arclight "
+                             "(`arc train`), a plain PyTorch loop and PyTorch Lightning, samples/s, with "
+                             "whether the final weights are the same bits."),
+    "arc_bench_ddp": (["3"], ["3"],
+                      "Two processes of one thread: Arclight `ddp_spawn` x2 (shared memory) against twice one "
+                      "process, against what two separate processes reach at once (the machine's ceiling), "
+                      "and against PyTorch DDP x2 under torchrun on the same workload."),
+    "arc_bench_allreduce": (["200"], ["200"],
+                            "All-reduce of float32 between two local processes, median microseconds: an "
+                            "ordinary tensor through shared memory (shm), a `reduce_buffer` tensor as DDP's "
+                            "buckets (buffer), and Gloo on loopback."),
+    "arc_bench_checkpoint": (["/tmp", "3"], ["/tmp", "3"],
+                             "Saving and loading a 105M-parameter model with SGD momentum (839 MB) against "
+                             "plain `fwrite` + `fsync` and `fread` of the same bytes (above 1: faster), a "
+                             "model of one 419 MB tensor, and saves in the background."),
+    "arc_bench_trainer": (["5"], ["5"],
+                          "The Trainer's own cost: microseconds per step over a hand-written LibTorch loop "
+                          "(tiny model, all default callbacks and loggers), the canonical MLP's epoch against "
+                          "the hand loop, the simple profiler, and `tune_malloc` on the CNN."),
+    "arc_bench_precision": (["1"], ["1"],
+                            "One epoch in bf16-mixed against 32-true on the CPU, one thread, with each "
+                            "validation accuracy."),
+    "arc_bench_launchers": (["5"], ["5"],
+                            "From a command's start to rank 0's first training step under each launcher (2 "
+                            "processes), and how long a failure keeps training away."),
+}
+
+
+def run(command, **kwargs):
+    return subprocess.run(command, cwd=ROOT, text=True, **kwargs)
+
+
+def machine_name():
+    """A GPU machine by its GPU, any other by its CPUs."""
+    if shutil.which("nvidia-smi"):
+        gpus = run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True).stdout
+        if gpus.strip():
+            return gpus.strip().splitlines()[0]
+    return f"{os.cpu_count()}-CPU {platform.machine()}, no GPU"
+
+
+def machine_description():
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "")
+    except OSError:
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} CPUs ({model}), {memory:.0f} GiB"
+
+
+def slug(text):
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def commit():
+    head = run(["git", "rev-parse", "--short", "HEAD"], capture_output=True).stdout.strip()
+    dirty = run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True).stdout.strip()
+    return head + ("+changes" if dirty else "")
+
+
+def measure(bench, args, build):
+    """Runs one benchmark, its output shown as it comes; its SUMMARY rows."""
+    command = [os.path.join(build, "bin", bench)] + args
+    print("$", " ".join([bench] + args), flush=True)
+    process = subprocess.Popen(command, cwd=ROOT, text=True, stdout=subprocess.PIPE)
+    rows = []
+    for line in process.stdout:
+        sys.stdout.write(line)
+        if line.startswith("SUMMARY "):
+            rows.append(json.loads(line[len("SUMMARY "):]))
+    if process.wait() != 0:
+        sys.exit(f"results.py: {bench} failed (exit status {process.returncode}); nothing of it was kept")
+    if not rows:
+        sys.exit(f"results.py: {bench} printed no SUMMARY line; nothing of it was kept")
+    return " ".join([bench] + args), rows
+
+
+def load(path):
+    with open(path) as file:
+        return json.load(file)
+
+
+def render():
+    machines = [load(os.path.join(RESULTS_DIR, name)) for name in sorted(os.listdir(RESULTS_DIR))
+                if name.endswith(".json")]
+    tables = {}  # table -> (bench, columns, rows)
+    for machine in machines:
+        for bench, kept in machine["benches"].items():
+            for row in kept["rows"]:
+                columns = [name for name, _ in row["columns"]]
+                entry = tables.setdefault(row["table"], (bench, columns, []))
+                values = dict(row["columns"])
+                entry[2].append([machine["name"], kept["date"], f"`{kept['commit']}`", f"`{kept['command']}`"] +
+                                [values.get(column, "-") for column in entry[1]])
+    out = ["# Benchmark results", "",
+           "The current figures of each benchmark, one row per machine kind, each with the date, commit and",
+           "command that gave it. `scripts/bench-results.sh` runs the benchmarks on a machine and writes this",
+           "page from their own output; [README.md](README.md) says what each benchmark does and how to read it.",
+           "Ratios come from runs of the same invocation, alternated where the benchmark says so; on the",
+           "virtual machines here, runs of one command spread by 10-25%.", "", "## Machines", ""]
+    for machine in machines:
+        out.append(f"- **{machine['name']}**: {machine['description']}")
+    described = set()
+    for table, (bench, columns, rows) in tables.items():
+        out += ["", f"## {table}", ""]
+        if bench not in described:
+            out += [BENCHES.get(bench, ("", "", ""))[2], ""]
+            described.add(bench)
+        out.append("| machine | date | commit | command | " + " | ".join(columns) + " |")
+        out.append("|---" * (len(columns) + 4) + "|")
+        out += ["| " + " | ".join(row) + " |" for row in rows]
+    with open(PAGE, "w") as page:
+        page.write("\n".join(out) + "\n")
+    print(f"wrote {os.path.relpath(PAGE, ROOT)}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("benches", nargs="*", help="benchmarks to run (default: all)")
+    parser.add_argument("--machine", help="the row's machine kind (default: the GPU's name, else the CPU count)")
+    parser.add_argument("--build", default="build", help="the build folder with bin/arc_bench_* (default: build)")
+    parser.add_argument("--render", action="store_true", help="only write RESULTS.md from bench/results/")
+    args = parser.parse_args()
+    if args.render:
+        return render()
+    unknown = [bench for bench in args.benches if bench not in BENCHES]
+    if unknown:
+        sys.exit(f"results.py: unknown benchmark {', '.join(unknown)}; known: {', '.join(BENCHES)}")
+    name = args.machine or machine_name()
+    gpu = shutil.which("nvidia-smi") is not None and "no GPU" not in name
+    path = os.path.join(RESULTS_DIR, slug(name) + ".json")
+    machine = load(path) if os.path.exists(path) else {"name": name, "benches": {}}
+    machine["description"] = machine_description()
+    for bench in args.benches or list(BENCHES):
+        command, rows = measure(bench, BENCHES[bench][1 if gpu else 0], os.path.abspath(args.build))
+        machine["benches"][bench] = {"date": datetime.date.today().isoformat(), "commit": commit(),
+                                     "command": command, "rows": rows}
+        os.makedirs(RESULTS_DIR, exist_ok=True)
+        with open(path, "w") as file:
+            json.dump(machine, file, indent=1)
+            file.write("\n")
+    render()
+
+
+if __name__ == "__main__":
+    main()
