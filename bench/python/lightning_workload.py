@@ -8,7 +8,9 @@ Prints one line: RESULT {json} with WORKLOAD.md section 6's fields, timed at the
 torch_workload.py and Arclight's RunReport (a step ends once its loss is read back).
 """
 import argparse
+import dataclasses
 import os
+import sys
 import time
 from collections.abc import Mapping
 
@@ -17,10 +19,36 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+
+def allow_torch_1_13_on_python_3_11():
+    """Lightning imports torch.distributed._shard, whose torch 1.13 declares a dataclass field with
+    another dataclass's instance as its default; Python 3.11 refuses such unhashable defaults
+    (torch 2.0 gives the field a default_factory). Gives such a field a factory before it is refused,
+    until Lightning is imported; returns the function to put back (None: nothing was changed)."""
+    if sys.version_info < (3, 11) or int(torch.__version__.split(".")[0]) >= 2:
+        return None
+    get_field = dataclasses._get_field
+
+    def with_factory(cls, name, *args):
+        declared = cls.__dict__.get(name)
+        if isinstance(declared, dataclasses.Field) and dataclasses.is_dataclass(declared.default) \
+                and type(declared.default).__hash__ is None:
+            default = declared.default
+            declared.default, declared.default_factory = dataclasses.MISSING, lambda: default
+        return get_field(cls, name, *args)
+
+    dataclasses._get_field = with_factory
+    return get_field
+
+
+original_get_field = allow_torch_1_13_on_python_3_11()
 try:
     import lightning.pytorch as pl
 except ImportError:
     import pytorch_lightning as pl
+finally:
+    if original_get_field is not None:
+        dataclasses._get_field = original_get_field
 
 import torch_workload as workload
 
