@@ -6,6 +6,8 @@ and writes RESULTS.md anew from every machine's file: one table per benchmark, o
     python3 bench/results.py --render                                       write RESULTS.md only
 
 scripts/bench-results.sh runs it. BENCH names a benchmark (arc_bench_ddp, ...); none: all of them.
+time-newcomer (scripts/time-newcomer.sh: the README's two commands on a fresh Debian 12 chroot, as
+root, about half an hour) runs only when named.
 """
 import argparse
 import datetime
@@ -51,6 +53,14 @@ BENCHES = {
                             "From a command's start to rank 0's first training step under each launcher (2 "
                             "processes), and how long a failure keeps training away."),
 }
+# Measurements that run only when named: a script and what its table shows.
+NAMED_ONLY = {
+    "time-newcomer": ("scripts/time-newcomer.sh",
+                      "What a newcomer waits on a fresh Debian 12 machine (a new debootstrap chroot, no packages, "
+                      "an empty compiler cache), in seconds: the README's first command (install, build, train), "
+                      "then its second (install, build, run the whole suite), then a clean rebuild of the library "
+                      "and `arc` without the compiler cache."),
+}
 
 
 def run(command, **kwargs):
@@ -66,6 +76,10 @@ def machine_name():
     return f"{os.cpu_count()}-CPU {platform.machine()}, no GPU"
 
 
+# The LibTorch the benchmarks ran on, as their header says.
+LIBTORCH = [""]
+
+
 def machine_description():
     model = ""
     try:
@@ -74,7 +88,7 @@ def machine_description():
     except OSError:
         pass
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} CPUs ({model}), {memory:.0f} GiB"
+    return f"{os.cpu_count()} CPUs ({model}), {memory:.0f} GiB" + (f", {LIBTORCH[0]}" if LIBTORCH[0] else "")
 
 
 def slug(text):
@@ -88,25 +102,77 @@ def commit():
 
 
 def measure(bench, args, build):
-    """Runs one benchmark, its output shown as it comes; its SUMMARY rows."""
-    command = [os.path.join(build, "bin", bench)] + args
-    print("$", " ".join([bench] + args), flush=True)
+    """Runs one benchmark, its output shown as it comes; its command and its SUMMARY rows."""
+    if bench in NAMED_ONLY:
+        command, shown = [os.path.join(ROOT, NAMED_ONLY[bench][0])], NAMED_ONLY[bench][0]
+    else:
+        command, shown = [os.path.join(build, "bin", bench)] + args, " ".join([bench] + args)
+    print("$", shown, flush=True)
     process = subprocess.Popen(command, cwd=ROOT, text=True, stdout=subprocess.PIPE)
     rows = []
     for line in process.stdout:
         sys.stdout.write(line)
         if line.startswith("SUMMARY "):
             rows.append(json.loads(line[len("SUMMARY "):]))
+        elif line.startswith("LibTorch "):  # the benchmarks' header: "LibTorch 1.13.0, intra-op threads 1"
+            LIBTORCH[0] = line.split(",")[0]
     if process.wait() != 0:
         sys.exit(f"results.py: {bench} failed (exit status {process.returncode}); nothing of it was kept")
     if not rows:
         sys.exit(f"results.py: {bench} printed no SUMMARY line; nothing of it was kept")
-    return " ".join([bench] + args), rows
+    return shown, rows
 
 
 def load(path):
     with open(path) as file:
         return json.load(file)
+
+
+# The README's comparison with PyTorch and Lightning: this machine's rows of these tables.
+README = os.path.join(ROOT, "README.md")
+README_MACHINE = "2-vCPU VM"
+README_BEGIN, README_END = "<!-- bench/results.py writes this table -->", "<!-- end of the table -->"
+
+
+def readme_table(tables):
+    """The README's comparison table from README_MACHINE's rows, or None without them."""
+    def row(table):
+        bench, columns, rows = tables.get(table, (None, [], []))
+        found = [dict(zip(["machine", "date", "commit", "command"] + columns, r)) for r in rows]
+        found = [r for r in found if r["machine"] == README_MACHINE]
+        return found[0] if found else None
+
+    def number(text):
+        return f"{float(text):,.0f}" if text not in ("-", "") else ""
+
+    out = ["| workload | Arclight | PyTorch | Lightning 2.2.5 | Arclight against them |", "|---|---|---|---|---|"]
+    for model, name in (("mlp", "MLP"), ("cnn", "CNN")):
+        one = row(f"arc_bench_frameworks {model} 32-true")
+        if one is None:
+            return None
+        out.append(f"| {name}, 1 process | {number(one['Arclight, samples/s'])} | "
+                   f"{number(one['PyTorch loop, samples/s'])} | {number(one['Lightning, samples/s'])} | "
+                   f"{one['vs PyTorch']}x PyTorch, {one['vs Lightning']}x Lightning |")
+    for model, name in (("mlp", "MLP, 2 processes (`ddp_spawn`; PyTorch DDP under torchrun)"),
+                        ("cnn", "CNN, 2 processes")):
+        ddp = row(f"arc_bench_ddp {model}")
+        if ddp is None:
+            return None
+        out.append(f"| {name} | {number(ddp['ddp_spawn x2, samples/s'])} | "
+                   f"{number(ddp['PyTorch DDP x2, samples/s'])} | | {ddp['vs PyTorch DDP']}x PyTorch DDP |")
+    return out
+
+
+def render_readme(tables):
+    lines = readme_table(tables)
+    with open(README) as file:
+        text = file.read()
+    if lines is None or README_BEGIN not in text or README_END not in text:
+        return
+    begin, end = text.index(README_BEGIN) + len(README_BEGIN), text.index(README_END)
+    with open(README, "w") as file:
+        file.write(text[:begin] + "\n" + "\n".join(lines) + "\n" + text[end:])
+    print(f"wrote the comparison in {os.path.relpath(README, ROOT)}")
 
 
 def render():
@@ -125,15 +191,16 @@ def render():
            "The current figures of each benchmark, one row per machine kind, each with the date, commit and",
            "command that gave it. `scripts/bench-results.sh` runs the benchmarks on a machine and writes this",
            "page from their own output; [README.md](README.md) says what each benchmark does and how to read it.",
-           "Ratios come from runs of the same invocation, alternated where the benchmark says so; on the",
-           "virtual machines here, runs of one command spread by 10-25%.", "", "## Machines", ""]
+           "Ratios come from runs of the same invocation, alternated where the benchmark says so; on",
+           "virtual machines, runs of one command often spread by 10-30%, and a ratio within that says little.",
+           "", "## Machines", ""]
     for machine in machines:
         out.append(f"- **{machine['name']}**: {machine['description']}")
     described = set()
     for table, (bench, columns, rows) in tables.items():
         out += ["", f"## {table}", ""]
         if bench not in described:
-            out += [BENCHES.get(bench, ("", "", ""))[2], ""]
+            out += [BENCHES[bench][2] if bench in BENCHES else NAMED_ONLY[bench][1], ""]
             described.add(bench)
         out.append("| machine | date | commit | command | " + " | ".join(columns) + " |")
         out.append("|---" * (len(columns) + 4) + "|")
@@ -141,6 +208,7 @@ def render():
     with open(PAGE, "w") as page:
         page.write("\n".join(out) + "\n")
     print(f"wrote {os.path.relpath(PAGE, ROOT)}")
+    render_readme(tables)
 
 
 def main():
@@ -152,18 +220,20 @@ def main():
     args = parser.parse_args()
     if args.render:
         return render()
-    unknown = [bench for bench in args.benches if bench not in BENCHES]
+    unknown = [bench for bench in args.benches if bench not in BENCHES and bench not in NAMED_ONLY]
     if unknown:
-        sys.exit(f"results.py: unknown benchmark {', '.join(unknown)}; known: {', '.join(BENCHES)}")
+        sys.exit(f"results.py: unknown benchmark {', '.join(unknown)}; known: {', '.join([*BENCHES, *NAMED_ONLY])}")
     name = args.machine or machine_name()
     gpu = shutil.which("nvidia-smi") is not None and "no GPU" not in name
     path = os.path.join(RESULTS_DIR, slug(name) + ".json")
     machine = load(path) if os.path.exists(path) else {"name": name, "benches": {}}
-    machine["description"] = machine_description()
     for bench in args.benches or list(BENCHES):
-        command, rows = measure(bench, BENCHES[bench][1 if gpu else 0], os.path.abspath(args.build))
+        arguments = BENCHES[bench][1 if gpu else 0] if bench in BENCHES else []
+        command, rows = measure(bench, arguments, os.path.abspath(args.build))
         machine["benches"][bench] = {"date": datetime.date.today().isoformat(), "commit": commit(),
                                      "command": command, "rows": rows}
+        if LIBTORCH[0] or "description" not in machine:
+            machine["description"] = machine_description()
         os.makedirs(RESULTS_DIR, exist_ok=True)
         with open(path, "w") as file:
             json.dump(machine, file, indent=1)

@@ -2,7 +2,8 @@
 # Times what a newcomer waits on a fresh Debian 12 machine. In a new bookworm chroot made with
 # debootstrap (no Arclight package installed, empty compiler cache) it runs the README's first
 # command, then its second, then a clean rebuild of the library and `arc` without the compiler
-# cache, and prints the three times. Needs root.
+# cache, and prints the three times, then them as one SUMMARY line for bench/RESULTS.md
+# (scripts/bench-results.sh time-newcomer runs it). Needs root.
 #   scripts/time-newcomer.sh [folder for debootstrap's base system, default /tmp/arc-bookworm]
 # The base system is kept for the next run; each run works in a fresh copy of it, <folder>-run.
 set -euo pipefail
@@ -27,4 +28,7 @@ chroot "$root" bash -c 'set -euo pipefail; cd /src
   grep "^RESULT" /tmp/first.log
   echo "first command (scripts/train-example.sh): ${first} s"
   echo "second command (scripts/test.sh): ${second} s"
-  echo "clean rebuild of the library and arc: ${rebuild} s"'
+  echo "clean rebuild of the library and arc: ${rebuild} s"
+  tests=$(grep -oE "[0-9]+ tests failed out of [0-9]+" /tmp/second.log | tail -n 1)
+  printf "SUMMARY {\"table\": \"scripts/time-newcomer.sh\", \"columns\": [[\"first command, s\", \"%s\"], [\"second command, s\", \"%s\"], [\"clean rebuild, s\", \"%s\"], [\"tests\", \"%s\"]]}\n" \
+    "$first" "$second" "$rebuild" "$tests"'
