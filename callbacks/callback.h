@@ -29,7 +29,8 @@ class Callback {
  public:
   virtual ~Callback() = default;
 
-  /// Identifies the callback's state in checkpoints; the class name by default.
+  /// Identifies the callback's state in checkpoints: every callback names it (the shipped ones use
+  /// their class name, with the options that tell two instances apart).
   virtual std::string state_key() const = 0;
 
   /// When fit, validate, test or predict starts, after the data module's setup and before the

@@ -57,8 +57,8 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  /// Trains with data from `data`; validates as the options say. `ckpt_path` (a file, "last" or
-  /// "best") resumes exactly where that checkpoint stopped.
+  /// Trains with data from `data`; validates as the options say. `ckpt_path` (a file, "last",
+  /// "best" or "hpc") resumes exactly where that checkpoint stopped.
   void fit(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
   /// Trains on `train` (or the module's own train_dataloader), validating on `val` (one source or
   /// several: `{val_a, val_b}`) if given.

@@ -367,7 +367,8 @@ const std::vector<OptionField>& option_fields() {
                              "num_sanity_val_steps must be >= 0, or -1 for all batches, got ",
                              o.num_sanity_val_steps());
                  }),
-      ARC_OPTION(log_every_n_steps, "batches between step metrics sent to the loggers",
+      ARC_OPTION(log_every_n_steps,
+                 "optimizer steps (batches that end an accumulation window) between step metrics sent to the loggers",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.log_every_n_steps() >= 1, "log_every_n_steps must be >= 1, got ", o.log_every_n_steps());
                  }),
