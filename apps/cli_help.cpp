@@ -46,6 +46,13 @@ struct ClassKey {
   std::vector<std::string> names;
   std::function<void(const std::string& name, const Config&)> create;
   bool list = false;  // a list of entries (appended with +=), not one entry
+
+  /// Modules and data modules read keys of their own section; the other classes read init_args.
+  bool keyed() const { return key == "model" || key == "data"; }
+  /// The section whose keys `create` reads.
+  std::string section() const { return keyed() ? key : key + ".init_args"; }
+  /// "callbacks", "strategy classes".
+  std::string plural() const { return what + (what.back() == 's' ? "es" : "s"); }
 };
 
 // Every config key that names a class, in the order `arc modules` lists them.
@@ -129,20 +136,20 @@ std::string trainer_keys_help() {
 // each kind with the flag that lists one's init_args.
 int list_modules() {
   for (const auto& known : class_keys()) {
-    const bool keyed = known.key == "model" || known.key == "data";
-    std::cout << known.what << (known.what.back() == 's' ? "es" : "s")
+    std::cout << known.plural()
               << (known.key == "model" ? " (the config keys each reads, with their defaults)"
-                  : keyed              ? ""
+                  : known.keyed()      ? ""
                                        : " (arc fit --" + known.key + ".help <class> lists one's init_args)")
               << ":\n";
-    if (!keyed) {
+    if (!known.keyed()) {
       std::cout << "  " << join(known.names) << "\n";
       continue;
     }
     for (const auto& name : known.names) {
       const auto data = known.key == "model" ? default_data_module(name) : "";
       std::cout << "  " << name << (data.empty() ? "" : "  (data: " + data + ")")
-                << listed(config_keys(known.key, [&](const Config& config) { known.create(name, config); })) << "\n";
+                << listed(config_keys(known.section(), [&](const Config& config) { known.create(name, config); }))
+                << "\n";
     }
   }
   return 0;
@@ -159,7 +166,7 @@ int class_help(const std::string& request) {
   const std::string name = detail::registered_name(class_path);
   ARC_CHECK(std::count(known.names.begin(), known.names.end(), name) > 0, "--", key,
             ".help: ", unknown_name_message(known.what, name, known.names));
-  const auto keys = config_keys(key + ".init_args", [&](const Config& config) { known.create(name, config); });
+  const auto keys = config_keys(known.section(), [&](const Config& config) { known.create(name, config); });
   std::cout << name << " (" << known.what << ")";
   if (keys.empty()) {
     std::cout << " takes no init_args\n";
@@ -189,16 +196,13 @@ int print_reference() {
     std::cout << "| `trainer." << option.key << "` | `" << cell(option.default_value.dump()) << "` | "
               << cell(option.help) << " |\n";
   for (const auto& known : class_keys()) {
-    std::string heading = known.what == "lr_scheduler" ? "LR scheduler" : known.what;
+    std::string heading = known.what == "lr_scheduler" ? "LR schedulers" : known.plural();
     heading[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(heading[0])));
-    std::cout << "\n## " << heading << (heading.back() == 's' ? "es" : "s") << " (`" << known.key << "`)\n\n"
-              << "| class | " << (known.key == "model" || known.key == "data" ? "keys" : "init_args")
-              << ", with their defaults |\n|---|---|\n";
+    std::cout << "\n## " << heading << " (`" << known.key << "`)\n\n"
+              << "| class | " << (known.keyed() ? "keys" : "init_args") << ", with their defaults |\n|---|---|\n";
     for (const auto& name : known.names)
       std::cout << "| `" << name << "` | "
-                << code_list(
-                       config_keys(known.key == "model" || known.key == "data" ? known.key : known.key + ".init_args",
-                                   [&](const Config& config) { known.create(name, config); }))
+                << code_list(config_keys(known.section(), [&](const Config& config) { known.create(name, config); }))
                 << " |\n";
   }
   return 0;

@@ -76,11 +76,8 @@ def machine_name():
     return f"{os.cpu_count()}-CPU {platform.machine()}, no GPU"
 
 
-# The LibTorch the benchmarks ran on, as their header says.
-LIBTORCH = [""]
-
-
-def machine_description():
+def machine_description(libtorch):
+    """The machine's CPUs and memory, and `libtorch` ("LibTorch 1.13.0", or "" where unknown)."""
     model = ""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -88,7 +85,7 @@ def machine_description():
     except OSError:
         pass
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} CPUs ({model}), {memory:.0f} GiB" + (f", {LIBTORCH[0]}" if LIBTORCH[0] else "")
+    return f"{os.cpu_count()} CPUs ({model}), {memory:.0f} GiB" + (f", {libtorch}" if libtorch else "")
 
 
 def slug(text):
@@ -102,25 +99,29 @@ def commit():
 
 
 def measure(bench, args, build):
-    """Runs one benchmark, its output shown as it comes; its command and its SUMMARY rows."""
+    """Runs one benchmark, its output shown as it comes; its command, its SUMMARY rows and the
+    LibTorch its header names ("" where it names none)."""
     if bench in NAMED_ONLY:
         command, shown = [os.path.join(ROOT, NAMED_ONLY[bench][0])], NAMED_ONLY[bench][0]
     else:
         command, shown = [os.path.join(build, "bin", bench)] + args, " ".join([bench] + args)
+    if not os.access(command[0], os.X_OK):
+        sys.exit(f"results.py: {command[0]} is missing; build the benchmarks first (scripts/build.sh), "
+                 f"or pass --build with the build folder that has them")
     print("$", shown, flush=True)
     process = subprocess.Popen(command, cwd=ROOT, text=True, stdout=subprocess.PIPE)
-    rows = []
+    rows, libtorch = [], ""
     for line in process.stdout:
         sys.stdout.write(line)
         if line.startswith("SUMMARY "):
             rows.append(json.loads(line[len("SUMMARY "):]))
         elif line.startswith("LibTorch "):  # the benchmarks' header: "LibTorch 1.13.0, intra-op threads 1"
-            LIBTORCH[0] = line.split(",")[0]
+            libtorch = line.split(",")[0]
     if process.wait() != 0:
         sys.exit(f"results.py: {bench} failed (exit status {process.returncode}); nothing of it was kept")
     if not rows:
         sys.exit(f"results.py: {bench} printed no SUMMARY line; nothing of it was kept")
-    return shown, rows
+    return shown, rows, libtorch
 
 
 def load(path):
@@ -229,11 +230,11 @@ def main():
     machine = load(path) if os.path.exists(path) else {"name": name, "benches": {}}
     for bench in args.benches or list(BENCHES):
         arguments = BENCHES[bench][1 if gpu else 0] if bench in BENCHES else []
-        command, rows = measure(bench, arguments, os.path.abspath(args.build))
+        command, rows, libtorch = measure(bench, arguments, os.path.abspath(args.build))
         machine["benches"][bench] = {"date": datetime.date.today().isoformat(), "commit": commit(),
                                      "command": command, "rows": rows}
-        if LIBTORCH[0] or "description" not in machine:
-            machine["description"] = machine_description()
+        if libtorch or "description" not in machine:
+            machine["description"] = machine_description(libtorch)
         os.makedirs(RESULTS_DIR, exist_ok=True)
         with open(path, "w") as file:
             json.dump(machine, file, indent=1)

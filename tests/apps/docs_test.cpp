@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -23,12 +22,7 @@ namespace {
 
 const fs::path kSource = ARC_SOURCE_DIR;
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+std::string read_file(const fs::path& path) { return arc::testing::read_file(path.string()); }
 
 // README.md and every page under docs/, relative to the source folder.
 std::vector<fs::path> pages() {
@@ -183,13 +177,13 @@ TEST(Docs, EveryConfigBlockLoads) {
       }
       if (!config) continue;
       ++configs;
-      // A block that starts as a shipped config does is that config, whole.
+      // A block that starts with a shipped config's first line must be that config, whole.
       for (const auto& shipped : fs::directory_iterator(kSource / "apps/configs")) {
         const auto file = read_file(shipped.path());
-        if (file.substr(0, file.find('\n')) == block.lines.front())
-          EXPECT_EQ(block.text(), file) << page.string() << ":" << block.line << " shows "
-                                        << fs::relative(shipped.path(), kSource).string()
-                                        << " but differs from it; copy the file as it is";
+        if (file.substr(0, file.find('\n')) != block.lines.front()) continue;
+        EXPECT_EQ(block.text(), file) << page.string() << ":" << block.line << " shows "
+                                      << fs::relative(shipped.path(), kSource).string()
+                                      << " but differs from it; copy the file as it is";
       }
       const auto file = write_config("docs_block." + block.language, block.text());
       const auto run = run_command(std::string(ARC_BINARY) + " fit --config " + file + " --print_config");
@@ -234,8 +228,10 @@ TEST(Docs, RelativeLinksResolveAndTheReadmeLinksEveryPage) {
       if (page == "README.md") linked_from_readme.insert(fs::relative(path, kSource).lexically_normal());
     }
   }
-  for (const auto& page : pages())
-    if (page != "README.md") EXPECT_EQ(linked_from_readme.count(page), 1u) << "README.md does not link " << page;
+  for (const auto& page : pages()) {
+    if (page == "README.md") continue;
+    EXPECT_EQ(linked_from_readme.count(page), 1u) << "README.md does not link " << page.string();
+  }
 }
 
 TEST(Docs, OptionsReferenceIsWhatTheToolPrints) {
