@@ -1,15 +1,21 @@
-// The whole public API of Arclight: this header and those it includes are the public headers. The
-// other installed headers are what those need; detail/ folders are internal and not installed.
+// The whole public API of Arclight: this header includes every public header (every header outside
+// a detail/ folder); detail/ folders are internal and not installed.
 #pragma once
 
 #include <arc/accelerators/accelerator_backend.h>
+#include <arc/accelerators/cpu_accelerator.h>
+#include <arc/accelerators/cuda_accelerator.h>
+#include <arc/base/arg.h>
+#include <arc/base/class_path.h>
 #include <arc/base/config.h>
 #include <arc/base/console.h>
+#include <arc/base/devices.h>
 #include <arc/base/error.h>
+#include <arc/base/output_file.h>
+#include <arc/base/reduce.h>
 #include <arc/base/registry.h>
 #include <arc/base/sha256.h>
 #include <arc/callbacks/batch_size_finder.h>
-#include <arc/callbacks/callback.h>
 #include <arc/callbacks/callback_registry.h>
 #include <arc/callbacks/device_stats_monitor.h>
 #include <arc/callbacks/early_stopping.h>
@@ -29,10 +35,10 @@
 #include <arc/callbacks/throughput_monitor.h>
 #include <arc/callbacks/timer.h>
 #include <arc/callbacks/weight_averaging.h>
-#include <arc/core/async_checkpoint_writer.h>
-#include <arc/core/checkpoint.h>
+#include <arc/core/callback.h>
 #include <arc/core/load_from_checkpoint.h>
 #include <arc/core/lr_scheduler.h>
+#include <arc/core/metric_store.h>
 #include <arc/core/module_registry.h>
 #include <arc/core/optimizer_registry.h>
 #include <arc/core/train_module.h>
@@ -44,7 +50,12 @@
 #include <arc/data/data_module.h>
 #include <arc/data/dataset.h>
 #include <arc/data/sampler.h>
-#include <arc/fabric/accelerator.h>
+#include <arc/fabric/async_checkpoint_writer.h>
+#include <arc/fabric/checkpoint.h>
+#include <arc/fabric/fabric.h>
+#include <arc/fabric/fabric_options.h>
+#include <arc/fabric/grad_scaler.h>
+#include <arc/fabric/precision.h>
 #include <arc/loggers/csv_logger.h>
 #include <arc/loggers/folder_logger.h>
 #include <arc/loggers/jsonl_logger.h>
@@ -54,10 +65,23 @@
 #include <arc/profilers/advanced_profiler.h>
 #include <arc/profilers/profiler.h>
 #include <arc/profilers/simple_profiler.h>
+#include <arc/strategies/cluster/cluster_environment.h>
+#include <arc/strategies/cluster/kubeflow_environment.h>
+#include <arc/strategies/cluster/local_environment.h>
+#include <arc/strategies/cluster/lsf_environment.h>
+#include <arc/strategies/cluster/mpi_environment.h>
+#include <arc/strategies/cluster/slurm_environment.h>
+#include <arc/strategies/cluster/torchelastic_environment.h>
+#include <arc/strategies/collectives.h>
+#include <arc/strategies/ddp_spawn_strategy.h>
+#include <arc/strategies/ddp_strategy.h>
+#include <arc/strategies/elastic_strategy.h>
+#include <arc/strategies/grad_reducer.h>
+#include <arc/strategies/single_device_strategy.h>
 #include <arc/strategies/strategy.h>
 #include <arc/strategies/sync_batch_norm.h>
 #include <arc/version.h>
 
 /// Arclight: a Lightning-style training framework for C++ on LibTorch. Start with arc::Trainer,
-/// arc::TrainModule and arc::TrainerOptions; arc::Accelerator is the facade for your own loop.
+/// arc::TrainModule and arc::TrainerOptions; arc::Fabric is the facade for your own loop.
 namespace arc {}

@@ -15,9 +15,9 @@ int64_t AcceleratorBackend::count(const Devices& devices) const {
 Registry<AcceleratorBackend>& accelerator_registry() {
   static Registry<AcceleratorBackend> registry = [] {
     Registry<AcceleratorBackend> r("accelerator");
-    r.add("cpu", [] { return std::make_shared<CpuAccelerator>(); });
-    r.add("cuda", [] { return std::make_shared<CudaAccelerator>(); });
-    r.add("gpu", [] { return std::make_shared<CudaAccelerator>(); });
+    r.add_class<CpuAccelerator>("cpu");
+    r.add_class<CudaAccelerator>("cuda");
+    r.add_class<CudaAccelerator>("gpu");
     return r;
   }();
   return registry;

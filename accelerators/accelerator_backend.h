@@ -1,5 +1,5 @@
-// AcceleratorBackend: the hardware a process computes on (cpu, cuda). Named apart from
-// arc::Accelerator, the facade for users who write their own loop.
+// AcceleratorBackend: the hardware a process computes on (cpu, cuda), Lightning's Accelerator. Named
+// apart from arc::Accelerator, the deprecated name of arc::Fabric.
 #pragma once
 
 #include <arc/base/devices.h>

@@ -6,7 +6,7 @@
 
 namespace arc {
 
-/// cuda:<index> devices; honours CUDA_VISIBLE_DEVICES through the CUDA runtime.
+/// `cuda:N` devices; honours CUDA_VISIBLE_DEVICES through the CUDA runtime.
 class CudaAccelerator : public AcceleratorBackend {
  public:
   /// `chosen_by_auto`: accelerator "auto" took the GPU, so a count beyond the GPUs may have meant

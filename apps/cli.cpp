@@ -6,18 +6,18 @@
 #include <arc/base/class_path.h>
 #include <arc/base/config.h>
 #include <arc/base/console.h>
+#include <arc/base/detail/yaml.h>
 #include <arc/base/error.h>
-#include <arc/base/yaml.h>
-#include <arc/callbacks/callback.h>
 #include <arc/callbacks/callback_registry.h>
 #include <arc/callbacks/on_exception_checkpoint.h>
 #include <arc/callbacks/prediction_writer.h>
+#include <arc/core/callback.h>
 #include <arc/core/module_registry.h>
 #include <arc/core/optimizer_registry.h>
 #include <arc/core/trainer.h>
 #include <arc/core/tuner.h>
 #include <arc/loggers/logger_registry.h>
-#include <arc/strategies/launchers/rank_processes.h>
+#include <arc/strategies/detail/rank_processes.h>
 #include <arc/strategies/strategy.h>
 #include <arc/version.h>
 

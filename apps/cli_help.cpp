@@ -10,7 +10,7 @@
 #include <arc/core/trainer_options.h>
 #include <arc/loggers/logger_registry.h>
 #include <arc/profilers/profiler.h>
-#include <arc/strategies/lightning_strategy.h>
+#include <arc/strategies/detail/lightning_strategy.h>
 
 #include <torch/torch.h>
 
@@ -185,13 +185,18 @@ int class_help(const std::string& request) {
 }
 
 int print_reference() {
-  std::cout << "# Options reference\n\n"
-               "Every key that a config, `--set` or a LightningCLI flag gives the `arc` tool, with its default. The\n"
-               "trainer keys are also `arc::TrainerOptions`' setters of the same names in C++ "
-               "([trainer.md](../trainer.md));\n"
-               "[cli.md](../cli.md) explains configs. This page is what `build/bin/arc reference` prints: run\n"
-               "`scripts/docs.sh` to write it anew (the test suite fails while it differs).\n\n"
-               "## Trainer\n\n| key | default | meaning |\n|---|---|---|\n";
+  std::cout
+      << "# Options reference\n\n"
+         "Every key that a config, `--set` or a LightningCLI flag gives the `arc` tool, with its default. The\n"
+         "trainer keys are also `arc::TrainerOptions`' setters of the same names in C++ "
+         "([trainer.md](../trainer.md)),\n"
+         "but for the DDP strategy's (timeout, collective_timeout, find_unused_parameters, static_graph,\n"
+         "gradient_as_bucket_view, first_bucket_mb, bucket_cap_mb, shared_memory, process_group_backend), which "
+         "are\n`TrainerOptions::ddp()`'s, and the SLURM environment's (auto_requeue, requeue_signal), which are\n"
+         "`TrainerOptions::slurm()`'s. [cli.md](../cli.md) explains configs. This page is what\n"
+         "`build/bin/arc reference` prints: run `scripts/docs.sh` to write it anew (the test suite fails while it\n"
+         "differs).\n\n"
+         "## Trainer\n\n| key | default | meaning |\n|---|---|---|\n";
   for (const auto& option : TrainerOptions::help())
     std::cout << "| `trainer." << option.key << "` | `" << cell(option.default_value.dump()) << "` | "
               << cell(option.help) << " |\n";

@@ -3,8 +3,8 @@
 #include <arc/apps/cli.h>
 
 #include <arc/base/config.h>
+#include <arc/base/detail/yaml.h>
 #include <arc/base/error.h>
-#include <arc/base/yaml.h>
 
 #include <cctype>
 #include <fstream>

@@ -5,8 +5,8 @@
 #include <arc/base/devices.h>
 #include <arc/base/error.h>
 #include <arc/strategies/cluster/cluster_environment.h>
-#include <arc/strategies/launchers/rank_processes.h>
-#include <arc/strategies/lightning_strategy.h>
+#include <arc/strategies/detail/lightning_strategy.h>
+#include <arc/strategies/detail/rank_processes.h>
 
 #include <fcntl.h>
 #include <signal.h>

@@ -4,7 +4,7 @@
 // loading its own; anything else it hands to the engine unchanged (exec).
 #pragma once
 
-#include <arc/strategies/launchers/rank_processes.h>
+#include <arc/strategies/detail/rank_processes.h>
 
 #include <cstdint>
 #include <string>

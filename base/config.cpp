@@ -2,7 +2,7 @@
 #include <arc/base/config.h>
 
 #include <arc/base/class_path.h>
-#include <arc/base/yaml.h>
+#include <arc/base/detail/yaml.h>
 
 #include <algorithm>
 #include <cctype>

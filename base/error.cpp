@@ -55,4 +55,10 @@ std::string unknown_name_message(const std::string& what, const std::string& nam
   return message;
 }
 
+void check_choice(const std::string& key, const std::string& value, const std::vector<std::string>& allowed) {
+  for (const auto& choice : allowed)
+    if (choice == value) return;
+  throw Error(unknown_name_message(key, value, allowed));
+}
+
 }  // namespace arc

@@ -38,6 +38,9 @@ std::string closest_match(const std::string& word, const std::vector<std::string
 std::string unknown_name_message(const std::string& what, const std::string& name,
                                  const std::vector<std::string>& known);
 
+/// Throws unknown_name_message(key, value, allowed) unless `value` is one of `allowed`.
+void check_choice(const std::string& key, const std::string& value, const std::vector<std::string>& allowed);
+
 /// "a, b, c".
 std::string join(const std::vector<std::string>& items, const std::string& separator = ", ");
 

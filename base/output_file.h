@@ -17,11 +17,13 @@ constexpr const char* kTemporaryInfix = ".tmp-";
 /// that write it somewhere else, `smaller` (optional) how to make it smaller.
 class OutputFile {
  public:
+  /// Opens the temporary file for `target`; the other arguments word the errors (see above).
   OutputFile(std::string target, std::string what, std::string elsewhere, std::string smaller = "");
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
   ~OutputFile();
 
+  /// Appends `size` bytes.
   void write(const void* data, size_t size);
   /// Bytes written so far.
   size_t offset() const { return offset_; }

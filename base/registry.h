@@ -22,10 +22,18 @@ class Registry {
   /// `what` names the kind of thing in messages ("strategy", "module").
   explicit Registry(std::string what) : what_(std::move(what)) {}
 
-  /// Registers `factory` under `name`; registering a name twice is an error.
-  void add(const std::string& name, Factory factory) {
+  /// Registers `factory` under `name`; registering a name twice is an error. Returns true, so that
+  /// a registration can initialize a static (ARC_REGISTER).
+  bool add(const std::string& name, Factory factory) {
     ARC_CHECK(factories_.count(name) == 0, what_, " '", name, "' is registered twice; give one of them another name");
     factories_.emplace(name, std::move(factory));
+    return true;
+  }
+
+  /// Registers `Class`, constructed from create()'s arguments, under `name`.
+  template <typename Class>
+  bool add_class(const std::string& name) {
+    return add(name, [](Args... args) { return std::make_shared<Class>(std::forward<Args>(args)...); });
   }
 
   /// Builds the thing registered as `name`.
@@ -48,3 +56,10 @@ class Registry {
 };
 
 }  // namespace arc
+
+/// Registers `Class` in `registry` (an expression giving a Registry) as `name` when the program
+/// starts, from any source file: what ARC_REGISTER_CALLBACK, ARC_REGISTER_LOGGER and
+/// ARC_REGISTER_DATA_MODULE expand to. `kind` keeps the registrations of one class in several
+/// registries apart.
+#define ARC_REGISTER(kind, registry, Class, name) \
+  static const bool arc_##kind##_registered_##Class = (registry).add_class<Class>(name)

@@ -13,8 +13,8 @@
 //   arc_bench_allreduce [iterations=200] [backends=shm,buffer,written,copy,exchange,gloo: any of them]
 #include "bench_util.h"
 
+#include <arc/strategies/detail/process_group.h>
 #include <arc/strategies/detail/shm_segment.h>
-#include <arc/strategies/process_group.h>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 

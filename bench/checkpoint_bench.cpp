@@ -8,11 +8,11 @@
 //   arc_bench_checkpoint [folder=/tmp] [repeats=3, at least 2]
 #include "bench_util.h"
 
-#include <arc/base/host.h>
-#include <arc/base/torch_compat.h>
-#include <arc/core/async_checkpoint_writer.h>
-#include <arc/core/checkpoint.h>
-#include <arc/core/optimizer_state.h>
+#include <arc/base/detail/host.h>
+#include <arc/base/detail/torch_compat.h>
+#include <arc/fabric/async_checkpoint_writer.h>
+#include <arc/fabric/checkpoint.h>
+#include <arc/fabric/detail/optimizer_state.h>
 
 #include <unistd.h>
 

@@ -9,7 +9,7 @@
 #include <arc/apps/examples/workload.h>
 #include <arc/arc.h>
 #include <arc/core/detail/straggler_monitor.h>
-#include <arc/strategies/process_group.h>
+#include <arc/strategies/detail/process_group.h>
 
 #include <sys/resource.h>
 #include <sys/wait.h>

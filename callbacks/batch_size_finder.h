@@ -2,7 +2,7 @@
 // in memory at the start of fit, and trains with it.
 #pragma once
 
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 #include <arc/core/tuner.h>
 
 #include <cstdint>

@@ -332,11 +332,6 @@ Registry<Callback, const Config&>& callback_registry() {
   return registry;
 }
 
-bool detail::add_callback(const std::string& name, Registry<Callback, const Config&>::Factory factory) {
-  callback_registry().add(name, std::move(factory));
-  return true;
-}
-
 std::vector<std::shared_ptr<Callback>> callbacks_from_json(const nlohmann::json& list, const std::string& path,
                                                            nlohmann::json* resolved) {
   return detail::from_class_paths(callback_registry(), list, path, resolved);

@@ -4,7 +4,7 @@
 #pragma once
 
 #include <arc/base/class_path.h>
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 
 #include <nlohmann/json.hpp>
 
@@ -24,14 +24,7 @@ Registry<Callback, const Config&>& callback_registry();
 std::vector<std::shared_ptr<Callback>> callbacks_from_json(const nlohmann::json& list, const std::string& path,
                                                            nlohmann::json* resolved = nullptr);
 
-namespace detail {
-bool add_callback(const std::string& name, Registry<Callback, const Config&>::Factory factory);
-
-}  // namespace detail
-
 }  // namespace arc
 
 /// Registers `Class` (constructible from `const arc::Config&`, its init_args) as callback "name".
-#define ARC_REGISTER_CALLBACK(Class, name)            \
-  static const bool arc_callback_registered_##Class = \
-      ::arc::detail::add_callback(name, [](const ::arc::Config& config) { return std::make_shared<Class>(config); })
+#define ARC_REGISTER_CALLBACK(Class, name) ARC_REGISTER(callback, ::arc::callback_registry(), Class, name)

@@ -1,7 +1,7 @@
 // DeviceStatsMonitor: logs the device's utilisation and memory figures around training batches.
 #pragma once
 
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 
 #include <map>
 #include <memory>

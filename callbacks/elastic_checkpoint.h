@@ -2,7 +2,7 @@
 // so that a group torchrun restarts loses at most the steps since the last one.
 #pragma once
 
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 
 #include <chrono>
 #include <string>

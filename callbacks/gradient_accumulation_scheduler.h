@@ -1,7 +1,7 @@
 // GradientAccumulationScheduler: changes accumulate_grad_batches by epoch ({0: 8, 4: 4, 8: 1}).
 #pragma once
 
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 
 #include <map>
 

@@ -1,7 +1,7 @@
 // LambdaCallback: hooks given as functions, for one-off behaviour without a class.
 #pragma once
 
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 
 #include <functional>
 

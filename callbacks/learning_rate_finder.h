@@ -2,7 +2,7 @@
 // fit and trains at the rate it suggests.
 #pragma once
 
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 #include <arc/core/tuner.h>
 
 #include <optional>

@@ -1,7 +1,7 @@
 // LearningRateMonitor: logs every optimizer's learning rates to the loggers.
 #pragma once
 
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 #include <arc/core/train_module.h>
 
 #include <optional>

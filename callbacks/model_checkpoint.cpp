@@ -3,9 +3,9 @@
 
 #include <arc/base/console.h>
 #include <arc/base/error.h>
-#include <arc/core/checkpoint.h>
 #include <arc/core/metric_store.h>
 #include <arc/core/trainer.h>
+#include <arc/fabric/checkpoint.h>
 #include <arc/strategies/strategy.h>
 
 #include <fmt/format.h>

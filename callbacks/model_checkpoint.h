@@ -3,7 +3,7 @@
 #pragma once
 
 #include <arc/base/arg.h>
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 
 #include <map>
 #include <optional>

@@ -4,8 +4,8 @@
 #include <arc/base/config.h>
 #include <arc/base/console.h>
 #include <arc/base/error.h>
-#include <arc/core/checkpoint.h>
 #include <arc/core/trainer.h>
+#include <arc/fabric/checkpoint.h>
 #include <arc/strategies/collectives.h>
 #include <arc/strategies/strategy.h>
 

@@ -1,7 +1,7 @@
 // ModelSummary: a table of the module's layers, parameter counts and size when fit starts.
 #pragma once
 
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 
 #include <string>
 

@@ -1,7 +1,7 @@
 // OnExceptionCheckpoint: saves a checkpoint when fit fails, so the work is not lost.
 #pragma once
 
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 
 #include <string>
 

@@ -2,7 +2,7 @@
 // of keeping them all in memory (what predict returns).
 #pragma once
 
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 
 #include <cstdint>
 #include <string>

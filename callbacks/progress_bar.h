@@ -4,7 +4,7 @@
 // inside fit draws over the training line. Rank 0 only.
 #pragma once
 
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 
 #include <chrono>
 #include <cstdio>

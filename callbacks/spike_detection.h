@@ -4,7 +4,7 @@
 
 #include <arc/base/arg.h>
 #include <arc/base/error.h>
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 
 #include <cstdint>
 #include <deque>

@@ -1,7 +1,7 @@
 // ThroughputMonitor: samples and batches per second of training, logged every N steps.
 #pragma once
 
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 
 #include <chrono>
 

@@ -2,7 +2,7 @@
 // spent in training and validation.
 #pragma once
 
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 #include <arc/core/train_module.h>
 
 #include <chrono>

@@ -2,8 +2,8 @@
 #include <arc/callbacks/weight_averaging.h>
 
 #include <arc/base/error.h>
-#include <arc/core/checkpoint.h>
 #include <arc/core/trainer.h>
+#include <arc/fabric/checkpoint.h>
 
 #include <arc/data/data_loader.h>
 #include <arc/strategies/sync_batch_norm.h>

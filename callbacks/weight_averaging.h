@@ -5,7 +5,7 @@
 // in the module. Before the first update the average is the weights themselves.
 #pragma once
 
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 
 #include <torch/types.h>
 

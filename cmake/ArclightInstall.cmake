@@ -12,7 +12,9 @@ endforeach()
 install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/arc.h ${ARC_VERSION_INCLUDE_DIR}/arc/version.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/arc)
 
-install(TARGETS arclight arclight_launch arc_deps EXPORT ArclightTargets
+# arc::arclight and the layers it links (each exported as arc::<layer>).
+get_property(ARC_LAYER_TARGETS GLOBAL PROPERTY ARC_LAYERS)
+install(TARGETS arclight ${ARC_LAYER_TARGETS} arc_deps EXPORT ArclightTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(EXPORT ArclightTargets NAMESPACE arc:: DESTINATION ${ARC_CMAKE_DIR})

@@ -2,8 +2,9 @@
 // from the hyper-parameters its checkpoint stores, with the checkpoint's weights.
 #pragma once
 
-#include <arc/core/checkpoint.h>
+#include <arc/base/arg.h>
 #include <arc/core/train_module.h>
+#include <arc/fabric/checkpoint.h>
 
 #include <nlohmann/json.hpp>
 
@@ -14,11 +15,11 @@
 namespace arc {
 
 /// How load_from_checkpoint builds and fills the module.
-struct LoadOptions {
+class LoadOptions {
   /// Every parameter and buffer must match by name (shapes must match always).
-  bool strict = true;
+  ARC_ARG(bool, strict) = true;
   /// Replace the stored hyper-parameters of these names (Lightning's **kwargs).
-  nlohmann::json hparams = nlohmann::json::object();
+  ARC_ARG(nlohmann::json, hparams) = nlohmann::json::object();
 };
 
 /// The hyper-parameters `checkpoint` stores (save_hyperparameters), `overrides` merged over them.
@@ -40,14 +41,14 @@ std::shared_ptr<M> load_from_checkpoint(const std::string& path, const LoadOptio
   static_assert(std::is_constructible_v<M, const nlohmann::json&> || std::is_default_constructible_v<M>,
                 "load_from_checkpoint needs a constructor M(const nlohmann::json& hparams) or M()");
   const CheckpointReader checkpoint(path);
-  auto hparams = checkpoint_hparams(checkpoint, options.hparams);
+  auto hparams = checkpoint_hparams(checkpoint, options.hparams());
   std::shared_ptr<M> module;
   if constexpr (std::is_constructible_v<M, const nlohmann::json&>)
     module = std::make_shared<M>(hparams);
   else
     module = std::make_shared<M>();
   module->save_hyperparameters(std::move(hparams));
-  load_checkpoint_weights(*module, checkpoint, options.strict);
+  load_checkpoint_weights(*module, checkpoint, options.strict());
   return module;
 }
 

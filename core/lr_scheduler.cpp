@@ -171,14 +171,14 @@ OneCycleLR::OneCycleLR(torch::optim::Optimizer& optimizer, double max_lr, int64_
     : LRScheduler(optimizer), total_steps_(total_steps), options_(options) {
   ARC_CHECK(total_steps >= 1, "OneCycleLR total_steps must be >= 1, got ", total_steps,
             "; trainer().estimated_stepping_batches() gives a fit's");
-  ARC_CHECK(options.pct_start >= 0 && options.pct_start <= 1, "OneCycleLR pct_start must be in [0, 1], got ",
-            options.pct_start);
-  const double initial = max_lr / options.div_factor;
-  const double min_lr = initial / options.final_div_factor;
-  const double up = options.pct_start * static_cast<double>(total_steps);
+  ARC_CHECK(options.pct_start() >= 0 && options.pct_start() <= 1, "OneCycleLR pct_start must be in [0, 1], got ",
+            options.pct_start());
+  const double initial = max_lr / options.div_factor();
+  const double min_lr = initial / options.final_div_factor();
+  const double up = options.pct_start() * static_cast<double>(total_steps);
   const double last = static_cast<double>(total_steps - 1);
-  const double high = options.max_momentum, low = options.base_momentum;
-  if (options.three_phase)
+  const double high = options.max_momentum(), low = options.base_momentum();
+  if (options.three_phase())
     phases_ = {{up - 1, initial, max_lr, high, low},
                {2 * up - 2, max_lr, initial, low, high},
                {last, initial, min_lr, high, high}};
@@ -186,7 +186,7 @@ OneCycleLR::OneCycleLR(torch::optim::Optimizer& optimizer, double max_lr, int64_
     phases_ = {{up - 1, initial, max_lr, high, low}, {last, max_lr, min_lr, low, high}};
   double start = 0;
   for (const auto& phase : phases_) {
-    ARC_CHECK(phase.end_step != start, "OneCycleLR: pct_start=", options.pct_start, " of total_steps=", total_steps,
+    ARC_CHECK(phase.end_step != start, "OneCycleLR: pct_start=", options.pct_start(), " of total_steps=", total_steps,
               " leaves a phase of no length (PyTorch divides by zero there); change pct_start or total_steps");
     start = phase.end_step;
   }
@@ -203,7 +203,7 @@ std::pair<const OneCycleLR::Phase*, double> OneCycleLR::locate(int64_t epoch) co
 }
 
 double OneCycleLR::anneal(double start, double end, double pct) const {
-  return options_.cosine ? cosine_between(start, end, pct) : (end - start) * pct + start;
+  return options_.cosine() ? cosine_between(start, end, pct) : (end - start) * pct + start;
 }
 
 double OneCycleLR::lr_at(double, int64_t epoch) const {
@@ -230,7 +230,7 @@ void OneCycleLR::load_state_dict(const nlohmann::json& state) {
 }
 
 void OneCycleLR::apply_cycle() {
-  if (options_.cycle_momentum) {
+  if (options_.cycle_momentum()) {
     const double momentum = momentum_at(last_epoch_);
     for (auto& group : optimizer_.param_groups())
       ARC_CHECK(set_momentum(group.options(), momentum), "OneCycleLR cycle_momentum needs an optimizer with ",

@@ -2,6 +2,8 @@
 // Closed forms of PyTorch's schedulers: the rate at step e depends only on e and the base rate.
 #pragma once
 
+#include <arc/base/arg.h>
+
 #include <nlohmann/json.hpp>
 
 #include <functional>
@@ -168,23 +170,23 @@ class CosineAnnealingWarmRestarts : public LRScheduler {
 class OneCycleLR : public LRScheduler {
  public:
   /// The cycle's shape, with PyTorch's defaults.
-  struct Options {
+  class Options {
     /// The fraction of total_steps over which the rate rises, in [0, 1].
-    double pct_start = 0.3;
+    ARC_ARG(double, pct_start) = 0.3;
     /// Anneal by cosine (PyTorch's anneal_strategy "cos"); false: linearly ("linear").
-    bool cosine = true;
+    ARC_ARG(bool, cosine) = true;
     /// Cycle the momentum (or beta1) too; the optimizer must then be SGD, RMSprop, Adam or AdamW.
-    bool cycle_momentum = true;
+    ARC_ARG(bool, cycle_momentum) = true;
     /// The momentum at the peak rate.
-    double base_momentum = 0.85;
+    ARC_ARG(double, base_momentum) = 0.85;
     /// The momentum at the cycle's start and end.
-    double max_momentum = 0.95;
+    ARC_ARG(double, max_momentum) = 0.95;
     /// The starting rate is max_lr / div_factor.
-    double div_factor = 25.0;
+    ARC_ARG(double, div_factor) = 25.0;
     /// The final rate is the starting rate / final_div_factor.
-    double final_div_factor = 1e4;
+    ARC_ARG(double, final_div_factor) = 1e4;
     /// Back down to the starting rate first, then to the final rate (PyTorch's three_phase).
-    bool three_phase = false;
+    ARC_ARG(bool, three_phase) = false;
   };
   /// A cycle of `total_steps` optimizer steps (at least 1) that peaks at `max_lr`, shaped by `options`.
   OneCycleLR(torch::optim::Optimizer& optimizer, double max_lr, int64_t total_steps, Options options);

@@ -16,20 +16,20 @@ void MetricStore::log(const std::string& name, const torch::Tensor& value, const
   std::string suffix = dataloader_idx ? "/dataloader_idx_" + std::to_string(*dataloader_idx) : std::string();
   auto& entry = suffix.empty() ? entries_[name] : entries_[name + suffix];
   entry.suffix = std::move(suffix);
-  entry.on_step = options.on_step.value_or(training);
-  entry.on_epoch = options.on_epoch.value_or(!training);
-  entry.prog_bar = options.prog_bar;
-  entry.logger = options.logger;
-  entry.sync_dist = options.sync_dist;
-  entry.reduce = options.reduce;
+  entry.on_step = options.on_step().value_or(training);
+  entry.on_epoch = options.on_epoch().value_or(!training);
+  entry.prog_bar = options.prog_bar();
+  entry.logger = options.logger();
+  entry.sync_dist = options.sync_dist();
+  entry.reduce = options.reduce();
   const torch::Tensor detached = value.detach();
   if (entry.on_step) {
     entry.step_value = detached;
-    entry.step_unsynced = options.sync_dist;
+    entry.step_unsynced = options.sync_dist();
   }
   if (!entry.on_epoch) return;
   const double v = detached.item<double>();
-  const double weight = static_cast<double>(options.batch_size.value_or(std::max<int64_t>(batch_size, 1)));
+  const double weight = static_cast<double>(options.batch_size().value_or(std::max<int64_t>(batch_size, 1)));
   entry.weighted_sum += entry.reduce == Reduce::mean ? v * weight : v;
   entry.weight += weight;
   if (entry.count == 0) {

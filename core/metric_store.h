@@ -2,6 +2,7 @@
 // (mean weighted by batch size, sum, max, min), named as Lightning names them.
 #pragma once
 
+#include <arc/base/arg.h>
 #include <arc/base/reduce.h>
 
 #include <torch/types.h>
@@ -17,26 +18,33 @@
 
 namespace arc {
 
-/// Options of TrainModule::log, as Lightning's self.log. Unset on_step/on_epoch take
-/// Lightning's defaults: per step in training, per epoch in validation and test.
-struct LogOptions {
-  std::optional<bool> on_step = std::nullopt;
-  std::optional<bool> on_epoch = std::nullopt;
-  bool prog_bar = false;
-  bool logger = true;
-  Reduce reduce = Reduce::mean;
+/// Options of TrainModule::log, as Lightning's self.log: `log("val_loss", loss,
+/// LogOptions().prog_bar(true).sync_dist(true))`. Unset on_step/on_epoch take Lightning's defaults:
+/// per step in training, per epoch in validation and test.
+class LogOptions {
+  /// Logged at each step (as "<name>_step" when on_epoch too).
+  ARC_ARG(std::optional<bool>, on_step);
+  /// Aggregated over the epoch (as "<name>_epoch" when on_step too).
+  ARC_ARG(std::optional<bool>, on_epoch);
+  /// Shown by the progress bar.
+  ARC_ARG(bool, prog_bar) = false;
+  /// Sent to the loggers.
+  ARC_ARG(bool, logger) = true;
+  /// How the epoch aggregates the steps' values (and sync_dist the ranks'): mean, sum, max or min.
+  ARC_ARG(Reduce, reduce) = Reduce::mean;
   /// Reduced across ranks when several processes train.
-  bool sync_dist = false;
+  ARC_ARG(bool, sync_dist) = false;
   /// Weight for the epoch mean; defaults to the batch's size.
-  std::optional<int64_t> batch_size = std::nullopt;
+  ARC_ARG(std::optional<int64_t>, batch_size);
   /// Logged from rank 0 only (calls on other ranks are ignored), as Lightning's rank_zero_only:
   /// never synchronized, and callbacks on other ranks cannot monitor it.
-  bool rank_zero_only = false;
+  ARC_ARG(bool, rank_zero_only) = false;
   /// With several loaders in validation, test or predict, the name gets "/dataloader_idx_N" (after
   /// "_step" or "_epoch"), as Lightning's add_dataloader_idx; turn off to merge the loaders' values.
-  bool add_dataloader_idx = true;
+  ARC_ARG(bool, add_dataloader_idx) = true;
 };
 
+/// Metric values by name.
 using Metrics = std::map<std::string, double>;
 
 /// The metrics' names, for an error about `missing`, which is not among them: "loss, val_loss" (or
@@ -45,10 +53,12 @@ std::string metric_names(const Metrics& metrics, const std::string& missing);
 
 /// A metric's value in checkpoint metadata: JSON has no NaN or infinity, so those are the strings
 /// "nan", "inf" and "-inf" (a loss that diverged must not make its checkpoint unreadable).
+///@{
 nlohmann::json metric_to_json(double value);
 double metric_from_json(const nlohmann::json& value);
 nlohmann::json metrics_to_json(const Metrics& metrics);
 Metrics metrics_from_json(const nlohmann::json& json);
+///@}
 
 /// Gathers one vector of numbers from every rank, in rank order (one collective).
 using GatherFn = std::function<std::vector<std::vector<double>>(const std::vector<double>&)>;
@@ -57,7 +67,7 @@ using GatherFn = std::function<std::vector<std::vector<double>>(const std::vecto
 class MetricStore {
  public:
   /// Records `value` logged at the current step. `training` selects the on_step/on_epoch
-  /// defaults; `batch_size` weighs the epoch mean when options.batch_size is unset; a
+  /// defaults; `batch_size` weighs the epoch mean when options.batch_size() is unset; a
   /// `dataloader_idx` keeps the value apart from other loaders' under "<name>/dataloader_idx_N".
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options, bool training,
            int64_t batch_size, std::optional<int64_t> dataloader_idx = std::nullopt);
@@ -79,10 +89,13 @@ class MetricStore {
   Metrics end_epoch(const GatherFn& gather = nullptr);
   /// The accumulated values, for checkpoints: a run resumed mid-epoch ends the epoch with the
   /// same aggregates as one never interrupted.
+  ///@{
   nlohmann::json state_dict() const;
   void load_state_dict(const nlohmann::json& state);
+  ///@}
   /// Forgets everything (a new stage starts).
   void clear() { entries_.clear(); }
+  /// Whether nothing was logged since the last clear().
   bool empty() const { return entries_.empty(); }
 
  private:

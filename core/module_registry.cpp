@@ -28,15 +28,8 @@ std::string default_data_module(const std::string& module_name) {
 
 namespace detail {
 
-bool add_module(const std::string& name, Registry<TrainModule, const Config&>::Factory factory,
-                const std::string& data) {
-  module_registry().add(name, std::move(factory));
+bool set_default_data_module(const std::string& name, const std::string& data) {
   if (!data.empty()) default_data()[name] = data;
-  return true;
-}
-
-bool add_data_module(const std::string& name, Registry<DataModule, const Config&>::Factory factory) {
-  data_module_registry().add(name, std::move(factory));
   return true;
 }
 

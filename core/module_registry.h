@@ -20,25 +20,22 @@ Registry<DataModule, const Config&>& data_module_registry();
 std::string default_data_module(const std::string& module_name);
 
 namespace detail {
-bool add_module(const std::string& name, Registry<TrainModule, const Config&>::Factory factory,
-                const std::string& default_data);
-bool add_data_module(const std::string& name, Registry<DataModule, const Config&>::Factory factory);
+/// Records `data` ("" for none) as module `name`'s default data module; returns true.
+bool set_default_data_module(const std::string& name, const std::string& data);
 }  // namespace detail
 
 }  // namespace arc
 
 /// Registers `Class` (constructible from `const arc::Config&`) as module "name", optionally with
 /// the name of its default data module: ARC_REGISTER_MODULE(MyNet, "my_net", "my_data").
-#define ARC_REGISTER_MODULE(Class, ...)                                            \
-  static const bool arc_module_registered_##Class = ::arc::detail::add_module(     \
-      ::arc::detail::module_name(__VA_ARGS__),                                     \
-      [](const ::arc::Config& config) { return std::make_shared<Class>(config); }, \
-      ::arc::detail::module_default_data(__VA_ARGS__))
+#define ARC_REGISTER_MODULE(Class, ...)                                                     \
+  static const bool arc_module_registered_##Class =                                         \
+      ::arc::module_registry().add_class<Class>(::arc::detail::module_name(__VA_ARGS__)) && \
+      ::arc::detail::set_default_data_module(::arc::detail::module_name(__VA_ARGS__),       \
+                                             ::arc::detail::module_default_data(__VA_ARGS__))
 
 /// Registers `Class` (constructible from `const arc::Config&`) as data module "name".
-#define ARC_REGISTER_DATA_MODULE(Class, name)                                            \
-  static const bool arc_data_module_registered_##Class = ::arc::detail::add_data_module( \
-      name, [](const ::arc::Config& config) { return std::make_shared<Class>(config); })
+#define ARC_REGISTER_DATA_MODULE(Class, name) ARC_REGISTER(data_module, ::arc::data_module_registry(), Class, name)
 
 namespace arc::detail {
 inline std::string module_name(const std::string& name, const std::string& = "") { return name; }

@@ -137,17 +137,17 @@ Registry<SchedulerConfig, Optimizer&, const Config&> shipped_schedulers() {
   });
   r.add("OneCycleLR", [](Optimizer& optimizer, const Config& config) {
     OneCycleLR::Options options;
-    options.pct_start = config.get<double>("pct_start", options.pct_start);
+    options.pct_start(config.get<double>("pct_start", options.pct_start()));
     const auto anneal = config.get<std::string>("anneal_strategy", "cos");
     ARC_CHECK(anneal == "cos" || anneal == "linear", "config key '", config.qualified("anneal_strategy"),
               "' must be \"cos\" or \"linear\", got \"", anneal, "\"");
-    options.cosine = anneal == "cos";
-    options.cycle_momentum = config.get<bool>("cycle_momentum", options.cycle_momentum);
-    options.base_momentum = config.get<double>("base_momentum", options.base_momentum);
-    options.max_momentum = config.get<double>("max_momentum", options.max_momentum);
-    options.div_factor = config.get<double>("div_factor", options.div_factor);
-    options.final_div_factor = config.get<double>("final_div_factor", options.final_div_factor);
-    options.three_phase = config.get<bool>("three_phase", options.three_phase);
+    options.cosine(anneal == "cos");
+    options.cycle_momentum(config.get<bool>("cycle_momentum", options.cycle_momentum()));
+    options.base_momentum(config.get<double>("base_momentum", options.base_momentum()));
+    options.max_momentum(config.get<double>("max_momentum", options.max_momentum()));
+    options.div_factor(config.get<double>("div_factor", options.div_factor()));
+    options.final_div_factor(config.get<double>("final_div_factor", options.final_div_factor()));
+    options.three_phase(config.get<bool>("three_phase", options.three_phase()));
     return scheduled(config, [&] {
       return std::make_shared<OneCycleLR>(optimizer, config.require<double>("max_lr"),
                                           config.require<int64_t>("total_steps"), options);

@@ -78,8 +78,9 @@ class TrainerOptimizer {
 };
 
 /// Subclass this: training_step and configure_optimizers are required, the rest optional. Its hooks
-/// are Lightning's, each called after the callbacks' hook of the same name.
-class TrainModule : public torch::nn::Module {
+/// are Lightning's, each called after the callbacks' hook of the same name; its data hooks
+/// (prepare_data, setup, the loaders, teardown) are DataHooks', as a DataModule's.
+class TrainModule : public torch::nn::Module, public DataHooks {
  public:
   TrainModule() = default;
   /// A module named `name` (the torch::nn::Module name) instead of after its class.
@@ -111,26 +112,6 @@ class TrainModule : public torch::nn::Module {
   /// under automatic optimization, any number under manual.
   virtual std::vector<OptimizerConfig> configure_optimizers() = 0;
 
-  /// Data the module owns itself; a DataModule or sources passed to fit take precedence.
-  ///@{
-  virtual DataSource train_dataloader() { return {}; }
-  virtual DataSource val_dataloader() { return {}; }
-  virtual DataSource test_dataloader() { return {}; }
-  virtual DataSource predict_dataloader() { return {}; }
-  ///@}
-  /// Several loaders for a stage (see DataModule::val_dataloaders).
-  ///@{
-  virtual DataSources val_dataloaders() { return val_dataloader(); }
-  virtual DataSources test_dataloaders() { return test_dataloader(); }
-  virtual DataSources predict_dataloaders() { return predict_dataloader(); }
-  ///@}
-
-  /// When fit, validate, test or predict starts, after the data module's and the callbacks' setup,
-  /// before configure_optimizers and DDP's set-up: build what depends on the data here.
-  virtual void setup(Stage) {}
-  /// At the end of fit, validate, test or predict, before the data module's teardown (not when the
-  /// stage fails).
-  virtual void teardown(Stage) {}
   /// When fit starts, once configure_optimizers has run (and a checkpoint it resumes from is
   /// restored), before the sanity check.
   virtual void on_fit_start() {}

@@ -4,8 +4,7 @@
 
 #include <arc/accelerators/accelerator_backend.h>
 #include <arc/base/console.h>
-#include <arc/core/checkpoint.h>
-#include <arc/core/detail/accelerator_connector.h>
+#include <arc/base/detail/swapped.h>
 #include <arc/core/detail/callback_connector.h>
 #include <arc/core/detail/checkpoint_connector.h>
 #include <arc/core/detail/data_connector.h>
@@ -15,9 +14,11 @@
 #include <arc/core/detail/run_state.h>
 #include <arc/core/detail/signal_connector.h>
 #include <arc/data/data_loader.h>
+#include <arc/fabric/checkpoint.h>
+#include <arc/fabric/detail/connector.h>
 #include <arc/loggers/csv_logger.h>
 #include <arc/loggers/tensorboard_logger.h>
-#include <arc/strategies/launchers/rank_processes.h>
+#include <arc/strategies/detail/rank_processes.h>
 #include <arc/strategies/strategy.h>
 #include <arc/strategies/sync_batch_norm.h>
 
@@ -83,7 +84,7 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> 
   if (options_.logger() && options_.fast_dev_run() == 0 && loggers_.empty())
     loggers_ = {std::make_shared<CSVLogger>(options_.default_root_dir()),
                 std::make_shared<TensorBoardLogger>(options_.default_root_dir())};
-  auto run = detail::resolve_run(options_);
+  auto run = detail::resolve_run(options_.fabric_options());
   accelerator_ = std::move(run.accelerator);
   strategy_ = std::move(run.strategy);
   precision_ = std::move(run.precision);
@@ -135,6 +136,43 @@ int64_t Trainer::estimated_stepping_batches() const {
 bool Trainer::logging_batch() const { return state_->logging_batch; }
 int64_t Trainer::accumulate_grad_batches() const { return state_->accumulate_grad_batches; }
 const std::vector<OptimizerConfig>& Trainer::optimizer_configs() const { return state_->optimizers; }
+
+void Trainer::run_trial_fit(TrainModule& module, TrainerOptions options, std::shared_ptr<Callback> callback,
+                            const DataSource& train) {
+  ARC_CHECK(state_->fit_loop != nullptr && progress().global_step == 0, "run_trial_fit runs from a callback's ",
+            "on_fit_start, before fit's first step; call it there");
+  // The Trainer becomes the trial's (Lightning's tuners swap its callbacks, loggers and limits
+  // likewise), with a run state of its own: the fit's progress, optimizers and metrics wait.
+  const Swapped<TrainerOptions> options_swap(options_, std::move(options));
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  if (callback) callbacks.push_back(std::move(callback));
+  const Swapped<std::vector<std::shared_ptr<Callback>>> callbacks_swap(callbacks_, std::move(callbacks));
+  const Swapped<std::vector<std::shared_ptr<Logger>>> loggers_swap(loggers_, {});
+  const Swapped<std::shared_ptr<Profiler>> profiler_swap(profiler_, nullptr);
+  auto trial_state = std::make_unique<detail::RunState>(loggers_, *strategy_);
+  trial_state->cluster_environment = state_->cluster_environment;
+  trial_state->stage = Stage::fit;
+  trial_state->tuning = true;
+  trial_state->stage_start = std::chrono::steady_clock::now();
+  const Swapped<std::unique_ptr<detail::RunState>> state_swap(state_, std::move(trial_state));
+  const DataConnector connector(options_, *strategy_, module, nullptr);
+  FitData data{[&] { return connector.train(train); }, [] { return Loaders(); }};
+  FitLoop(*this, *state_, module, std::move(data), "").run();
+}
+
+void Trainer::setup_optimizers(TrainModule& module) {
+  ARC_CHECK(state_->fit_loop != nullptr, "setup_optimizers rebuilds a running fit's optimizers; call it from a ",
+            "callback's on_fit_start");
+  state_->optimizers = checked_optimizers(module);
+}
+
+void Trainer::set_train_batch_size(int64_t batch_size) {
+  ARC_CHECK(state_->fit_loop != nullptr, "set_train_batch_size rebuilds a running fit's training loader; call it ",
+            "from a callback's on_fit_start");
+  ARC_CHECK(batch_size >= 1, "set_train_batch_size(", batch_size, "): a batch holds at least 1 sample");
+  state_->train_batch_size = batch_size;
+  state_->fit_loop->reload_train();
+}
 const Metrics& Trainer::callback_metrics() const { return state_->logging.callback_metrics(); }
 const Metrics& Trainer::logged_metrics() const { return state_->logging.logged_metrics(); }
 Metrics Trainer::progress_bar_metrics() const { return state_->logging.progress_bar_metrics(); }
@@ -208,11 +246,12 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
   state_->logging.held_step.reset();
   try {
     setup_environment();
-    if (data != nullptr) {
-      if (strategy_->local_rank() == 0) data->prepare_data();
-      strategy_->barrier();
-      data->setup(stage);
+    if (strategy_->local_rank() == 0) {
+      if (data != nullptr) data->prepare_data();
+      module.prepare_data();
     }
+    strategy_->barrier();
+    if (data != nullptr) data->setup(stage);
     call_callbacks([&](Callback& c) { c.setup(*this, module, stage); });
     module.setup(stage);
     precision_->convert_module(module);
@@ -417,9 +456,9 @@ void Trainer::log_from_module(const std::map<std::string, torch::Tensor>& values
 }
 
 bool Trainer::record_logged(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
-  ARC_CHECK(!options.rank_zero_only || !options.sync_dist, "log('", name, "'): rank_zero_only and sync_dist ",
+  ARC_CHECK(!options.rank_zero_only() || !options.sync_dist(), "log('", name, "'): rank_zero_only and sync_dist ",
             "contradict each other (a value from rank 0 alone has nothing to synchronize); drop one");
-  if (options.rank_zero_only && !is_global_zero()) return false;
+  if (options.rank_zero_only() && !is_global_zero()) return false;
   if (options_.barebones()) {
     if (!state_->barebones_log_said)
       console().info("log('{}') and every later log() do nothing: barebones=true turns logging off", name);
@@ -427,14 +466,14 @@ bool Trainer::record_logged(const std::string& name, const torch::Tensor& value,
     return false;
   }
   auto& store = logged_store(*state_);
-  const bool several = !state_->training && state_->num_dataloaders > 1 && options.add_dataloader_idx;
+  const bool several = !state_->training && state_->num_dataloaders > 1 && options.add_dataloader_idx();
   store.log(name, value, options, state_->training, state_->current_batch_size,
             several ? std::optional<int64_t>(state_->dataloader_idx) : std::nullopt);
   return true;
 }
 
 void Trainer::sync_logged(const LogOptions& options) {
-  if (!options.sync_dist) return;
+  if (!options.sync_dist()) return;
   state_->logging.sync_step_values(logged_store(*state_), state_->logging.sync_at_log, profiler_.get());
 }
 

@@ -3,12 +3,12 @@
 #pragma once
 
 #include <arc/base/error.h>
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 #include <arc/core/metric_store.h>
-#include <arc/core/precision.h>
 #include <arc/core/train_module.h>
 #include <arc/core/trainer_options.h>
 #include <arc/data/data_module.h>
+#include <arc/fabric/precision.h>
 #include <arc/loggers/logger.h>
 #include <arc/profilers/profiler.h>
 
@@ -226,6 +226,20 @@ class Trainer {
   /// input type; `dataloader_idx` tells the stage's loaders apart.
   Batch transfer_batch(Batch batch, int64_t dataloader_idx);
 
+  /// From a callback's on_fit_start, before fit's first step: runs a short fit of `module` on
+  /// `train` with `options` and `callback` alone in this fit's place (no loggers or profiler), its
+  /// progress and metrics its own, then gives the fit back its options, callbacks, loggers and state,
+  /// as Lightning's tuners do. What LearningRateFinder's and BatchSizeFinder's searches run; the
+  /// caller restores the module's weights.
+  void run_trial_fit(TrainModule& module, TrainerOptions options, std::shared_ptr<Callback> callback,
+                     const DataSource& train);
+  /// From a callback's on_fit_start: fit's optimizers rebuilt by the module's configure_optimizers
+  /// (after a hyper-parameter they read changed), as Lightning's strategy.setup_optimizers.
+  void setup_optimizers(TrainModule& module);
+  /// From a callback's on_fit_start: fit's training loader rebuilt with `batch_size` samples per
+  /// batch (BatchSizeFinder's result).
+  void set_train_batch_size(int64_t batch_size);
+
   /// Runs `hook` on every callback.
   template <typename Hook>
   void call_callbacks(Hook&& hook) {
@@ -233,9 +247,6 @@ class Trainer {
   }
 
  private:
-  /// lr_find_in_fit runs a sweep in this Trainer's place while its fit waits.
-  friend class Tuner;
-
   void run_stage(Stage stage, TrainModule& module, DataModule* data, const std::function<void()>& body);
   /// Saves through the callbacks, says where, and ends this process with status 130.
   [[noreturn]] void end_interrupted(TrainModule& module, const Interrupted& interrupted);

@@ -4,10 +4,9 @@
 #include <arc/base/class_path.h>
 #include <arc/base/config.h>
 #include <arc/base/error.h>
-#include <arc/base/host.h>
-#include <arc/core/precision.h>
+#include <arc/fabric/precision.h>
 #include <arc/profilers/profiler.h>
-#include <arc/strategies/lightning_strategy.h>
+#include <arc/strategies/detail/lightning_strategy.h>
 #include <arc/strategies/strategy.h>
 
 #include <algorithm>
@@ -19,7 +18,6 @@ namespace {
 
 const std::vector<std::string> kClipAlgorithms = {"norm", "value"};
 const std::vector<std::string> kEvenBatches = {"error", "pad", "drop"};
-const std::vector<std::string> kProcessGroupBackends = {"auto", "nccl", "gloo"};
 
 BatchAmount read_amount(const Config& config, const std::string& key, BatchAmount fallback) {
   const auto* value = config.find(key);
@@ -102,12 +100,6 @@ ProfilerSpec read_profiler(const Config& config) {
   return detail::with_class_path(*value, config.qualified("profiler"), profiler_class);
 }
 
-void check_choice(const std::string& key, const std::string& value, const std::vector<std::string>& allowed) {
-  for (const auto& choice : allowed)
-    if (choice == value) return;
-  throw Error(unknown_name_message(key, value, allowed));
-}
-
 // Sets `key` to `value` for a plugin, unless the trainer section sets it otherwise itself.
 template <typename T>
 void set_by_plugin(const Config& config, const std::string& plugin, const char* key, const T& value, T& field) {
@@ -135,9 +127,9 @@ std::string apply_plugin(const Config& config, const std::string& name, const Co
   if (const auto found = kEnvironmentPlugins.find(name); found != kEnvironmentPlugins.end()) {
     set_by_plugin(config, name, "cluster_environment", found->second, o.cluster_environment());
     if (name == "SLURMEnvironment") {
-      set_by_plugin(config, name, "auto_requeue", init_args.get<bool>("auto_requeue", true), o.auto_requeue());
+      set_by_plugin(config, name, "auto_requeue", init_args.get<bool>("auto_requeue", true), o.slurm().auto_requeue());
       set_by_plugin(config, name, "requeue_signal", init_args.get<std::string>("requeue_signal", "SIGUSR1"),
-                    o.requeue_signal());
+                    o.slurm().requeue_signal());
     }
     return "cluster environment";
   }
@@ -187,14 +179,6 @@ void read_plugins(const Config& config, TrainerOptions& o) {
     ARC_CHECK(first, "config keys '", earlier->second, "' and '", entry, "' are both ", kind,
               " plugins; keep one of them");
   }
-}
-
-// "auto" or a name the registry knows (users' own strategies included).
-template <typename Registry>
-void check_name(const std::string& key, const std::string& value, const Registry& registry) {
-  auto allowed = registry.names();
-  allowed.insert(allowed.begin(), "auto");
-  check_choice(key, value, allowed);
 }
 
 void check_amount(const char* key, const BatchAmount& amount, bool duration_allowed = false) {
@@ -285,6 +269,11 @@ void no_check(const TrainerOptions&) {}
 #define ARC_OPTION_READ(name, help, reader, check)                                               \
   OptionField{#name, help, [](const Config& config, TrainerOptions& o) { o.name(reader(config)); }, \
               [](const TrainerOptions& o) { return write_value(o.name()); }, check}
+// A row of an option kept in one of the option groups (DDPStrategyOptions, SlurmEnvironmentOptions).
+#define ARC_GROUP_OPTION(group, name, help, check)                                                     \
+  OptionField{#name, help,                                                                             \
+              [](const Config& config, TrainerOptions& o) { read_value(config, #name, o.group().name()); }, \
+              [](const TrainerOptions& o) { return write_value(o.group().name()); }, check}
 #define ARC_AMOUNT_OPTION(name, help) \
   ARC_OPTION(name, help, [](const TrainerOptions& o) { check_amount(#name, o.name()); })
 // clang-format on
@@ -405,21 +394,11 @@ const std::vector<OptionField>& option_fields() {
                    ARC_CHECK(!o.default_root_dir().empty(),
                              "default_root_dir must not be empty; use \".\" for the working directory");
                  }),
-      ARC_OPTION(accelerator, "\"auto\", \"cpu\", \"gpu\" or \"cuda\"",
-                 [](const TrainerOptions& o) { check_name("accelerator", o.accelerator(), accelerator_registry()); }),
-      ARC_OPTION(devices, "\"auto\", a count (-1: all), a list of indices, or \"0,1\"",
-                 [](const TrainerOptions& o) {
-                   const auto& devices = o.devices();
-                   ARC_CHECK(devices.is_auto || devices.count >= 1 || devices.count == -1,
-                             "devices must be \"auto\", -1 (all) or >= 1, got ", devices.count);
-                 }),
-      ARC_OPTION(num_nodes, "machines the run spans",
-                 [](const TrainerOptions& o) {
-                   ARC_CHECK(o.num_nodes() >= 1, "num_nodes must be >= 1, got ", o.num_nodes());
-                 }),
+      ARC_OPTION(accelerator, "\"auto\", \"cpu\", \"gpu\" or \"cuda\"", no_check),
+      ARC_OPTION(devices, "\"auto\", a count (-1: all), a list of indices, or \"0,1\"", no_check),
+      ARC_OPTION(num_nodes, "machines the run spans", no_check),
       ARC_OPTION_READ(precision, "\"32-true\", \"64-true\", \"bf16-mixed\", \"16-mixed\", \"bf16-true\" or \"16-true\"",
-                      read_precision,
-                      [](const TrainerOptions& o) { check_choice("precision", o.precision(), Precision::names()); }),
+                      read_precision, no_check),
       ARC_OPTION(logger,
                  "CSV and TensorBoard logs in lightning_logs/version_N, or a {class_path, init_args} list; false: none",
                  no_check),
@@ -441,48 +420,27 @@ const std::vector<OptionField>& option_fields() {
                                   "profiler \"simple\" lists no operators and writes no trace; row_limit and ",
                                   "chrome_trace are the \"advanced\" profiler's (PyTorchProfiler)");
                       }),
-      ARC_OPTION(num_threads, "intra-op threads per process (0: the cores divided among the processes)",
-                 [](const TrainerOptions& o) {
-                   ARC_CHECK(o.num_threads() >= 0, "num_threads must be >= 0 (0 = all cores), got ", o.num_threads());
-                 }),
+      ARC_OPTION(num_threads, "intra-op threads per process (0: the cores divided among the processes)", no_check),
       ARC_OPTION(tune_malloc, "keep large activation buffers in the heap between steps", no_check),
-      ARC_OPTION(cluster_environment, "\"auto\" (detect) or local, slurm, torchelastic, mpi, lsf, kubeflow",
-                 [](const TrainerOptions& o) {
-                   check_name("cluster_environment", o.cluster_environment(), cluster::cluster_registry());
-                 }),
-      ARC_OPTION(timeout, "seconds the rendezvous, barriers, saves and launchers may wait",
-                 [](const TrainerOptions& o) {
-                   ARC_CHECK(o.timeout() > 0, "timeout must be > 0 seconds, got ", o.timeout());
-                 }),
-      ARC_OPTION(collective_timeout, "seconds a collective of a step may wait for the other ranks (at most timeout)",
-                 [](const TrainerOptions& o) {
-                   ARC_CHECK(o.collective_timeout() > 0, "collective_timeout must be > 0 seconds, got ",
-                             o.collective_timeout());
-                 }),
-      ARC_OPTION(find_unused_parameters, "DDP: allow parameters without gradient in a step", no_check),
-      ARC_OPTION(static_graph, "DDP: every step uses the same parameters (learned in the first)", no_check),
-      ARC_OPTION(gradient_as_bucket_view, "DDP: gradients live in the all-reduce buckets (no copy back)", no_check),
+      ARC_OPTION(cluster_environment, "\"auto\" (detect) or local, slurm, torchelastic, mpi, lsf, kubeflow", no_check),
+      ARC_GROUP_OPTION(ddp, timeout, "seconds the rendezvous, barriers, saves and launchers may wait", no_check),
+      ARC_GROUP_OPTION(ddp, collective_timeout,
+                       "seconds a collective of a step may wait for the other ranks (at most timeout)", no_check),
+      ARC_GROUP_OPTION(ddp, find_unused_parameters, "DDP: allow parameters without gradient in a step", no_check),
+      ARC_GROUP_OPTION(ddp, static_graph, "DDP: every step uses the same parameters (learned in the first)", no_check),
+      ARC_GROUP_OPTION(ddp, gradient_as_bucket_view, "DDP: gradients live in the all-reduce buckets (no copy back)",
+                       no_check),
       ARC_OPTION(sync_batchnorm, "DDP: arc::SyncBatchNorm layers use the statistics of every rank's batch", no_check),
-      ARC_OPTION(first_bucket_mb,
-                 "DDP: size of the first gradient bucket in MiB (bucket_cap_mb where all-reduces cannot overlap "
-                 "backward)",
-                 [](const TrainerOptions& o) {
-                   ARC_CHECK(o.first_bucket_mb() > 0, "first_bucket_mb must be > 0, got ", o.first_bucket_mb());
-                 }),
-      ARC_OPTION(bucket_cap_mb, "DDP: size of the other gradient buckets in MiB",
-                 [](const TrainerOptions& o) {
-                   ARC_CHECK(o.bucket_cap_mb() > 0, "bucket_cap_mb must be > 0, got ", o.bucket_cap_mb());
-                 }),
-      ARC_OPTION(shared_memory, "DDP: all-reduce through shared memory among the processes of a machine", no_check),
-      ARC_OPTION(process_group_backend, "DDP on GPUs: \"auto\", \"nccl\" or \"gloo\"",
-                 [](const TrainerOptions& o) {
-                   check_choice("process_group_backend", o.process_group_backend(), kProcessGroupBackends);
-                 }),
-      ARC_OPTION(auto_requeue, "under SLURM: save and requeue on requeue_signal", no_check),
-      ARC_OPTION(requeue_signal, "\"SIGUSR1\", \"SIGUSR2\", \"SIGHUP\" or \"SIGALRM\"",
-                 [](const TrainerOptions& o) {
-                   check_choice("requeue_signal", o.requeue_signal(), cluster::requeue_signal_names());
-                 }),
+      ARC_GROUP_OPTION(ddp, first_bucket_mb,
+                       "DDP: size of the first gradient bucket in MiB (bucket_cap_mb where all-reduces cannot overlap "
+                       "backward)",
+                       no_check),
+      ARC_GROUP_OPTION(ddp, bucket_cap_mb, "DDP: size of the other gradient buckets in MiB", no_check),
+      ARC_GROUP_OPTION(ddp, shared_memory, "DDP: all-reduce through shared memory among the processes of a machine",
+                       no_check),
+      ARC_GROUP_OPTION(ddp, process_group_backend, "DDP on GPUs: \"auto\", \"nccl\" or \"gloo\"", no_check),
+      ARC_GROUP_OPTION(slurm, auto_requeue, "under SLURM: save and requeue on requeue_signal", no_check),
+      ARC_GROUP_OPTION(slurm, requeue_signal, "\"SIGUSR1\", \"SIGUSR2\", \"SIGHUP\" or \"SIGALRM\"", no_check),
       ARC_OPTION(elastic_checkpoint_every_n_steps, "strategy elastic: global steps between its checkpoints (0: off)",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.elastic_checkpoint_every_n_steps() >= 0,
@@ -501,14 +459,7 @@ const std::vector<OptionField>& option_fields() {
                   "\"auto\", \"single_device\", \"ddp\", \"ddp_spawn\" or \"elastic\" (Lightning's "
                   "\"ddp_find_unused_parameters_true\" is \"ddp\" with find_unused_parameters), or Lightning's "
                   "DDPStrategy or SingleDeviceStrategy with their init_args",
-                  read_strategy, [](const TrainerOptions& o) { return write_value(o.strategy()); },
-                  [](const TrainerOptions& o) {
-                    const auto named = cluster::parse_strategy_name(o.strategy());
-                    check_name("strategy", named.name, strategy_registry());
-                    ARC_CHECK(named.find_unused_parameters.value_or(true) || !o.find_unused_parameters(), "strategy \"",
-                              o.strategy(), "\" turns find_unused_parameters off, but ",
-                              "find_unused_parameters=true; drop one of them");
-                  }},
+                  read_strategy, [](const TrainerOptions& o) { return write_value(o.strategy()); }, no_check},
       // Last: a plugin stands for options above, which it must not contradict. Its effect is in them,
       // so it writes null.
       OptionField{"plugins",
@@ -520,6 +471,7 @@ const std::vector<OptionField>& option_fields() {
 }
 
 #undef ARC_AMOUNT_OPTION
+#undef ARC_GROUP_OPTION
 #undef ARC_OPTION_READ
 #undef ARC_OPTION
 
@@ -542,9 +494,19 @@ TrainerOptions& TrainerOptions::barebones(bool on) {
   return on ? num_sanity_val_steps(0) : *this;
 }
 
-int64_t TrainerOptions::threads_per_process(int64_t local_processes) const {
-  if (num_threads_ > 0) return num_threads_;
-  return std::max<int64_t>(1, usable_cores() / std::max<int64_t>(1, local_processes));
+FabricOptions TrainerOptions::fabric_options() const {
+  return FabricOptions()
+      .accelerator(accelerator_)
+      .strategy(strategy_)
+      .devices(devices_)
+      .num_nodes(num_nodes_)
+      .precision(precision_)
+      .seed(seed_)
+      .num_threads(num_threads_)
+      .cluster_environment(cluster_environment_)
+      .slurm(slurm_)
+      .ddp(ddp_)
+      .sync_batchnorm(sync_batchnorm_);
 }
 
 const std::vector<std::string>& TrainerOptions::plugin_names() {
@@ -585,6 +547,7 @@ std::vector<OptionHelp> TrainerOptions::help() {
 
 void TrainerOptions::validate() const {
   for (const auto& field : option_fields()) field.check(*this);
+  fabric_options().validate();
 }
 
 }  // namespace arc

@@ -3,6 +3,7 @@
 
 #include <arc/base/arg.h>
 #include <arc/base/devices.h>
+#include <arc/fabric/fabric_options.h>
 #include <arc/profilers/profiler.h>
 
 #include <nlohmann/json.hpp>
@@ -186,44 +187,19 @@ class TrainerOptions {
   ARC_ARG(bool, tune_malloc) = true;
   /// "auto" (detect: torchelastic > slurm > lsf > mpi > kubeflow > local) or one of those names.
   ARC_ARG(std::string, cluster_environment) = "auto";
-  /// Seconds the rendezvous, barriers (checkpoint saves among them) and launchers' waits may take.
-  ARC_ARG(double, timeout) = 1800.0;
-  /// Seconds one collective of a step (gradient all-reduce, metric sync, vote) may wait for the other
-  /// ranks, so that a stuck rank is reported in minutes; never more than `timeout`.
-  ARC_ARG(double, collective_timeout) = 300.0;
-  /// DDP: tolerate parameters without gradient in a step.
-  ARC_ARG(bool, find_unused_parameters) = false;
-  /// DDP: every step uses the same parameters (PyTorch DDP's static_graph): parameters that the
-  /// first step leaves without gradient are allowed, and later steps all-reduce their buckets while
-  /// backward runs instead of at its end (find_unused_parameters waits for the end every step).
-  ARC_ARG(bool, static_graph) = false;
-  /// DDP: after a step's all-reduce each gradient is its slot in the gradient bucket (PyTorch DDP's
-  /// gradient_as_bucket_view, on by default here): the average is not copied back, and a backward
-  /// into kept gradients (zero_grad without set_to_none) accumulates in the bucket itself. Gradients
-  /// of different parameters then share one allocation; turn it off to give each its own.
-  ARC_ARG(bool, gradient_as_bucket_view) = true;
   /// DDP: the model's arc::SyncBatchNorm layers normalize training batches with the statistics of
   /// every rank's samples together (Lightning's sync_batchnorm; a torch::nn::BatchNorm is an error).
   ARC_ARG(bool, sync_batchnorm) = false;
-  /// DDP gradient bucket sizes in MiB: the first (small, so communication starts early), the rest.
-  ///@{
-  ARC_ARG(double, first_bucket_mb) = 1.0;
-  ARC_ARG(double, bucket_cap_mb) = 25.0;
-  ///@}
-  /// DDP: all-reduce through shared memory among the processes of one machine (Gloo across
-  /// machines); off = Gloo everywhere.
-  ARC_ARG(bool, shared_memory) = true;
-  /// DDP on GPUs, as Lightning's DDPStrategy(process_group_backend=...): "auto" (NCCL for CUDA
-  /// tensors when this build has it, else Gloo), "nccl" (an error where it cannot run) or "gloo"
-  /// (Gloo for CUDA tensors too, e.g. for several ranks on one GPU, which NCCL refuses).
-  ARC_ARG(std::string, process_group_backend) = "auto";
-  /// Under SLURM: on `requeue_signal`, save hpc_ckpt_<n>.ckpt at the next batch boundary and requeue
-  /// the job (`scontrol requeue`); the requeued job resumes from it. Off: the signal is not caught.
-  /// Both go to the SLURM cluster environment (Lightning's SLURMEnvironment(auto_requeue, requeue_signal)).
-  ARC_ARG(bool, auto_requeue) = true;
-  /// The signal that asks for that save and requeue (sbatch --signal=USR1@60 sends it before the
-  /// time limit): "SIGUSR1", "SIGUSR2", "SIGHUP" or "SIGALRM".
-  ARC_ARG(std::string, requeue_signal) = "SIGUSR1";
+  /// The DDP strategy's settings, as Lightning's DDPStrategy takes them (ddp, ddp_spawn and elastic
+  /// read them): timeout, collective_timeout, process_group_backend, find_unused_parameters,
+  /// static_graph, gradient_as_bucket_view, bucket sizes, shared memory. Configs set them as
+  /// init_args of `strategy: {class_path: DDPStrategy}` or as the trainer keys of the same names.
+  ARC_ARG(DDPStrategyOptions, ddp);
+  /// The SLURM environment's settings, as Lightning's SLURMEnvironment(auto_requeue, requeue_signal):
+  /// on `requeue_signal` (sbatch --signal=USR1@60 sends it before the time limit) save
+  /// hpc_ckpt_<n>.ckpt at the next batch boundary and requeue the job (`scontrol requeue`); the
+  /// requeued job resumes from it.
+  ARC_ARG(cluster::SlurmEnvironmentOptions, slurm);
   /// Strategy "elastic": global steps between the strategy's own checkpoints (0: rely on
   /// ModelCheckpoint's files alone).
   ARC_ARG(int64_t, elastic_checkpoint_every_n_steps) = 50;
@@ -231,9 +207,8 @@ class TrainerOptions {
   ARC_ARG(double, elastic_checkpoint_every_seconds) = 0.0;
 
  public:
-  /// Intra-op threads for one of `local_processes` processes sharing this machine: num_threads, or
-  /// the cores divided among the processes.
-  int64_t threads_per_process(int64_t local_processes) const;
+  /// The options a Fabric reads (every launch setting), for resolving this run as a Fabric does.
+  FabricOptions fabric_options() const;
   /// Reads options from a JSON object; unknown keys, wrong types and impossible values throw.
   static TrainerOptions from_json(const nlohmann::json& json);
   /// Every option as JSON; from_json(to_json()) gives the same options.

@@ -3,14 +3,10 @@
 
 #include <arc/base/console.h>
 #include <arc/base/error.h>
-#include <arc/base/swapped.h>
-#include <arc/core/checkpoint.h>
 #include <arc/core/detail/checkpoint_connector.h>
-#include <arc/core/detail/data_connector.h>
-#include <arc/core/detail/fit_loop.h>
-#include <arc/core/detail/run_state.h>
 #include <arc/core/trainer.h>
 #include <arc/data/data_loader.h>
+#include <arc/fabric/checkpoint.h>
 #include <arc/strategies/strategy.h>
 
 #include <fmt/format.h>
@@ -305,36 +301,18 @@ LRFinder Tuner::lr_find(TrainModule& module, DataSource train, const LRFinderOpt
 }
 
 void Tuner::require_fit_start(const char* what) const {
-  const Trainer& t = trainer_;
-  ARC_CHECK(t.stage() == Stage::fit && t.state_->fit_loop != nullptr, what,
+  ARC_CHECK(trainer_.stage() == Stage::fit && trainer_.train_dataloader() != nullptr, what,
             " runs inside a running fit, and this Trainer runs none; call it from a callback's on_fit_start");
-  ARC_CHECK(t.global_step() == 0 && t.current_epoch() == 0, what,
-            " runs before the fit's first step, and this fit is at epoch ", t.current_epoch(), ", step ",
-            t.global_step(), "; run it from on_fit_start");
+  ARC_CHECK(trainer_.global_step() == 0 && trainer_.current_epoch() == 0, what,
+            " runs before the fit's first step, and this fit is at epoch ", trainer_.current_epoch(), ", step ",
+            trainer_.global_step(), "; run it from on_fit_start");
 }
 
 void Tuner::run_in_fit(TrainModule& module, TrainerOptions options, std::shared_ptr<Callback> callback,
                        const DataSource& train) {
-  Trainer& t = trainer_;
   const Restore weights(module, options.default_root_dir());
-  const RestoreRun run(module, *t.precision_, *t.strategy_, t.profiler_.get());
-  // The Trainer becomes the tuning run's (Lightning's tuners swap its callbacks, loggers and limits
-  // likewise), with a run state of its own: the fit's progress, optimizers and metrics wait.
-  const Swapped<TrainerOptions> options_swap(t.options_, std::move(options));
-  std::vector<std::shared_ptr<Callback>> callbacks;
-  if (callback) callbacks.push_back(std::move(callback));
-  const Swapped<std::vector<std::shared_ptr<Callback>>> callbacks_swap(t.callbacks_, std::move(callbacks));
-  const Swapped<std::vector<std::shared_ptr<Logger>>> loggers_swap(t.loggers_, {});
-  const Swapped<std::shared_ptr<Profiler>> profiler_swap(t.profiler_, nullptr);
-  auto tuning_state = std::make_unique<detail::RunState>(t.loggers_, *t.strategy_);
-  tuning_state->cluster_environment = t.state_->cluster_environment;
-  tuning_state->stage = Stage::fit;
-  tuning_state->tuning = true;
-  tuning_state->stage_start = std::chrono::steady_clock::now();
-  const Swapped<std::unique_ptr<detail::RunState>> state_swap(t.state_, std::move(tuning_state));
-  const DataConnector connector(t.options_, *t.strategy_, module, nullptr);
-  FitData data{[&] { return connector.train(train); }, [] { return Loaders(); }};
-  FitLoop(t, *t.state_, module, std::move(data), "").run();
+  const RestoreRun run(module, trainer_.precision(), trainer_.strategy(), trainer_.profiler());
+  trainer_.run_trial_fit(module, std::move(options), std::move(callback), train);
 }
 
 LRFinder Tuner::lr_find_in_fit(TrainModule& module, const LRFinderOptions& options,
@@ -356,7 +334,7 @@ LRFinder Tuner::lr_find_in_fit(TrainModule& module, const LRFinderOptions& optio
               "hparams()[\"lr\"], name the hyper-parameter in attr_name, or set update_attr to false");
   }
   auto sweep = std::make_shared<LRSweep>(options);
-  run_in_fit(module, trial_options(options.num_training()), sweep, t.state_->train_loader->source());
+  run_in_fit(module, trial_options(options.num_training()), sweep, t.train_dataloader()->source());
   // Rank 0's curve on every rank (each rank's losses are of its own share), as Lightning's.
   auto result = sweep->result();
   if (t.world_size() > 1) {
@@ -375,9 +353,9 @@ LRFinder Tuner::lr_find_in_fit(TrainModule& module, const LRFinderOptions& optio
     module.set_optimizer_config(std::move(optimizer), module.lr_scheduler_config());
   }
   if (hparam) set_hparam(module, *hparam, *lr);
-  const auto before = first_rates(t.state_->optimizers);
-  t.state_->optimizers = checked_optimizers(module);
-  const auto after = first_rates(t.state_->optimizers);
+  const auto before = first_rates(t.optimizer_configs());
+  t.setup_optimizers(module);
+  const auto after = first_rates(t.optimizer_configs());
   const std::string where = from_config ? "the config's optimizer" : "hparams()[\"" + *hparam + "\"]";
   ARC_CHECK(after != before || std::find(after.begin(), after.end(), *lr) != after.end(), "LearningRateFinder wrote ",
             *lr, " into ", where, ", but ", module.name(), "'s configure_optimizers() still builds its optimizer with ",
@@ -494,19 +472,17 @@ int64_t Tuner::scale_batch_size_in_fit(TrainModule& module, const BatchSizeOptio
   ARC_CHECK(trainer_.world_size() == 1, "BatchSizeFinder searches in one process (as Lightning's), and this fit has ",
             trainer_.world_size(), " ranks; find the size with one device (arc scale_batch_size, or this fit with ",
             "devices=1), then give it to the DDP run's data");
-  const DataSource train = trainer_.state_->train_loader->source();
+  const DataSource train = trainer_.train_dataloader()->source();
   ARC_CHECK(train.combined == nullptr, "BatchSizeFinder changes one source's batch size, but the fit's training data ",
             "is a CombinedLoader; return one source from train_dataloader(), or remove BatchSizeFinder");
   const int64_t size = search_batch_size(options, train, [&](const DataSource& sized) {
     run_in_fit(module, trial_options(options.steps_per_trial()), nullptr, sized);
   });
   console().info("BatchSizeFinder: training with batch size {}", size);
-  Trainer& t = trainer_;
-  t.state_->train_batch_size = size;
   if (module.hparams().is_object() && module.hparams().contains(batch_arg_name))
     set_hparam(module, batch_arg_name, size);
-  t.state_->fit_loop->reload_train();
-  t.state_->optimizers = checked_optimizers(module);
+  trainer_.set_train_batch_size(size);
+  trainer_.setup_optimizers(module);
   return size;
 }
 

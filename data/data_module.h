@@ -151,19 +151,22 @@ inline const char* to_string(Stage stage) {
   return "fit";
 }
 
-/// Owns the data of an experiment, as Lightning's LightningDataModule.
-class DataModule {
+/// The data hooks that DataModule and TrainModule share, as Lightning's DataHooks. The Trainer calls
+/// the data module's (when a stage has one) before the module's.
+class DataHooks {
  public:
-  virtual ~DataModule() = default;
-  /// Downloads or writes what setup reads: called on local rank 0 of each node, the other ranks
-  /// waiting for it, before setup (Lightning's prepare_data_per_node).
+  virtual ~DataHooks() = default;
+  /// Downloads or writes what setup reads: called on local rank 0 of each node (the data module's,
+  /// then the module's), the other ranks waiting for it, before setup (Lightning's
+  /// prepare_data_per_node).
   virtual void prepare_data() {}
-  /// When fit, validate, test or predict starts, on every rank after prepare_data, before the
-  /// callbacks' and the module's setup: load or split the datasets here.
+  /// When fit, validate, test or predict starts, on every rank after prepare_data: the data
+  /// module's, then the callbacks', then the module's (before configure_optimizers and DDP's
+  /// set-up). Load or split the datasets, or build what depends on them, here.
   virtual void setup(Stage) {}
   /// The stage's data, asked for after setup (and again every reload_dataloaders_every_n_epochs
-  /// epochs of fit); data passed to the stage takes precedence, and an empty source leaves it to
-  /// the module's own.
+  /// epochs of fit). Data passed to the stage takes precedence, then the data module's, then the
+  /// module's; an empty source leaves it to the next.
   ///@{
   virtual DataSource train_dataloader() { return {}; }
   virtual DataSource val_dataloader() { return {}; }
@@ -178,9 +181,14 @@ class DataModule {
   virtual DataSources test_dataloaders() { return test_dataloader(); }
   virtual DataSources predict_dataloaders() { return predict_dataloader(); }
   ///@}
-  /// At the end of fit, validate, test or predict, after the module's teardown (not when the stage
-  /// fails).
+  /// At the end of fit, validate, test or predict (not when the stage fails): the module's, then
+  /// the data module's.
   virtual void teardown(Stage) {}
 };
+
+/// Owns the data of an experiment, as Lightning's LightningDataModule: its hooks are the
+/// DataHooks, which a TrainModule has too. Each runs before the module's, and the data module's
+/// loaders take precedence over the module's.
+class DataModule : public DataHooks {};
 
 }  // namespace arc

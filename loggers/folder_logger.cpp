@@ -1,8 +1,8 @@
 // FolderLogger.
 #include <arc/loggers/folder_logger.h>
 
+#include <arc/base/detail/yaml.h>
 #include <arc/base/error.h>
-#include <arc/base/yaml.h>
 
 #include <filesystem>
 #include <fstream>

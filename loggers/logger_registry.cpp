@@ -55,11 +55,6 @@ Registry<Logger, const Config&>& logger_registry() {
   return registry;
 }
 
-bool detail::add_logger(const std::string& name, Registry<Logger, const Config&>::Factory factory) {
-  logger_registry().add(name, std::move(factory));
-  return true;
-}
-
 std::vector<std::shared_ptr<Logger>> loggers_from_json(const nlohmann::json& value, const std::string& path,
                                                        nlohmann::json* resolved) {
   return detail::from_class_paths(logger_registry(), value, path, resolved);

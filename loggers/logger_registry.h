@@ -22,13 +22,7 @@ Registry<Logger, const Config&>& logger_registry();
 std::vector<std::shared_ptr<Logger>> loggers_from_json(const nlohmann::json& value, const std::string& path,
                                                        nlohmann::json* resolved = nullptr);
 
-namespace detail {
-bool add_logger(const std::string& name, Registry<Logger, const Config&>::Factory factory);
-}
-
 }  // namespace arc
 
 /// Registers `Class` (constructible from `const arc::Config&`, its init_args) as logger "name".
-#define ARC_REGISTER_LOGGER(Class, name)            \
-  static const bool arc_logger_registered_##Class = \
-      ::arc::detail::add_logger(name, [](const ::arc::Config& config) { return std::make_shared<Class>(config); })
+#define ARC_REGISTER_LOGGER(Class, name) ARC_REGISTER(logger, ::arc::logger_registry(), Class, name)

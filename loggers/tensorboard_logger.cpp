@@ -1,9 +1,9 @@
 // TensorBoardLogger.
 #include <arc/loggers/tensorboard_logger.h>
 
-#include <arc/base/crc32c.h>
+#include <arc/base/detail/crc32c.h>
+#include <arc/base/detail/host.h>
 #include <arc/base/error.h>
-#include <arc/base/host.h>
 
 #include "loggers/tensorboard.pb.h"
 

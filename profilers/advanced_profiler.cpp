@@ -34,8 +34,8 @@ struct AdvancedProfiler::Window {
 };
 
 AdvancedProfiler::AdvancedProfiler(Options options) : options_(options) {
-  ARC_CHECK(options_.first_batch >= 0 && options_.batches >= 1, "AdvancedProfiler needs first_batch >= 0 and ",
-            "batches >= 1, got first_batch=", options_.first_batch, " and batches=", options_.batches);
+  ARC_CHECK(options_.first_batch() >= 0 && options_.batches() >= 1, "AdvancedProfiler needs first_batch >= 0 and ",
+            "batches >= 1, got first_batch=", options_.first_batch(), " and batches=", options_.batches());
 }
 
 AdvancedProfiler::~AdvancedProfiler() {
@@ -53,7 +53,7 @@ void AdvancedProfiler::reset() {
 }
 
 void AdvancedProfiler::start(const std::string& action) {
-  if (action == kTrainingBatchAction && !window_ && batches_seen_++ == options_.first_batch) open_window();
+  if (action == kTrainingBatchAction && !window_ && batches_seen_++ == options_.first_batch()) open_window();
   SimpleProfiler::start(action);
 }
 
@@ -71,7 +71,7 @@ void AdvancedProfiler::recorded(const std::string& action, Clock::time_point beg
 
 void AdvancedProfiler::open_window() {
   window_ = std::make_unique<Window>();
-  window_->batches_left = options_.batches;
+  window_->batches_left = options_.batches();
   legacy::enableProfilerLegacy(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU));
 }
 
@@ -104,7 +104,7 @@ void AdvancedProfiler::close_window() {
     }
   for (auto& entry : by_name) operators_.push_back(std::move(entry.second));
   std::sort(operators_.begin(), operators_.end(), [](const auto& a, const auto& b) { return a.total_us > b.total_us; });
-  if (!options_.chrome_trace) return;
+  if (!options_.chrome_trace()) return;
   trace_path_ = output_path("trace", "json");
   std::ofstream out(trace_path_);
   out << nlohmann::json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}}.dump();
@@ -116,13 +116,13 @@ std::string AdvancedProfiler::summary() const {
   if (operators_.empty())
     return text +
            fmt::format("\nNo LibTorch operators were recorded: the window opens at training batch {} of a fit.\n",
-                       options_.first_batch);
+                       options_.first_batch());
   size_t width = 8;
-  const size_t rows = std::min(operators_.size(), static_cast<size_t>(std::max<int64_t>(options_.row_limit, 0)));
+  const size_t rows = std::min(operators_.size(), static_cast<size_t>(std::max<int64_t>(options_.row_limit(), 0)));
   for (size_t i = 0; i < rows; ++i) width = std::max(width, operators_[i].name.size());
   text +=
       fmt::format("\nLibTorch operators over {} training batch(es) from batch {} (time includes nested operators)\n",
-                  options_.batches, options_.first_batch);
+                  options_.batches(), options_.first_batch());
   text += fmt::format("| {:<{}} | {:>9} | {:>13} | {:>13} |\n", "Operator", width, "Calls", "Total (ms)", "Mean (us)");
   for (size_t i = 0; i < rows; ++i) {
     const auto& op = operators_[i];

@@ -3,6 +3,7 @@
 // window (chrome://tracing or Perfetto) with Arclight's actions beside the operators.
 #pragma once
 
+#include <arc/base/arg.h>
 #include <arc/profilers/simple_profiler.h>
 
 #include <memory>
@@ -15,15 +16,15 @@ namespace arc {
 class AdvancedProfiler : public SimpleProfiler {
  public:
   /// Which training batches the operator window covers, and what it writes.
-  struct Options {
+  class Options {
     /// Training batches of the fit run before the window opens (the first ones warm up).
-    int64_t first_batch = 1;
+    ARC_ARG(int64_t, first_batch) = 1;
     /// Training batches in the window.
-    int64_t batches = 3;
+    ARC_ARG(int64_t, batches) = 3;
     /// Also write `<dirpath>/<stage>-trace.json` (`<stage>-<filename>-trace.json` after set_output).
-    bool chrome_trace = true;
+    ARC_ARG(bool, chrome_trace) = true;
     /// Operators listed in the summary, the most costly first.
-    int64_t row_limit = 25;
+    ARC_ARG(int64_t, row_limit) = 25;
   };
 
   /// A profiler whose window and outputs `options` set.

@@ -123,8 +123,8 @@ std::shared_ptr<Profiler> make_profiler(const ProfilerSpec& spec) {
     profiler = std::make_shared<SimpleProfiler>();
   } else if (spec.name == "advanced" || spec.name == "pytorch") {
     AdvancedProfiler::Options options;
-    options.row_limit = spec.row_limit.value_or(options.row_limit);
-    options.chrome_trace = spec.chrome_trace;
+    options.row_limit(spec.row_limit.value_or(options.row_limit()));
+    options.chrome_trace(spec.chrome_trace);
     profiler = std::make_shared<AdvancedProfiler>(options);
   } else {
     throw Error(unknown_name_message("profiler", spec.name, profiler_names()));

@@ -29,9 +29,13 @@ inline void throw_peer_failure(const PeerFailure& peer_failure, std::chrono::mil
 /// A collective in flight; wait() blocks until it completes and throws if it failed.
 class PendingWork {
  public:
+  /// Nothing in flight.
   PendingWork() = default;
+  /// Work that `wait` waits for.
   explicit PendingWork(std::function<void()> wait) : wait_(std::move(wait)) {}
+  /// Blocks until the work completes; throws if it failed.
   void wait();
+  /// Whether there is work to wait for.
   bool started() const { return static_cast<bool>(wait_); }
 
  private:
@@ -42,6 +46,7 @@ class PendingWork {
 /// vote"), for the report of a collective that times out. `what` must outlive it (a literal).
 class CollectiveName {
  public:
+  /// Names the collectives "`what` `index`" (no index when -1) until it is destroyed.
   explicit CollectiveName(const char* what, int64_t index = -1);
   ~CollectiveName();
   CollectiveName(const CollectiveName&) = delete;
@@ -58,8 +63,11 @@ class CollectiveName {
 class Collectives {
  public:
   virtual ~Collectives() = default;
+  /// This process's rank in the group, and the group's size.
+  ///@{
   virtual int64_t rank() const = 0;
   virtual int64_t world_size() const = 0;
+  ///@}
   /// "gloo", "nccl", ...
   virtual std::string backend() const = 0;
   /// Starts an in-place reduction of `tensor` over ranks: sum, max, min, or mean (the sum divided
@@ -78,6 +86,7 @@ class Collectives {
   virtual void broadcast(torch::Tensor tensor, int64_t src) = 0;
   /// Every rank's `tensor`, in rank order.
   virtual std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) = 0;
+  /// Waits until every rank got there.
   virtual void barrier() = 0;
   /// Seconds this process has spent blocked in the group's collectives so far (0: not counted), so
   /// that a step's own work can be told from its waiting for the other ranks.

@@ -2,8 +2,8 @@
 #include <arc/strategies/ddp_spawn_strategy.h>
 
 #include <arc/strategies/cluster/local_environment.h>
-#include <arc/strategies/launchers/rank_processes.h>
-#include <arc/strategies/launchers/spawn_launcher.h>
+#include <arc/strategies/detail/rank_processes.h>
+#include <arc/strategies/detail/spawn_launcher.h>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -42,7 +42,7 @@ PeerFailure DDPSpawnStrategy::peer_failure() {
 
 // The rendezvous waits for the other ranks: rank 0 is busy.
 void DDPSpawnStrategy::setup(const StrategyPlan& plan) {
-  patience_ = plan.ddp.collective_timeout;
+  patience_ = plan.ddp.collective_timeout_duration();
   if (launcher_ == nullptr) return DDPStrategy::setup(plan);
   launcher_->set_busy(true, patience_);
   try {

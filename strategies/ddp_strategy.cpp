@@ -2,8 +2,8 @@
 #include <arc/strategies/ddp_strategy.h>
 
 #include <arc/base/console.h>
-#include <arc/base/host.h>
-#include <arc/strategies/process_group.h>
+#include <arc/base/detail/host.h>
+#include <arc/strategies/detail/process_group.h>
 
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -53,8 +53,8 @@ void exit_with_launcher(const std::string& launcher, const std::string& advice) 
 
 std::shared_ptr<cluster::ClusterEnvironment> DDPStrategy::launch(const LaunchRequest& request) {
   auto found = request.cluster_environment == "auto"
-                   ? cluster::detect(request.requeue)
-                   : cluster::cluster_registry().create(request.cluster_environment, request.requeue);
+                   ? cluster::detect(request.slurm)
+                   : cluster::cluster_registry().create(request.cluster_environment, request.slurm);
   ARC_CHECK(found->creates_processes_externally(),
             "strategy 'ddp' joins processes started by srun, mpirun or torchrun, but ", found->no_launcher_reason());
   request.check(*found);
@@ -77,25 +77,26 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
   ARC_CHECK(local_rank_ < static_cast<int64_t>(selected.size()), "local rank ", local_rank_,
             " has no device among the ", selected.size(), " selected; set devices to the processes per node");
   device_ = selected[static_cast<size_t>(local_rank_)];
-  const bool nccl = use_nccl(plan.ddp.process_group_backend, device_);
+  const bool nccl = use_nccl(plan.ddp.process_group_backend(), device_);
   ARC_CHECK(!nccl || std::count(selected.begin(), selected.end(), device_) == 1, "devices lists ", device_.str(),
             " more than once, and NCCL cannot run two ranks on one GPU; list each GPU once, or set ",
             "process_group_backend to \"gloo\" to share it");
   plan.accelerator->setup_device(device_);
-  reducer_options_.first_bucket_bytes = plan.ddp.first_bucket_bytes;
-  reducer_options_.bucket_bytes = plan.ddp.bucket_bytes;
-  reducer_options_.find_unused_parameters = plan.ddp.find_unused_parameters;
-  reducer_options_.static_graph = plan.ddp.static_graph;
-  reducer_options_.gradient_as_bucket_view = plan.ddp.gradient_as_bucket_view;
+  reducer_options_ = ReducerOptions()
+                         .first_bucket_bytes(static_cast<int64_t>(plan.ddp.first_bucket_mb() * (1 << 20)))
+                         .bucket_bytes(static_cast<int64_t>(plan.ddp.bucket_cap_mb() * (1 << 20)))
+                         .find_unused_parameters(plan.ddp.find_unused_parameters())
+                         .static_graph(plan.ddp.static_graph())
+                         .gradient_as_bucket_view(plan.ddp.gradient_as_bucket_view());
   RendezvousOptions rendezvous;
   rendezvous.address = environment_->main_address();
   rendezvous.port = environment_->main_port();
   rendezvous.rank = rank_;
   rendezvous.world_size = world_size_;
-  rendezvous.timeout = plan.ddp.timeout;
-  rendezvous.collective_timeout = plan.ddp.collective_timeout;
+  rendezvous.timeout = plan.ddp.timeout_duration();
+  rendezvous.collective_timeout = plan.ddp.collective_timeout_duration();
   rendezvous.node = host_name() + "#" + std::to_string(environment_->node_rank());
-  rendezvous.shared_memory = plan.ddp.shared_memory && device_.is_cpu();
+  rendezvous.shared_memory = plan.ddp.shared_memory() && device_.is_cpu();
   rendezvous.nccl = nccl;
   fit_shm_to_cores(rendezvous, local_world_size_, plan.threads_per_process);
   rendezvous.store_hosted_elsewhere = environment_->launcher_hosts_store();
@@ -110,11 +111,11 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
     collectives_->all_reduce(votes, Reduce::max).wait();
   }
   const bool overlaps = votes.item<int64_t>() != 0;
-  if (!overlaps) reducer_options_.first_bucket_bytes = reducer_options_.bucket_bytes;
+  if (!overlaps) reducer_options_.first_bucket_bytes(reducer_options_.bucket_bytes());
   if (rank_ == 0)
     console().info("{}: gradient buckets of {:g} MiB, the first {:g} MiB{}", name(),
-                   static_cast<double>(reducer_options_.bucket_bytes) / (1 << 20),
-                   static_cast<double>(reducer_options_.first_bucket_bytes) / (1 << 20),
+                   static_cast<double>(reducer_options_.bucket_bytes()) / (1 << 20),
+                   static_cast<double>(reducer_options_.first_bucket_bytes()) / (1 << 20),
                    overlaps ? "" : " (all-reduces cannot overlap backward here)");
   console().info("{}: rank {} of {} on {} ({} environment, {} at {}:{})", name(), rank_, world_size_, device_.str(),
                  environment_->name(), collectives_->backend(), rendezvous.address, rendezvous.port);

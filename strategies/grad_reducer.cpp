@@ -30,14 +30,14 @@ GradReducer::GradReducer(std::vector<torch::Tensor> parameters, std::vector<std:
       ready_(parameters_.size(), false),
       unused_in_graph_(parameters_.size(), false) {
   // Reverse registration order approximates the order in which backward produces gradients.
-  int64_t cap = options_.first_bucket_bytes;
+  int64_t cap = options_.first_bucket_bytes();
   int64_t bytes = 0;
   for (size_t i = parameters_.size(); i-- > 0;) {
     const auto& p = parameters_[i];
     const int64_t size = p.numel() * static_cast<int64_t>(p.element_size());
     const bool new_dtype = !layout_.empty() && parameters_[layout_.back().front()].scalar_type() != p.scalar_type();
     if (layout_.empty() || new_dtype || (bytes > 0 && bytes + size > cap)) {
-      if (!layout_.empty()) cap = options_.bucket_bytes;
+      if (!layout_.empty()) cap = options_.bucket_bytes();
       layout_.emplace_back();
       bytes = 0;
     }
@@ -187,12 +187,12 @@ void GradReducer::finalize() {
   std::vector<std::string> unused;
   for (size_t i = 0; i < parameters_.size(); ++i)
     if (!ready_[i]) unused.push_back(names_[i]);
-  const bool learning = options_.static_graph && !graph_learned_;
+  const bool learning = options_.static_graph() && !graph_learned_;
   if (!unused.empty()) {
     ARC_CHECK(!graph_learned_, "static_graph is on, but parameters ", join(unused),
               " got no gradient although the first backward gave them one: the graph changes between steps; ",
               "turn static_graph off and set find_unused_parameters=true");
-    ARC_CHECK(options_.find_unused_parameters || learning, "parameters ", join(unused),
+    ARC_CHECK(options_.find_unused_parameters() || learning, "parameters ", join(unused),
               " got no gradient in this backward, so the ranks cannot average them; set ",
               "find_unused_parameters=true (or static_graph=true when every step leaves out the same ones), ",
               "or use them in the loss");
@@ -214,7 +214,7 @@ void GradReducer::finalize() {
     }
     for (const size_t i : layout_[b]) {
       if (grad_in_slot(i)) continue;
-      if (options_.gradient_as_bucket_view) {
+      if (options_.gradient_as_bucket_view()) {
         parameters_[i].mutable_grad() = slot_alias(i);
       } else if (parameters_[i].grad().defined()) {
         parameters_[i].mutable_grad().copy_(slot(i).view(parameters_[i].sizes()));

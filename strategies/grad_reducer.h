@@ -6,6 +6,7 @@
 // one more element, the ranks' vote to skip the step (TrainModule::training_step's undefined loss).
 #pragma once
 
+#include <arc/base/arg.h>
 #include <arc/strategies/collectives.h>
 
 #include <torch/types.h>
@@ -23,19 +24,22 @@ namespace arc {
 
 class Profiler;
 
-struct ReducerOptions {
-  int64_t first_bucket_bytes = 1 << 20;
-  int64_t bucket_bytes = 25 << 20;
+/// How GradReducer buckets and reduces the gradients, as PyTorch's Reducer.
+class ReducerOptions {
+  /// The first bucket's size in bytes (small, so that communication starts early).
+  ARC_ARG(int64_t, first_bucket_bytes) = 1 << 20;
+  /// The other buckets' size in bytes.
+  ARC_ARG(int64_t, bucket_bytes) = 25 << 20;
   /// Tolerate parameters that get no gradient in a backward (they are reduced as zeros).
-  bool find_unused_parameters = false;
+  ARC_ARG(bool, find_unused_parameters) = false;
   /// Every backward uses the same parameters (PyTorch DDP's static_graph): the first backward
   /// learns which get no gradient, later ones reduce those as zeros from the start, so that their
   /// buckets all-reduce while backward runs instead of at its end; a change is an error.
-  bool static_graph = false;
+  ARC_ARG(bool, static_graph) = false;
   /// Gradients become their bucket slots after the first reduction (PyTorch DDP's
   /// gradient_as_bucket_view): backward accumulates into the buckets, and neither the copy into
   /// them nor the copy of the average back is needed.
-  bool gradient_as_bucket_view = true;
+  ARC_ARG(bool, gradient_as_bucket_view) = true;
 };
 
 /// Averages the gradients of `parameters` over the ranks of `collectives`.

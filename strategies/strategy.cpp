@@ -140,13 +140,29 @@ std::vector<torch::Tensor> Strategy::all_gather(const torch::Tensor& tensor) {
   return group->all_gather(tensor.detach());
 }
 
+std::chrono::milliseconds DDPStrategyOptions::timeout_duration() const {
+  return std::chrono::milliseconds(static_cast<int64_t>(timeout_ * 1000));
+}
+
+std::chrono::milliseconds DDPStrategyOptions::collective_timeout_duration() const {
+  return std::min(timeout_duration(), std::chrono::milliseconds(static_cast<int64_t>(collective_timeout_ * 1000)));
+}
+
+void DDPStrategyOptions::validate() const {
+  ARC_CHECK(timeout_ > 0, "timeout must be > 0 seconds, got ", timeout_);
+  ARC_CHECK(collective_timeout_ > 0, "collective_timeout must be > 0 seconds, got ", collective_timeout_);
+  ARC_CHECK(first_bucket_mb_ > 0, "first_bucket_mb must be > 0, got ", first_bucket_mb_);
+  ARC_CHECK(bucket_cap_mb_ > 0, "bucket_cap_mb must be > 0, got ", bucket_cap_mb_);
+  check_choice("process_group_backend", process_group_backend_, {"auto", "nccl", "gloo"});
+}
+
 Registry<Strategy>& strategy_registry() {
   static Registry<Strategy> registry = [] {
     Registry<Strategy> r("strategy");
-    r.add("single_device", [] { return std::make_shared<SingleDeviceStrategy>(); });
-    r.add("ddp", [] { return std::make_shared<DDPStrategy>(); });
-    r.add("ddp_spawn", [] { return std::make_shared<DDPSpawnStrategy>(); });
-    r.add("elastic", [] { return std::make_shared<ElasticStrategy>(); });
+    r.add_class<SingleDeviceStrategy>("single_device");
+    r.add_class<DDPStrategy>("ddp");
+    r.add_class<DDPSpawnStrategy>("ddp_spawn");
+    r.add_class<ElasticStrategy>("elastic");
     return r;
   }();
   return registry;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <arc/accelerators/accelerator_backend.h>
+#include <arc/base/arg.h>
 #include <arc/base/registry.h>
 #include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/collectives.h>
@@ -23,27 +24,45 @@ namespace arc {
 
 class Profiler;
 
-/// DDP's knobs (TrainerOptions keeps them as flat JSON keys: timeout, bucket_cap_mb, ...).
-struct DDPOptions {
-  /// How long the rendezvous, barriers and a child's exit may take.
-  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
-  /// How long one collective of a step may wait for the other ranks.
-  std::chrono::milliseconds collective_timeout{std::chrono::minutes(5)};
-  /// Gradient bucket sizes: the first (small, so that communication starts early), the rest.
+/// DDP's settings, as Lightning's DDPStrategy(timeout, process_group_backend, ...) and the
+/// DistributedDataParallel arguments it passes on take them, with Arclight's own: the collectives'
+/// timeout, the first bucket's size and shared memory. Strategies ddp, ddp_spawn and elastic read them.
+class DDPStrategyOptions {
+  /// Seconds the rendezvous, barriers (checkpoint saves among them) and launchers' waits may take.
+  ARC_ARG(double, timeout) = 1800.0;
+  /// Seconds one collective of a step (gradient all-reduce, metric sync, vote) may wait for the other
+  /// ranks, so that a stuck rank is reported in minutes; never more than `timeout`.
+  ARC_ARG(double, collective_timeout) = 300.0;
+  /// DDP on GPUs: "auto" (NCCL for CUDA tensors when this build has it, else Gloo), "nccl" (an error
+  /// where it cannot run) or "gloo" (Gloo for CUDA tensors too, e.g. for several ranks on one GPU).
+  ARC_ARG(std::string, process_group_backend) = "auto";
+  /// Tolerate parameters without gradient in a step.
+  ARC_ARG(bool, find_unused_parameters) = false;
+  /// Every step uses the same parameters (PyTorch DDP's static_graph): parameters that the first
+  /// step leaves without gradient are allowed, and later steps all-reduce their buckets while
+  /// backward runs instead of at its end.
+  ARC_ARG(bool, static_graph) = false;
+  /// After a step's all-reduce each gradient is its slot in the gradient bucket (PyTorch DDP's
+  /// gradient_as_bucket_view): the average is not copied back, and gradients of different
+  /// parameters share one allocation; turn it off to give each its own.
+  ARC_ARG(bool, gradient_as_bucket_view) = true;
+  /// Gradient bucket sizes in MiB: the first (small, so communication starts early), the rest.
   ///@{
-  int64_t first_bucket_bytes = int64_t{1} << 20;
-  int64_t bucket_bytes = int64_t{25} << 20;
+  ARC_ARG(double, first_bucket_mb) = 1.0;
+  ARC_ARG(double, bucket_cap_mb) = 25.0;
   ///@}
-  /// Tolerate parameters without a gradient in a step (ReducerOptions::find_unused_parameters).
-  bool find_unused_parameters = false;
-  /// Every step uses the same parameters (ReducerOptions::static_graph).
-  bool static_graph = false;
-  /// Gradients live in their buckets (ReducerOptions::gradient_as_bucket_view).
-  bool gradient_as_bucket_view = true;
-  /// All-reduce through shared memory among the processes of one machine.
-  bool shared_memory = true;
-  /// "auto", "nccl" or "gloo" (TrainerOptions::process_group_backend).
-  std::string process_group_backend = "auto";
+  /// All-reduce through shared memory among the processes of one machine (Gloo across machines);
+  /// off: Gloo everywhere.
+  ARC_ARG(bool, shared_memory) = true;
+
+ public:
+  /// `timeout` and `collective_timeout` (at most `timeout`) as durations.
+  ///@{
+  std::chrono::milliseconds timeout_duration() const;
+  std::chrono::milliseconds collective_timeout_duration() const;
+  ///@}
+  /// Throws arc::Error naming the first impossible value and the remedy.
+  void validate() const;
 };
 
 /// The launch step's request: what the strategy needs to find or start its processes.
@@ -57,7 +76,7 @@ struct LaunchRequest {
   /// "auto" or a registered cluster environment.
   std::string cluster_environment = "auto";
   /// For the SLURM environment: whether and on which signal the job requeues itself.
-  cluster::RequeueOptions requeue;
+  cluster::SlurmEnvironmentOptions slurm;
   /// How long starting or joining the launcher's processes may take.
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
 
@@ -77,8 +96,8 @@ struct StrategyPlan {
   int64_t num_nodes = 1;
   /// Intra-op threads of each process on this machine.
   int64_t threads_per_process = 1;
-  /// DDP's settings, from the Trainer's options.
-  DDPOptions ddp;
+  /// DDP's settings.
+  DDPStrategyOptions ddp;
 };
 
 /// Places the module, runs backward and tells ranks apart; its collectives serve user code too.

@@ -2,7 +2,7 @@
 // every rank's samples together (PyTorch's torch.nn.SyncBatchNorm, which Lightning's
 // sync_batchnorm=True swaps in). LibTorch cannot swap a layer behind a module's member, so a model
 // that wants it builds its layers as arc::SyncBatchNorm; TrainerOptions::sync_batchnorm(true) (or
-// arc::Accelerator under the same option) then connects them to the ranks. Unconnected, or in eval
+// arc::Fabric under the same option) then connects them to the ranks. Unconnected, or in eval
 // mode, it is plain BatchNorm: the same parameters, buffers and names as torch::nn::BatchNorm{1,2,3}d,
 // so checkpoints move between the two.
 #pragma once

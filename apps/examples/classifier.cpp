@@ -24,7 +24,7 @@ void Classifier::finish_construction(nlohmann::json hparams) {
 
 torch::Tensor Classifier::training_step(Batch& batch, int64_t) {
   auto loss = torch::nn::functional::cross_entropy(forward(batch[0]), batch[1]);
-  log("train_loss", loss, {.prog_bar = true});
+  log("train_loss", loss, LogOptions().prog_bar(true));
   return loss;
 }
 
@@ -32,8 +32,10 @@ void Classifier::evaluate(Batch& batch, const std::string& prefix) {
   const auto logits = forward(batch[0]);
   const auto& labels = batch[1];
   // Under DDP each rank sees a shard; sync_dist gives the mean over all samples.
-  log(prefix + "_loss", torch::nn::functional::cross_entropy(logits, labels), {.prog_bar = true, .sync_dist = true});
-  log(prefix + "_acc", logits.argmax(1).eq(labels).to(torch::kDouble).mean(), {.prog_bar = true, .sync_dist = true});
+  log(prefix + "_loss", torch::nn::functional::cross_entropy(logits, labels),
+      LogOptions().prog_bar(true).sync_dist(true));
+  log(prefix + "_acc", logits.argmax(1).eq(labels).to(torch::kDouble).mean(),
+      LogOptions().prog_bar(true).sync_dist(true));
 }
 
 void Classifier::validation_step(Batch& batch, int64_t) { evaluate(batch, "val"); }

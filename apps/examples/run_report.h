@@ -1,7 +1,7 @@
 // RunReport: the figures of WORKLOAD.md §6 for any fit, printed as one `RESULT {json}` line.
 #pragma once
 
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 
 #include <nlohmann/json.hpp>
 

@@ -1,9 +1,8 @@
 // add_default_callbacks: the callbacks a Trainer adds to the user's, as Lightning's callback
-// connector. Declared here, for the Trainer; defined in callbacks/default_callbacks.cpp, beside the
-// callbacks it constructs, so that core/ includes none of them.
+// connector, which makes the default ModelCheckpoint, progress bar and model summary itself.
 #pragma once
 
-#include <arc/callbacks/callback.h>
+#include <arc/core/callback.h>
 #include <arc/core/trainer_options.h>
 
 #include <memory>

@@ -3,11 +3,11 @@
 
 #include <arc/base/console.h>
 #include <arc/base/error.h>
-#include <arc/core/checkpoint.h>
 #include <arc/core/detail/run_state.h>
 #include <arc/core/load_from_checkpoint.h>
-#include <arc/core/optimizer_state.h>
 #include <arc/data/data_loader.h>
+#include <arc/fabric/checkpoint.h>
+#include <arc/fabric/detail/optimizer_state.h>
 #include <arc/strategies/strategy.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -163,8 +163,8 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
   const auto& meta = checkpoint.meta();
   ARC_CHECK(!meta.value("weights_only", false), "checkpoint '", path, "' holds weights only and cannot resume ",
             "training; pass it to validate/test/predict, or resume from a full checkpoint");
-  ARC_CHECK(!meta.contains("accelerator_state"), "checkpoint '", path, "' was written by Accelerator::save (a loop ",
-            "of your own) and holds no Trainer state to resume; load it with Accelerator::load, or pass it to ",
+  ARC_CHECK(!meta.contains("accelerator_state"), "checkpoint '", path, "' was written by Fabric::save (a loop ",
+            "of your own) and holds no Trainer state to resume; load it with Fabric::load, or pass it to ",
             "validate/test/predict, which load the module saved as \"model\"");
   auto& configs = state_.optimizers;
   for (size_t i = 0; i < configs.size(); ++i)

@@ -12,13 +12,13 @@ namespace {
 // What was passed, else the data module's, else the module's own. `what` names the stage's data in
 // the error when there must be some.
 template <typename Sources>
-Sources pick(const Sources& given, DataModule* data, Sources (DataModule::*from_data)(),
-             Sources (TrainModule::*from_module)(), TrainModule& module, const char* what) {
+Sources pick(const Sources& given, DataModule* data, Sources (DataHooks::*hook)(), TrainModule& module,
+             const char* what) {
   if (given) return given;
   if (data != nullptr) {
-    if (auto sources = (data->*from_data)()) return sources;
+    if (auto sources = (data->*hook)()) return sources;
   }
-  if (auto sources = (module.*from_module)()) return sources;
+  if (auto sources = (module.*hook)()) return sources;
   if (what != nullptr)
     ARC_FAIL("no ", what, " data: pass a DataSource or a DataModule, or override ", what,
              "_dataloader() in the module or data module");
@@ -41,7 +41,7 @@ DataConnector::DataConnector(const TrainerOptions& options, Strategy& strategy, 
     : options_(options), strategy_(strategy), module_(module), data_(data) {}
 
 std::unique_ptr<DataLoader> DataConnector::train(const DataSource& given, std::optional<int64_t> batch_size) const {
-  auto source = pick(given, data_, &DataModule::train_dataloader, &TrainModule::train_dataloader, module_, "train");
+  auto source = pick(given, data_, &DataHooks::train_dataloader, module_, "train");
   if (batch_size) {
     ARC_CHECK(source.combined == nullptr, "the fit trains with batch size ", *batch_size, " (BatchSizeFinder's, or ",
               "that of the checkpoint it resumes from) for one training source, but the training data is now a ",
@@ -52,20 +52,15 @@ std::unique_ptr<DataLoader> DataConnector::train(const DataSource& given, std::o
 }
 
 Loaders DataConnector::val(const DataSources& given, bool required) const {
-  return loaders(pick(given, data_, &DataModule::val_dataloaders, &TrainModule::val_dataloaders, module_,
-                      required ? "val" : nullptr),
-                 "val");
+  return loaders(pick(given, data_, &DataHooks::val_dataloaders, module_, required ? "val" : nullptr), "val");
 }
 
 Loaders DataConnector::test(const DataSources& given) const {
-  return loaders(pick(given, data_, &DataModule::test_dataloaders, &TrainModule::test_dataloaders, module_, "test"),
-                 "test");
+  return loaders(pick(given, data_, &DataHooks::test_dataloaders, module_, "test"), "test");
 }
 
 Loaders DataConnector::predict(const DataSources& given) const {
-  return loaders(
-      pick(given, data_, &DataModule::predict_dataloaders, &TrainModule::predict_dataloaders, module_, "predict"),
-      "predict");
+  return loaders(pick(given, data_, &DataHooks::predict_dataloaders, module_, "predict"), "predict");
 }
 
 std::unique_ptr<DataLoader> DataConnector::loader(const DataSource& source) const {

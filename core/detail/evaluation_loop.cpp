@@ -1,7 +1,7 @@
 // EvaluationLoop: validation, test and predict passes.
 #include <arc/core/detail/evaluation_loop.h>
 
-#include <arc/base/swapped.h>
+#include <arc/base/detail/swapped.h>
 #include <arc/core/detail/run_state.h>
 #include <arc/data/data_loader.h>
 #include <arc/strategies/strategy.h>

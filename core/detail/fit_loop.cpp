@@ -2,7 +2,7 @@
 #include <arc/core/detail/fit_loop.h>
 
 #include <arc/base/console.h>
-#include <arc/base/swapped.h>
+#include <arc/base/detail/swapped.h>
 #include <arc/core/detail/checkpoint_connector.h>
 #include <arc/core/detail/evaluation_loop.h>
 #include <arc/core/detail/run_state.h>

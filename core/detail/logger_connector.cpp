@@ -2,13 +2,10 @@
 #include <arc/core/detail/logger_connector.h>
 
 #include <arc/core/trainer.h>
-#include <arc/loggers/folder_logger.h>
 #include <arc/profilers/profiler.h>
 #include <arc/strategies/strategy.h>
 
 #include <torch/torch.h>
-
-#include <filesystem>
 
 namespace arc::detail {
 
@@ -53,45 +50,6 @@ void LoggerConnector::sync_step_values(MetricStore& store, const GatherFn& gathe
   if (!gather || !store.has_unsynced_step_values()) return;
   ProfileScope scope(profiler, "[LoggerConnector].sync_step_values");
   store.sync_step_values(gather);
-}
-
-// The loggers of one folder share the version given to any of them, or else the next free one.
-void LoggerConnector::agree_on_versions() {
-  nlohmann::json versions = nlohmann::json::array();
-  if (strategy_.is_global_zero()) {
-    std::map<std::string, int64_t> chosen;
-    for (const auto& logger : loggers_)
-      if (logger->version_fixed()) chosen.emplace(logger->versions_folder(), logger->version_number());
-    for (const auto& logger : loggers_) {
-      const std::string folder = logger->versions_folder();
-      if (!folder.empty() && !logger->version_fixed()) {
-        auto [entry, inserted] = chosen.emplace(folder, 0);
-        if (inserted) entry->second = claim_next_version(folder);
-        logger->set_version_number(entry->second);
-      }
-      versions.push_back(logger->version_number());
-    }
-  }
-  versions = nlohmann::json::parse(strategy_.broadcast(versions.dump()));
-  for (size_t i = 0; i < loggers_.size(); ++i)
-    if (!loggers_[i]->versions_folder().empty()) loggers_[i]->set_version_number(versions.at(i).get<int64_t>());
-}
-
-void LoggerConnector::log_hyperparams(const nlohmann::json& hparams) {
-  if (strategy_.is_global_zero())
-    for (auto& logger : loggers_) logger->log_hyperparams(hparams);
-}
-
-void LoggerConnector::finalize(const std::string& status) {
-  if (!strategy_.is_global_zero()) return;
-  for (auto& logger : loggers_) logger->finalize(status);
-  // A run that failed before writing anything (a checkpoint path that does not exist, say) leaves
-  // no empty version folder behind, as Lightning's, whose loggers make theirs on first use. (The
-  // versions were agreed when the Trainer was made, so log_dir() claims nothing here.)
-  std::error_code not_empty;
-  if (status == "failed")
-    for (const auto& logger : loggers_)
-      if (!logger->versions_folder().empty()) std::filesystem::remove(logger->log_dir(), not_empty);
 }
 
 }  // namespace arc::detail

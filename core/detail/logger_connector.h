@@ -4,6 +4,7 @@
 #pragma once
 
 #include <arc/core/metric_store.h>
+#include <arc/fabric/detail/run_loggers.h>
 #include <arc/loggers/logger.h>
 
 #include <memory>
@@ -18,10 +19,9 @@ struct Progress;
 
 namespace detail {
 
-class LoggerConnector {
+class LoggerConnector : public RunLoggers {
  public:
-  LoggerConnector(std::vector<std::shared_ptr<Logger>>& loggers, Strategy& strategy)
-      : loggers_(loggers), strategy_(strategy) {}
+  using RunLoggers::RunLoggers;
 
   /// Values logged in training steps and hooks, and in evaluation.
   MetricStore train_metrics;
@@ -51,15 +51,8 @@ class LoggerConnector {
   /// Reduces the on_step values with sync_dist that wait in `store` with `gather`, in one collective
   /// timed as "[LoggerConnector].sync_step_values"; nothing when none wait or without `gather`.
   void sync_step_values(MetricStore& store, const GatherFn& gather, Profiler* profiler);
-  /// Rank 0 picks each logger's version and every rank takes it, as Lightning broadcasts log_dir.
-  void agree_on_versions();
-  /// On rank 0: the hyper-parameters to every logger; their finalize("success" | "failed").
-  void log_hyperparams(const nlohmann::json& hparams);
-  void finalize(const std::string& status);
 
  private:
-  std::vector<std::shared_ptr<Logger>>& loggers_;
-  Strategy& strategy_;
   mutable Metrics callback_metrics_;
   Metrics logged_metrics_;
 };

@@ -3,9 +3,9 @@
 // other writers; and call_hook, the one way hooks are called: every callback, then the module.
 #pragma once
 
-#include <arc/core/async_checkpoint_writer.h>
 #include <arc/core/detail/logger_connector.h>
 #include <arc/core/trainer.h>
+#include <arc/fabric/async_checkpoint_writer.h>
 #include <arc/strategies/cluster/cluster_environment.h>
 
 #include <nlohmann/json.hpp>

@@ -3,10 +3,10 @@
 
 #include <arc/base/console.h>
 #include <arc/base/error.h>
-#include <arc/core/async_checkpoint_writer.h>
 #include <arc/core/detail/checkpoint_connector.h>
 #include <arc/core/detail/run_state.h>
 #include <arc/core/trainer.h>
+#include <arc/fabric/async_checkpoint_writer.h>
 #include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/strategy.h>
 

@@ -2,7 +2,7 @@
 #include <arc/core/detail/straggler_monitor.h>
 
 #include <arc/base/console.h>
-#include <arc/base/host.h>
+#include <arc/base/detail/host.h>
 #include <arc/strategies/collectives.h>
 
 #include <torch/torch.h>

@@ -8,7 +8,7 @@
 #include <arc/strategies/cluster/mpi_environment.h>
 #include <arc/strategies/cluster/slurm_environment.h>
 #include <arc/strategies/cluster/torchelastic_environment.h>
-#include <arc/strategies/launchers/rank_processes.h>
+#include <arc/strategies/detail/rank_processes.h>
 
 #include <csignal>
 #include <cstdlib>
@@ -113,12 +113,12 @@ std::string first_host(const std::string& nodelist) {
   return first.substr(0, open) + range + first.substr(close + 1);
 }
 
-Registry<ClusterEnvironment, const RequeueOptions&>& cluster_registry() {
-  using Requeue = const RequeueOptions&;
+Registry<ClusterEnvironment, const SlurmEnvironmentOptions&>& cluster_registry() {
+  using Requeue = const SlurmEnvironmentOptions&;
   static Registry<ClusterEnvironment, Requeue> registry = [] {
     Registry<ClusterEnvironment, Requeue> r("cluster environment");
     r.add("local", [](Requeue) { return std::make_shared<LocalEnvironment>(); });
-    r.add("slurm", [](Requeue requeue) { return std::make_shared<SlurmEnvironment>(requeue); });
+    r.add_class<SlurmEnvironment>("slurm");
     r.add("torchelastic", [](Requeue) { return std::make_shared<TorchElasticEnvironment>(); });
     r.add("mpi", [](Requeue) { return std::make_shared<MpiEnvironment>(); });
     r.add("lsf", [](Requeue) { return std::make_shared<LsfEnvironment>(); });
@@ -128,7 +128,7 @@ Registry<ClusterEnvironment, const RequeueOptions&>& cluster_registry() {
   return registry;
 }
 
-std::shared_ptr<ClusterEnvironment> detect(const RequeueOptions& requeue) {
+std::shared_ptr<ClusterEnvironment> detect(const SlurmEnvironmentOptions& requeue) {
   if (TorchElasticEnvironment::detect()) return std::make_shared<TorchElasticEnvironment>();
   if (SlurmEnvironment::detect()) return std::make_shared<SlurmEnvironment>(requeue);
   if (LsfEnvironment::detect()) return std::make_shared<LsfEnvironment>();

@@ -2,6 +2,7 @@
 // launcher (srun, mpirun, torchrun, LSF, Kubeflow, or Arclight itself) set them.
 #pragma once
 
+#include <arc/base/arg.h>
 #include <arc/base/registry.h>
 
 #include <cstdint>
@@ -12,12 +13,13 @@
 
 namespace arc::cluster {
 
-/// Lightning's SLURMEnvironment(auto_requeue, requeue_signal): on `signal` a job that its launcher
-/// can requeue saves a checkpoint and asks to run again.
-struct RequeueOptions {
-  bool auto_requeue = true;
+/// Lightning's SLURMEnvironment(auto_requeue, requeue_signal): on `requeue_signal` a job that its
+/// launcher can requeue saves a checkpoint and asks to run again.
+class SlurmEnvironmentOptions {
+  /// Whether the job requeues itself on `requeue_signal` (off: the signal is not caught).
+  ARC_ARG(bool, auto_requeue) = true;
   /// "SIGUSR1", "SIGUSR2", "SIGHUP" or "SIGALRM" (requeue_signal_names).
-  std::string signal = "SIGUSR1";
+  ARC_ARG(std::string, requeue_signal) = "SIGUSR1";
 };
 
 /// The signals a requeue may be asked by.
@@ -29,18 +31,26 @@ int requeue_signal_number(const std::string& name);
 class ClusterEnvironment {
  public:
   virtual ~ClusterEnvironment() = default;
+  /// The name it is registered under ("slurm", "torchelastic", ...).
   virtual std::string name() const = 0;
   /// Whether a launcher started the processes (so Arclight must not start any).
   virtual bool creates_processes_externally() const = 0;
   /// Where no launcher started them: what is missing, and the fix, for an error.
   virtual std::string no_launcher_reason() const;
+  /// The address and port of rank 0's rendezvous store.
+  ///@{
   virtual std::string main_address() const = 0;
   virtual int64_t main_port() const = 0;
+  ///@}
+  /// The processes of the job, over every node.
   virtual int64_t world_size() const = 0;
+  /// This process's rank among them, from 0.
   virtual int64_t global_rank() const = 0;
   /// The variables that global_rank() and world_size() read ("RANK and WORLD_SIZE"), for errors.
   virtual std::string rank_variables() const = 0;
+  /// This process's rank among those of its node, from 0.
   virtual int64_t local_rank() const = 0;
+  /// This node's index among the job's nodes, from 0.
   virtual int64_t node_rank() const = 0;
   /// Processes on this node; world_size / num_nodes unless the launcher says.
   virtual int64_t local_world_size() const;
@@ -66,11 +76,11 @@ class ClusterEnvironment {
 };
 
 /// Environments by name: local, slurm, torchelastic, mpi, lsf, kubeflow; SLURM's takes the requeue options.
-Registry<ClusterEnvironment, const RequeueOptions&>& cluster_registry();
+Registry<ClusterEnvironment, const SlurmEnvironmentOptions&>& cluster_registry();
 
 /// The first environment whose variables are present, in the order TorchElastic > SLURM > LSF >
 /// MPI > Kubeflow > Local.
-std::shared_ptr<ClusterEnvironment> detect(const RequeueOptions& requeue = {});
+std::shared_ptr<ClusterEnvironment> detect(const SlurmEnvironmentOptions& requeue = {});
 
 /// The strategy that strategy "auto" stands for, as Lightning chooses it, for `devices` processes
 /// per node on `num_nodes` nodes: "single_device" for one process; for more, "ddp" when a launcher
@@ -82,7 +92,9 @@ std::string auto_strategy(int64_t devices, int64_t num_nodes);
 /// find_unused_parameters that a name such as "ddp_find_unused_parameters_true" (or
 /// "ddp_spawn_find_unused_parameters_false") gives; none for a plain name.
 struct StrategyName {
+  /// The strategy's registered name ("ddp").
   std::string name;
+  /// What the name says of find_unused_parameters, if anything.
   std::optional<bool> find_unused_parameters;
 };
 StrategyName parse_strategy_name(const std::string& text);

@@ -1,8 +1,8 @@
 // LsfEnvironment.
 #include <arc/strategies/cluster/lsf_environment.h>
 
+#include <arc/base/detail/host.h>
 #include <arc/base/error.h>
-#include <arc/base/host.h>
 
 #include <algorithm>
 #include <fstream>

@@ -1,15 +1,15 @@
 // SlurmEnvironment.
 #include <arc/strategies/cluster/slurm_environment.h>
 
+#include <arc/base/detail/subprocess.h>
 #include <arc/base/error.h>
-#include <arc/base/subprocess.h>
 
 #include <utility>
 
 namespace arc::cluster {
 
-SlurmEnvironment::SlurmEnvironment(RequeueOptions requeue) : requeue_(std::move(requeue)) {
-  requeue_signal_number(requeue_.signal);
+SlurmEnvironment::SlurmEnvironment(SlurmEnvironmentOptions requeue) : requeue_(std::move(requeue)) {
+  requeue_signal_number(requeue_.requeue_signal());
 }
 
 bool SlurmEnvironment::detect() { return env("SLURM_NTASKS").has_value() && env("SLURM_PROCID").has_value(); }
@@ -61,8 +61,8 @@ void SlurmEnvironment::validate(int64_t devices, int64_t num_nodes) const {
 int64_t SlurmEnvironment::restart_count() const { return env_int_or("SLURM_RESTART_COUNT", 0); }
 
 std::optional<std::string> SlurmEnvironment::requeue_signal() const {
-  if (!requeue_.auto_requeue || !env("SLURM_JOB_ID")) return std::nullopt;
-  return requeue_.signal;
+  if (!requeue_.auto_requeue() || !env("SLURM_JOB_ID")) return std::nullopt;
+  return requeue_.requeue_signal();
 }
 
 std::string SlurmEnvironment::requeue_job() const { return "SLURM job " + env("SLURM_JOB_ID").value_or(""); }

@@ -10,7 +10,8 @@ namespace arc::cluster {
 /// and requeues itself (`scontrol requeue`) on the requeue signal.
 class SlurmEnvironment : public ClusterEnvironment {
  public:
-  explicit SlurmEnvironment(RequeueOptions requeue = {});
+  /// An environment that requeues as `requeue` says.
+  explicit SlurmEnvironment(SlurmEnvironmentOptions requeue = {});
   /// Whether this launcher's variables are present.
   static bool detect();
   std::string name() const override { return "slurm"; }
@@ -34,7 +35,7 @@ class SlurmEnvironment : public ClusterEnvironment {
   void requeue() const override;
 
  private:
-  RequeueOptions requeue_;
+  SlurmEnvironmentOptions requeue_;
 };
 
 }  // namespace arc::cluster

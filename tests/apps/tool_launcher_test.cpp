@@ -3,7 +3,7 @@
 #include <arc/apps/cli.h>
 #include <arc/apps/tool_launcher.h>
 #include <arc/base/error.h>
-#include <arc/strategies/launchers/rank_processes.h>
+#include <arc/strategies/detail/rank_processes.h>
 
 #include "support/arc_tool.h"
 #include "support/command.h"

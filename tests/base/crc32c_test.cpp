@@ -1,4 +1,4 @@
-#include <arc/base/crc32c.h>
+#include <arc/base/detail/crc32c.h>
 #include <arc/base/error.h>
 
 #include <gtest/gtest.h>

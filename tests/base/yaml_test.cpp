@@ -1,4 +1,4 @@
-#include <arc/base/yaml.h>
+#include <arc/base/detail/yaml.h>
 
 #include "support/errors.h"
 

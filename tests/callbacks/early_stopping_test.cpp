@@ -68,7 +68,7 @@ struct TrainScripted : testing::TinyModule {
   explicit TrainScripted(std::vector<double> scores) : scores_(std::move(scores)) {}
   torch::Tensor training_step(Batch& batch, int64_t index) override {
     log("train_score", scores_[std::min(scores_.size() - 1, static_cast<size_t>(current_epoch()))],
-        {.on_step = false, .on_epoch = true});
+        LogOptions().on_step(false).on_epoch(true));
     return TinyModule::training_step(batch, index);
   }
   std::vector<double> scores_;

@@ -1,5 +1,5 @@
 // Row 9 of issue 18: BasePredictionWriter, progress for validate/test/predict, ModelSummary's
-// max_depth, log(..., {.rank_zero_only}) and on_step values of evaluation reaching the loggers.
+// max_depth, log(..., LogOptions().rank_zero_only(true)) and on_step values of evaluation reaching the loggers.
 #include "support/command.h"
 #include "support/errors.h"
 #include "support/scratch.h"
@@ -227,7 +227,7 @@ class LogsFromRankZero : public TinyModule {
  public:
   explicit LogsFromRankZero(bool sync) : sync_(sync) {}
   torch::Tensor training_step(Batch& batch, int64_t batch_idx) override {
-    log("zero_only", 3.0, {.on_epoch = true, .sync_dist = sync_, .rank_zero_only = true});
+    log("zero_only", 3.0, LogOptions().on_epoch(true).sync_dist(sync_).rank_zero_only(true));
     return TinyModule::training_step(batch, batch_idx);
   }
 
@@ -265,7 +265,7 @@ class Records : public Logger {
 class LogsEveryValidationBatch : public TinyModule {
  public:
   void validation_step(Batch& batch, int64_t batch_idx) override {
-    log("seen", static_cast<double>(batch_idx), {.on_step = true});
+    log("seen", static_cast<double>(batch_idx), LogOptions().on_step(true));
     TinyModule::validation_step(batch, batch_idx);
   }
 };

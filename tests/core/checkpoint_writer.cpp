@@ -2,8 +2,8 @@
 // the tests that kill it with SIGKILL in the middle of a save. With --async, each save goes to an
 // AsyncCheckpointWriter, and the weights are overwritten with -1 while the background write runs.
 //   checkpoint_writer <path> [--async]
-#include <arc/core/async_checkpoint_writer.h>
-#include <arc/core/checkpoint.h>
+#include <arc/fabric/async_checkpoint_writer.h>
+#include <arc/fabric/checkpoint.h>
 
 #include <torch/torch.h>
 

@@ -28,8 +28,8 @@ class PerLoader : public TinyModule {
     hook_indices.push_back(trainer().dataloader_idx());
     const auto loss = torch::mse_loss(linear(batch[0]), batch[1]);
     log("val_loss", loss);
-    log("val_all", loss, {.add_dataloader_idx = false});
-    log("val_both", loss, {.on_step = true, .on_epoch = true});
+    log("val_all", loss, LogOptions().add_dataloader_idx(false));
+    log("val_both", loss, LogOptions().on_step(true).on_epoch(true));
   }
   void test_step(Batch& batch, int64_t batch_idx, int64_t dataloader_idx) override {
     steps.emplace_back(dataloader_idx, batch_idx);

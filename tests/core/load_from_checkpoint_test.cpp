@@ -64,9 +64,9 @@ TEST(LoadFromCheckpoint, BuildsTheModuleFromItsHyperparametersWithItsWeights) {
   EXPECT_TRUE(torch::equal(weights_of(*loaded), weights_of(trained)));
 
   LoadOptions options;
-  options.hparams = {{"lr", 0.5}};
+  options.hparams({{"lr", 0.5}});
   EXPECT_EQ(load_from_checkpoint<Sized>(path, options)->hparams(), (nlohmann::json{{"width", 6}, {"lr", 0.5}}));
-  options.hparams = {{"width", 3}};
+  options.hparams({{"width", 3}});
   const auto message = error_of([&] { load_from_checkpoint<Sized>(path, options); });
   EXPECT_NE(message.find("'hidden.weight' has shape [6,4], the module has [3,4]"), std::string::npos) << message;
   // The checkpoint's own hyperparameters say what would match it.
@@ -84,12 +84,12 @@ TEST(LoadFromCheckpoint, NotStrictLoadsWhatMatchesAndNamesTheRest) {
   Sized trained(nlohmann::json{{"width", 5}});
   const auto plain = train_and_save(trained, root, "plain.ckpt");
   LoadOptions with_extra;
-  with_extra.hparams = {{"extra", true}};
+  with_extra.hparams({{"extra", true}});
   const auto message = error_of([&] { load_from_checkpoint<Sized>(plain, with_extra); });
   EXPECT_NE(message.find("missing 'extra.weight'"), std::string::npos) << message;
   EXPECT_NE(message.find("strict=false"), std::string::npos) << message;
 
-  with_extra.strict = false;
+  with_extra.strict(false);
   const auto grown = load_from_checkpoint<Sized>(plain, with_extra);
   EXPECT_TRUE(torch::equal(grown->out->weight, trained.out->weight));
   Sized again(nlohmann::json{{"width", 5}, {"extra", true}});

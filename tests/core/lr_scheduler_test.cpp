@@ -133,8 +133,8 @@ TEST(LRScheduler, OneCycleRisesThenAnnealsAndCyclesMomentum) {
 TEST(LRScheduler, OneCycleThreePhasesLinearOnAdamsBeta1AndResume) {
   Fixture f;
   OneCycleLR::Options options;
-  options.cosine = false;
-  options.three_phase = true;
+  options.cosine(false);
+  options.three_phase(true);
   const auto run = [&](torch::optim::Adam& adam, OneCycleLR& cycle, int steps) {
     std::vector<double> lrs, betas;
     for (int i = 0; i < steps; ++i) {
@@ -165,14 +165,14 @@ TEST(LRScheduler, OneCycleRefusesWhatPyTorchCannotRun) {
   Fixture f;
   EXPECT_THROW(OneCycleLR(f.sgd, 0.1, 0), Error);
   OneCycleLR::Options bad_split;
-  bad_split.pct_start = 0.2;  // 0.2 · 10 - 1 = 1 step: fine; 0.1 · 10 - 1 = 0: a phase of no length
+  bad_split.pct_start(0.2);  // 0.2 · 10 - 1 = 1 step: fine; 0.1 · 10 - 1 = 0: a phase of no length
   EXPECT_NO_THROW(OneCycleLR(f.sgd, 0.1, 10, bad_split));
-  bad_split.pct_start = 0.1;
+  bad_split.pct_start(0.1);
   EXPECT_THROW(OneCycleLR(f.sgd, 0.1, 10, bad_split), Error);
   torch::optim::Adagrad adagrad({f.w}, torch::optim::AdagradOptions(1.0));
   EXPECT_THROW(OneCycleLR(adagrad, 0.1, 10), Error);  // no momentum to cycle
   OneCycleLR::Options still;
-  still.cycle_momentum = false;
+  still.cycle_momentum(false);
   EXPECT_NO_THROW(OneCycleLR(adagrad, 0.1, 10, still));
 }
 

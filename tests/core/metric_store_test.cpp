@@ -21,9 +21,9 @@ TEST(MetricStore, EpochMeanIsWeightedByBatchSize) {
 TEST(MetricStore, SumMaxMinReductions) {
   MetricStore store;
   for (double x : {3.0, -1.0, 5.0}) {
-    store.log("s", v(x), {.on_epoch = true, .reduce = Reduce::sum}, false, 2);
-    store.log("hi", v(x), {.on_epoch = true, .reduce = Reduce::max}, false, 2);
-    store.log("lo", v(x), {.on_epoch = true, .reduce = Reduce::min}, false, 2);
+    store.log("s", v(x), LogOptions().on_epoch(true).reduce(Reduce::sum), false, 2);
+    store.log("hi", v(x), LogOptions().on_epoch(true).reduce(Reduce::max), false, 2);
+    store.log("lo", v(x), LogOptions().on_epoch(true).reduce(Reduce::min), false, 2);
   }
   const auto epoch = store.end_epoch();
   EXPECT_DOUBLE_EQ(epoch.at("s"), 7.0);
@@ -36,7 +36,7 @@ TEST(MetricStore, RanksThatSyncOtherNamesFailInsteadOfMixingValues) {
   const auto synced = [](const std::string& name, double value, std::vector<double>* packed = nullptr,
                          const std::vector<double>& other = {}) {
     MetricStore store;
-    store.log(name, v(value), {.on_step = true, .sync_dist = true}, true, 1);
+    store.log(name, v(value), LogOptions().on_step(true).sync_dist(true), true, 1);
     store.sync_step_values([&](const std::vector<double>& mine) {
       if (packed != nullptr) *packed = mine;
       return std::vector<std::vector<double>>{mine, other.empty() ? mine : other};
@@ -66,13 +66,13 @@ TEST(MetricStore, AStepValueIsSyncedOnceEachTimeItIsLogged) {
     return std::vector<std::vector<double>>{mine, mine};
   };
   MetricStore store;
-  store.log("count", v(3.0), {.on_step = true, .reduce = Reduce::sum, .sync_dist = true}, true, 1);
+  store.log("count", v(3.0), LogOptions().on_step(true).reduce(Reduce::sum).sync_dist(true), true, 1);
   store.sync_step_values(two_alike);
   EXPECT_DOUBLE_EQ(store.callback_metrics().at("count"), 6.0);
   store.sync_step_values(two_alike);
   EXPECT_DOUBLE_EQ(store.step_logger_metrics().at("count"), 6.0);
   EXPECT_EQ(gathers, 1);  // nothing new to sync: no collective
-  store.log("count", v(4.0), {.on_step = true, .reduce = Reduce::sum, .sync_dist = true}, true, 1);
+  store.log("count", v(4.0), LogOptions().on_step(true).reduce(Reduce::sum).sync_dist(true), true, 1);
   store.sync_step_values(two_alike);
   EXPECT_DOUBLE_EQ(store.step_logger_metrics().at("count"), 8.0);
   EXPECT_EQ(gathers, 2);
@@ -80,8 +80,8 @@ TEST(MetricStore, AStepValueIsSyncedOnceEachTimeItIsLogged) {
 
 TEST(MetricStore, StepAndEpochGetLightningSuffixes) {
   MetricStore store;
-  store.log("loss", v(2.0), {.on_step = true, .on_epoch = true}, true, 1);
-  store.log("loss", v(4.0), {.on_step = true, .on_epoch = true}, true, 1);
+  store.log("loss", v(2.0), LogOptions().on_step(true).on_epoch(true), true, 1);
+  store.log("loss", v(4.0), LogOptions().on_step(true).on_epoch(true), true, 1);
   EXPECT_DOUBLE_EQ(store.step_logger_metrics().at("loss_step"), 4.0);
   const auto epoch = store.end_epoch();
   EXPECT_DOUBLE_EQ(epoch.at("loss_epoch"), 3.0);
@@ -104,7 +104,7 @@ TEST(MetricStore, TrainingDefaultsToStepAndEvaluationToEpoch) {
 
 TEST(MetricStore, ProgressBarShowsOnlyMarkedValues) {
   MetricStore store;
-  store.log("a", v(1.0), {.prog_bar = true}, true, 1);
+  store.log("a", v(1.0), LogOptions().prog_bar(true), true, 1);
   store.log("b", v(2.0), {}, true, 1);
   const auto bar = store.prog_bar_metrics();
   EXPECT_EQ(bar.size(), 1u);

@@ -155,7 +155,7 @@ class ClipsWrongly : public TinyModule {
 TEST(ModuleHooks, ClipGradientsNamesAWrongAlgorithm) {
   ClipsWrongly module;
   const auto message = error_of([&] { Trainer(quiet().max_steps(1)).fit(module, tiny_data(2, 2)); });
-  EXPECT_NE(message.find("the algorithm \"nrm\" (gradient_clip_algorithm, or Accelerator::clip_gradients' algorithm) "
+  EXPECT_NE(message.find("the algorithm \"nrm\" (gradient_clip_algorithm, or Fabric::clip_gradients' algorithm) "
                          "is unknown; use \"norm\""),
             std::string::npos)
       << message;

@@ -188,7 +188,7 @@ TEST(TrainerOptions, UnknownChoicesListTheKnownOnes) {
   const auto backend = error_of({{"process_group_backend", "mpi"}});
   EXPECT_NE(backend.find("unknown process_group_backend 'mpi'"), std::string::npos) << backend;
   EXPECT_NE(backend.find("auto, nccl, gloo"), std::string::npos) << backend;
-  EXPECT_EQ(TrainerOptions::from_json({{"process_group_backend", "gloo"}}).process_group_backend(), "gloo");
+  EXPECT_EQ(TrainerOptions::from_json({{"process_group_backend", "gloo"}}).ddp().process_group_backend(), "gloo");
 }
 
 TEST(TrainerOptions, FaultToleranceOptions) {
@@ -196,8 +196,8 @@ TEST(TrainerOptions, FaultToleranceOptions) {
                                                   {"requeue_signal", "SIGUSR2"},
                                                   {"elastic_checkpoint_every_n_steps", 7},
                                                   {"elastic_checkpoint_every_seconds", 30.0}});
-  EXPECT_FALSE(options.auto_requeue());
-  EXPECT_EQ(options.requeue_signal(), "SIGUSR2");
+  EXPECT_FALSE(options.slurm().auto_requeue());
+  EXPECT_EQ(options.slurm().requeue_signal(), "SIGUSR2");
   EXPECT_EQ(options.elastic_checkpoint_every_n_steps(), 7);
   EXPECT_EQ(TrainerOptions::from_json(options.to_json()).elastic_checkpoint_every_seconds(), 30.0);
   EXPECT_NE(error_of({{"elastic_checkpoint_every_n_steps", -1}}).find("elastic_checkpoint_every_n_steps must be >= 0"),
@@ -250,13 +250,13 @@ TEST(TrainerOptions, PluginsAreTheOptionsTheyStandFor) {
                                    "AsyncCheckpointIO",
                                    "TorchSyncBatchNorm"}}});
   EXPECT_EQ(slurm.cluster_environment(), "slurm");
-  EXPECT_FALSE(slurm.auto_requeue());
-  EXPECT_EQ(slurm.requeue_signal(), "SIGUSR2");
+  EXPECT_FALSE(slurm.slurm().auto_requeue());
+  EXPECT_EQ(slurm.slurm().requeue_signal(), "SIGUSR2");
   EXPECT_EQ(slurm.precision(), "bf16-mixed");
   EXPECT_TRUE(slurm.async_checkpointing());
   EXPECT_TRUE(slurm.sync_batchnorm());
   EXPECT_EQ(TrainerOptions::from_json(slurm.to_json()).to_json(), slurm.to_json());
-  EXPECT_TRUE(TrainerOptions::from_json({{"plugins", "SLURMEnvironment"}}).auto_requeue());
+  EXPECT_TRUE(TrainerOptions::from_json({{"plugins", "SLURMEnvironment"}}).slurm().auto_requeue());
   const auto one = TrainerOptions::from_json(
       {{"plugins", {{"class_path", "LightningEnvironment"}}}, {"cluster_environment", "local"}});
   EXPECT_EQ(one.cluster_environment(), "local");
@@ -307,12 +307,12 @@ TEST(TrainerOptions, LightningsStrategyClassesAreTheOptionsTheyStandFor) {
                                                   {"accelerator", nullptr}}}}},
                                               {"static_graph", true}});
   EXPECT_EQ(ddp.strategy(), "auto");  // ddp under a launcher, ddp_spawn without one
-  EXPECT_TRUE(ddp.find_unused_parameters());
-  EXPECT_TRUE(ddp.static_graph());
-  EXPECT_FALSE(ddp.gradient_as_bucket_view());
-  EXPECT_EQ(ddp.bucket_cap_mb(), 4);
-  EXPECT_EQ(ddp.process_group_backend(), "gloo");
-  EXPECT_EQ(ddp.timeout(), 330);
+  EXPECT_TRUE(ddp.ddp().find_unused_parameters());
+  EXPECT_TRUE(ddp.ddp().static_graph());
+  EXPECT_FALSE(ddp.ddp().gradient_as_bucket_view());
+  EXPECT_EQ(ddp.ddp().bucket_cap_mb(), 4);
+  EXPECT_EQ(ddp.ddp().process_group_backend(), "gloo");
+  EXPECT_EQ(ddp.ddp().timeout(), 330);
   EXPECT_EQ(ddp.accelerator(), "auto");
   EXPECT_EQ(TrainerOptions::from_json(ddp.to_json()).to_json(), ddp.to_json());
   EXPECT_EQ(ddp.to_json()["strategy"], "auto");
@@ -321,15 +321,27 @@ TEST(TrainerOptions, LightningsStrategyClassesAreTheOptionsTheyStandFor) {
   EXPECT_EQ(TrainerOptions::from_json({{"strategy", "DDPStrategy"}}).strategy(), "auto");
   // static_graph from the class alone (above, the trainer section said it too).
   EXPECT_TRUE(TrainerOptions::from_json({{"strategy", {{"class_path", "DDPStrategy"}, {"static_graph", true}}}})
+                  .ddp()
                   .static_graph());
   for (const char* method : {"spawn", "fork", "forkserver"})
     EXPECT_EQ(
         TrainerOptions::from_json({{"strategy", {{"class_path", "DDPStrategy"}, {"start_method", method}}}}).strategy(),
         "ddp_spawn")
         << method;
-  EXPECT_EQ(TrainerOptions::from_json({{"strategy", {{"class_path", "DDPStrategy"}, {"timeout", 90}}}}).timeout(), 90);
+  EXPECT_EQ(TrainerOptions::from_json({{"strategy", {{"class_path", "DDPStrategy"}, {"timeout", 90}}}}).ddp().timeout(),
+            90);
+  // Arclight's own DDP settings are the DDP strategy's init_args too.
+  const auto own = TrainerOptions::from_json(
+      {{"strategy",
+        {{"class_path", "DDPStrategy"},
+         {"init_args", {{"collective_timeout", 20}, {"first_bucket_mb", 2}, {"shared_memory", false}}}}}});
+  EXPECT_EQ(own.ddp().collective_timeout(), 20);
+  EXPECT_EQ(own.ddp().first_bucket_mb(), 2);
+  EXPECT_FALSE(own.ddp().shared_memory());
+  EXPECT_EQ(TrainerOptions::from_json(own.to_json()).to_json(), own.to_json());
   EXPECT_EQ(TrainerOptions::from_json(
                 {{"strategy", {{"class_path", "DDPStrategy"}, {"init_args", {{"timeout", {{"minutes", 2}}}}}}}})
+                .ddp()
                 .timeout(),
             120);
   const auto cpu = TrainerOptions::from_json({{"strategy", "SingleDeviceStrategy"}, {"devices", "auto"}});

@@ -440,6 +440,33 @@ TEST(Trainer, HooksRunInLightningsOrder) {
   EXPECT_EQ(module.hooks, expected);
 }
 
+// The data hooks are one DataHooks base's, as Lightning's: the data module's run before the
+// module's (teardown after), and a module's own prepare_data runs as a data module's does.
+TEST(Trainer, DataHooksRunForTheDataModuleThenTheModule) {
+  std::vector<std::string> calls;
+  struct Module : TinyModule {
+    explicit Module(std::vector<std::string>& calls) : calls(calls) {}
+    void prepare_data() override { calls.push_back("module:prepare_data"); }
+    void setup(Stage stage) override { calls.push_back(std::string("module:setup:") + to_string(stage)); }
+    void teardown(Stage stage) override { calls.push_back(std::string("module:teardown:") + to_string(stage)); }
+    std::vector<std::string>& calls;
+  } module(calls);
+  struct Data : DataModule {
+    explicit Data(std::vector<std::string>& calls) : calls(calls) {}
+    void prepare_data() override { calls.push_back("data:prepare_data"); }
+    void setup(Stage stage) override { calls.push_back(std::string("data:setup:") + to_string(stage)); }
+    DataSource train_dataloader() override { return tiny_data(4, 2); }
+    void teardown(Stage stage) override { calls.push_back(std::string("data:teardown:") + to_string(stage)); }
+    std::vector<std::string>& calls;
+  } data(calls);
+  Trainer(quiet().max_epochs(1)).fit(module, data);
+  Trainer(quiet()).validate(module, tiny_data(4, 2));
+  EXPECT_EQ(calls,
+            (std::vector<std::string>{"data:prepare_data", "module:prepare_data", "data:setup:fit", "module:setup:fit",
+                                      "module:teardown:fit", "data:teardown:fit", "module:prepare_data",
+                                      "module:setup:validate", "module:teardown:validate"}));
+}
+
 // A callback that writes "callback:<hook>" into the module's record of hooks.
 class RecordIntoModule : public Callback {
  public:

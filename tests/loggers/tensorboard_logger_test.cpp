@@ -3,7 +3,7 @@
 #include "support/scratch.h"
 #include "support/tiny_module.h"
 
-#include <arc/base/crc32c.h>
+#include <arc/base/detail/crc32c.h>
 
 #include <gtest/gtest.h>
 

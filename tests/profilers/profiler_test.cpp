@@ -173,8 +173,8 @@ TEST(Profiler, AProfilerOfOnesOwnSeesNestedActionsAndOneDescribePerStage) {
 TEST(AdvancedProfiler, ListsTheWindowsOperatorsAndWritesAChromeTrace) {
   const auto root = scratch("advanced");
   AdvancedProfiler::Options options;
-  options.first_batch = 1;
-  options.batches = 2;
+  options.first_batch(1);
+  options.batches(2);
   auto profiler = std::make_shared<AdvancedProfiler>(options);
   testing::TinyModule module;
   Trainer trainer(testing::quiet().default_root_dir(root.string()).max_epochs(1), {}, {}, profiler);

@@ -312,17 +312,16 @@ TEST(ClusterEnvironment, SelectableByNameWithSuggestions) {
 // requeue_signal)); a job requeues only inside SLURM, and other launchers say they cannot.
 TEST(ClusterEnvironment, OnlyASlurmJobWithAutoRequeueCatchesTheRequeueSignal) {
   Env env({{"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"}, {"SLURM_JOB_ID", "77"}});
-  EXPECT_EQ(detect({true, "SIGUSR2"})->requeue_signal(), std::optional<std::string>("SIGUSR2"));
-  EXPECT_EQ(detect({false, "SIGUSR2"})->requeue_signal(), std::nullopt);
-  EXPECT_EQ(cluster_registry().create("slurm", {true, "SIGHUP"})->requeue_signal(),
+  const auto signal = [](const char* name) { return SlurmEnvironmentOptions().requeue_signal(name); };
+  EXPECT_EQ(detect(signal("SIGUSR2"))->requeue_signal(), std::optional<std::string>("SIGUSR2"));
+  EXPECT_EQ(detect(signal("SIGUSR2").auto_requeue(false))->requeue_signal(), std::nullopt);
+  EXPECT_EQ(cluster_registry().create("slurm", signal("SIGHUP"))->requeue_signal(),
             std::optional<std::string>("SIGHUP"));
-  EXPECT_EQ(cluster_registry().create("slurm", {true, "SIGHUP"})->requeue_job(), "SLURM job 77");
+  EXPECT_EQ(cluster_registry().create("slurm", signal("SIGHUP"))->requeue_job(), "SLURM job 77");
   const auto local = cluster_registry().create("local", {});
   EXPECT_EQ(local->requeue_signal(), std::nullopt);
   EXPECT_NE(error_of([&] { local->requeue(); }).find("the local launcher cannot requeue a job"), std::string::npos);
-  EXPECT_NE(error_of([] {
-              SlurmEnvironment({true, "USR1"});
-            }).find("unknown requeue_signal 'USR1'"),
+  EXPECT_NE(error_of([&] { SlurmEnvironment(signal("USR1")); }).find("unknown requeue_signal 'USR1'"),
             std::string::npos);
   Env outside_a_job({{"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"}, {"SLURM_JOB_ID", ""}});
   EXPECT_EQ(SlurmEnvironment().requeue_signal(), std::nullopt);

@@ -132,7 +132,7 @@ struct Args {
   std::string ckpt_path, checkpoint_monitor, plateau, watch;
   std::string out, fail, loop = "trainer", root, precision = "32-true", loggers, prepare_log;
   std::string even_batches = "error";
-  // The custom loop's state: saved after step save_at to `state` (Accelerator::save), or loaded from
+  // The custom loop's state: saved after step save_at to `state` (Fabric::save), or loaded from
   // `resume` before it starts.
   std::string state, resume;
   // The CPU unless asked: "auto" would take a GPU wherever one is, and the tests count CPU ranks.
@@ -276,12 +276,12 @@ class Probe : public arc::TrainModule {
     if (batch.has_part("b"))
       loss = loss + torch::nn::functional::cross_entropy(fc2(torch::relu(fc1(batch.part("b")[0]))), batch.part("b")[1]);
     const auto rank = static_cast<double>(trainer().global_rank());
-    log("rank_mean", rank, {.on_epoch = true, .sync_dist = true});
-    log("rank_max", rank, {.on_epoch = true, .reduce = arc::Reduce::max, .sync_dist = true});
-    log("rank_min", rank, {.on_epoch = true, .reduce = arc::Reduce::min, .sync_dist = true});
-    log("rank_sum", rank, {.on_step = false, .on_epoch = true, .reduce = arc::Reduce::sum, .sync_dist = true});
+    log("rank_mean", rank, arc::LogOptions().on_epoch(true).sync_dist(true));
+    log("rank_max", rank, arc::LogOptions().on_epoch(true).reduce(arc::Reduce::max).sync_dist(true));
+    log("rank_min", rank, arc::LogOptions().on_epoch(true).reduce(arc::Reduce::min).sync_dist(true));
+    log("rank_sum", rank, arc::LogOptions().on_step(false).on_epoch(true).reduce(arc::Reduce::sum).sync_dist(true));
     if (args_.rank_named_sync)
-      log("rank_" + std::to_string(trainer().global_rank()), rank, {.on_epoch = true, .sync_dist = true});
+      log("rank_" + std::to_string(trainer().global_rank()), rank, arc::LogOptions().on_epoch(true).sync_dist(true));
     if (args_.rank_value) {
       const auto step = static_cast<double>(global_step());
       log("rank_value", trainer().is_global_zero() ? step : -step);
@@ -292,17 +292,18 @@ class Probe : public arc::TrainModule {
     return skip && current_epoch() == 0 ? torch::Tensor() : loss;
   }
   void on_before_optimizer_step(torch::optim::Optimizer&) override {
-    if (args_.hook_sync) log("hook_rank", static_cast<double>(trainer().global_rank()), {.sync_dist = true});
+    if (args_.hook_sync)
+      log("hook_rank", static_cast<double>(trainer().global_rank()), arc::LogOptions().sync_dist(true));
   }
   void on_validation_start() override {
     if (args_.val_every_seconds > 0)
       std::cout << "VALIDATED " << trainer().global_rank() << " " << global_step() << std::endl;
   }
   void validation_step(arc::Batch& batch, int64_t) override {
-    log("val_flag", trainer().global_rank() == args_.early_stop_rank ? 0.0 : 1.0, {.on_epoch = true});
+    log("val_flag", trainer().global_rank() == args_.early_stop_rank ? 0.0 : 1.0, arc::LogOptions().on_epoch(true));
     if (args_.val_stream > 0)
       log("val_loss", torch::nn::functional::cross_entropy(fc2(torch::relu(fc1(batch[0]))), batch[1]),
-          {.on_step = args_.val_step_sync, .on_epoch = true, .sync_dist = true});
+          arc::LogOptions().on_step(args_.val_step_sync).on_epoch(true).sync_dist(true));
   }
   std::vector<arc::OptimizerConfig> configure_optimizers() override {
     const auto sgd = [](std::vector<torch::Tensor> parameters) {
@@ -377,20 +378,20 @@ std::vector<std::shared_ptr<arc::Logger>> make_loggers(const Args& args) {
   return {std::make_shared<arc::CSVLogger>(args.loggers), std::make_shared<arc::TensorBoardLogger>(args.loggers)};
 }
 
-// The same training written by hand on arc::Accelerator (with --loggers, each step's loss logged).
+// The same training written by hand on arc::Fabric (with --loggers, each step's loss logged).
 void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc::DataSource& data) {
-  arc::Accelerator accelerator(options, make_loggers(args));
-  accelerator.log_hyperparams({{"batch", args.batch}});
+  arc::Fabric fabric(options.fabric_options().loggers(make_loggers(args)));
+  fabric.log_hyperparams({{"batch", args.batch}});
   Probe module(args);
-  accelerator.prepare(module);
+  fabric.prepare(module);
   torch::optim::SGD sgd(module.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-  accelerator.prepare(sgd);
-  auto loader = accelerator.prepare(data);
+  fabric.prepare(sgd);
+  auto loader = fabric.prepare(data);
   int64_t step = 0, epoch = 0, first_batch = 0;
-  arc::AcceleratorState state;
+  arc::FabricState state;
   state.add("model", module).add("optimizer", sgd);
   if (!args.resume.empty()) {
-    accelerator.load(args.resume, state);
+    fabric.load(args.resume, state);
     step = state.values.at("step");
     epoch = state.values.at("epoch");
     first_batch = state.values.at("batch");
@@ -403,45 +404,45 @@ void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc
     while (step < args.steps) {
       auto batch = loader->next();
       if (!batch) break;
-      if (accelerator.global_rank() == args.fail_rank && step == args.fail_step) fail_on_purpose(args.fail, step);
-      const auto local = accelerator.prepare_batch(*batch);
+      if (fabric.global_rank() == args.fail_rank && step == args.fail_step) fail_on_purpose(args.fail, step);
+      const auto local = fabric.prepare_batch(*batch);
       sgd.zero_grad();
       {
-        const auto autocast = accelerator.autocast();
+        const auto autocast = fabric.autocast();
         loss = torch::nn::functional::cross_entropy(module.fc2(torch::relu(module.fc1(local[0]))), local[1]);
       }
-      accelerator.backward(loss);
-      accelerator.step(sgd);
-      if (!args.loggers.empty()) accelerator.log("train_loss", loss.item<double>(), step);
+      fabric.backward(loss);
+      fabric.step(sgd);
+      if (!args.loggers.empty()) fabric.log("train_loss", loss.item<double>(), step);
       if (args.rank_named_sync)
-        accelerator.all_reduce_dict({{"loss_rank" + std::to_string(accelerator.global_rank()), loss.detach()}});
+        fabric.all_reduce_dict({{"loss_rank" + std::to_string(fabric.global_rank()), loss.detach()}});
       ++step;
       if (step == args.save_at) {
         state.values = {{"step", step}, {"epoch", epoch}, {"batch", loader->position()}};
-        accelerator.save(args.state, state);
+        fabric.save(args.state, state);
       }
     }
   }
-  const auto averaged = accelerator.all_reduce_dict({{"loss", loss.detach()}});
-  const auto rank = torch::tensor(static_cast<double>(accelerator.global_rank()));
-  const auto summed = accelerator.all_reduce_dict({{"rank", rank}}, arc::Reduce::sum);
-  const auto highest = accelerator.all_reduce_dict({{"rank", rank}}, arc::Reduce::max);
-  const auto ranks = accelerator.distribute([](int64_t rank) { return nlohmann::json{{"rank", rank}}; });
+  const auto averaged = fabric.all_reduce_dict({{"loss", loss.detach()}});
+  const auto rank = torch::tensor(static_cast<double>(fabric.global_rank()));
+  const auto summed = fabric.all_reduce_dict({{"rank", rank}}, arc::Reduce::sum);
+  const auto highest = fabric.all_reduce_dict({{"rank", rank}}, arc::Reduce::max);
+  const auto ranks = fabric.distribute([](int64_t rank) { return nlohmann::json{{"rank", rank}}; });
   // In place: a buffer from reduce_buffer (each rank's value its rank + 1; rank 0, which reports,
   // made its file), and a strided tensor made in inference mode (as an evaluation step makes them).
-  auto buffer = accelerator.reduce_buffer({3, 1000}, torch::kDouble);
+  auto buffer = fabric.reduce_buffer({3, 1000}, torch::kDouble);
   const auto* buffer_data = buffer.data_ptr();
-  buffer.fill_(static_cast<double>(accelerator.global_rank() + 1));
-  accelerator.all_reduce_(buffer, arc::Reduce::sum);
+  buffer.fill_(static_cast<double>(fabric.global_rank() + 1));
+  fabric.all_reduce_(buffer, arc::Reduce::sum);
   torch::Tensor strided;
   {
     const c10::InferenceMode evaluation;
-    strided = torch::full({6, 4}, static_cast<double>(accelerator.global_rank())).t();
+    strided = torch::full({6, 4}, static_cast<double>(fabric.global_rank())).t();
   }
-  accelerator.all_reduce_(strided, arc::Reduce::max);
-  if (accelerator.is_global_zero()) {
+  fabric.all_reduce_(strided, arc::Reduce::max);
+  if (fabric.is_global_zero()) {
     nlohmann::json report = {{"global_step", step},
-                             {"world_size", accelerator.world_size()},
+                             {"world_size", fabric.world_size()},
                              {"loss", averaged.at("loss").item<double>()},
                              {"rank_sum", summed.at("rank").item<double>()},
                              {"rank_max", highest.at("rank").item<double>()},
@@ -475,15 +476,17 @@ int main(int argc, char** argv) {
   }
   options.strategy(args.strategy).max_steps(args.steps).accelerator(args.accelerator);
   options.devices(listed.empty() ? arc::Devices::of_count(args.devices) : arc::Devices::of_indices(listed));
-  options.process_group_backend(args.process_group_backend);
-  options.accumulate_grad_batches(args.accumulate).timeout(args.timeout).num_threads(1);
-  options.collective_timeout(args.collective_timeout);
+  options.ddp(arc::DDPStrategyOptions()
+                  .process_group_backend(args.process_group_backend)
+                  .timeout(args.timeout)
+                  .collective_timeout(args.collective_timeout)
+                  .shared_memory(args.shared_memory)
+                  .static_graph(args.static_graph)
+                  .find_unused_parameters(args.find_unused));
+  options.accumulate_grad_batches(args.accumulate).num_threads(1);
   if (args.log_every > 0) options.log_every_n_steps(args.log_every);
   options.num_nodes(args.num_nodes);
-  options.shared_memory(args.shared_memory)
-      .sync_batchnorm(args.sync_batchnorm)
-      .static_graph(args.static_graph)
-      .find_unused_parameters(args.find_unused)
+  options.sync_batchnorm(args.sync_batchnorm)
       .default_root_dir(args.root.empty() ? "." : args.root)
       .precision(args.precision);
   // Without --root nothing is logged: no folder is left where the test runs.
@@ -563,13 +566,13 @@ int main(int argc, char** argv) {
       batch_end->train_batch_end = [](arc::Trainer& trainer, arc::TrainModule& module, const torch::Tensor&,
                                       arc::Batch&, int64_t) {
         const auto rank = static_cast<double>(trainer.global_rank());
-        module.log("end_rank", rank, {.sync_dist = true});
+        module.log("end_rank", rank, arc::LogOptions().sync_dist(true));
         module.log_dict({{"dict_rank", torch::tensor(rank)}, {"dict_twice_rank", torch::tensor(2 * rank)}},
-                        {.sync_dist = true});
+                        arc::LogOptions().sync_dist(true));
       };
       batch_end->validation_batch_end = [](arc::Trainer& trainer, arc::TrainModule& module, arc::Batch&, int64_t) {
         module.log("val_end_rank", static_cast<double>(trainer.global_rank()),
-                   {.on_step = true, .on_epoch = false, .sync_dist = true});
+                   arc::LogOptions().on_step(true).on_epoch(false).sync_dist(true));
       };
       callbacks.push_back(batch_end);
     }

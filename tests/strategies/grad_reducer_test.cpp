@@ -2,8 +2,8 @@
 // nothing (averaging over ranks: ddp_test).
 #include <arc/base/error.h>
 #include <arc/base/reduce.h>
+#include <arc/strategies/detail/process_group.h>
 #include <arc/strategies/grad_reducer.h>
-#include <arc/strategies/process_group.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -89,7 +89,7 @@ TEST(GradReducer, GradientsLiveInTheirBucketUnlessTurnedOff) {
   auto x = torch::ones({3}, torch::requires_grad());
   auto y = torch::ones({2}, torch::requires_grad());
   ReducerOptions copying;
-  copying.gradient_as_bucket_view = false;
+  copying.gradient_as_bucket_view(false);
   GradReducer separate({x, y}, {"x", "y"}, *group, copying);
   for (int i = 0; i < 2; ++i) {
     separate.prepare_for_backward();
@@ -114,7 +114,7 @@ TEST(GradReducer, UnusedParametersAreAnErrorUnlessAllowed) {
   auto a = torch::ones({2}, torch::requires_grad());
   auto b = torch::ones({2}, torch::requires_grad());
   ReducerOptions tolerant;
-  tolerant.find_unused_parameters = true;
+  tolerant.find_unused_parameters(true);
   GradReducer lenient({a, b}, {"a", "b"}, *group, tolerant);
   lenient.prepare_for_backward();
   (a * 2).sum().backward();
@@ -130,8 +130,8 @@ TEST(GradReducer, StaticGraphStartsTheBucketsOfUnusedParametersDuringBackward) {
     (a * 2).sum().backward();
   };
   ReducerOptions tolerant;
-  tolerant.first_bucket_bytes = 8;
-  tolerant.find_unused_parameters = true;
+  tolerant.first_bucket_bytes(8);
+  tolerant.find_unused_parameters(true);
   auto a = torch::ones({2}, torch::requires_grad()), b = torch::ones({2}, torch::requires_grad());
   GradReducer finding({a, b}, {"a", "b"}, *group, tolerant);
   ASSERT_EQ(finding.bucket_layout(), (std::vector<std::vector<size_t>>{{1}, {0}}));
@@ -140,8 +140,8 @@ TEST(GradReducer, StaticGraphStartsTheBucketsOfUnusedParametersDuringBackward) {
   EXPECT_EQ(finding.late_buckets(), 2u);  // every step: both wait for the end of backward
 
   ReducerOptions learning;
-  learning.first_bucket_bytes = 8;
-  learning.static_graph = true;
+  learning.first_bucket_bytes(8);
+  learning.static_graph(true);
   auto c = torch::ones({2}, torch::requires_grad()), d = torch::ones({2}, torch::requires_grad());
   GradReducer fixed({c, d}, {"c", "d"}, *group, learning);
   step(fixed, c);

@@ -1,10 +1,10 @@
 // Shared-memory collectives with every rank a thread of this process (each rank maps the segment
 // on its own, as separate processes do), checked against a fixed-order reference and Gloo.
-#include <arc/base/host.h>
+#include <arc/base/detail/host.h>
 #include <arc/strategies/detail/ordered_worker.h>
+#include <arc/strategies/detail/process_group.h>
 #include <arc/strategies/detail/shm_segment.h>
 #include <arc/strategies/grad_reducer.h>
-#include <arc/strategies/process_group.h>
 
 #include <support/errors.h>
 #include <support/shm_maps.h>

@@ -10,7 +10,7 @@ class Regression : public arc::TrainModule {
   Regression() { linear_ = register_module("linear", torch::nn::Linear(3, 1)); }
   torch::Tensor training_step(arc::Batch& batch, int64_t) override {
     auto loss = torch::mse_loss(linear_(batch[0]), batch[1]);
-    log("loss", loss, {.on_epoch = true});
+    log("loss", loss, arc::LogOptions().on_epoch(true));
     return loss;
   }
   std::vector<arc::OptimizerConfig> configure_optimizers() override {

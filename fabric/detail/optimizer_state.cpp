@@ -1,0 +1,332 @@
+// Optimizer state as raw tensors: a JSON layout entry `<name>` (the optimizer's type, each group's
+// options and size, each parameter's step counts and which state tensors it has) and one tensor
+// entry `<name>/<parameter index>/<field>` per state tensor, indexed over all groups in order.
+#include <arc/fabric/detail/optimizer_state.h>
+
+#include <arc/base/detail/torch_compat.h>
+#include <arc/base/error.h>
+#include <arc/fabric/checkpoint.h>
+
+#include <torch/torch.h>
+
+#include <type_traits>
+
+namespace arc {
+namespace {
+
+using torch::optim::Optimizer;
+
+// One LibTorch optimizer type: its classes, its name in the layout, and each option of a group and
+// each field of a parameter's state as `field(name, reference)` (const when they are const).
+template <typename OptimizerT, typename OptionsT, typename StateT>
+struct Types {
+  using OptimizerType = OptimizerT;
+  using Options = OptionsT;
+  using State = StateT;
+};
+
+struct SgdKind : Types<torch::optim::SGD, torch::optim::SGDOptions, torch::optim::SGDParamState> {
+  static constexpr const char* type = "SGD";
+  template <typename O, typename Field>
+  static void each_option(O& o, Field&& field) {
+    field("lr", o.lr());
+    field("momentum", o.momentum());
+    field("dampening", o.dampening());
+    field("weight_decay", o.weight_decay());
+    field("nesterov", o.nesterov());
+  }
+  template <typename S, typename Field>
+  static void each_field(S& s, Field&& field) {
+    field("momentum_buffer", s.momentum_buffer());
+  }
+};
+
+template <typename OptimizerT, typename OptionsT, typename StateT>
+struct AdamFamily : Types<OptimizerT, OptionsT, StateT> {
+  template <typename O, typename Field>
+  static void each_option(O& o, Field&& field) {
+    field("lr", o.lr());
+    field("betas", o.betas());
+    field("eps", o.eps());
+    field("weight_decay", o.weight_decay());
+    field("amsgrad", o.amsgrad());
+  }
+  template <typename S, typename Field>
+  static void each_field(S& s, Field&& field) {
+    field("step", s.step());
+    field("exp_avg", s.exp_avg());
+    field("exp_avg_sq", s.exp_avg_sq());
+    field("max_exp_avg_sq", s.max_exp_avg_sq());
+  }
+};
+
+struct AdamKind : AdamFamily<torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState> {
+  static constexpr const char* type = "Adam";
+};
+
+struct AdamWKind : AdamFamily<torch::optim::AdamW, torch::optim::AdamWOptions, torch::optim::AdamWParamState> {
+  static constexpr const char* type = "AdamW";
+};
+
+struct RmspropKind : Types<torch::optim::RMSprop, torch::optim::RMSpropOptions, torch::optim::RMSpropParamState> {
+  static constexpr const char* type = "RMSprop";
+  template <typename O, typename Field>
+  static void each_option(O& o, Field&& field) {
+    field("lr", o.lr());
+    field("alpha", o.alpha());
+    field("eps", o.eps());
+    field("weight_decay", o.weight_decay());
+    field("momentum", o.momentum());
+    field("centered", o.centered());
+  }
+  template <typename S, typename Field>
+  static void each_field(S& s, Field&& field) {
+    field("step", s.step());
+    field("square_avg", s.square_avg());
+    field("momentum_buffer", s.momentum_buffer());
+    field("grad_avg", s.grad_avg());
+  }
+};
+
+struct AdagradKind : Types<torch::optim::Adagrad, torch::optim::AdagradOptions, torch::optim::AdagradParamState> {
+  static constexpr const char* type = "Adagrad";
+  template <typename O, typename Field>
+  static void each_option(O& o, Field&& field) {
+    field("lr", o.lr());
+    field("lr_decay", o.lr_decay());
+    field("weight_decay", o.weight_decay());
+    field("initial_accumulator_value", o.initial_accumulator_value());
+    field("eps", o.eps());
+  }
+  template <typename S, typename Field>
+  static void each_field(S& s, Field&& field) {
+    field("step", s.step());
+    field("sum", s.sum());
+  }
+};
+
+template <typename T>
+constexpr bool is_tensor = std::is_same_v<std::decay_t<T>, torch::Tensor>;
+
+// The tensor entry of a parameter's state field.
+std::string field_entry(const std::string& name, size_t parameter, const char* field) {
+  return name + "/" + std::to_string(parameter) + "/" + field;
+}
+
+// Stores `optimizer` raw when it is a Kind::OptimizerType whose states are all Kind::State.
+template <typename Kind>
+bool save_raw(CheckpointWriter& writer, const std::string& name, const Optimizer& optimizer) {
+  using StateType = typename Kind::State;
+  if (dynamic_cast<const typename Kind::OptimizerType*>(&optimizer) == nullptr) return false;
+  // A subclass may keep other state: then LibTorch's own serialization is the one that knows it.
+  for (const auto& group : optimizer.param_groups())
+    for (const auto& parameter : group.params()) {
+      const auto* state = compat::param_state(optimizer, parameter);
+      if (state != nullptr && dynamic_cast<const StateType*>(state) == nullptr) return false;
+    }
+  nlohmann::json groups = nlohmann::json::array(), states = nlohmann::json::array();
+  size_t index = 0;
+  for (const auto& group : optimizer.param_groups()) {
+    nlohmann::json options = nlohmann::json::object();
+    Kind::each_option(static_cast<const typename Kind::Options&>(group.options()),
+                      [&](const char* key, const auto& value) { options[key] = value; });
+    groups.push_back({{"options", options}, {"params", group.params().size()}});
+    for (const auto& parameter : group.params()) {
+      const auto* state = static_cast<const StateType*>(compat::param_state(optimizer, parameter));
+      nlohmann::json saved = nullptr;
+      if (state != nullptr) {
+        saved = {{"scalars", nlohmann::json::object()}, {"tensors", nlohmann::json::array()}};
+        Kind::each_field(*state, [&](const char* key, const auto& value) {
+          if constexpr (is_tensor<decltype(value)>) {
+            if (!value.defined()) return;
+            writer.add(field_entry(name, index, key), value);
+            saved["tensors"].push_back(key);
+          } else {
+            saved["scalars"][key] = value;
+          }
+        });
+      }
+      states.push_back(std::move(saved));
+      ++index;
+    }
+  }
+  writer.add_json(name, {{"type", Kind::type}, {"groups", groups}, {"states", states}});
+  return true;
+}
+
+// Checks that `optimizer` has groups of the saved sizes, by count and size.
+void check_groups(const CheckpointReader& reader, const std::string& name, const std::vector<size_t>& sizes,
+                  const Optimizer& optimizer) {
+  ARC_CHECK(sizes.size() == optimizer.param_groups().size(), "checkpoint '", reader.path(), "' holds ", sizes.size(),
+            " parameter groups for ", name, ", the optimizer has ", optimizer.param_groups().size(),
+            "; configure_optimizers() must build the optimizer it was saved with");
+  for (size_t g = 0; g < sizes.size(); ++g) {
+    const auto saved = sizes[g], now = optimizer.param_groups()[g].params().size();
+    ARC_CHECK(saved == now, "checkpoint '", reader.path(), "' holds ", saved, " parameters in group ", g, " of ", name,
+              ", the optimizer has ", now, "; configure_optimizers() must build the optimizer it was saved with");
+  }
+}
+
+// Restores a layout of Kind's type into `optimizer`; false when the layout is of another type.
+template <typename Kind>
+bool load_raw(const CheckpointReader& reader, const std::string& name, const nlohmann::json& layout,
+              Optimizer& optimizer) {
+  using StateType = typename Kind::State;
+  if (layout.at("type").get<std::string>() != Kind::type) return false;
+  ARC_CHECK(dynamic_cast<typename Kind::OptimizerType*>(&optimizer) != nullptr, "checkpoint '", reader.path(),
+            "' holds ", name, " as the state of an optimizer of type ", Kind::type,
+            ", but configure_optimizers() returns another type; resume with the optimizer it was saved with");
+  std::vector<size_t> sizes;
+  for (const auto& group : layout.at("groups")) sizes.push_back(group.at("params").get<size_t>());
+  check_groups(reader, name, sizes, optimizer);
+  size_t index = 0;
+  std::vector<std::pair<std::string, torch::Tensor>> reads;  // read together at the end
+  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+    auto& group = optimizer.param_groups()[g];
+    const auto& options = layout.at("groups")[g].at("options");
+    Kind::each_option(static_cast<typename Kind::Options&>(group.options()), [&](const char* key, auto& value) {
+      value = options.at(key).get<std::decay_t<decltype(value)>>();
+    });
+    for (const auto& parameter : group.params()) {
+      const auto& saved = layout.at("states").at(index);
+      if (saved.is_null()) {
+        compat::set_param_state(optimizer, parameter, nullptr);
+        ++index;
+        continue;
+      }
+      // The state the optimizer already has is refilled in place where it matches (no allocation).
+      auto* current = dynamic_cast<StateType*>(compat::param_state(optimizer, parameter));
+      auto state = current != nullptr ? std::make_unique<StateType>(*current) : std::make_unique<StateType>();
+      const auto& tensors = saved.at("tensors");
+      Kind::each_field(*state, [&](const char* key, auto& value) {
+        if constexpr (is_tensor<decltype(value)>) {
+          const auto entry = field_entry(name, index, key);
+          if (std::find(tensors.begin(), tensors.end(), key) == tensors.end()) {
+            value = torch::Tensor();
+          } else if (value.defined() && value.device() == parameter.device()) {
+            reads.emplace_back(entry, value);
+          } else if (parameter.is_cpu()) {
+            value = reader.empty_tensor(entry);
+            reads.emplace_back(entry, value);
+          } else {
+            value = reader.tensor(entry).to(parameter.device());
+          }
+        } else {
+          value = saved.at("scalars").at(key).get<std::decay_t<decltype(value)>>();
+        }
+      });
+      compat::set_param_state(optimizer, parameter, std::move(state));
+      ++index;
+    }
+  }
+  reader.read_all_into(reads);
+  return true;
+}
+
+// Restores a LibTorch archive (what format-2 files hold) into a Kind::OptimizerType. LibTorch's
+// Optimizer::load pairs each saved state with a parameter through the text of that parameter's
+// address at saving, which LibTorch 1.x wrote in hex ("0x55d4...") and 2.x reads as a decimal
+// number: under 2.x every state of a 1.x archive lands on one key, and Adam steps with another
+// parameter's state. Here the state saved under the key of a group's i-th parameter goes to the
+// group's i-th parameter, whichever LibTorch wrote the text, and each group's options are restored,
+// as in format 3.
+template <typename Kind>
+void restore_archive(torch::serialize::InputArchive& archive, const CheckpointReader& reader, const std::string& name,
+                     Optimizer& optimizer) {
+  torch::serialize::InputArchive states, groups;
+  archive.read("state", states);
+  archive.read("param_groups", groups);
+  const auto size_of = [](torch::serialize::InputArchive& from, const std::string& key) {
+    torch::Tensor size;
+    from.read(key, size);
+    return static_cast<size_t>(size.item<int64_t>());
+  };
+  std::vector<torch::serialize::InputArchive> saved_groups(size_of(groups, "param_groups/size"));
+  std::vector<size_t> sizes;
+  for (size_t g = 0; g < saved_groups.size(); ++g) {
+    groups.read("param_groups/" + std::to_string(g), saved_groups[g]);
+    sizes.push_back(size_of(saved_groups[g], "params/size"));
+  }
+  check_groups(reader, name, sizes, optimizer);
+  const auto saved_keys = states.keys();
+  for (size_t g = 0; g < saved_groups.size(); ++g) {
+    auto& group = optimizer.param_groups()[g];
+    torch::serialize::InputArchive options;
+    saved_groups[g].read("options", options);
+    static_cast<typename Kind::Options&>(group.options()).serialize(options);
+    for (size_t i = 0; i < group.params().size(); ++i) {
+      const auto& parameter = group.params()[i];
+      c10::IValue key;
+      saved_groups[g].read("params/" + std::to_string(i), key);
+      if (std::find(saved_keys.begin(), saved_keys.end(), key.toStringRef()) == saved_keys.end()) {
+        compat::set_param_state(optimizer, parameter, nullptr);
+        continue;
+      }
+      torch::serialize::InputArchive saved;
+      states.read(key.toStringRef(), saved);
+      auto state = std::make_unique<typename Kind::State>();
+      state->serialize(saved);
+      Kind::each_field(*state, [&](const char*, auto& value) {
+        if constexpr (is_tensor<decltype(value)>)
+          if (value.defined()) value = value.to(parameter.device());
+      });
+      compat::set_param_state(optimizer, parameter, std::move(state));
+    }
+  }
+}
+
+// restore_archive when `optimizer` is a Kind::OptimizerType; false when it is not. An archive that
+// this type cannot read (another optimizer's: format 2 did not store the type) is an error saying so.
+template <typename Kind>
+bool load_archived(torch::serialize::InputArchive& archive, const CheckpointReader& reader, const std::string& name,
+                   Optimizer& optimizer) {
+  if (dynamic_cast<typename Kind::OptimizerType*>(&optimizer) == nullptr) return false;
+  try {
+    restore_archive<Kind>(archive, reader, name, optimizer);
+  } catch (const c10::Error& error) {
+    ARC_FAIL("checkpoint '", reader.path(), "' holds ", name, " as a LibTorch archive that LibTorch's ", Kind::type,
+             " cannot read (LibTorch: ", error.what_without_backtrace(),
+             "); configure_optimizers() must build the optimizer it was saved with");
+  }
+  return true;
+}
+
+// The types stored raw, tried in order: the first that matches saves or restores.
+template <typename... Kinds>
+struct RawKinds {
+  static bool save(CheckpointWriter& writer, const std::string& name, const Optimizer& optimizer) {
+    return (save_raw<Kinds>(writer, name, optimizer) || ...);
+  }
+  static bool load(const CheckpointReader& reader, const std::string& name, const nlohmann::json& layout,
+                   Optimizer& optimizer) {
+    return (load_raw<Kinds>(reader, name, layout, optimizer) || ...);
+  }
+  static bool load_archive(torch::serialize::InputArchive& archive, const CheckpointReader& reader,
+                           const std::string& name, Optimizer& optimizer) {
+    return (load_archived<Kinds>(archive, reader, name, optimizer) || ...);
+  }
+};
+using Shipped = RawKinds<SgdKind, AdamKind, AdamWKind, RmspropKind, AdagradKind>;
+
+}  // namespace
+
+void save_optimizer(CheckpointWriter& writer, const std::string& name, const Optimizer& optimizer) {
+  if (Shipped::save(writer, name, optimizer)) return;
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  writer.add(name, std::move(archive));
+}
+
+void load_optimizer(const CheckpointReader& reader, const std::string& name, Optimizer& optimizer) {
+  if (reader.holds_archive(name)) {
+    auto archive = reader.archive(name);
+    if (!Shipped::load_archive(archive, reader, name, optimizer)) optimizer.load(archive);
+    return;
+  }
+  const auto& layout = reader.json(name);
+  ARC_CHECK(Shipped::load(reader, name, layout, optimizer), "checkpoint '", reader.path(), "' holds ", name, " as a ",
+            layout.at("type").get<std::string>(),
+            " optimizer, which this Arclight cannot restore; load it with the Arclight that wrote it");
+}
+
+}  // namespace arc

@@ -1,0 +1,130 @@
+// Lightning's strategy classes as trainer options.
+#include <arc/strategies/detail/lightning_strategy.h>
+
+#include <arc/base/class_path.h>
+#include <arc/base/config.h>
+#include <arc/base/error.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace arc {
+namespace {
+
+const std::vector<std::string> kSupported = {"DDPStrategy", "SingleDeviceStrategy"};
+// Lightning's other strategies, which name no Arclight counterpart.
+const std::vector<std::string> kUnsupported = {"FSDPStrategy", "DeepSpeedStrategy", "XLAStrategy",
+                                               "SingleDeviceXLAStrategy", "ModelParallelStrategy"};
+const std::vector<std::string> kStartMethods = {"popen", "spawn", "fork", "forkserver"};
+
+// DDPStrategy's init_args that take objects or callables, and what stands for each here.
+const std::vector<std::pair<std::string, std::string>> kObjectArgs = {
+    {"accelerator", "set trainer.accelerator"},
+    {"parallel_devices", "set trainer.devices"},
+    {"cluster_environment", "set trainer.cluster_environment or name it in trainer.plugins"},
+    {"checkpoint_io", "name it in trainer.plugins (AsyncCheckpointIO: trainer.async_checkpointing)"},
+    {"precision_plugin", "set trainer.precision"},
+    {"ddp_comm_state", "Arclight's DDP has no communication hooks"},
+    {"ddp_comm_hook", "Arclight's DDP has no communication hooks"},
+    {"ddp_comm_wrapper", "Arclight's DDP has no communication hooks"},
+    {"model_averaging_period", "Arclight's DDP averages gradients every step (no post-local SGD)"}};
+
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// Seconds of DDPStrategy's timeout, a timedelta: seconds, its text "H:MM:SS", or the forms of
+// Config::duration ("DD:HH:MM:SS", {minutes: 30}).
+std::optional<double> read_timedelta(const Config& args) {
+  const auto value = args.get<nlohmann::json>("timeout", nullptr);
+  if (value.is_string()) {
+    const auto& text = value.get_ref<const std::string&>();
+    int hours = 0, minutes = 0, consumed = 0;
+    double seconds = 0;
+    if (std::count(text.begin(), text.end(), ':') == 2 &&
+        std::sscanf(text.c_str(), "%d:%d:%lf%n", &hours, &minutes, &seconds, &consumed) == 3 &&
+        consumed == static_cast<int>(text.size()))
+      return (hours * 60.0 + minutes) * 60.0 + seconds;
+  }
+  return args.duration("timeout");
+}
+
+nlohmann::json ddp_options(const Config& args) {
+  for (const auto& [key, instead] : kObjectArgs) {
+    const auto value = args.get<nlohmann::json>(key, nullptr);
+    ARC_CHECK(value.is_null(), "DDPStrategy's ", key, "=", value.dump(), " is not taken here: ", instead);
+  }
+  const auto start_method = args.get<std::string>("start_method", "popen");
+  if (!contains(kStartMethods, start_method))
+    throw Error(unknown_name_message("start_method", start_method, kStartMethods));
+  // popen, Lightning's default, joins the ranks a launcher (srun, mpirun, torchrun) started and
+  // starts them from the Trainer without one, which is what strategy "auto" does for several
+  // processes, decided where the run starts (so that a saved config runs under a launcher too). The
+  // other methods always start them from the Trainer.
+  nlohmann::json options = {{"strategy", start_method == "popen" ? "auto" : "ddp_spawn"}};
+  for (const char* key : {"find_unused_parameters", "static_graph", "gradient_as_bucket_view", "shared_memory"})
+    if (const auto value = args.get_optional<bool>(key)) options[key] = *value;
+  for (const char* key : {"bucket_cap_mb", "first_bucket_mb", "collective_timeout"})
+    if (const auto value = args.get_optional<double>(key)) options[key] = *value;
+  if (const auto value = args.get_optional<std::string>("process_group_backend"))
+    options["process_group_backend"] = *value;
+  if (const auto seconds = read_timedelta(args)) options["timeout"] = *seconds;
+  ARC_CHECK(!args.get<bool>("broadcast_buffers", false), "DDPStrategy's broadcast_buffers=true is not taken here: ",
+            "Arclight broadcasts buffers from rank 0 once, at setup, as broadcast_buffers=false does; keep ",
+            "BatchNorm statistics the same on every rank with trainer.sync_batchnorm");
+  return options;
+}
+
+// The CUDA index a torch.device spec names: "cuda" (0), "cuda:N" or N; nullopt for anything else.
+std::optional<int> cuda_index(const nlohmann::json& device) {
+  if (device.is_number_integer()) return device.get<int>() >= 0 ? std::optional<int>(device.get<int>()) : std::nullopt;
+  if (!device.is_string()) return std::nullopt;
+  const auto& text = device.get_ref<const std::string&>();
+  if (text == "cuda") return 0;
+  int index = -1, consumed = 0;
+  if (std::sscanf(text.c_str(), "cuda:%d%n", &index, &consumed) == 1 && consumed == static_cast<int>(text.size()) &&
+      index >= 0)
+    return index;
+  return std::nullopt;
+}
+
+nlohmann::json single_device_options(const Config& args) {
+  nlohmann::json options = {{"strategy", "single_device"}, {"accelerator", "cpu"}};
+  const auto device = args.get<nlohmann::json>("device", "cpu");
+  if (device == "cpu") return options;
+  const auto index = cuda_index(device);
+  ARC_CHECK(index, "SingleDeviceStrategy's device must be \"cpu\", \"cuda\", \"cuda:N\" or N, got ", device.dump());
+  options["accelerator"] = "gpu";
+  options["devices"] = nlohmann::json::array({*index});
+  return options;
+}
+
+}  // namespace
+
+bool is_strategy_class(const nlohmann::json& value) {
+  if (value.is_object()) return true;
+  if (!value.is_string()) return false;
+  const auto name = detail::registered_name(value.get<std::string>());
+  return contains(kSupported, name) || contains(kUnsupported, name);
+}
+
+nlohmann::json strategy_class(const std::string& name, const Config& init_args) {
+  if (name == "DDPStrategy") return ddp_options(init_args);
+  if (name == "SingleDeviceStrategy") return single_device_options(init_args);
+  ARC_CHECK(!contains(kUnsupported, name), "Lightning's ", name, " has no counterpart in Arclight, whose strategies ",
+            "are \"single_device\", \"ddp\", \"ddp_spawn\" and \"elastic\" (DDPStrategy and SingleDeviceStrategy ",
+            "name the first three)");
+  throw Error(unknown_name_message("strategy class", name, kSupported) +
+              "; or name a strategy: \"ddp\", \"ddp_spawn\", \"single_device\", \"elastic\"");
+}
+
+nlohmann::json strategy_class_options(const nlohmann::json& entry, const std::string& path) {
+  return detail::with_class_path(entry, path, strategy_class);
+}
+
+const std::vector<std::string>& strategy_class_names() { return kSupported; }
+
+}  // namespace arc

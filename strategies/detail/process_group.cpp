@@ -1,0 +1,353 @@
+// Rendezvous, and Gloo and NCCL collectives on c10d. NCCL is compiled only with a CUDA build of
+// LibTorch (ARC_WITH_NCCL).
+#include <arc/strategies/detail/process_group.h>
+
+#include <arc/base/detail/host.h>
+#include <arc/base/detail/torch_compat.h>
+#include <arc/base/error.h>
+#include <arc/strategies/detail/collective_trace.h>
+#include <arc/strategies/detail/shm_collectives.h>
+
+#include <c10/core/InferenceMode.h>
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef ARC_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+namespace arc {
+namespace {
+
+using c10d::ProcessGroupGloo;
+
+double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
+
+c10d::ReduceOp to_c10d(Reduce op) {
+  switch (op) {
+    case Reduce::max:
+      return c10d::ReduceOp::MAX;
+    case Reduce::min:
+      return c10d::ReduceOp::MIN;
+    case Reduce::sum:
+    case Reduce::mean:
+      return c10d::ReduceOp::SUM;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+c10::intrusive_ptr<c10d::TCPStore> connect(const RendezvousOptions& o) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(o.port);
+  options.isServer = false;
+  options.waitWorkers = false;
+  options.timeout = o.timeout;
+  try {
+    return compat::open_tcp_store(o.address, options);
+  } catch (const std::exception& error) {
+    ARC_FAIL("rank ", o.rank, " could not reach the rendezvous store at ", o.address, ":", o.port, " within ",
+             seconds(o.timeout), " s (", error.what(), "); check that rank 0 is running and that MASTER_ADDR and ",
+             "MASTER_PORT point at it");
+  }
+}
+
+// Every rank sets its key, then waits until all keys exist; a timeout lists who is missing.
+void check_in(c10d::Store& store, const RendezvousOptions& o) {
+  store.set("arrived/" + std::to_string(o.rank), std::vector<uint8_t>{1});
+  const auto deadline = std::chrono::steady_clock::now() + o.timeout;
+  while (true) {
+    std::vector<int64_t> missing;
+    for (int64_t r = 0; r < o.world_size; ++r)
+      if (!store.check({"arrived/" + std::to_string(r)})) missing.push_back(r);
+    if (missing.empty()) return;
+    throw_peer_failure(o.peer_failure);
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::string ranks;
+      for (const int64_t r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      ARC_FAIL("rank(s) ", ranks, " of ", o.world_size, " did not join the rendezvous at ", o.address, ":", o.port,
+               " within ", seconds(o.timeout), " s; check that every process started (see the launcher's log) ",
+               "and that WORLD_SIZE matches the number of processes");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// Collectives over one c10d process group; Gloo's and NCCL's take the same calls. Their waits end
+// at collective_timeout (the group's option); a barrier waits in the store, up to timeout, so that
+// a rank that writes a checkpoint may take longer than a step's collective may.
+template <typename Group>
+class C10dCollectives : public Collectives {
+ public:
+  C10dCollectives(c10::intrusive_ptr<c10d::Store> store, std::string prefix, c10::intrusive_ptr<Group> group,
+                  std::string backend, const RendezvousOptions& o)
+      : store_(std::move(store)),
+        prefix_(std::move(prefix)),
+        group_(std::move(group)),
+        backend_(std::move(backend)),
+        timeout_(o.timeout),
+        collective_timeout_(o.collective_timeout.value_or(o.timeout)),
+        peer_failure_(o.peer_failure) {}
+
+  int64_t rank() const override { return group_->getRank(); }
+  int64_t world_size() const override { return group_->getSize(); }
+  std::string backend() const override { return backend_; }
+
+  PendingWork all_reduce(torch::Tensor tensor, Reduce op) override {
+    check_reduction(tensor, op);
+    // One rank's sum, mean (x / 1 is exact), max and min are its tensor: nothing to exchange (a
+    // one-rank Gloo all-reduce cost the MLP's DDP step 0.2 ms in its gradient buckets).
+    if (world_size() == 1) return {};
+    std::vector<torch::Tensor> tensors{writable(tensor)};
+    c10d::AllreduceOptions options;
+    options.reduceOp = to_c10d(op);
+    auto work = group_->allreduce(tensors, options);
+    return PendingWork([this, work, tensors, tensor, op]() mutable {
+      wait(*work, "all_reduce");
+      if (op == Reduce::mean) tensors[0].div_(static_cast<double>(world_size()));
+      copy_back(tensors[0], tensor);
+    });
+  }
+
+  void broadcast(torch::Tensor tensor, int64_t src) override {
+    std::vector<torch::Tensor> tensors{writable(tensor)};
+    c10d::BroadcastOptions options;
+    options.rootRank = src;
+    wait(*group_->broadcast(tensors, options), "broadcast");
+    copy_back(tensors[0], tensor);
+  }
+
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override {
+    std::vector<torch::Tensor> inputs{tensor.contiguous()};
+    std::vector<std::vector<torch::Tensor>> outputs(1);
+    const c10::InferenceMode normal_tensors(false);
+    for (int64_t r = 0; r < world_size(); ++r) outputs[0].push_back(torch::empty_like(inputs[0]));
+    wait(*group_->allgather(outputs, inputs), "all_gather");
+    return outputs[0];
+  }
+
+  // Every rank adds itself to this barrier's count and waits until all have (up to timeout); then
+  // the group's own barrier lines the ranks up to the microsecond, as the polling cannot.
+  void barrier() override {
+    const std::string key = prefix_ + "/barrier/" + std::to_string(++barriers_);
+    store_->add(key, 1);
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    auto pause = std::chrono::microseconds(50);
+    for (int64_t arrived = 0; (arrived = store_->add(key, 0)) < world_size();) {
+      ARC_CHECK(std::chrono::steady_clock::now() < deadline, "barrier ", barriers_, ": ", arrived, " of ", world_size(),
+                " ranks arrived within the ", seconds(timeout_), " s timeout; the others may be ",
+                "stuck or have failed (see their logs); raise timeout if they are only slow");
+      throw_peer_failure(peer_failure_);
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(20'000));
+    }
+    wait(*group_->barrier(), "barrier");
+  }
+
+ private:
+  // The group's threads run outside inference mode, where an inference tensor (made in an
+  // evaluation step under inference_mode) may not be written: such a tensor goes through a normal
+  // copy, written back on the calling thread (copy_back).
+  static torch::Tensor writable(const torch::Tensor& tensor) {
+    if (!tensor.is_inference()) return tensor;
+    const c10::InferenceMode normal_tensors(false);
+    return tensor.clone();
+  }
+  static void copy_back(const torch::Tensor& from, torch::Tensor& to) {
+    if (from.is_same(to)) return;
+    const c10::InferenceMode inference;
+    to.copy_(from);
+  }
+
+  // Waits for `work`; a failure (Gloo's timeout among them) says which collective and what bounds it.
+  template <typename Work>
+  void wait(Work& work, const char* what) const {
+    try {
+      work.wait();
+    } catch (const std::exception& error) {
+      ARC_FAIL(backend_, " ", what, " on rank ", rank(), " failed: ", error.what(), ". A collective waits up to ",
+               "collective_timeout (", seconds(collective_timeout_), " s) for the other ranks: one may be stuck, ",
+               "failed, or calling collectives in another order; raise collective_timeout if its steps are only ",
+               "that slow");
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string prefix_;
+  c10::intrusive_ptr<Group> group_;
+  std::string backend_;
+  std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds collective_timeout_;
+  PeerFailure peer_failure_;
+  int64_t barriers_ = 0;
+};
+
+std::unique_ptr<Collectives> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
+                                       const RendezvousOptions& o) {
+  check_in(*c10::make_intrusive<c10d::PrefixStore>(prefix, store), o);
+  auto options = ProcessGroupGloo::Options::create(o.collective_timeout.value_or(o.timeout));
+  const bool loopback = o.address.rfind("127.", 0) == 0 || o.address == "localhost";
+  options->devices.push_back(loopback ? ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                      : ProcessGroupGloo::createDefaultDevice());
+  options->threads = 2;
+  auto group = c10::make_intrusive<ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(prefix + "/gloo", store),
+                                                     static_cast<int>(o.rank), static_cast<int>(o.world_size), options);
+  return std::make_unique<C10dCollectives<ProcessGroupGloo>>(store, prefix, std::move(group), "gloo", o);
+}
+
+#ifdef ARC_WITH_NCCL
+std::unique_ptr<Collectives> make_nccl(const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
+                                       const RendezvousOptions& o) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = o.collective_timeout.value_or(o.timeout);
+  auto group =
+      c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>(prefix + "/nccl", store),
+                                                  static_cast<int>(o.rank), static_cast<int>(o.world_size), options);
+  return std::make_unique<C10dCollectives<c10d::ProcessGroupNCCL>>(store, prefix, std::move(group), "nccl", o);
+}
+
+// CUDA tensors go through NCCL; CPU tensors (strings, signal votes) and barriers through Gloo.
+class ByDevice : public Collectives {
+ public:
+  ByDevice(std::unique_ptr<Collectives> cpu, std::unique_ptr<Collectives> cuda)
+      : cpu_(std::move(cpu)), cuda_(std::move(cuda)) {}
+  int64_t rank() const override { return cpu_->rank(); }
+  int64_t world_size() const override { return cpu_->world_size(); }
+  std::string backend() const override { return cuda_->backend() + " (" + cpu_->backend() + " for CPU tensors)"; }
+  PendingWork all_reduce(torch::Tensor tensor, Reduce op) override { return of(tensor).all_reduce(tensor, op); }
+  torch::Tensor reduce_buffer(int64_t numel, const torch::TensorOptions& options) override {
+    return (options.device().is_cuda() ? *cuda_ : *cpu_).reduce_buffer(numel, options);
+  }
+  bool all_reduce_overlaps(const torch::TensorOptions& options) const override {
+    return (options.device().is_cuda() ? *cuda_ : *cpu_).all_reduce_overlaps(options);
+  }
+  void broadcast(torch::Tensor tensor, int64_t src) override { of(tensor).broadcast(tensor, src); }
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override { return of(tensor).all_gather(tensor); }
+  void barrier() override { cpu_->barrier(); }
+
+ private:
+  Collectives& of(const torch::Tensor& tensor) { return tensor.is_cuda() ? *cuda_ : *cpu_; }
+  std::unique_ptr<Collectives> cpu_;
+  std::unique_ptr<Collectives> cuda_;
+};
+#endif
+
+}  // namespace
+
+void PendingWork::wait() {
+  if (wait_) wait_();
+}
+
+torch::Tensor Collectives::reduce_buffer(int64_t numel, const torch::TensorOptions& options) {
+  return torch::zeros({numel}, options);
+}
+
+void check_reduction(const torch::Tensor& tensor, Reduce op) {
+  ARC_CHECK(op != Reduce::mean || tensor.is_floating_point(), "all_reduce: the mean of a ", tensor.scalar_type(),
+            " tensor cannot be held in ", tensor.scalar_type(), "; convert it to a floating type first, or reduce ",
+            "with sum and divide");
+}
+
+std::string broadcast_text(Collectives& group, const std::string& text, int64_t src) {
+  auto length = torch::tensor({static_cast<int64_t>(text.size())});
+  group.broadcast(length, src);
+  auto bytes = torch::zeros({length.item<int64_t>()}, torch::kUInt8);
+  if (group.rank() == src) std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
+  group.broadcast(bytes, src);
+  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
+}
+
+StoreServer::StoreServer(const std::string& address, int64_t port, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(port);
+  options.isServer = true;
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  try {
+    store_ = compat::open_tcp_store(address, options);
+  } catch (const std::exception& error) {
+    ARC_FAIL("cannot open the rendezvous store on ", address, ":", port, " (", error.what(), "); ",
+             port == 0 ? "check the address" : "the port may be taken: choose another MASTER_PORT");
+  }
+}
+
+StoreServer::~StoreServer() = default;
+
+int64_t StoreServer::port() const { return store_->getPort(); }
+
+c10::intrusive_ptr<c10d::TCPStore> StoreServer::store() const { return store_; }
+
+namespace {
+
+std::unique_ptr<Collectives> make_untraced(const RendezvousOptions& options,
+                                           const c10::intrusive_ptr<c10d::TCPStore>& store) {
+  auto gloo = make_gloo(store, options.prefix, options);
+#ifdef ARC_WITH_NCCL
+  if (options.nccl) return std::make_unique<ByDevice>(std::move(gloo), make_nccl(store, options.prefix, options));
+#endif
+  if (!options.shared_memory || options.world_size == 1) return gloo;
+  ShmGroupOptions shm;
+  shm.rank = options.rank;
+  shm.world_size = options.world_size;
+  shm.node = options.node;
+  shm.timeout = options.collective_timeout.value_or(options.timeout);
+  shm.barrier_timeout = options.timeout;
+  shm.helper_thread = options.shm_helper_thread;
+  shm.spin = options.shm_spin;
+  const auto make_leaders = [&](const std::string& name, int64_t rank, int64_t size) {
+    auto leaders = options;
+    leaders.rank = rank;
+    leaders.world_size = size;
+    return make_gloo(store, options.prefix + "/" + name, leaders);
+  };
+  c10d::PrefixStore prefixed(options.prefix + "/shm", store);
+  return make_shm_collectives(prefixed, shm, std::move(gloo), make_leaders);
+}
+
+}  // namespace
+
+void fit_shm_to_cores(RendezvousOptions& options, int64_t local_ranks, int64_t threads_per_rank, int64_t cores) {
+  const int64_t threads = local_ranks * threads_per_rank;
+  options.shm_helper_thread = threads + local_ranks <= cores;
+  options.shm_spin.reset();
+  if (threads <= cores) options.shm_spin = std::chrono::milliseconds(1);
+}
+
+std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
+                                              c10::intrusive_ptr<c10d::TCPStore> hosted) {
+  auto store = std::move(hosted);
+  if (!store)
+    store = options.rank == 0 && !options.store_hosted_elsewhere
+                ? StoreServer(options.address, options.port, options.timeout).store()
+                : connect(options);
+  auto group_options = options;
+  // A launcher's store outlives the workers it restarts: each start of a rank gets the keys of its
+  // generation, the number of times this rank has joined the store. Agents that restart their workers
+  // together agree on it, and so does an agent that replaces a dead one (its restart count is 0 again).
+  if (options.store_hosted_elsewhere)
+    group_options.prefix +=
+        "/start_" + std::to_string(store->add(options.prefix + "/starts_of_rank_" + std::to_string(options.rank), 1));
+  auto group = make_untraced(group_options, store);
+  if (options.world_size == 1) return group;
+  return std::make_unique<TracedCollectives>(std::move(group), store, group_options.prefix,
+                                             options.collective_timeout.value_or(options.timeout),
+                                             options.peer_failure);
+}
+
+std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options) {
+  return make_collectives(options, {});
+}
+
+bool nccl_available() {
+#ifdef ARC_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace arc
