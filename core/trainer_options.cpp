@@ -547,6 +547,8 @@ std::vector<OptionHelp> TrainerOptions::help() {
 
 void TrainerOptions::validate() const {
   for (const auto& field : option_fields()) field.check(*this);
+  // The launch settings (their rows above check nothing) are FabricOptions', checked there once for
+  // the Trainer and arc::Fabric alike.
   fabric_options().validate();
 }
 

@@ -1,6 +1,7 @@
 # Every layer's include tree holds its own folders and those below it, and nothing else: for each
 # layer, each folder of the library it may use is there, and including a header of any other folder
-# through the tree fails in the preprocessor, as it does when the layer's sources are compiled.
+# through the tree fails in the preprocessor; and the layers' sources are compiled with those trees
+# alone.
 cmake_minimum_required(VERSION 3.18)
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
@@ -35,6 +36,44 @@ foreach(spec ${LAYERS})
     math(EXPR checked "${checked} + 1")
   endforeach()
 endforeach()
+# The trees guard only where the layers' sources are compiled with them alone: every compile command
+# of a layer's sources may name only the trees of layers whose folders it may use, never the whole
+# source tree (build/include).
+file(STRINGS ${BUILD_DIR}/compile_commands.json commands REGEX "\"command\":")
+set(compiled 0)
+foreach(spec ${LAYERS})
+  string(REGEX MATCH "^([^=]+)=(.*)$" matched "${spec}")
+  set(folders_${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
+endforeach()
+foreach(command ${commands})
+  if(NOT command MATCHES "CMakeFiles/(arclight_[a-z_]+)\\.dir/")
+    continue()
+  endif()
+  set(layer ${CMAKE_MATCH_1})
+  string(REPLACE "," ";" allowed "${folders_${layer}}")
+  if(command MATCHES "-I${BUILD_DIR}/include[ \"]")
+    message(FATAL_ERROR "${layer}'s sources are compiled with the whole source tree (${BUILD_DIR}/include), "
+                        "which lets them include any layer:\n${command}")
+  endif()
+  string(REGEX MATCHALL "-I${LAYERS_DIR}/[a-z_]+" trees "${command}")
+  foreach(tree ${trees})
+    string(REGEX REPLACE "^-I${LAYERS_DIR}/" "" other "${tree}")
+    string(REPLACE "," ";" others "${folders_${other}}")
+    foreach(folder ${others})
+      list(FIND allowed ${folder} index)
+      if(index EQUAL -1)
+        message(FATAL_ERROR "${layer}'s sources see ${folder}/ through ${other}'s include tree, which a layer "
+                            "below ${folder}/ must not:\n${command}")
+      endif()
+    endforeach()
+  endforeach()
+  math(EXPR compiled "${compiled} + 1")
+endforeach()
+if(compiled LESS 10)
+  message(FATAL_ERROR "found ${compiled} compile commands of the layers in ${BUILD_DIR}/compile_commands.json")
+endif()
+message(STATUS "checked ${compiled} compile commands of the layers")
+
 if(checked LESS 50)
   message(FATAL_ERROR "checked ${checked} layer and folder pairs; expected every layer against every folder")
 endif()
