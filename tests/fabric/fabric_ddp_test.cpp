@@ -4,11 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 namespace {
 
 using namespace arc::testing::ddp;
 using arc::testing::count_tagged;
 
+// In a user's own loop (arc::Fabric), an exception that leaves the loop ends the ranks as it
+// does in a Trainer: rank 0's at once (the other rank waits for it in a collective, and waited out
+// the timeout before), rank 1's as rank 0's error.
 TEST(DDP, AnExceptionLeavingAFabricLoopEndsEveryRankAtOnce) {
   const double timeout = 60;
   for (const int rank : {0, 1}) {
@@ -28,8 +34,7 @@ TEST(DDP, AnExceptionLeavingAFabricLoopEndsEveryRankAtOnce) {
   }
 }
 
-// After rank 1 failed, the program cannot start its ranks again: a new Trainer says so at once
-// instead of waiting out the rendezvous for ranks that are gone.
+// The same with a loop of one's own: arc::Fabric's loggers write one version, from rank 0.
 TEST(DDP, AFabricsLoggersWriteOneVersionFromRankZero) {
   const auto dir = scratch_path("accelerator_loggers");
   ASSERT_NO_FATAL_FAILURE(
@@ -43,10 +48,6 @@ TEST(DDP, AFabricsLoggersWriteOneVersionFromRankZero) {
   std::filesystem::remove_all(dir);
 }
 
-// Rank 1 sleeps 20 ms in every step: every 5 steps the ranks compare their own step times (waits
-// for each other left out) and the loggers get perf/slowest_rank 1 and the ratio; after three
-// intervals rank 1 warns once, naming itself, its host and that it computes (not loads data). With
-// even ranks, nobody warns.
 class CustomLoop : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CustomLoop, OnFabricMatchesTheTrainer) {

@@ -5,11 +5,18 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
 namespace {
 
 using namespace arc::testing::ddp;
 using arc::testing::free_port;
 
+// A time-based val_check_interval that runs out on rank 0 alone (rank 1's is an hour): the per-batch
+// vote makes both validate at the same steps (30 steps of at least 20 ms: the 0.2 s interval runs
+// out at least once).
 TEST(DDP, ADurationAsValCheckIntervalValidatesEveryRankAtTheSameStep) {
   const auto run = probe("--strategy ddp_spawn --devices 2 --steps 30 --step-ms 20 --val-every-seconds 0.2");
   ASSERT_EQ(run.status, 0) << run.output;
@@ -24,6 +31,38 @@ TEST(DDP, ADurationAsValCheckIntervalValidatesEveryRankAtTheSameStep) {
   ASSERT_FALSE(steps[0].empty()) << run.output;
   EXPECT_EQ(steps[0], steps[1]) << run.output;
 }
+
+// SIGINT to one rank (here: it raises it itself) stops every rank at the same batch boundary, and
+// every process ends with 130: under ddp_spawn, and under ddp with processes started by hand.
+TEST(DDP, SigintToOneRankStopsEveryRankWith130) {
+  const double timeout = 60;
+  const std::string args =
+      "--devices 2 --steps 100000 --step-ms 5 --fail sigint --fail-rank 1 --fail-step 10 --timeout " +
+      std::to_string(timeout);
+  const auto spawned = probe("--strategy ddp_spawn " + args);
+  EXPECT_EQ(spawned.status, 130) << spawned.output;
+  EXPECT_NE(spawned.output.find("fit interrupted by SIGINT (Ctrl-C) at global step"), std::string::npos)
+      << spawned.output;
+  EXPECT_NE(spawned.output.find("nothing was saved at this step (an OnExceptionCheckpoint callback saves it)"),
+            std::string::npos)
+      << spawned.output;
+  EXPECT_EQ(spawned.output.find("[arc] error"), std::string::npos) << spawned.output;
+  EXPECT_LT(spawned.seconds, timeout / 2) << spawned.output;
+
+  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port());
+  CommandRun rank1;
+  std::thread second([&] { rank1 = probe("--strategy ddp " + args, "RANK=1 LOCAL_RANK=1 " + env); });
+  const auto rank0 = probe("--strategy ddp " + args, "RANK=0 LOCAL_RANK=0 " + env);
+  second.join();
+  EXPECT_EQ(rank0.status, 130) << rank0.output;
+  EXPECT_EQ(rank1.status, 130) << rank1.output;
+  EXPECT_NE(rank0.output.find("fit interrupted by SIGINT (Ctrl-C) at global step"), std::string::npos) << rank0.output;
+}
+
+// Ranks that disagree on stopping: one asks alone, one sees another value of an unsynced metric,
+// one's clock passes max_time first. Every rank must stop at the same step, and nothing may wait
+// for a rank that left (the run would end by the timeout, with an error). A stop mid-epoch
+// validates first, as Lightning's, unless a validation came after the stop was asked for.
 struct Disagreement {
   std::string name;
   std::string args;
@@ -68,7 +107,9 @@ INSTANTIATE_TEST_SUITE_P(
                                    -1, -1}),
     [](const auto& info) { return info.param.name; });
 
-// The probe under ddp_spawn on two ranks, with `args`.
+// A ModelCheckpoint that monitors a value logged without sync_dist (rank 0: the step, rank 1 its
+// negation) decides by rank 0's value on every rank: rank 1 alone would keep each new file, saving
+// where rank 0 does not, and the ranks' collectives would part.
 TEST(DDP, ModelCheckpointDecidesByRankZerosValueOnEveryRank) {
   const auto root = scratch_path("monitor");
   const auto run =
@@ -117,39 +158,5 @@ TEST(DDP, APlateauSchedulerOnAnUnsyncedValueKeepsTheRanksWeightsEqual) {
       << run.output;
   for (const auto* suffix : {"", ".0", ".1"}) std::remove((out + suffix).c_str());
 }
-
-// The probe logs rank_mean, rank_max and rank_min (its rank, 0 or 1) with sync_dist in every
-// training_step, hook_rank (the same) in on_before_optimizer_step, and end_rank, dict_rank and
-// dict_twice_rank (twice the rank; these two in one log_dict) in a callback's on_train_batch_end,
-// and no step here is a logger's (log_every_n_steps 1000): what a callback reads at every batch's
-// end is still the ranks' value, as in Lightning, where the sync is at the log call.
-TEST(DDP, SigintToOneRankStopsEveryRankWith130) {
-  const double timeout = 60;
-  const std::string args =
-      "--devices 2 --steps 100000 --step-ms 5 --fail sigint --fail-rank 1 --fail-step 10 --timeout " +
-      std::to_string(timeout);
-  const auto spawned = probe("--strategy ddp_spawn " + args);
-  EXPECT_EQ(spawned.status, 130) << spawned.output;
-  EXPECT_NE(spawned.output.find("fit interrupted by SIGINT (Ctrl-C) at global step"), std::string::npos)
-      << spawned.output;
-  EXPECT_NE(spawned.output.find("nothing was saved at this step (an OnExceptionCheckpoint callback saves it)"),
-            std::string::npos)
-      << spawned.output;
-  EXPECT_EQ(spawned.output.find("[arc] error"), std::string::npos) << spawned.output;
-  EXPECT_LT(spawned.seconds, timeout / 2) << spawned.output;
-
-  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port());
-  CommandRun rank1;
-  std::thread second([&] { rank1 = probe("--strategy ddp " + args, "RANK=1 LOCAL_RANK=1 " + env); });
-  const auto rank0 = probe("--strategy ddp " + args, "RANK=0 LOCAL_RANK=0 " + env);
-  second.join();
-  EXPECT_EQ(rank0.status, 130) << rank0.output;
-  EXPECT_EQ(rank1.status, 130) << rank1.output;
-  EXPECT_NE(rank0.output.find("fit interrupted by SIGINT (Ctrl-C) at global step"), std::string::npos) << rank0.output;
-}
-
-// fit(ckpt_path="last") on ranks whose disks differ: rank 0's folder holds last.ckpt, rank 1's none
-// (rank 0 alone writes checkpoints). Every rank takes rank 0's choice and resumes from its file, so
-// both train the same steps; a rank that started afresh would fail the run at the first collective.
 
 }  // namespace

@@ -7,12 +7,18 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <thread>
+
 namespace {
 
 using namespace arc::testing::ddp;
 using arc::testing::count_tagged;
 using arc::testing::free_port;
 
+// fit(ckpt_path="last") on ranks whose disks differ: rank 0's folder holds last.ckpt, rank 1's none
+// (rank 0 alone writes checkpoints). Every rank takes rank 0's choice and resumes from its file, so
+// both train the same steps; a rank that started afresh would fail the run at the first collective.
 TEST(DDP, LastIsRankZerosChoiceOnEveryRank) {
   const auto root = scratch_path("last_per_rank");
   std::filesystem::remove_all(root);
@@ -108,7 +114,5 @@ TEST(DDP, BackgroundSavesTrainToTheSameWeightsAndFiles) {
     EXPECT_TRUE(torch::equal(synchronous.tensor(name), background.tensor(name))) << name;
   std::filesystem::remove_all(root);
 }
-
-// As Lightning: prepare_data runs on local rank 0 only, and the other ranks wait for it.
 
 }  // namespace

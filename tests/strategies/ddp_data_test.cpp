@@ -8,6 +8,9 @@ namespace {
 
 using namespace arc::testing::ddp;
 
+// use_distributed_sampler(false): the loaders leave the data as the user sharded it (each rank its
+// half, by its own sampler), which trains as one process on the whole does; sharded again by the
+// loader, each rank would read a quarter and the weights would part.
 TEST(DDP, UserShardedDataTrainsAsTheDistributedSamplerDoes) {
   CommandRun ddp;
   EXPECT_LT(weights_apart("--batch 32 --steps 20", "--batch 16 --steps 20 --user-shard 1", ddp), 1e-6);
@@ -38,12 +41,9 @@ TEST(DDP, ACombinedLoaderTrainsAsOneProcessWithTwiceEachSourcesBatch) {
   EXPECT_NE(ddp.output.find("STOPPED 1 20"), std::string::npos) << ddp.output;
 }
 
-// The gradient reduction follows which parameters require gradients. BackboneFinetuning: the
-// backbone (fc1), frozen at the start, joins the reduction when it is unfrozen at epoch 1 (Lightning's
-// DDP leaves it out, so that each rank trains its own copy: its issue 20340). Manual optimization
-// toggling two optimizers (GAN-style) needs no find_unused_parameters: each toggled set has its
-// reducer. Either way two ranks train as one process with twice the batch. Ranks that freeze
-// different parameters are an error on every rank.
+// Validation over a stream of 97 samples: each rank evaluates its whole share (49 and 48), and the
+// synced val_loss is the mean over all 97, as one process gives. A per-step synced value cannot
+// pair up over shares of different lengths: an error on every rank that says what to log instead.
 TEST(DDP, ValidationOverAStreamCountsEverySampleOfEveryRank) {
   const auto single = probe("--strategy single_device --devices 1 --batch 32 --steps 16 --val-stream 97");
   ASSERT_EQ(single.status, 0) << single.output;
@@ -88,9 +88,7 @@ TEST(DDP, UnevenUserShardsFollowEvenBatches) {
   EXPECT_EQ(report(padded)["global_step"], 32);
 }
 
-// A rank stuck for 20 s in one step: with collective_timeout 1 s (timeout 60 s) the run fails within
-// seconds, the error naming collective_timeout and where each rank was, through shared memory and
-// through Gloo.
+// As Lightning: prepare_data runs on local rank 0 only, and the other ranks wait for it.
 TEST(DDP, PrepareDataRunsOnceOnLocalRankZero) {
   const auto log = scratch_path("prepare_log");
   std::remove(log.c_str());
@@ -99,7 +97,5 @@ TEST(DDP, PrepareDataRunsOnceOnLocalRankZero) {
   EXPECT_EQ(arc::testing::read_file(log), "prepared\n") << run.output;
   std::remove(log.c_str());
 }
-
-// Every "<tag> <rank> <value>" line ("STOPPED 1 7"), as rank -> its values in order.
 
 }  // namespace

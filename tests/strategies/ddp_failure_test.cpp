@@ -5,12 +5,20 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
 namespace {
 
 using namespace arc::testing::ddp;
 using arc::testing::count_tagged;
 using arc::testing::free_port;
 
+// SpikeDetection: a spike that rank 1 alone sees ends every rank at that batch, rank 0 too with the
+// spike's own error (not as a failed rank's), and rank 0 lists the batches to skip.
 TEST(DDP, ASpikeOnOneRankEndsEveryRankAtThatBatch) {
   const std::string root = scratch_path("spike");
   std::filesystem::remove_all(root);
@@ -24,10 +32,9 @@ TEST(DDP, ASpikeOnOneRankEndsEveryRankAtThatBatch) {
   std::filesystem::remove_all(root);
 }
 
-// Lightning's sync_batchnorm: two ranks of 32 samples normalize as one process of 64 does; without
-// it each rank normalizes its own half and the weights part. Not bit for bit: LibTorch's batch_norm
-// kernel and the summed statistics round differently (after 20 steps 3e-5 apart at most, against
-// 1.2e-2 unsynchronized).
+// A rank stuck for 20 s in one step: with collective_timeout 1 s (timeout 60 s) the run fails within
+// seconds, the error naming collective_timeout and where each rank was, through shared memory and
+// through Gloo.
 TEST(DDP, AStuckRankFailsTheRunAfterCollectiveTimeoutNotTimeout) {
   for (const std::string shared_memory : {"1", "0"}) {
     SCOPED_TRACE("shared memory " + shared_memory);
@@ -51,12 +58,11 @@ TEST(DDP, AStuckRankFailsTheRunAfterCollectiveTimeoutNotTimeout) {
   }
 }
 
-// A layer the loss never uses: an error that names it, unless find_unused_parameters or
-// static_graph allows it; both train to the same weights as one process.
 std::mt19937& random_engine() {
   static std::mt19937 engine(std::random_device{}());
   return engine;
 }
+
 struct Failure {
   std::string kind;
   std::string cause;  // what the output says when rank 1 fails
@@ -91,6 +97,7 @@ TEST_P(LauncherFailure, EndsEveryRankQuicklyAndNamesTheCause) {
   }
   EXPECT_EQ(count_tagged(tag), 0) << "a rank outlived the run";
 }
+
 INSTANTIATE_TEST_SUITE_P(
     DDP, LauncherFailure,
     ::testing::Combine(::testing::Values(Failure{"exception", "failed: probe failure on purpose", 1},
@@ -100,8 +107,8 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(0, 1)),
     [](const auto& info) { return std::get<0>(info.param).kind + "_rank" + std::to_string(std::get<1>(info.param)); });
 
-// A value whose name holds the rank, logged with sync_dist: the ranks sync as many values under other
-// names, which they would add into each other; instead every rank fails at the first step's sync.
+// LibTorch's errors carry a C++ stack trace of unnamed frames; the caller gets a rank's without it, as
+// PyTorch shows them unless TORCH_SHOW_CPP_STACKTRACES=1.
 TEST(DDP, ARanksLibTorchErrorReachesTheCallerWithoutItsStackTrace) {
   const std::string args = "--strategy ddp_spawn --devices 2 --steps 200 --fail torch --fail-rank 1 --fail-step 3";
   const auto run = probe(args);
@@ -119,9 +126,8 @@ TEST(DDP, ARanksLibTorchErrorReachesTheCallerWithoutItsStackTrace) {
       << traced.output;
 }
 
-// In a user's own loop (arc::Fabric), an exception that leaves the loop ends the ranks as it
-// does in a Trainer: rank 0's at once (the other rank waits for it in a collective, and waited out
-// the timeout before), rank 1's as rank 0's error.
+// After rank 1 failed, the program cannot start its ranks again: a new Trainer says so at once
+// instead of waiting out the rendezvous for ranks that are gone.
 TEST(DDP, AProgramWhoseRankFailedCannotStartItsRanksAgain) {
   const double timeout = 60;
   const auto run = probe(
@@ -166,6 +172,7 @@ TEST(DDP, ARankZeroThatDoesNotNoticeAFailedRankIsEndedAfterCollectiveTimeout) {
   // Long before the 60 s sleep ends: half of it leaves a loaded machine a wide margin.
   EXPECT_LT(run.seconds, 30) << run.output;
 }
+
 TEST(DDP, RendezvousTimeoutNamesTheMissingRank) {
   const std::string env =
       "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port());
@@ -178,7 +185,7 @@ TEST(DDP, RendezvousTimeoutNamesTheMissingRank) {
   EXPECT_LT(run.seconds, 10 * timeout + 30) << run.output;
 }
 
-// What the loggers wrote in `dir`/lightning_logs: "<version>/<file name's first 20 characters>", sorted.
+// Without a launcher to end the job, the survivor notices by itself that its peer is gone.
 TEST(DDP, PeerKilledMidTrainingFailsTheSurvivorQuickly) {
   const std::string port = std::to_string(free_port());
   const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;

@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 namespace {
 
 using namespace arc::testing::ddp;
@@ -19,6 +22,9 @@ TEST(DDP, SyncDistReducesEveryMetricAcrossRanks) {
   EXPECT_DOUBLE_EQ(metrics["rank_min_epoch"].get<double>(), 0.0);
   EXPECT_DOUBLE_EQ(metrics["rank_sum"].get<double>(), 8.0);  // 8 steps x (0 + 1)
 }
+
+// A value whose name holds the rank, logged with sync_dist: the ranks sync as many values under other
+// names, which they would add into each other; instead every rank fails at the first step's sync.
 TEST(DDP, RanksThatSyncOtherNamesFailTogether) {
   const double timeout = 60;
   const auto run =
@@ -41,15 +47,18 @@ TEST(DDP, RanksThatSyncOtherNamesFailTogether) {
   EXPECT_LT(own_loop.seconds, timeout / 2) << own_loop.output;
 }
 
-// LibTorch's errors carry a C++ stack trace of unnamed frames; the caller gets a rank's without it, as
-// PyTorch shows them unless TORCH_SHOW_CPP_STACKTRACES=1.
+// Loggers built in main exist on every rank, but only rank 0 writes, into the one version that
+// every rank agrees on: one version_0 with one metrics file and one events file.
 TEST(DDP, LoggersBuiltInMainWriteOneVersionFromRankZero) {
   const auto dir = scratch_path("loggers");
   ASSERT_NO_FATAL_FAILURE(expect_one_version_from_rank_zero("--strategy ddp_spawn --devices 2 --steps 20", dir));
   std::filesystem::remove_all(dir);
 }
 
-// The same with a loop of one's own: arc::Fabric's loggers write one version, from rank 0.
+// Rank 1 sleeps 20 ms in every step: every 5 steps the ranks compare their own step times (waits
+// for each other left out) and the loggers get perf/slowest_rank 1 and the ratio; after three
+// intervals rank 1 warns once, naming itself, its host and that it computes (not loads data). With
+// even ranks, nobody warns.
 TEST(DDP, AStragglerIsNamedByItsOwnStepTime) {
   const auto dir = scratch_path("stragglers");
   std::filesystem::remove_all(dir);
@@ -92,8 +101,11 @@ TEST(DDP, AStragglerIsNamedByItsOwnStepTime) {
   EXPECT_EQ(even.output.find("slower than the median rank"), std::string::npos) << even.output;
 }
 
-// SIGINT to one rank (here: it raises it itself) stops every rank at the same batch boundary, and
-// every process ends with 130: under ddp_spawn, and under ddp with processes started by hand.
+// The probe logs rank_mean, rank_max and rank_min (its rank, 0 or 1) with sync_dist in every
+// training_step, hook_rank (the same) in on_before_optimizer_step, and end_rank, dict_rank and
+// dict_twice_rank (twice the rank; these two in one log_dict) in a callback's on_train_batch_end,
+// and no step here is a logger's (log_every_n_steps 1000): what a callback reads at every batch's
+// end is still the ranks' value, as in Lightning, where the sync is at the log call.
 TEST(DDP, StepValuesLoggedWithSyncDistAreTheRanksValuesAtEveryBatchEnd) {
   for (const auto& [name, expected] :
        {std::pair{"rank_mean_step", 0.5}, std::pair{"rank_max_step", 1.0}, std::pair{"rank_min_step", 0.0},

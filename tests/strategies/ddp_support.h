@@ -2,31 +2,23 @@
 // printed.
 #pragma once
 
-#include <arc/base/detail/host.h>
-#include <arc/fabric/checkpoint.h>
-#include <arc/strategies/detail/process_group.h>
-
 #include "support/command.h"
-#include "support/ports.h"
 #include "support/scratch.h"
 
 #include <gtest/gtest.h>
-#include <torch/cuda.h>
 #include <nlohmann/json.hpp>
 
-#include <unistd.h>
 #include <algorithm>
-#include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
-#include <random>
 #include <sstream>
 #include <string>
-#include <thread>
+#include <utility>
 #include <vector>
 
 namespace arc::testing::ddp {
@@ -59,7 +51,6 @@ inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>
 
 // Trains in one process and on two ranks (ddp_spawn), each with its own arguments; the largest
 // difference between their final parameters. `ddp` gets the two-rank run.
-
 inline double weights_apart(const std::string& single_args, const std::string& ddp_args, CommandRun& ddp) {
   const auto one = scratch_path("one"), two = scratch_path("two");
   const auto single = probe("--strategy single_device --devices 1 --out " + one + " " + single_args);
@@ -74,11 +65,7 @@ inline double weights_apart(const std::string& single_args, const std::string& d
   return a.size() == b.size() && !a.empty() ? max_abs_diff(a, b) : std::numeric_limits<double>::infinity();
 }
 
-inline std::mt19937& random_engine() {
-  static std::mt19937 engine(std::random_device{}());
-  return engine;
-}
-
+// What the loggers wrote in `dir`/lightning_logs: "<version>/<file name's first 20 characters>", sorted.
 inline std::vector<std::string> logged_files(const std::string& dir) {
   std::vector<std::string> files;
   for (const auto& version : std::filesystem::directory_iterator(dir + "/lightning_logs"))
@@ -90,7 +77,6 @@ inline std::vector<std::string> logged_files(const std::string& dir) {
 
 // Runs the probe with loggers writing under `dir` (emptied first) and expects one version, written
 // by rank 0 alone: one metrics file, one events file, the hyper-parameters.
-
 inline void expect_one_version_from_rank_zero(const std::string& args, const std::string& dir) {
   std::filesystem::remove_all(dir);
   const auto run = probe(args + " --loggers " + dir);
@@ -100,9 +86,7 @@ inline void expect_one_version_from_rank_zero(const std::string& args, const std
       << run.output;
 }
 
-// Loggers built in main exist on every rank, but only rank 0 writes, into the one version that
-// every rank agrees on: one version_0 with one metrics file and one events file.
-
+// Every "<tag> <rank> <value>" line ("STOPPED 1 7"), as rank -> its values in order.
 template <typename Value = int64_t>
 inline std::map<int64_t, std::vector<Value>> all_per_rank(const std::string& output, const std::string& tag) {
   std::map<int64_t, std::vector<Value>> values;
@@ -118,7 +102,6 @@ inline std::map<int64_t, std::vector<Value>> all_per_rank(const std::string& out
 }
 
 // The last "<tag> <rank> <value>" of every rank, as rank -> value.
-
 template <typename Value = int64_t>
 inline std::map<int64_t, Value> per_rank(const std::string& output, const std::string& tag) {
   std::map<int64_t, Value> last;
@@ -126,11 +109,7 @@ inline std::map<int64_t, Value> per_rank(const std::string& output, const std::s
   return last;
 }
 
-// Ranks that disagree on stopping: one asks alone, one sees another value of an unsynced metric,
-// one's clock passes max_time first. Every rank must stop at the same step, and nothing may wait
-// for a rank that left (the run would end by the timeout, with an error). A stop mid-epoch
-// validates first, as Lightning's, unless a validation came after the stop was asked for.
-
+// The probe under ddp_spawn on two ranks, with `args`.
 inline CommandRun two_ranks(const std::string& args) {
   return probe("--strategy ddp_spawn --devices 2 --timeout 60 " + args);
 }
@@ -154,9 +133,5 @@ inline std::vector<std::string> files_in(const std::string& folder) {
   std::sort(files.begin(), files.end());
   return files;
 }
-
-// A ModelCheckpoint that monitors a value logged without sync_dist (rank 0: the step, rank 1 its
-// negation) decides by rank 0's value on every rank: rank 1 alone would keep each new file, saving
-// where rank 0 does not, and the ranks' collectives would part.
 
 }  // namespace arc::testing::ddp
