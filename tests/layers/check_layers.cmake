@@ -74,6 +74,19 @@ if(compiled LESS 10)
 endif()
 message(STATUS "checked ${compiled} compile commands of the layers")
 
+# Every public header (outside detail/) is included by arc.h, the public API that Doxygen documents;
+# an internal one belongs in detail/.
+file(READ ${SOURCE_DIR}/arc.h umbrella)
+foreach(folder ${all_folders})
+  file(GLOB_RECURSE headers RELATIVE ${SOURCE_DIR} ${SOURCE_DIR}/${folder}/*.h)
+  foreach(header ${headers})
+    if(NOT header MATCHES "/detail/" AND NOT umbrella MATCHES "#include <arc/${header}>")
+      message(FATAL_ERROR "${header} is a public header (outside detail/) but arc.h does not include it: "
+                          "add it to arc.h, or move it into a detail/ folder if it is internal")
+    endif()
+  endforeach()
+endforeach()
+
 if(checked LESS 50)
   message(FATAL_ERROR "checked ${checked} layer and folder pairs; expected every layer against every folder")
 endif()
