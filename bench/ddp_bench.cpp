@@ -68,8 +68,11 @@ int main(int argc, char** argv) try {
     const size_t first_pinned = rows.size();
     if (per_cpu)
       for (const int cpu : cpus) rows.push_back({"Arclight, 1 process on CPU " + std::to_string(cpu), {}});
-    const std::string spawn = arc + " --set module.name=" + module + " --set trainer.strategy=ddp_spawn" +
-                              " --set trainer.devices=2 --set trainer.shared_memory=";
+    // ddp_spawn x2 with these DDP settings (the strategy's init_args).
+    const auto spawn = [&](const std::string& init_args) {
+      return arc + " --set module.name=" + module + " --set trainer.devices=2" +
+             " --set 'trainer.strategy={class_path: ddp_spawn, init_args: {" + init_args + "}}'";
+    };
     for (int r = 0; r < repeats; ++r) {
       rows[0].runs.push_back(run(arc + " --set module.name=" + module));
       for (size_t c = first_pinned; c < rows.size(); ++c)
@@ -78,9 +81,9 @@ int main(int argc, char** argv) try {
       rows[1].runs.push_back(run_together(arc + " --set module.name=" + module, 2));
       rows[8].runs.push_back(rows[1].runs.back());
       rows[8].runs.back().json["train_sps"] = rows[1].runs.back().json["in_step_sps"];
-      rows[2].runs.push_back(run(spawn + "true"));
-      rows[3].runs.push_back(run(spawn + "false"));
-      rows[6].runs.push_back(run(spawn + "true --set trainer.gradient_as_bucket_view=false"));
+      rows[2].runs.push_back(run(spawn("shared_memory: true")));
+      rows[3].runs.push_back(run(spawn("shared_memory: false")));
+      rows[6].runs.push_back(run(spawn("shared_memory: true, gradient_as_bucket_view: false")));
       // The CNN's kernels cost more along DDP's weights; the MLP's matrix products would only get
       // more efficient at batch 128, which says nothing about DDP. Accumulating two batches of 64
       // steps the optimizer on the 128 samples that DDP's step takes from both ranks (nearly DDP's

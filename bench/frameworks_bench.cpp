@@ -66,8 +66,9 @@ int main(int argc, char** argv) try {
                                      " --accelerator " + accelerator + python_args));
         if (!gpu) continue;
         rows[3].runs.push_back(run(arc_run + " --set trainer.strategy=ddp_spawn"));
-        rows[4].runs.push_back(run(arc_run + " --set trainer.strategy=ddp_spawn --set trainer.devices=0,0" +
-                                   " --set trainer.process_group_backend=gloo"));
+        rows[4].runs.push_back(
+            run(arc_run + " --set trainer.devices=0,0" +
+                " --set 'trainer.strategy={class_path: ddp_spawn, init_args: " + "{process_group_backend: gloo}}'"));
       }
       const double reference = rows[1].runs.empty() ? rows[0].sps() : rows[1].sps();
       for (const auto& row : rows) {

@@ -3,6 +3,7 @@
 
 #include <arc/base/class_path.h>
 #include <arc/base/config.h>
+#include <arc/base/console.h>
 #include <arc/base/error.h>
 #include <arc/fabric/precision.h>
 #include <arc/profilers/profiler.h>
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 
 namespace arc {
@@ -196,6 +198,10 @@ struct OptionField {
   void (*read)(const Config&, TrainerOptions&);
   nlohmann::json (*write)(const TrainerOptions&);
   void (*check)(const TrainerOptions&);
+  // For an option kept in an option group: the key that sets it in configs ("strategy" for
+  // DDPStrategyOptions, "plugins" for SlurmEnvironmentOptions), whose init_args take it. Its own
+  // key is an alias that still reads, with a warning.
+  const char* home = nullptr;
 };
 
 const std::vector<OptionField>& option_fields();
@@ -269,14 +275,77 @@ void no_check(const TrainerOptions&) {}
 #define ARC_OPTION_READ(name, help, reader, check)                                               \
   OptionField{#name, help, [](const Config& config, TrainerOptions& o) { o.name(reader(config)); }, \
               [](const TrainerOptions& o) { return write_value(o.name()); }, check}
-// A row of an option kept in one of the option groups (DDPStrategyOptions, SlurmEnvironmentOptions).
-#define ARC_GROUP_OPTION(group, name, help, check)                                                     \
+// A row of an option kept in an option group, set in configs by the init_args of the `home` key's
+// entry; its own key is an alias (ARC_DDP_OPTION: DDPStrategyOptions, in trainer.strategy;
+// ARC_SLURM_OPTION: SlurmEnvironmentOptions, in trainer.plugins' SLURMEnvironment).
+#define ARC_GROUP_OPTION(group, home, name, help)                                                      \
   OptionField{#name, help,                                                                             \
               [](const Config& config, TrainerOptions& o) { read_value(config, #name, o.group().name()); }, \
-              [](const TrainerOptions& o) { return write_value(o.group().name()); }, check}
+              [](const TrainerOptions& o) { return write_value(o.group().name()); }, no_check, home}
+#define ARC_DDP_OPTION(name, help) \
+  ARC_GROUP_OPTION(ddp, "strategy", name, help " (alias: set it in trainer.strategy's init_args)")
+#define ARC_SLURM_OPTION(name, help) \
+  ARC_GROUP_OPTION(slurm, "plugins", name, help " (alias: set it in trainer.plugins' SLURMEnvironment)")
 #define ARC_AMOUNT_OPTION(name, help) \
   ARC_OPTION(name, help, [](const TrainerOptions& o) { check_amount(#name, o.name()); })
 // clang-format on
+
+// The settings kept in the option group of `home` ("strategy", "plugins") that differ from their
+// defaults, by key.
+nlohmann::json group_settings(const TrainerOptions& o, const std::string& home) {
+  const TrainerOptions defaults;
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& field : option_fields())
+    if (field.home != nullptr && field.home == home && field.write(o) != field.write(defaults))
+      out[field.key] = field.write(o);
+  return out;
+}
+
+// The strategy's name, or, where DDP settings differ from their defaults, its entry with them as
+// init_args: {class_path: ddp_spawn, init_args: {timeout: 60}}; "auto" is Lightning's DDPStrategy,
+// whose default start_method makes the same choice.
+nlohmann::json strategy_entry(const TrainerOptions& o, const nlohmann::json& init_args) {
+  if (init_args.empty()) return o.strategy();
+  return {{"class_path", o.strategy() == "auto" ? "DDPStrategy" : o.strategy()}, {"init_args", init_args}};
+}
+nlohmann::json write_strategy(const TrainerOptions& o) { return strategy_entry(o, group_settings(o, "strategy")); }
+
+nlohmann::json slurm_plugin(const nlohmann::json& init_args) {
+  return nlohmann::json::array({{{"class_path", "SLURMEnvironment"}, {"init_args", init_args}}});
+}
+// SLURM's settings that differ from their defaults, as Lightning's SLURMEnvironment plugin, which
+// also sets cluster_environment to slurm: where that is the option already; else null (SLURM's keys
+// are then written themselves, by to_json).
+nlohmann::json write_plugins(const TrainerOptions& o) {
+  const auto settings = group_settings(o, "plugins");
+  return settings.empty() || o.cluster_environment() != "slurm" ? nlohmann::json(nullptr) : slurm_plugin(settings);
+}
+
+// Whether to_json writes a row's own key: every row's but the option groups', which their home's
+// entry holds, and SLURM's settings beside another cluster environment (write_plugins).
+bool written_by_key(const OptionField& field, const TrainerOptions& o) {
+  if (field.home == nullptr) return true;
+  return std::string(field.home) == "plugins" && write_plugins(o).is_null() && !group_settings(o, "plugins").empty();
+}
+
+// Whether this process is the first of its launch, or alone, so that a warning about the config,
+// which every rank reads, is said once: the rank a launcher gives (ddp_spawn, torchrun, srun, mpirun).
+bool first_of_launch() {
+  for (const char* variable : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+    if (const char* rank = std::getenv(variable); rank != nullptr) return std::string(rank) == "0";
+  return true;
+}
+
+// The warning for an alias key that a config sets, naming its spelling in its home's entry.
+void warn_of_alias(const OptionField& field, const nlohmann::json& value, const TrainerOptions& o) {
+  if (!first_of_launch()) return;
+  const nlohmann::json init_args = {{field.key, value}};
+  const bool ddp = std::string(field.home) == "strategy";
+  console().warn("config key 'trainer.{}' is an alias that still works; write it in {}: trainer.{}: {}{}", field.key,
+                 ddp ? "the strategy's init_args" : "the init_args of the SLURMEnvironment plugin", field.home,
+                 (ddp ? strategy_entry(o, init_args) : slurm_plugin(init_args)).dump(),
+                 ddp ? "" : " (which also sets cluster_environment to slurm)");
+}
 
 const std::vector<OptionField>& option_fields() {
   static const std::vector<OptionField> fields = {
@@ -423,24 +492,21 @@ const std::vector<OptionField>& option_fields() {
       ARC_OPTION(num_threads, "intra-op threads per process (0: the cores divided among the processes)", no_check),
       ARC_OPTION(tune_malloc, "keep large activation buffers in the heap between steps", no_check),
       ARC_OPTION(cluster_environment, "\"auto\" (detect) or local, slurm, torchelastic, mpi, lsf, kubeflow", no_check),
-      ARC_GROUP_OPTION(ddp, timeout, "seconds the rendezvous, barriers, saves and launchers may wait", no_check),
-      ARC_GROUP_OPTION(ddp, collective_timeout,
-                       "seconds a collective of a step may wait for the other ranks (at most timeout)", no_check),
-      ARC_GROUP_OPTION(ddp, find_unused_parameters, "DDP: allow parameters without gradient in a step", no_check),
-      ARC_GROUP_OPTION(ddp, static_graph, "DDP: every step uses the same parameters (learned in the first)", no_check),
-      ARC_GROUP_OPTION(ddp, gradient_as_bucket_view, "DDP: gradients live in the all-reduce buckets (no copy back)",
-                       no_check),
+      ARC_DDP_OPTION(timeout, "seconds the rendezvous, barriers, saves and launchers may wait"),
+      ARC_DDP_OPTION(collective_timeout,
+                     "seconds a collective of a step may wait for the other ranks (at most timeout)"),
+      ARC_DDP_OPTION(find_unused_parameters, "DDP: allow parameters without gradient in a step"),
+      ARC_DDP_OPTION(static_graph, "DDP: every step uses the same parameters (learned in the first)"),
+      ARC_DDP_OPTION(gradient_as_bucket_view, "DDP: gradients live in the all-reduce buckets (no copy back)"),
       ARC_OPTION(sync_batchnorm, "DDP: arc::SyncBatchNorm layers use the statistics of every rank's batch", no_check),
-      ARC_GROUP_OPTION(ddp, first_bucket_mb,
-                       "DDP: size of the first gradient bucket in MiB (bucket_cap_mb where all-reduces cannot overlap "
-                       "backward)",
-                       no_check),
-      ARC_GROUP_OPTION(ddp, bucket_cap_mb, "DDP: size of the other gradient buckets in MiB", no_check),
-      ARC_GROUP_OPTION(ddp, shared_memory, "DDP: all-reduce through shared memory among the processes of a machine",
-                       no_check),
-      ARC_GROUP_OPTION(ddp, process_group_backend, "DDP on GPUs: \"auto\", \"nccl\" or \"gloo\"", no_check),
-      ARC_GROUP_OPTION(slurm, auto_requeue, "under SLURM: save and requeue on requeue_signal", no_check),
-      ARC_GROUP_OPTION(slurm, requeue_signal, "\"SIGUSR1\", \"SIGUSR2\", \"SIGHUP\" or \"SIGALRM\"", no_check),
+      ARC_DDP_OPTION(first_bucket_mb,
+                     "DDP: size of the first gradient bucket in MiB (bucket_cap_mb where all-reduces cannot overlap "
+                     "backward)"),
+      ARC_DDP_OPTION(bucket_cap_mb, "DDP: size of the other gradient buckets in MiB"),
+      ARC_DDP_OPTION(shared_memory, "DDP: all-reduce through shared memory among the processes of a machine"),
+      ARC_DDP_OPTION(process_group_backend, "DDP on GPUs: \"auto\", \"nccl\" or \"gloo\""),
+      ARC_SLURM_OPTION(auto_requeue, "under SLURM: save and requeue on requeue_signal"),
+      ARC_SLURM_OPTION(requeue_signal, "\"SIGUSR1\", \"SIGUSR2\", \"SIGHUP\" or \"SIGALRM\""),
       ARC_OPTION(elastic_checkpoint_every_n_steps, "strategy elastic: global steps between its checkpoints (0: off)",
                  [](const TrainerOptions& o) {
                    ARC_CHECK(o.elastic_checkpoint_every_n_steps() >= 0,
@@ -458,19 +524,22 @@ const std::vector<OptionField>& option_fields() {
       OptionField{"strategy",
                   "\"auto\", \"single_device\", \"ddp\", \"ddp_spawn\" or \"elastic\" (Lightning's "
                   "\"ddp_find_unused_parameters_true\" is \"ddp\" with find_unused_parameters), or Lightning's "
-                  "DDPStrategy or SingleDeviceStrategy with their init_args",
-                  read_strategy, [](const TrainerOptions& o) { return write_value(o.strategy()); }, no_check},
+                  "DDPStrategy or SingleDeviceStrategy with their init_args; {class_path: <a strategy's name>, "
+                  "init_args: {...}} sets that strategy's DDP settings",
+                  read_strategy, write_strategy, no_check},
       // Last: a plugin stands for options above, which it must not contradict. Its effect is in them,
-      // so it writes null.
+      // so it writes null, but for SLURM's settings (write_plugins).
       OptionField{"plugins",
                   "Lightning's plugins as the options they stand for: cluster environments (SLURMEnvironment, ...), "
                   "precision plugins, AsyncCheckpointIO, TorchSyncBatchNorm",
-                  read_plugins, [](const TrainerOptions&) { return nlohmann::json(nullptr); }, no_check},
+                  read_plugins, write_plugins, no_check},
   };
   return fields;
 }
 
 #undef ARC_AMOUNT_OPTION
+#undef ARC_SLURM_OPTION
+#undef ARC_DDP_OPTION
 #undef ARC_GROUP_OPTION
 #undef ARC_OPTION_READ
 #undef ARC_OPTION
@@ -526,15 +595,22 @@ void TrainerOptions::apply_plugin(const std::string& name, const Config& init_ar
 TrainerOptions TrainerOptions::from_json(const nlohmann::json& json) {
   Config config(json, "trainer");
   TrainerOptions o;
-  for (const auto& field : option_fields()) field.read(config, o);
+  std::vector<std::pair<const OptionField*, nlohmann::json>> aliases;
+  for (const auto& field : option_fields()) {
+    field.read(config, o);
+    if (const auto* given = config.find(field.key); field.home != nullptr && given != nullptr && !given->is_null())
+      aliases.emplace_back(&field, *given);
+  }
   config.finish();
   o.validate();
+  for (const auto& [field, value] : aliases) warn_of_alias(*field, value, o);
   return o;
 }
 
 nlohmann::json TrainerOptions::to_json() const {
   nlohmann::json out = nlohmann::json::object();
-  for (const auto& field : option_fields()) out[field.key] = field.write(*this);
+  for (const auto& field : option_fields())
+    if (written_by_key(field, *this)) out[field.key] = field.write(*this);
   return out;
 }
 

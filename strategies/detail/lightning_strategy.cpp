@@ -4,6 +4,7 @@
 #include <arc/base/class_path.h>
 #include <arc/base/config.h>
 #include <arc/base/error.h>
+#include <arc/strategies/cluster/cluster_environment.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -19,6 +20,9 @@ const std::vector<std::string> kSupported = {"DDPStrategy", "SingleDeviceStrateg
 const std::vector<std::string> kUnsupported = {"FSDPStrategy", "DeepSpeedStrategy", "XLAStrategy",
                                                "SingleDeviceXLAStrategy", "ModelParallelStrategy"};
 const std::vector<std::string> kStartMethods = {"popen", "spawn", "fork", "forkserver"};
+// Arclight's own strategies, which a config may name as a class_path too, with the DDP settings as
+// its init_args ({class_path: ddp_spawn, init_args: {timeout: 60}}), as --print_config writes them.
+const std::vector<std::string> kOwnStrategies = {"auto", "single_device", "ddp", "ddp_spawn", "elastic"};
 
 // DDPStrategy's init_args that take objects or callables, and what stands for each here.
 const std::vector<std::pair<std::string, std::string>> kObjectArgs = {
@@ -52,6 +56,17 @@ std::optional<double> read_timedelta(const Config& args) {
   return args.duration("timeout");
 }
 
+// The settings of DDPStrategyOptions that `args` gives, into `options`.
+void read_ddp_settings(const Config& args, nlohmann::json& options) {
+  for (const char* key : {"find_unused_parameters", "static_graph", "gradient_as_bucket_view", "shared_memory"})
+    if (const auto value = args.get_optional<bool>(key)) options[key] = *value;
+  for (const char* key : {"bucket_cap_mb", "first_bucket_mb", "collective_timeout"})
+    if (const auto value = args.get_optional<double>(key)) options[key] = *value;
+  if (const auto value = args.get_optional<std::string>("process_group_backend"))
+    options["process_group_backend"] = *value;
+  if (const auto seconds = read_timedelta(args)) options["timeout"] = *seconds;
+}
+
 nlohmann::json ddp_options(const Config& args) {
   for (const auto& [key, instead] : kObjectArgs) {
     const auto value = args.get<nlohmann::json>(key, nullptr);
@@ -65,13 +80,7 @@ nlohmann::json ddp_options(const Config& args) {
   // processes, decided where the run starts (so that a saved config runs under a launcher too). The
   // other methods always start them from the Trainer.
   nlohmann::json options = {{"strategy", start_method == "popen" ? "auto" : "ddp_spawn"}};
-  for (const char* key : {"find_unused_parameters", "static_graph", "gradient_as_bucket_view", "shared_memory"})
-    if (const auto value = args.get_optional<bool>(key)) options[key] = *value;
-  for (const char* key : {"bucket_cap_mb", "first_bucket_mb", "collective_timeout"})
-    if (const auto value = args.get_optional<double>(key)) options[key] = *value;
-  if (const auto value = args.get_optional<std::string>("process_group_backend"))
-    options["process_group_backend"] = *value;
-  if (const auto seconds = read_timedelta(args)) options["timeout"] = *seconds;
+  read_ddp_settings(args, options);
   ARC_CHECK(!args.get<bool>("broadcast_buffers", false), "DDPStrategy's broadcast_buffers=true is not taken here: ",
             "Arclight broadcasts buffers from rank 0 once, at setup, as broadcast_buffers=false does; keep ",
             "BatchNorm statistics the same on every rank with trainer.sync_batchnorm");
@@ -113,18 +122,29 @@ bool is_strategy_class(const nlohmann::json& value) {
 
 nlohmann::json strategy_class(const std::string& name, const Config& init_args) {
   if (name == "DDPStrategy") return ddp_options(init_args);
+  if (contains(kOwnStrategies, cluster::parse_strategy_name(name).name)) {
+    nlohmann::json options = {{"strategy", name}};
+    read_ddp_settings(init_args, options);
+    return options;
+  }
   if (name == "SingleDeviceStrategy") return single_device_options(init_args);
   ARC_CHECK(!contains(kUnsupported, name), "Lightning's ", name, " has no counterpart in Arclight, whose strategies ",
             "are \"single_device\", \"ddp\", \"ddp_spawn\" and \"elastic\" (DDPStrategy and SingleDeviceStrategy ",
             "name the first three)");
-  throw Error(unknown_name_message("strategy class", name, kSupported) +
-              "; or name a strategy: \"ddp\", \"ddp_spawn\", \"single_device\", \"elastic\"");
+  throw Error(unknown_name_message("strategy class", name, strategy_class_names()));
 }
 
 nlohmann::json strategy_class_options(const nlohmann::json& entry, const std::string& path) {
   return detail::with_class_path(entry, path, strategy_class);
 }
 
-const std::vector<std::string>& strategy_class_names() { return kSupported; }
+const std::vector<std::string>& strategy_class_names() {
+  static const std::vector<std::string> names = [] {
+    auto out = kSupported;
+    out.insert(out.end(), kOwnStrategies.begin(), kOwnStrategies.end());
+    return out;
+  }();
+  return names;
+}
 
 }  // namespace arc

@@ -27,7 +27,9 @@ bool is_strategy_class(const nlohmann::json& value);
 ///   Arclight's own collective_timeout, first_bucket_mb and shared_memory); broadcast_buffers may be
 ///   false only (buffers are broadcast once, at setup);
 /// - SingleDeviceStrategy: {"strategy": "single_device"} on its device ("cpu": accelerator cpu;
-///   "cuda:N" or N: accelerator gpu, devices [N]).
+///   "cuda:N" or N: accelerator gpu, devices [N]);
+/// - Arclight's own strategies by name ("ddp_spawn", "ddp", "elastic", "single_device", "auto"):
+///   {"strategy": name} with the DDPStrategyOptions settings given, as --print_config writes them.
 /// Init_args that name objects (accelerator, cluster_environment, precision_plugin, ...) and
 /// Lightning's other strategies are errors that say what stands for them; `path` names the entry.
 nlohmann::json strategy_class_options(const nlohmann::json& entry, const std::string& path);
@@ -35,7 +37,7 @@ nlohmann::json strategy_class_options(const nlohmann::json& entry, const std::st
 /// The same for the class `name` ("DDPStrategy") and its init_args.
 nlohmann::json strategy_class(const std::string& name, const Config& init_args);
 
-/// The strategy classes taken: DDPStrategy, SingleDeviceStrategy.
+/// The strategy classes taken: DDPStrategy, SingleDeviceStrategy, and Arclight's strategies' names.
 const std::vector<std::string>& strategy_class_names();
 
 }  // namespace arc

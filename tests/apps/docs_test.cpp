@@ -154,6 +154,9 @@ TEST(Docs, EveryArcCommandLineParses) {
     const std::string args = command.args + (prints_and_exits(command.args) ? "" : " --print_config");
     const auto run = run_command("cd " + kSource.string() + " && " + ARC_BINARY + " " + args);
     EXPECT_EQ(run.status, 0) << command.where << ": `arc " << command.args << "` fails:\n" << run.output;
+    EXPECT_EQ(run.output.find("is an alias that still works"), std::string::npos)
+        << command.where << ": `arc " << command.args << "` uses an alias key:\n"
+        << run.output;
   }
 }
 
@@ -188,6 +191,9 @@ TEST(Docs, EveryConfigBlockLoads) {
       const auto file = write_config("docs_block." + block.language, block.text());
       const auto run = run_command(std::string(ARC_BINARY) + " fit --config " + file + " --print_config");
       EXPECT_EQ(run.status, 0) << page.string() << ":" << block.line << ": the config does not load:\n" << run.output;
+      EXPECT_EQ(run.output.find("is an alias that still works"), std::string::npos)
+          << page.string() << ":" << block.line << ": the config uses an alias key:\n"
+          << run.output;
     }
   }
   EXPECT_GT(configs, 2) << "the docs show configs";

@@ -46,7 +46,8 @@ class Interrupt : public ::testing::Test {
     std::vector<std::string> argv = {ARC_BINARY, "train",
                                      "--set",    "trainer.max_epochs=100",
                                      "--set",    "trainer.default_root_dir=" + dir_,
-                                     "--set",    "trainer.timeout=60"};
+                                     "--set",    "trainer.strategy=DDPStrategy",
+                                     "--set",    "trainer.strategy.timeout=60"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto terminal = std::make_unique<Terminal>(argv);
     EXPECT_TRUE(terminal->wait_for("Epoch 0:", 120)) << terminal->output();
@@ -95,7 +96,8 @@ TEST_F(Interrupt, CtrlCStopsOneProcessSavesAndExits130) {
 // machine slow enough that fit began first, the usual save is the right outcome too.
 TEST_F(Interrupt, CtrlCWhileTheRanksStartEndsTheRunAsAnInterruption) {
   Terminal terminal({ARC_BINARY, "train", "--config", shipped_config(), "--set", "trainer.max_epochs=100", "--set",
-                     "trainer.default_root_dir=" + dir_, "--set", "trainer.timeout=60"});
+                     "trainer.default_root_dir=" + dir_, "--set", "trainer.strategy=DDPStrategy", "--set",
+                     "trainer.strategy.timeout=60"});
   // Once both ranks run the program itself (their environment is a rank's), not the launcher's copy.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {

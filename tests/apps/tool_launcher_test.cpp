@@ -35,6 +35,11 @@ TEST(ToolLauncher, StartsARankPerDeviceOnlyForDdpSpawnOnOneNode) {
   EXPECT_EQ(spawn_world({"train", "--config", config}), 2);
   EXPECT_EQ(spawn_world({"validate", "-c", config, "-s", "trainer.devices=3", "--ckpt", "last"}), 3);
   EXPECT_EQ(arc::cli::spawn_plan({"train", "--config", config}).timeout_s, 1800);
+  EXPECT_EQ(arc::cli::spawn_plan({"train", "--config", config, "--set",
+                                  "trainer.strategy={class_path: ddp_spawn, init_args: {timeout: 2.5}}"})
+                .timeout_s,
+            2.5);
+  // The flat key, an alias, too.
   EXPECT_EQ(arc::cli::spawn_plan({"train", "--config", config, "--set", "trainer.timeout=2.5"}).timeout_s, 2.5);
   // Everything else runs in the engine alone, which also reports bad command lines and configs.
   EXPECT_EQ(spawn_world({"train"}), 0);
@@ -82,10 +87,11 @@ class ToolLauncherRun : public ::testing::Test {
     dir_ = (arc::testing::process_scratch() / "tool").string();
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    const std::string command = std::string(ARC_BINARY) + " train --config " + shipped_config() +
-                                " --set trainer.max_epochs=100 --set trainer.enable_progress_bar=false" +
-                                " --set trainer.timeout=" + std::to_string(kTimeout) +
-                                " --set trainer.default_root_dir=" + dir_;
+    const std::string command =
+        std::string(ARC_BINARY) + " train --config " + shipped_config() +
+        " --set trainer.max_epochs=100 --set trainer.enable_progress_bar=false" +
+        " --set trainer.strategy=DDPStrategy --set trainer.strategy.timeout=" + std::to_string(kTimeout) +
+        " --set trainer.default_root_dir=" + dir_;
     const auto started = run_command("(" + command + " > " + out() + " 2>&1; echo \"EXIT $?\" >> " + out() +
                                      ") > /dev/null 2>&1 & echo $!");
     shell_ = std::stoi(started.output);

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <tuple>
 #include <vector>
 
@@ -315,7 +317,11 @@ TEST(TrainerOptions, LightningsStrategyClassesAreTheOptionsTheyStandFor) {
   EXPECT_EQ(ddp.ddp().timeout(), 330);
   EXPECT_EQ(ddp.accelerator(), "auto");
   EXPECT_EQ(TrainerOptions::from_json(ddp.to_json()).to_json(), ddp.to_json());
-  EXPECT_EQ(ddp.to_json()["strategy"], "auto");
+  // Written back as the DDP settings' home: the strategy's entry, with what differs from the defaults.
+  EXPECT_EQ(ddp.to_json()["strategy"], nlohmann::json::parse(R"({"class_path": "DDPStrategy", "init_args": {
+      "find_unused_parameters": true, "static_graph": true, "gradient_as_bucket_view": false,
+      "bucket_cap_mb": 4.0, "process_group_backend": "gloo", "timeout": 330.0}})"));
+  EXPECT_FALSE(ddp.to_json().contains("static_graph"));
 
   // The class alone, start methods that always start the ranks from the Trainer, timeouts in other forms.
   EXPECT_EQ(TrainerOptions::from_json({{"strategy", "DDPStrategy"}}).strategy(), "auto");
@@ -386,6 +392,68 @@ TEST(TrainerOptions, LightningsStrategyClassesAreTheOptionsTheyStandFor) {
             std::string::npos);
   EXPECT_NE(error_of({{"strategy", {{"class_path", "SingleDeviceStrategy"}, {"device", 1}}}, {"devices", 2}})
                 .find("'trainer.devices' is 2, but trainer.strategy sets devices to [1]"),
+            std::string::npos);
+}
+
+// The DDP and SLURM settings' flat keys are aliases: they still set the options, with a warning
+// each that names the spelling in their home's entry; configs are written in that spelling, which any
+// strategy's name takes as a class_path, and which reads back to the same options.
+TEST(TrainerOptions, FlatDdpAndSlurmKeysAreAliasesThatWarn) {
+  ::testing::internal::CaptureStderr();
+  const auto flat = TrainerOptions::from_json(
+      {{"strategy", "ddp_spawn"}, {"timeout", 60}, {"shared_memory", false}, {"auto_requeue", false}});
+  const auto warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(flat.ddp().timeout(), 60);
+  EXPECT_FALSE(flat.ddp().shared_memory());
+  EXPECT_FALSE(flat.slurm().auto_requeue());
+  EXPECT_NE(warnings.find("config key 'trainer.timeout' is an alias that still works; write it in the strategy's "
+                          "init_args: trainer.strategy: {\"class_path\":\"ddp_spawn\",\"init_args\":{\"timeout\":60}}"),
+            std::string::npos)
+      << warnings;
+  EXPECT_NE(
+      warnings.find("'trainer.auto_requeue' is an alias that still works; write it in the init_args of the "
+                    "SLURMEnvironment plugin: trainer.plugins: [{\"class_path\":\"SLURMEnvironment\",\"init_args\":"
+                    "{\"auto_requeue\":false}}] (which also sets cluster_environment to slurm)"),
+      std::string::npos)
+      << warnings;
+  EXPECT_NE(warnings.find("'trainer.shared_memory' is an alias"), std::string::npos) << warnings;
+  size_t timeout_warnings = 0;
+  for (size_t at = warnings.find("'trainer.timeout'"); at != std::string::npos;
+       at = warnings.find("'trainer.timeout'", at + 1))
+    ++timeout_warnings;
+  EXPECT_EQ(timeout_warnings, 1u) << warnings;
+  // Every rank reads the config; the first of the launch alone says so.
+  ::setenv("RANK", "1", 1);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(TrainerOptions::from_json({{"timeout", 60}}).ddp().timeout(), 60);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  ::unsetenv("RANK");
+
+  // Written in the homes' spelling: the strategy's name as the class_path; SLURM's settings as the
+  // SLURMEnvironment plugin where cluster_environment is slurm, else under their own keys.
+  const auto written = flat.to_json();
+  EXPECT_EQ(written["strategy"], nlohmann::json::parse(R"({"class_path": "ddp_spawn",
+      "init_args": {"timeout": 60.0, "shared_memory": false}})"));
+  EXPECT_FALSE(written.contains("timeout"));
+  EXPECT_EQ(written["auto_requeue"], false);
+  EXPECT_EQ(TrainerOptions::from_json(written).to_json(), written);
+  auto slurm = flat;
+  slurm.cluster_environment("slurm");
+  EXPECT_EQ(slurm.to_json()["plugins"], nlohmann::json::parse(R"([{"class_path": "SLURMEnvironment",
+      "init_args": {"auto_requeue": false}}])"));
+  EXPECT_FALSE(slurm.to_json().contains("auto_requeue"));
+  EXPECT_EQ(TrainerOptions::from_json(slurm.to_json()).to_json(), slurm.to_json());
+  EXPECT_EQ(TrainerOptions().to_json()["strategy"], "auto");
+  EXPECT_FALSE(TrainerOptions().to_json().contains("timeout"));
+
+  // Every strategy's name takes the DDP settings as init_args.
+  for (const char* name : {"ddp", "elastic", "single_device", "auto", "ddp_find_unused_parameters_true"}) {
+    const auto named =
+        TrainerOptions::from_json({{"strategy", {{"class_path", name}, {"init_args", {{"collective_timeout", 20}}}}}});
+    EXPECT_EQ(named.strategy(), name);
+    EXPECT_EQ(named.ddp().collective_timeout(), 20);
+  }
+  EXPECT_NE(error_of({{"strategy", {{"class_path", "ddp_spwan"}}}}).find("did you mean 'ddp_spawn'?"),
             std::string::npos);
 }
 
