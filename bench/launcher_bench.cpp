@@ -58,10 +58,10 @@ Recovery elastic_recovery(double monitor_interval, int runs) {
   for (int i = 0; i < runs; ++i) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
-    const auto run =
-        run_command(torchrun(kProbe, "--max_restarts 1 --monitor_interval " + std::to_string(monitor_interval)) +
-                    " --strategy elastic --steps 30 --elastic-every 5 --fail sigkill --fail-rank 1 --fail-step 13" +
-                    " --fail-attempt 0 --root " + dir);
+    const auto run = run_command(
+        torchrun(kProbe, "--max_restarts 1 --monitor_interval " + std::to_string(monitor_interval)) +
+        " --strategy elastic --steps 30 --elastic-every 5 --fail.kind sigkill --fail.rank 1 --fail.step 13" +
+        " --fail.attempt 0 --root " + dir);
     const auto starts = timings(run.output, "start");
     const auto kills = timings(run.output, "kill");
     if (run.status != 0 || starts.size() != 2 || kills.size() != 1)

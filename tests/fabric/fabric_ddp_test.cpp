@@ -20,8 +20,8 @@ TEST(DDP, AnExceptionLeavingAFabricLoopEndsEveryRankAtOnce) {
   for (const int rank : {0, 1}) {
     const std::string tag = arc::testing::process_tag("loop" + std::to_string(rank));
     const auto run = probe(
-        "--strategy ddp_spawn --devices 2 --steps 200 --loop custom --fail exception --fail-step 3 "
-        "--fail-rank " +
+        "--strategy ddp_spawn --devices 2 --steps 200 --loop custom --fail.kind exception --fail.step 3 "
+        "--fail.rank " +
         std::to_string(rank) + " --timeout " + std::to_string(timeout) + " --tag " + tag);
     EXPECT_EQ(run.status, 1) << run.output;
     EXPECT_LT(run.seconds, timeout / 2) << run.output;
@@ -83,9 +83,9 @@ TEST_P(CustomLoop, OnFabricMatchesTheTrainer) {
 TEST_P(CustomLoop, SavedAndLoadedOnEveryRankResumesExactly) {
   const auto whole = scratch_path("whole"), resumed = scratch_path("resumed"), state = scratch_path("state");
   const std::string common = "--loop custom --strategy ddp_spawn --devices 2 --steps 12 --precision " + GetParam();
-  const auto saving = probe(common + " --save-at 5 --state " + state + " --out " + whole);
+  const auto saving = probe(common + " --custom.save-at 5 --custom.state " + state + " --out " + whole);
   ASSERT_EQ(saving.status, 0) << saving.output;
-  const auto resuming = probe(common + " --resume " + state + " --out " + resumed);
+  const auto resuming = probe(common + " --custom.resume " + state + " --out " + resumed);
   ASSERT_EQ(resuming.status, 0) << resuming.output;
   ASSERT_FALSE(read_floats(whole).empty());
   EXPECT_EQ(read_floats(resumed), read_floats(whole));

@@ -18,7 +18,7 @@ using arc::testing::free_port;
 // vote makes both validate at the same steps (30 steps of at least 20 ms: the 0.2 s interval runs
 // out at least once).
 TEST(DDP, ADurationAsValCheckIntervalValidatesEveryRankAtTheSameStep) {
-  const auto run = probe("--strategy ddp_spawn --devices 2 --steps 30 --step-ms 20 --val-every-seconds 0.2");
+  const auto run = probe("--strategy ddp_spawn --devices 2 --steps 30 --step-ms 20 --val.every-seconds 0.2");
   ASSERT_EQ(run.status, 0) << run.output;
   std::map<int, std::vector<int>> steps;
   std::istringstream lines(run.output);
@@ -37,7 +37,7 @@ TEST(DDP, ADurationAsValCheckIntervalValidatesEveryRankAtTheSameStep) {
 TEST(DDP, SigintToOneRankStopsEveryRankWith130) {
   const double timeout = 60;
   const std::string args =
-      "--devices 2 --steps 100000 --step-ms 5 --fail sigint --fail-rank 1 --fail-step 10 --timeout " +
+      "--devices 2 --steps 100000 --step-ms 5 --fail.kind sigint --fail.rank 1 --fail.step 10 --timeout " +
       std::to_string(timeout);
   const auto spawned = probe("--strategy ddp_spawn " + args);
   EXPECT_EQ(spawned.status, 130) << spawned.output;
@@ -99,11 +99,11 @@ TEST_P(DisagreeingRanks, StopTogetherAtTheSameStep) {
 // later and without validating again.
 INSTANTIATE_TEST_SUITE_P(
     DDP, DisagreeingRanks,
-    ::testing::Values(Disagreement{"OneRankRequestsStop", "--stop-rank 1 --stop-step 5", 7, 1},
-                      Disagreement{"OneRankRequestsStopAfterAValidation", "--stop-rank 1 --stop-step 21", 23, 2},
-                      Disagreement{"UnsyncedMonitoredValue", "--early-stop-rank 1", 16, 1},
-                      Disagreement{"UnsyncedMonitoredValueMidEpoch", "--early-stop-rank 1 --val-every 4", 5, 1},
-                      Disagreement{"MaxTimeWithSkewedClocks", "--max-time 2 --late-rank 1 --late-ms 1500 --step-ms 10",
+    ::testing::Values(Disagreement{"OneRankRequestsStop", "--stop.rank 1 --stop.step 5", 7, 1},
+                      Disagreement{"OneRankRequestsStopAfterAValidation", "--stop.rank 1 --stop.step 21", 23, 2},
+                      Disagreement{"UnsyncedMonitoredValue", "--early-stop.rank 1", 16, 1},
+                      Disagreement{"UnsyncedMonitoredValueMidEpoch", "--early-stop.rank 1 --val.every 4", 5, 1},
+                      Disagreement{"MaxTimeWithSkewedClocks", "--max-time 2 --late.rank 1 --late.ms 1500 --step-ms 10",
                                    -1, -1}),
     [](const auto& info) { return info.param.name; });
 
@@ -113,7 +113,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(DDP, ModelCheckpointDecidesByRankZerosValueOnEveryRank) {
   const auto root = scratch_path("monitor");
   const auto run =
-      two_ranks("--steps 12 --rank-value 1 --checkpoint-every 1 --checkpoint-monitor rank_value --root " + root);
+      two_ranks("--steps 12 --log.rank-value 1 --checkpoints.every 1 --checkpoints.monitor rank_value --root " + root);
   ASSERT_EQ(run.status, 0) << run.output;
   // The first save's value (0) stays the least of rank 0's values.
   const auto best = best_per_rank(run.output);
@@ -132,7 +132,8 @@ TEST(DDP, ModelCheckpointDecidesByRankZerosValueOnEveryRank) {
 TEST(DDP, ModelCheckpointSavesByTheClockAtTheSameStepOnEveryRank) {
   const auto root = scratch_path("by_time");
   const auto run = two_ranks(
-      "--steps 120 --step-ms 10 --fit-start-rank 1 --fit-start-ms 1000 --checkpoint-seconds 0.3 --root " + root);
+      "--steps 120 --step-ms 10 --slow-fit-start.rank 1 --slow-fit-start.ms 1000 --checkpoints.seconds 0.3 --root " +
+      root);
   ASSERT_EQ(run.status, 0) << run.output;
   const auto best = best_per_rank(run.output);
   ASSERT_EQ(best.size(), 2u) << run.output;
@@ -147,7 +148,7 @@ TEST(DDP, ModelCheckpointSavesByTheClockAtTheSameStepOnEveryRank) {
 // weights would part.
 TEST(DDP, APlateauSchedulerOnAnUnsyncedValueKeepsTheRanksWeightsEqual) {
   const auto out = scratch_path("plateau");
-  const auto run = two_ranks("--steps 12 --rank-value 1 --plateau rank_value --out-every-rank 1 --out " + out);
+  const auto run = two_ranks("--steps 12 --log.rank-value 1 --plateau rank_value --out-every-rank 1 --out " + out);
   ASSERT_EQ(run.status, 0) << run.output;
   const auto rank0 = read_floats(out + ".0"), rank1 = read_floats(out + ".1");
   ASSERT_FALSE(rank0.empty());

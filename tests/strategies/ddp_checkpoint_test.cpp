@@ -23,7 +23,8 @@ TEST(DDP, LastIsRankZerosChoiceOnEveryRank) {
   const auto root = scratch_path("last_per_rank");
   std::filesystem::remove_all(root);
   const std::string common =
-      "--strategy ddp_spawn --devices 2 --checkpoint-every 4 --save-last 1 --root-per-rank 1 --root " + root;
+      "--strategy ddp_spawn --devices 2 --checkpoints.every 4 --checkpoints.save-last 1 --root-per-rank 1 --root " +
+      root;
   const auto first = probe(common + " --steps 8");
   ASSERT_EQ(first.status, 0) << first.output;
   ASSERT_TRUE(std::filesystem::exists(root + "/rank0/checkpoints/last.ckpt")) << first.output;
@@ -46,8 +47,8 @@ TEST(DDP, FailedSaveOnRankZeroEndsEveryRankWithTheCause) {
   const std::string tag = arc::testing::process_tag("failed_save");
   const double timeout = 60;
   const auto run =
-      probe("--strategy ddp_spawn --devices 2 --steps 100 --checkpoint-every 5 --fsize-limit 1024 --root " + root +
-            " --timeout " + std::to_string(timeout) + " --tag " + tag);
+      probe("--strategy ddp_spawn --devices 2 --steps 100 --checkpoints.every 5 --small-disk.bytes 1024 --root " +
+            root + " --timeout " + std::to_string(timeout) + " --tag " + tag);
   EXPECT_NE(run.status, 0) << run.output;
   EXPECT_LT(run.seconds, timeout / 2) << run.output;
   EXPECT_NE(run.output.find("cannot write checkpoint '" + root + "/checkpoints/"), std::string::npos) << run.output;
@@ -66,7 +67,7 @@ TEST(DDP, FailedBackgroundSaveOnRankZeroEndsEveryRankWithItsCause) {
   const auto root = scratch_path("failed_background_save");
   std::filesystem::remove_all(root);
   const double timeout = 60;
-  const std::string args = "--strategy ddp --devices 2 --steps 200 --checkpoint-every 5 --fsize-limit 1024 " +
+  const std::string args = "--strategy ddp --devices 2 --steps 200 --checkpoints.every 5 --small-disk.bytes 1024 " +
                            std::string("--async-checkpoint 1 --root ") + root + " --timeout " + std::to_string(timeout);
   const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port());
   CommandRun rank1;
@@ -100,7 +101,7 @@ TEST(DDP, BackgroundSavesTrainToTheSameWeightsAndFiles) {
   std::map<std::string, std::vector<float>> weights;
   for (const std::string async : {"0", "1"}) {
     const auto out = root + "/weights_" + async;
-    const auto run = probe("--strategy ddp_spawn --devices 2 --steps 30 --checkpoint-every 5 --async-checkpoint " +
+    const auto run = probe("--strategy ddp_spawn --devices 2 --steps 30 --checkpoints.every 5 --async-checkpoint " +
                            async + " --root " + root + "/" + async + " --out " + out);
     ASSERT_EQ(run.status, 0) << run.output;
     weights[async] = read_floats(out);

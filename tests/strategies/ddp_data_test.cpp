@@ -45,19 +45,19 @@ TEST(DDP, ACombinedLoaderTrainsAsOneProcessWithTwiceEachSourcesBatch) {
 // synced val_loss is the mean over all 97, as one process gives. A per-step synced value cannot
 // pair up over shares of different lengths: an error on every rank that says what to log instead.
 TEST(DDP, ValidationOverAStreamCountsEverySampleOfEveryRank) {
-  const auto single = probe("--strategy single_device --devices 1 --batch 32 --steps 16 --val-stream 97");
+  const auto single = probe("--strategy single_device --devices 1 --batch 32 --steps 16 --val.stream 97");
   ASSERT_EQ(single.status, 0) << single.output;
   // Also through Gloo, whose threads cannot write the inference tensors of the metric sync.
   for (const std::string shared_memory : {"1", "0"}) {
     SCOPED_TRACE("shared memory " + shared_memory);
     CommandRun ddp;
-    EXPECT_LT(weights_apart("--batch 32 --steps 16 --val-stream 97",
-                            "--batch 16 --steps 16 --val-stream 97 --shared-memory " + shared_memory, ddp),
+    EXPECT_LT(weights_apart("--batch 32 --steps 16 --val.stream 97",
+                            "--batch 16 --steps 16 --val.stream 97 --shared-memory " + shared_memory, ddp),
               1e-6);
     EXPECT_NEAR(report(ddp)["val_loss"].get<double>(), report(single)["val_loss"].get<double>(), 1e-5);
   }
   const auto per_step =
-      probe("--strategy ddp_spawn --devices 2 --batch 16 --steps 16 --val-stream 97 --val-step-sync 1");
+      probe("--strategy ddp_spawn --devices 2 --batch 16 --steps 16 --val.stream 97 --val.step-sync 1");
   EXPECT_NE(per_step.status, 0);
   EXPECT_NE(per_step.output.find("on_step=true and sync_dist=true in an evaluation step over a stream"),
             std::string::npos)
@@ -69,7 +69,7 @@ TEST(DDP, ValidationOverAStreamCountsEverySampleOfEveryRank) {
 // rank 1's last batch); "drop" stops every rank after 14, as one process on the first 448 samples in batches of
 // 32; "pad" lets rank 1 repeat its first 2 batches, and both ranks take 16 steps an epoch.
 TEST(DDP, UnevenUserShardsFollowEvenBatches) {
-  const std::string uneven = "--strategy ddp_spawn --devices 2 --batch 16 --user-shard 1 --uneven-drop 32";
+  const std::string uneven = "--strategy ddp_spawn --devices 2 --batch 16 --user-shard 1 --user-shard.uneven-drop 32";
   const auto refused = probe(uneven + " --steps 20");
   EXPECT_NE(refused.status, 0);
   EXPECT_NE(refused.output.find("the ranks' training data give different batch counts in epoch 0: from 14 to 16"),
@@ -77,9 +77,10 @@ TEST(DDP, UnevenUserShardsFollowEvenBatches) {
       << refused.output;
   EXPECT_NE(refused.output.find("set even_batches to \"pad\""), std::string::npos) << refused.output;
   CommandRun dropped;
-  EXPECT_LT(weights_apart("--batch 32 --steps 28 --stream 448",
-                          "--batch 16 --steps 28 --user-shard 1 --uneven-drop 32 --even-batches drop", dropped),
-            1e-6);
+  EXPECT_LT(
+      weights_apart("--batch 32 --steps 28 --stream 448",
+                    "--batch 16 --steps 28 --user-shard 1 --user-shard.uneven-drop 32 --even-batches drop", dropped),
+      1e-6);
   EXPECT_EQ(report(dropped)["global_step"], 28);
   const auto padded = probe(uneven + " --steps 32 --even-batches pad");
   ASSERT_EQ(padded.status, 0) << padded.output;

@@ -22,7 +22,7 @@ using arc::testing::free_port;
 TEST(DDP, ASpikeOnOneRankEndsEveryRankAtThatBatch) {
   const std::string root = scratch_path("spike");
   std::filesystem::remove_all(root);
-  const auto run = probe("--strategy ddp_spawn --devices 2 --steps 20 --spike-rank 1 --spike-batch 5 --root " + root);
+  const auto run = probe("--strategy ddp_spawn --devices 2 --steps 20 --spike.rank 1 --spike.batch 5 --root " + root);
   EXPECT_NE(run.status, 0);
   EXPECT_NE(run.output.find("probe: error: Training spike detected in batch 5 of epoch 0 (SpikeDetection)"),
             std::string::npos)
@@ -41,7 +41,7 @@ TEST(DDP, AStuckRankFailsTheRunAfterCollectiveTimeoutNotTimeout) {
     const auto start = std::chrono::steady_clock::now();
     const auto stuck = probe(
         "--strategy ddp_spawn --devices 2 --steps 10 --timeout 60 --collective-timeout 1 "
-        "--stall-rank 1 --stall-step 3 --stall-ms 20000 --shared-memory " +
+        "--stall.rank 1 --stall.step 3 --stall.ms 20000 --shared-memory " +
         shared_memory);
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     EXPECT_NE(stuck.status, 0);
@@ -79,7 +79,7 @@ TEST_P(LauncherFailure, EndsEveryRankQuicklyAndNamesTheCause) {
   const int step = std::uniform_int_distribution<int>(1, 30)(random_engine());
   const double timeout = 60;
   const auto run = probe("--strategy ddp_spawn --devices 2 --steps 200 --timeout " + std::to_string(timeout) +
-                         " --fail " + failure.kind + " --fail-rank " + std::to_string(rank) + " --fail-step " +
+                         " --fail.kind " + failure.kind + " --fail.rank " + std::to_string(rank) + " --fail.step " +
                          std::to_string(step) + " --tag " + tag);
   EXPECT_NE(run.status, 0) << run.output;
   // The failure ends the run, not the timeout: half of it leaves a loaded machine a wide margin.
@@ -110,7 +110,7 @@ INSTANTIATE_TEST_SUITE_P(
 // LibTorch's errors carry a C++ stack trace of unnamed frames; the caller gets a rank's without it, as
 // PyTorch shows them unless TORCH_SHOW_CPP_STACKTRACES=1.
 TEST(DDP, ARanksLibTorchErrorReachesTheCallerWithoutItsStackTrace) {
-  const std::string args = "--strategy ddp_spawn --devices 2 --steps 200 --fail torch --fail-rank 1 --fail-step 3";
+  const std::string args = "--strategy ddp_spawn --devices 2 --steps 200 --fail.kind torch --fail.rank 1 --fail.step 3";
   const auto run = probe(args);
   EXPECT_EQ(run.status, 1) << run.output;
   EXPECT_NE(run.output.find("probe: error: ddp_spawn: rank 1 failed: probe LibTorch failure on purpose\n"),
@@ -131,7 +131,7 @@ TEST(DDP, ARanksLibTorchErrorReachesTheCallerWithoutItsStackTrace) {
 TEST(DDP, AProgramWhoseRankFailedCannotStartItsRanksAgain) {
   const double timeout = 60;
   const auto run = probe(
-      "--strategy ddp_spawn --devices 2 --steps 200 --fail exception --fail-rank 1 --fail-step 3 "
+      "--strategy ddp_spawn --devices 2 --steps 200 --fail.kind exception --fail.rank 1 --fail.step 3 "
       "--fit-again 1 --timeout " +
       std::to_string(timeout));
   EXPECT_EQ(run.status, 1) << run.output;
@@ -162,8 +162,8 @@ TEST(DDP, DevicesThatCannotBeHadFailBeforeAnyRankStarts) {
 // collective_timeout (1 s) its launcher ends it, naming rank 1's error, as a peer's timeout would.
 TEST(DDP, ARankZeroThatDoesNotNoticeAFailedRankIsEndedAfterCollectiveTimeout) {
   const auto run = probe(
-      "--strategy ddp_spawn --devices 2 --steps 20 --fail exception --fail-rank 1 --fail-step 3 "
-      "--stall-rank 0 --stall-step 3 --stall-ms 60000 --collective-timeout 1");
+      "--strategy ddp_spawn --devices 2 --steps 20 --fail.kind exception --fail.rank 1 --fail.step 3 "
+      "--stall.rank 0 --stall.step 3 --stall.ms 60000 --collective-timeout 1");
   EXPECT_EQ(run.status, 1) << run.output;
   EXPECT_NE(run.output.find("[arc] error: ddp_spawn: rank 1 failed: probe failure on purpose; rank 0 did not get to a "
                             "wait for the other ranks within collective_timeout (1 s) after it, so it ends too"),
@@ -191,7 +191,7 @@ TEST(DDP, PeerKilledMidTrainingFailsTheSurvivorQuickly) {
   const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;
   const double timeout = 60;
   const std::string args = "--strategy ddp --devices 2 --steps 200 --timeout " + std::to_string(timeout) +
-                           " --fail sigkill --fail-rank 1 --fail-step 7";
+                           " --fail.kind sigkill --fail.rank 1 --fail.step 7";
   CommandRun rank1;
   std::thread second([&] { rank1 = probe(args, "RANK=1 LOCAL_RANK=1 " + env); });
   const auto rank0 = probe(args, "RANK=0 LOCAL_RANK=0 " + env);

@@ -28,7 +28,7 @@ TEST(DDP, SyncDistReducesEveryMetricAcrossRanks) {
 TEST(DDP, RanksThatSyncOtherNamesFailTogether) {
   const double timeout = 60;
   const auto run =
-      probe("--strategy ddp_spawn --devices 2 --steps 8 --rank-named-sync 1 --timeout " + std::to_string(timeout));
+      probe("--strategy ddp_spawn --devices 2 --steps 8 --log.rank-named 1 --timeout " + std::to_string(timeout));
   EXPECT_EQ(run.status, 1) << run.output;
   EXPECT_NE(run.output.find("the values logged with sync_dist=True have other names on rank 1 than here (rank_0, "
                             "rank_max, rank_mean, rank_min)"),
@@ -36,9 +36,8 @@ TEST(DDP, RanksThatSyncOtherNamesFailTogether) {
       << run.output;
   EXPECT_LT(run.seconds, timeout / 2) << run.output;
   // So in a user's own loop: Fabric::all_reduce_dict of a map whose name holds the rank.
-  const auto own_loop =
-      probe("--strategy ddp_spawn --devices 2 --steps 8 --loop custom --rank-named-sync 1 --timeout " +
-            std::to_string(timeout));
+  const auto own_loop = probe("--strategy ddp_spawn --devices 2 --steps 8 --loop custom --log.rank-named 1 --timeout " +
+                              std::to_string(timeout));
   EXPECT_EQ(own_loop.status, 1) << own_loop.output;
   EXPECT_NE(
       own_loop.output.find("all_reduce of a map: another rank's map has other names than this rank's (loss_rank0)"),
@@ -63,7 +62,7 @@ TEST(DDP, AStragglerIsNamedByItsOwnStepTime) {
   const auto dir = scratch_path("stragglers");
   std::filesystem::remove_all(dir);
   const auto slow = probe(
-      "--strategy ddp_spawn --devices 2 --steps 30 --log-every 5 --slow-rank 1 --slow-ms 20 "
+      "--strategy ddp_spawn --devices 2 --steps 30 --log-every 5 --slow.rank 1 --slow.ms 20 "
       "--loggers " +
       dir);
   ASSERT_EQ(slow.status, 0) << slow.output;
@@ -111,7 +110,7 @@ TEST(DDP, StepValuesLoggedWithSyncDistAreTheRanksValuesAtEveryBatchEnd) {
        {std::pair{"rank_mean_step", 0.5}, std::pair{"rank_max_step", 1.0}, std::pair{"rank_min_step", 0.0},
         std::pair{"hook_rank", 0.5}, std::pair{"end_rank", 0.5}, std::pair{"dict_rank", 0.5},
         std::pair{"dict_twice_rank", 1.0}}) {
-    const auto run = two_ranks(std::string("--steps 6 --log-every 1000 --hook-sync 1 --watch ") + name);
+    const auto run = two_ranks(std::string("--steps 6 --log-every 1000 --log.from-hooks 1 --watch ") + name);
     ASSERT_EQ(run.status, 0) << run.output;
     const std::vector<double> every_step(6, expected);
     const std::map<int64_t, std::vector<double>> both_ranks{{0, every_step}, {1, every_step}};
@@ -134,7 +133,7 @@ TEST(DDP, StepValuesLoggedWithSyncDistAreTheRanksValuesAtEveryBatchEnd) {
 TEST(DDP, ALogDictInAHookIsSyncedInOneCollective) {
   const auto root = scratch_path("count_syncs");
   const auto run =
-      two_ranks("--steps 6 --log-every 1000 --hook-sync 1 --watch end_rank --count-syncs 1 --root " + root);
+      two_ranks("--steps 6 --log-every 1000 --log.from-hooks 1 --watch end_rank --watch.count-syncs 1 --root " + root);
   ASSERT_EQ(run.status, 0) << run.output;
   const std::vector<int64_t> four_a_step{4, 8, 12, 16, 20, 24};
   EXPECT_EQ(all_per_rank<int64_t>(run.output, "SYNCS"),
@@ -148,7 +147,7 @@ TEST(DDP, ALogDictInAHookIsSyncedInOneCollective) {
 // ranks' value.
 TEST(DDP, ValuesThatValidationCallbacksLogWithSyncDistAreTheRanksValues) {
   const auto run =
-      two_ranks("--steps 6 --val-every 3 --max-time 3600 --log-every 1000 --hook-sync 1 --watch val_end_rank");
+      two_ranks("--steps 6 --val.every 3 --max-time 3600 --log-every 1000 --log.from-hooks 1 --watch val_end_rank");
   ASSERT_EQ(run.status, 0) << run.output;
   const auto seen = all_per_rank<double>(run.output, "VALIDATION");
   ASSERT_EQ(seen.size(), 2u) << run.output;

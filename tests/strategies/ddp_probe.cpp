@@ -1,87 +1,18 @@
-// A training program for the distributed tests: trains a small MLP under the strategy asked
-// for, can fail on purpose at a given rank and step, and reports what it saw.
-//   ddp_probe --strategy ddp_spawn --devices 2 --batch 16 --steps 30 [--accumulate 2]
-//             [--out params.bin] [--fail exception|exit3|segv|sigkill|sigint --fail-rank 1 --fail-step 5]
-//             [--timeout 20] [--shared-memory 0] [--tag anything] [--precision bf16-mixed]
-//             [--accelerator gpu] [--device-list 0,0] [--process-group-backend gloo]
-//             [--root DIR] [--elastic-every 5] [--fail-attempt 0] [--step-ms 20]
-//             [--stop-rank 1 --stop-step 5] [--early-stop-rank 1] [--max-time 2 --late-rank 1 --late-ms 1000]
-//             [--val-every 4]
-//             [--loggers DIR] [--prepare-log FILE] [--checkpoint-every 5 --fsize-limit 1024 --async-checkpoint 1]
-//             [--skip-rank 1 --skip-batch 3] [--batchnorm 1 [--sync-batchnorm 1]]
-//             [--spare 1 [--static-graph 1] [--find-unused 1]] [--val-every-seconds 0.2] [--user-shard 1]
-//             [--stream 97] [--val-stream 97 [--val-step-sync 1]] [--uneven-drop 32 [--even-batches pad]]
-//             [--collective-timeout 1] [--stall-rank 1 --stall-step 3 --stall-ms 20000]
-//             [--root-per-rank 1] [--save-last 1] [--ckpt-path last]
-//             [--slow-rank 1 --slow-ms 20] [--log-every 5] [--num-nodes 2] [--out-every-rank 1] [--fail-node 1]
-//             [--fit-again 1] [--combined 96] [--gather 1] [--finetune 1] [--toggle 1]
-//             [--freeze-rank 1 [--freeze-bias-elsewhere 1]] [--spike-rank 1 --spike-batch 5]
-//             [--rank-named-sync 1] [--rank-value 1] [--checkpoint-monitor rank_value]
-//             [--checkpoint-seconds 0.5] [--plateau rank_value] [--fit-start-rank 1 --fit-start-ms 1000]
-//             [--watch rank_mean_step] [--hook-sync 1]
-// --fail-attempt: fail only in that start of the job (the strategy's restart count).
-// --stop-rank/--stop-step: that rank alone calls request_stop at that step. --early-stop-rank: each
-// rank validates and logs `val_flag` without sync_dist, 0 on that rank and 1 elsewhere, and
-// EarlyStopping stops below 0.5, so that only that rank wants to stop. --late-rank: that rank
-// starts fit --late-ms later, so that its max_time clock runs behind the others'. These three
-// validate 2 batches at each epoch's end, or every --val-every batches.
-// --prepare-log: the data comes from a DataModule whose prepare_data appends a line to FILE.
-// --checkpoint-every: a ModelCheckpoint in ROOT/checkpoints every that many steps. --fsize-limit: rank 0
-// may write files of that many bytes at most (RLIMIT_FSIZE, SIGXFSZ ignored), so that its saves fail.
-// --async-checkpoint: TrainerOptions::async_checkpointing. --save-last: that ModelCheckpoint writes
-// last.ckpt. --root-per-rank: each rank's ROOT is ROOT/rank<r>, as if each had a disk of its own.
-// --ckpt-path: fit's ckpt_path.
-// --skip-rank/--skip-batch: that rank's training_step returns no loss for that batch of the first epoch.
-// --batchnorm: an arc::SyncBatchNorm after fc1; --sync-batchnorm: TrainerOptions::sync_batchnorm.
-// --val-every-seconds: rank 0's time-based val_check_interval (the others' is an hour, so that they
-// validate only when the vote says so); every rank prints "VALIDATED <rank> <step>".
-// --user-shard: use_distributed_sampler(false), and the training data's sampler gives each rank its
-// share itself (samples rank, rank + world, ...), as a user who shards the data does.
-// --uneven-drop N (with --user-shard): rank 1's share loses its last N samples; --even-batches: the
-// option for the ranks' different batch counts.
-// --stall-rank/--stall-step/--stall-ms: that rank sleeps in that step's training_step.
-// --slow-rank/--slow-ms: that rank sleeps in every training_step. --log-every: log_every_n_steps.
-// --num-nodes: TrainerOptions::num_nodes. --out-every-rank: every rank writes its weights to OUT.<rank>.
-// --fail-node: every rank of that node (rank / local world size) fails as --fail-rank would.
-// --fit-again 1: after fit failed, fit once more with a new Trainer and print that error
-// ("probe: fit again: ...").
-// --stream N: the training data is a stream (an IterableDataset) of the first N samples.
-// --combined N: the training data is a CombinedLoader of the samples ("a", batches of --batch) and of
-// the last N samples ("b", batches of half as many, started over as often as needed); the loss is
-// the sum of both parts' losses.
-// --gather 1: the loss is over every rank's outputs and targets, gathered with all_gather (the
-// outputs with sync_grads), as a contrastive loss is; --gather 2: rank 1 gathers one row less.
-// --finetune E: a BackboneFinetuning with fc1 as the backbone, unfrozen at epoch E.
-// --toggle 1: manual optimization with an optimizer for fc1 and one for fc2, each step in turn
-// toggled (GAN-style), without find_unused_parameters.
-// --freeze-rank R: that rank alone freezes fc1's weight in setup (--freeze-bias-elsewhere 1: the
-// other ranks freeze fc1's bias, as many tensors but not the same).
-// --val-stream N: validation on a stream of the first N samples, logging `val_loss` (sync_dist, per
-// epoch; --val-step-sync: per step too).
-// --spike-rank R/--spike-batch B: a SpikeDetection callback, and that rank's loss is 1000 times larger
-// at that batch of the first epoch (its gradient as it was).
-// --rank-value 1: each training step logs `rank_value` without sync_dist: the global step on rank 0,
-// its negation elsewhere. --checkpoint-monitor: the --checkpoint-every ModelCheckpoint keeps the one
-// file of the least value of that metric. --checkpoint-seconds: a ModelCheckpoint in ROOT/checkpoints
-// (the same) saves every that many seconds (train_time_interval). --plateau: a ReduceLROnPlateau
-// (patience 0, mode min) steps every optimizer step on that metric, and every rank prints "LR <rank>
-// <its rate>" after fit. --fit-start-rank: a callback ahead
-// of the ModelCheckpoint sleeps --fit-start-ms in that rank's on_fit_start.
-// --watch NAME: every rank prints "WATCH <rank> <value>" of that callback metric at each
-// on_train_batch_end, "BACKWARD ..." at each on_before_backward and "VALIDATION ..." at each
-// on_validation_batch_end, where the metric is there (the probe logs rank_mean, rank_max and rank_min
-// with sync_dist at each step).
-// --hook-sync 1: on_before_optimizer_step logs `hook_rank`, the rank, with sync_dist, and a callback
-// ahead of --watch's logs `end_rank` so in on_train_batch_end (and, in one log_dict, `dict_rank` and
-// `dict_twice_rank`, the rank and twice it) and `val_end_rank` (per step) in
-// on_validation_batch_end. --count-syncs 1 (with --root, for the simple profiler's report): --watch's
-// callback also prints "SYNCS <rank> <step-value syncs so far>" at every batch end.
-// With a ModelCheckpoint every rank prints "BEST <rank> <best_model_path> <best score, or none>" after fit.
-// --spare: a layer the loss never uses; --static-graph, --find-unused: the DDP options that allow it.
-// --loggers: a CSVLogger and a TensorBoardLogger in DIR, built in main on every rank.
-// Every rank prints "STOPPED <rank> <global step>" and "VALIDATIONS <rank> <fit's validations>" after fit.
-// Rank 0 prints "TIMING start <step> <unix ms> <attempt>" at its first step and the failing rank
-// "TIMING kill <step> <unix ms>" before it kills itself, for the launcher tests and benchmarks.
+// A training program for the distributed tests: trains a small MLP under the strategy asked for,
+// in the scenarios asked for, and reports what it saw.
+//   ddp_probe --strategy ddp_spawn --devices 2 --steps 30 [--<setting> value ...]
+//             [--<scenario> value | --<scenario>.<setting> value ...]
+// The settings of the run are the Trainer's options and the probe's files; each scenario (a rank
+// that fails, stalls, stops alone; checkpoints; validation; ...) is named, and its settings are
+// dotted under its name: `--fail.kind sigkill --fail.rank 1 --fail.step 5`. `ddp_probe --help`
+// lists them all (the table kFlags below); an unknown one is an error.
+//
+// Reports: every rank prints "STOPPED <rank> <global step>" and "VALIDATIONS <rank> <fit's
+// validations>" after fit, with a ModelCheckpoint "BEST <rank> <best_model_path> <best score, or
+// none>", with a ReduceLROnPlateau "LR <rank> <its rate>"; rank 0 prints "PROBE <json>" (the
+// callback metrics, global_step, world_size) and writes its weights to --out. Rank 0 prints
+// "TIMING start <step> <unix ms> <attempt>" at its first step and the failing rank "TIMING kill
+// <step> <unix ms>" before it kills itself, for the launcher tests and benchmarks.
 #include "support/command.h"
 #include "support/row_stream.h"
 #include "support/shm_maps.h"
@@ -92,6 +23,7 @@
 
 #include <sys/resource.h>
 #include <unistd.h>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -100,6 +32,7 @@
 #include <iostream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -115,115 +48,233 @@ void fail_on_purpose(const std::string& kind, int64_t step) {
   if (kind == "sigint") std::raise(SIGINT);
 }
 
+// The run's settings, then each scenario's (a rank of -1 is none).
 struct Args {
   std::string strategy = "ddp_spawn";
-  int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, fail_rank = -1, fail_step = -1, fail_attempt = -1;
-  int64_t elastic_every = 0, step_ms = 0, stop_rank = -1, stop_step = -1, early_stop_rank = -1, late_rank = -1;
-  int64_t late_ms = 0, checkpoint_every = 0, fsize_limit = 0, skip_rank = -1, skip_batch = -1, stream = 0;
-  int64_t val_stream = 0, uneven_drop = 0, stall_rank = -1, stall_step = -1, stall_ms = 0;
-  int64_t spike_rank = -1, spike_batch = -1, val_every = 0;
-  int64_t slow_rank = -1, slow_ms = 0, log_every = 0, num_nodes = 1, fail_node = -1, combined = 0, gather = 0;
-  int64_t finetune = -1, freeze_rank = -1, save_at = -1, fit_start_rank = -1, fit_start_ms = 0;
-  double timeout = 30, max_time = 0, val_every_seconds = 0, collective_timeout = 300, checkpoint_seconds = 0;
-  bool shared_memory = true, batchnorm = false, sync_batchnorm = false, spare = false, static_graph = false;
-  bool find_unused = false, user_shard = false, val_step_sync = false, out_every_rank = false, async_checkpoint = false;
-  bool fit_again = false, toggle = false, rank_named_sync = false, freeze_bias_elsewhere = false, root_per_rank = false,
-       save_last = false, rank_value = false, hook_sync = false, count_syncs = false;
-  std::string ckpt_path, checkpoint_monitor, plateau, watch;
-  std::string out, fail, loop = "trainer", root, precision = "32-true", loggers, prepare_log;
-  std::string even_batches = "error";
-  // The custom loop's state: saved after step save_at to `state` (Fabric::save), or loaded from
-  // `resume` before it starts.
-  std::string state, resume;
+  int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, num_nodes = 1, log_every = 0, elastic_every = 0;
+  int64_t step_ms = 0;
+  double timeout = 30, collective_timeout = 300, max_time = 0;
+  bool shared_memory = true, static_graph = false, find_unused = false, sync_batchnorm = false;
+  bool async_checkpoint = false, out_every_rank = false, root_per_rank = false;
+  std::string out, root, precision = "32-true", loggers, ckpt_path, even_batches = "error", loop = "trainer";
   // The CPU unless asked: "auto" would take a GPU wherever one is, and the tests count CPU ranks.
   std::string accelerator = "cpu", device_list, process_group_backend = "auto";
+
+  struct {
+    std::string kind;
+    int64_t rank = -1, step = -1, attempt = -1, node = -1;
+  } fail;
+  struct {
+    int64_t rank = -1, step = -1, ms = 0;
+  } stall;
+  struct {
+    int64_t rank = -1, ms = 0;
+  } slow, late, slow_fit_start;
+  struct {
+    int64_t rank = -1, step = -1;
+  } stop;
+  struct {
+    int64_t rank = -1, batch = -1;
+  } skip, spike;
+  int64_t early_stop_rank = -1, small_disk_bytes = 0;
+  struct {
+    int64_t every = 0;
+    double seconds = 0;
+    std::string monitor;
+    bool save_last = false;
+  } checkpoints;
+  struct {
+    int64_t every = 0, stream = 0;
+    double every_seconds = 0;
+    bool step_sync = false;
+  } val;
+  struct {
+    bool on = false;
+    int64_t uneven_drop = 0;
+  } user_shard;
+  struct {
+    int64_t rank = -1;
+    bool bias_elsewhere = false;
+  } freeze;
+  struct {
+    bool rank_named = false, rank_value = false, from_hooks = false;
+  } log;
+  struct {
+    std::string metric;
+    bool count_syncs = false;
+  } watch;
+  // The custom loop's state: saved after step save_at to `state` (Fabric::save), or loaded from
+  // `resume` before it starts.
+  struct {
+    int64_t save_at = -1;
+    std::string state, resume;
+  } custom;
+  int64_t stream = 0, combined = 0, gather = 0, finetune = -1;
+  bool batchnorm = false, spare = false, toggle = false, fit_again = false;
+  std::string plateau, prepare_log;
 };
+
+int64_t integer(const std::string& value) { return std::stoll(value); }
+double number(const std::string& value) { return std::stod(value); }
+bool flag(const std::string& value) { return value == "1"; }
+const std::string& text(const std::string& value) { return value; }
+
+// One command-line flag: its name, what it sets, and what it does.
+struct Flag {
+  const char* name;
+  void (*set)(Args&, const std::string&);
+  const char* help;
+};
+
+// clang-format off
+#define ARC_PROBE_FLAG(name, field, read, help) \
+  Flag { name, [](Args& a, const std::string& value) { a.field = read(value); }, help }
+// clang-format on
+
+// Every flag: the run's settings first, then the scenarios, each under its name.
+const std::vector<Flag> kFlags = {
+    ARC_PROBE_FLAG("--strategy", strategy, text, "the Trainer's strategy"),
+    ARC_PROBE_FLAG("--devices", devices, integer, "processes per node"),
+    ARC_PROBE_FLAG("--device-list", device_list, text, "devices as indices (0,0: two ranks on device 0)"),
+    ARC_PROBE_FLAG("--accelerator", accelerator, text, "cpu (default) or gpu"),
+    ARC_PROBE_FLAG("--num-nodes", num_nodes, integer, "TrainerOptions::num_nodes"),
+    ARC_PROBE_FLAG("--batch", batch, integer, "batch size of the training data"),
+    ARC_PROBE_FLAG("--steps", steps, integer, "max_steps"),
+    ARC_PROBE_FLAG("--accumulate", accumulate, integer, "accumulate_grad_batches"),
+    ARC_PROBE_FLAG("--precision", precision, text, "the Trainer's precision"),
+    ARC_PROBE_FLAG("--max-time", max_time, number, "max_time in seconds (and 2 validation batches per run)"),
+    ARC_PROBE_FLAG("--log-every", log_every, integer, "log_every_n_steps"),
+    ARC_PROBE_FLAG("--step-ms", step_ms, integer, "every rank sleeps that long in every training_step"),
+    ARC_PROBE_FLAG("--timeout", timeout, number, "the DDP strategy's timeout"),
+    ARC_PROBE_FLAG("--collective-timeout", collective_timeout, number, "the DDP strategy's collective_timeout"),
+    ARC_PROBE_FLAG("--shared-memory", shared_memory, flag, "0: Gloo among the ranks of a machine"),
+    ARC_PROBE_FLAG("--process-group-backend", process_group_backend, text, "auto, nccl or gloo"),
+    ARC_PROBE_FLAG("--static-graph", static_graph, flag, "DDP's static_graph"),
+    ARC_PROBE_FLAG("--find-unused", find_unused, flag, "DDP's find_unused_parameters"),
+    ARC_PROBE_FLAG("--sync-batchnorm", sync_batchnorm, flag, "TrainerOptions::sync_batchnorm"),
+    ARC_PROBE_FLAG("--even-batches", even_batches, text, "the option for the ranks' different batch counts"),
+    ARC_PROBE_FLAG("--elastic-every", elastic_every, integer, "elastic_checkpoint_every_n_steps"),
+    ARC_PROBE_FLAG("--async-checkpoint", async_checkpoint, flag, "async_checkpointing"),
+    ARC_PROBE_FLAG("--ckpt-path", ckpt_path, text, "fit's ckpt_path"),
+    ARC_PROBE_FLAG("--root", root, text, "default_root_dir (without it nothing is logged)"),
+    ARC_PROBE_FLAG("--root-per-rank", root_per_rank, flag, "each rank's root is ROOT/rank<r>, a disk of its own"),
+    ARC_PROBE_FLAG("--loggers", loggers, text, "a CSVLogger and a TensorBoardLogger in DIR, made on every rank"),
+    ARC_PROBE_FLAG("--out", out, text, "rank 0 writes its final weights there (floats, in order)"),
+    ARC_PROBE_FLAG("--out-every-rank", out_every_rank, flag, "every rank writes its weights to OUT.<rank>"),
+    {"--tag", [](Args&, const std::string&) {}, "anything: names the processes (kill_tagged)"},
+    // Failures.
+    ARC_PROBE_FLAG("--fail.kind", fail.kind, text,
+                   "fail: exception, torch (a LibTorch error), exit3, segv, sigkill or sigint, at a step"),
+    ARC_PROBE_FLAG("--fail.rank", fail.rank, integer, "fail: the rank that fails"),
+    ARC_PROBE_FLAG("--fail.node", fail.node, integer, "fail: every rank of that node fails"),
+    ARC_PROBE_FLAG("--fail.step", fail.step, integer, "fail: at that global step"),
+    ARC_PROBE_FLAG("--fail.attempt", fail.attempt, integer, "fail: only in that start of the job (restart count)"),
+    ARC_PROBE_FLAG("--fit-again", fit_again, flag,
+                   "after fit failed, fit once more with a new Trainer and print \"probe: fit again: <error>\""),
+    ARC_PROBE_FLAG("--stall.rank", stall.rank, integer, "stall: that rank sleeps in one step's training_step"),
+    ARC_PROBE_FLAG("--stall.step", stall.step, integer, "stall: at that global step"),
+    ARC_PROBE_FLAG("--stall.ms", stall.ms, integer, "stall: for that long"),
+    ARC_PROBE_FLAG("--slow.rank", slow.rank, integer, "slow: that rank sleeps in every training_step"),
+    ARC_PROBE_FLAG("--slow.ms", slow.ms, integer, "slow: for that long"),
+    ARC_PROBE_FLAG("--small-disk.bytes", small_disk_bytes, integer,
+                   "rank 0 may write files of that many bytes at most (RLIMIT_FSIZE), so that its saves fail"),
+    // Stopping.
+    ARC_PROBE_FLAG("--stop.rank", stop.rank, integer, "stop: that rank alone calls request_stop"),
+    ARC_PROBE_FLAG("--stop.step", stop.step, integer, "stop: at that global step"),
+    ARC_PROBE_FLAG("--early-stop.rank", early_stop_rank, integer,
+                   "each rank logs val_flag without sync_dist, 0 on that rank and 1 elsewhere, and EarlyStopping "
+                   "stops below 0.5, so that only that rank wants to stop"),
+    ARC_PROBE_FLAG("--late.rank", late.rank, integer, "late: that rank starts fit later (its max_time clock behind)"),
+    ARC_PROBE_FLAG("--late.ms", late.ms, integer, "late: by that long"),
+    ARC_PROBE_FLAG("--slow-fit-start.rank", slow_fit_start.rank, integer,
+                   "slow-fit-start: a callback ahead of the ModelCheckpoint sleeps in that rank's on_fit_start"),
+    ARC_PROBE_FLAG("--slow-fit-start.ms", slow_fit_start.ms, integer, "slow-fit-start: for that long"),
+    // Checkpoints.
+    ARC_PROBE_FLAG("--checkpoints.every", checkpoints.every, integer,
+                   "checkpoints: a ModelCheckpoint in ROOT/checkpoints every that many steps"),
+    ARC_PROBE_FLAG("--checkpoints.seconds", checkpoints.seconds, number,
+                   "checkpoints: the same every that many seconds (train_time_interval)"),
+    ARC_PROBE_FLAG("--checkpoints.monitor", checkpoints.monitor, text,
+                   "checkpoints: keep the one file of the least value of that metric"),
+    ARC_PROBE_FLAG("--checkpoints.save-last", checkpoints.save_last, flag, "checkpoints: write last.ckpt"),
+    // Validation.
+    ARC_PROBE_FLAG("--val.every", val.every, integer, "val: validate every that many batches"),
+    ARC_PROBE_FLAG("--val.every-seconds", val.every_seconds, number,
+                   "val: rank 0's time-based val_check_interval (the others' is an hour, so that they validate only "
+                   "when the vote says so); every rank prints \"VALIDATED <rank> <step>\""),
+    ARC_PROBE_FLAG("--val.stream", val.stream, integer,
+                   "val: validation on a stream of the first N samples, logging val_loss (sync_dist, per epoch)"),
+    ARC_PROBE_FLAG("--val.step-sync", val.step_sync, flag, "val: val_loss per step too"),
+    // Data.
+    ARC_PROBE_FLAG("--stream", stream, integer,
+                   "the training data is a stream (IterableDataset) of the first N samples"),
+    ARC_PROBE_FLAG("--combined", combined, integer,
+                   "a CombinedLoader of the samples (\"a\") and of the last N (\"b\", half batches, cycled); the loss "
+                   "is the sum of both parts'"),
+    ARC_PROBE_FLAG("--user-shard", user_shard.on, flag,
+                   "use_distributed_sampler(false), and the sampler gives each rank its share itself (rank, rank + "
+                   "world, ...)"),
+    ARC_PROBE_FLAG("--user-shard.uneven-drop", user_shard.uneven_drop, integer,
+                   "user-shard: rank 1's share loses its last N samples"),
+    ARC_PROBE_FLAG("--prepare-log", prepare_log, text,
+                   "the data comes from a DataModule whose prepare_data appends a line to FILE"),
+    ARC_PROBE_FLAG("--skip.rank", skip.rank, integer, "skip: that rank's training_step returns no loss once"),
+    ARC_PROBE_FLAG("--skip.batch", skip.batch, integer, "skip: at that batch of the first epoch"),
+    // The model and its steps.
+    ARC_PROBE_FLAG("--batchnorm", batchnorm, flag, "an arc::SyncBatchNorm after fc1"),
+    ARC_PROBE_FLAG("--spare", spare, flag, "a layer the loss never uses"),
+    ARC_PROBE_FLAG("--gather", gather, integer,
+                   "the loss is over every rank's outputs and targets, gathered with all_gather (the outputs with "
+                   "sync_grads); 2: rank 1 gathers one row less"),
+    ARC_PROBE_FLAG("--toggle", toggle, flag,
+                   "manual optimization with an optimizer for fc1 and one for fc2, each step in turn toggled"),
+    ARC_PROBE_FLAG("--finetune", finetune, integer,
+                   "a BackboneFinetuning with fc1 as the backbone, unfrozen at epoch E"),
+    ARC_PROBE_FLAG("--freeze.rank", freeze.rank, integer, "freeze: that rank alone freezes fc1's weight in setup"),
+    ARC_PROBE_FLAG("--freeze.bias-elsewhere", freeze.bias_elsewhere, flag,
+                   "freeze: the other ranks freeze fc1's bias (as many tensors, not the same)"),
+    ARC_PROBE_FLAG("--spike.rank", spike.rank, integer,
+                   "spike: a SpikeDetection callback, and that rank's loss is 1000 times larger once"),
+    ARC_PROBE_FLAG("--spike.batch", spike.batch, integer, "spike: at that batch of the first epoch"),
+    ARC_PROBE_FLAG("--plateau", plateau, text,
+                   "a ReduceLROnPlateau (patience 0, mode min) steps every optimizer step on that metric"),
+    // Logging (every step logs rank_mean, rank_max, rank_min and rank_sum with sync_dist).
+    ARC_PROBE_FLAG("--log.rank-named", log.rank_named, flag,
+                   "log: each rank logs rank_<its rank> with sync_dist (the custom loop: loss_rank<r> in "
+                   "all_reduce_dict)"),
+    ARC_PROBE_FLAG("--log.rank-value", log.rank_value, flag,
+                   "log: rank_value without sync_dist: the global step on rank 0, its negation elsewhere"),
+    ARC_PROBE_FLAG("--log.from-hooks", log.from_hooks, flag,
+                   "log: hook_rank in on_before_optimizer_step; a callback ahead of --watch's logs end_rank, "
+                   "dict_rank and dict_twice_rank at batch end and val_end_rank per validation step"),
+    ARC_PROBE_FLAG("--watch", watch.metric, text,
+                   "every rank prints \"WATCH <rank> <value>\" of that callback metric at each batch end, "
+                   "\"BACKWARD ...\" before backward, \"VALIDATION ...\" at each validation batch end"),
+    ARC_PROBE_FLAG("--watch.count-syncs", watch.count_syncs, flag,
+                   "watch: also \"SYNCS <rank> <step-value syncs so far>\" (the simple profiler's count; needs "
+                   "--root)"),
+    // Arclight's Fabric instead of the Trainer.
+    ARC_PROBE_FLAG("--loop", loop, text, "trainer (default) or custom: the same training written on arc::Fabric"),
+    ARC_PROBE_FLAG("--custom.save-at", custom.save_at, integer, "custom: save the loop's state after that step"),
+    ARC_PROBE_FLAG("--custom.state", custom.state, text, "custom: to that file"),
+    ARC_PROBE_FLAG("--custom.resume", custom.resume, text, "custom: resume from that file"),
+};
+
+#undef ARC_PROBE_FLAG
+
+void print_help() {
+  std::cout << "ddp_probe [--<flag> <value> ...]:\n";
+  for (const auto& known : kFlags) std::cout << "  " << std::left << std::setw(26) << known.name << known.help << "\n";
+}
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--strategy") a.strategy = value;
-    if (key == "--devices") a.devices = std::stoll(value);
-    if (key == "--batch") a.batch = std::stoll(value);
-    if (key == "--steps") a.steps = std::stoll(value);
-    if (key == "--accumulate") a.accumulate = std::stoll(value);
-    if (key == "--out") a.out = value;
-    if (key == "--fail") a.fail = value;
-    if (key == "--fail-rank") a.fail_rank = std::stoll(value);
-    if (key == "--fail-step") a.fail_step = std::stoll(value);
-    if (key == "--timeout") a.timeout = std::stod(value);
-    if (key == "--loop") a.loop = value;
-    if (key == "--save-at") a.save_at = std::stoll(value);
-    if (key == "--state") a.state = value;
-    if (key == "--resume") a.resume = value;
-    if (key == "--shared-memory") a.shared_memory = value == "1";
-    if (key == "--root") a.root = value;
-    if (key == "--elastic-every") a.elastic_every = std::stoll(value);
-    if (key == "--fail-attempt") a.fail_attempt = std::stoll(value);
-    if (key == "--step-ms") a.step_ms = std::stoll(value);
-    if (key == "--precision") a.precision = value;
-    if (key == "--accelerator") a.accelerator = value;
-    if (key == "--device-list") a.device_list = value;
-    if (key == "--process-group-backend") a.process_group_backend = value;
-    if (key == "--stop-rank") a.stop_rank = std::stoll(value);
-    if (key == "--stop-step") a.stop_step = std::stoll(value);
-    if (key == "--early-stop-rank") a.early_stop_rank = std::stoll(value);
-    if (key == "--val-every") a.val_every = std::stoll(value);
-    if (key == "--max-time") a.max_time = std::stod(value);
-    if (key == "--late-rank") a.late_rank = std::stoll(value);
-    if (key == "--late-ms") a.late_ms = std::stoll(value);
-    if (key == "--loggers") a.loggers = value;
-    if (key == "--prepare-log") a.prepare_log = value;
-    if (key == "--checkpoint-every") a.checkpoint_every = std::stoll(value);
-    if (key == "--fsize-limit") a.fsize_limit = std::stoll(value);
-    if (key == "--async-checkpoint") a.async_checkpoint = value == "1";
-    if (key == "--skip-rank") a.skip_rank = std::stoll(value);
-    if (key == "--skip-batch") a.skip_batch = std::stoll(value);
-    if (key == "--batchnorm") a.batchnorm = value == "1";
-    if (key == "--sync-batchnorm") a.sync_batchnorm = value == "1";
-    if (key == "--spare") a.spare = value == "1";
-    if (key == "--static-graph") a.static_graph = value == "1";
-    if (key == "--find-unused") a.find_unused = value == "1";
-    if (key == "--val-every-seconds") a.val_every_seconds = std::stod(value);
-    if (key == "--user-shard") a.user_shard = value == "1";
-    if (key == "--stream") a.stream = std::stoll(value);
-    if (key == "--combined") a.combined = std::stoll(value);
-    if (key == "--gather") a.gather = std::stoll(value);
-    if (key == "--finetune") a.finetune = std::stoll(value);
-    if (key == "--freeze-rank") a.freeze_rank = std::stoll(value);
-    if (key == "--toggle") a.toggle = value == "1";
-    if (key == "--root-per-rank") a.root_per_rank = value == "1";
-    if (key == "--save-last") a.save_last = value == "1";
-    if (key == "--ckpt-path") a.ckpt_path = value;
-    if (key == "--freeze-bias-elsewhere") a.freeze_bias_elsewhere = value == "1";
-    if (key == "--val-stream") a.val_stream = std::stoll(value);
-    if (key == "--uneven-drop") a.uneven_drop = std::stoll(value);
-    if (key == "--collective-timeout") a.collective_timeout = std::stod(value);
-    if (key == "--stall-rank") a.stall_rank = std::stoll(value);
-    if (key == "--stall-step") a.stall_step = std::stoll(value);
-    if (key == "--stall-ms") a.stall_ms = std::stoll(value);
-    if (key == "--slow-rank") a.slow_rank = std::stoll(value);
-    if (key == "--slow-ms") a.slow_ms = std::stoll(value);
-    if (key == "--log-every") a.log_every = std::stoll(value);
-    if (key == "--num-nodes") a.num_nodes = std::stoll(value);
-    if (key == "--fail-node") a.fail_node = std::stoll(value);
-    if (key == "--spike-rank") a.spike_rank = std::stoll(value);
-    if (key == "--spike-batch") a.spike_batch = std::stoll(value);
-    if (key == "--fit-again") a.fit_again = value == "1";
-    if (key == "--out-every-rank") a.out_every_rank = value == "1";
-    if (key == "--even-batches") a.even_batches = value;
-    if (key == "--val-step-sync") a.val_step_sync = value == "1";
-    if (key == "--rank-named-sync") a.rank_named_sync = value == "1";
-    if (key == "--rank-value") a.rank_value = value == "1";
-    if (key == "--checkpoint-monitor") a.checkpoint_monitor = value;
-    if (key == "--checkpoint-seconds") a.checkpoint_seconds = std::stod(value);
-    if (key == "--plateau") a.plateau = value;
-    if (key == "--watch") a.watch = value;
-    if (key == "--hook-sync") a.hook_sync = value == "1";
-    if (key == "--count-syncs") a.count_syncs = value == "1";
-    if (key == "--fit-start-rank") a.fit_start_rank = std::stoll(value);
-    if (key == "--fit-start-ms") a.fit_start_ms = std::stoll(value);
+  for (int i = 1; i < argc; i += 2) {
+    const std::string key = argv[i];
+    const auto known = std::find_if(kFlags.begin(), kFlags.end(), [&](const Flag& f) { return key == f.name; });
+    ARC_CHECK(known != kFlags.end(), "ddp_probe: unknown flag '", key, "' (ddp_probe --help lists them)");
+    ARC_CHECK(i + 1 < argc, "ddp_probe: ", key, " needs a value");
+    known->set(a, argv[i + 1]);
   }
   // ddp_spawn's rank 0 is the process started, which has no RANK; the ranks it starts have theirs.
   const char* rank = std::getenv("RANK");
@@ -242,10 +293,10 @@ class Probe : public arc::TrainModule {
     if (args.toggle) set_automatic_optimization(false);
   }
   void setup(arc::Stage) override {
-    if (args_.freeze_rank < 0) return;
-    if (trainer().global_rank() == args_.freeze_rank) {
+    if (args_.freeze.rank < 0) return;
+    if (trainer().global_rank() == args_.freeze.rank) {
       fc1->weight.set_requires_grad(false);
-    } else if (args_.freeze_bias_elsewhere) {
+    } else if (args_.freeze.bias_elsewhere) {
       fc1->bias.set_requires_grad(false);
     }
   }
@@ -254,13 +305,13 @@ class Probe : public arc::TrainModule {
       std::cout << "TIMING start " << global_step() << " " << unix_ms() << " " << attempt() << std::endl;
     started_ = true;
     if (args_.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(args_.step_ms));
-    if (trainer().global_rank() == args_.stall_rank && global_step() == args_.stall_step)
-      std::this_thread::sleep_for(std::chrono::milliseconds(args_.stall_ms));
-    if (trainer().global_rank() == args_.slow_rank)
-      std::this_thread::sleep_for(std::chrono::milliseconds(args_.slow_ms));
+    if (trainer().global_rank() == args_.stall.rank && global_step() == args_.stall.step)
+      std::this_thread::sleep_for(std::chrono::milliseconds(args_.stall.ms));
+    if (trainer().global_rank() == args_.slow.rank)
+      std::this_thread::sleep_for(std::chrono::milliseconds(args_.slow.ms));
     maybe_fail();
-    if (trainer().global_rank() == args_.stop_rank && global_step() == args_.stop_step)
-      trainer().request_stop("probe: rank " + std::to_string(args_.stop_rank) + " alone asks to stop");
+    if (trainer().global_rank() == args_.stop.rank && global_step() == args_.stop.step)
+      trainer().request_stop("probe: rank " + std::to_string(args_.stop.rank) + " alone asks to stop");
     const arc::Batch& rows = batch.has_part("a") ? batch.part("a") : batch;
     if (args_.toggle) return toggled_steps(rows);
     auto hidden = fc1(rows[0]);
@@ -280,30 +331,30 @@ class Probe : public arc::TrainModule {
     log("rank_max", rank, arc::LogOptions().on_epoch(true).reduce(arc::Reduce::max).sync_dist(true));
     log("rank_min", rank, arc::LogOptions().on_epoch(true).reduce(arc::Reduce::min).sync_dist(true));
     log("rank_sum", rank, arc::LogOptions().on_step(false).on_epoch(true).reduce(arc::Reduce::sum).sync_dist(true));
-    if (args_.rank_named_sync)
+    if (args_.log.rank_named)
       log("rank_" + std::to_string(trainer().global_rank()), rank, arc::LogOptions().on_epoch(true).sync_dist(true));
-    if (args_.rank_value) {
+    if (args_.log.rank_value) {
       const auto step = static_cast<double>(global_step());
       log("rank_value", trainer().is_global_zero() ? step : -step);
     }
-    const bool skip = trainer().global_rank() == args_.skip_rank && batch_idx == args_.skip_batch;
-    const bool spike = trainer().global_rank() == args_.spike_rank && batch_idx == args_.spike_batch;
+    const bool skip = trainer().global_rank() == args_.skip.rank && batch_idx == args_.skip.batch;
+    const bool spike = trainer().global_rank() == args_.spike.rank && batch_idx == args_.spike.batch;
     if (spike && current_epoch() == 0) loss = loss + 999 * loss.detach();
     return skip && current_epoch() == 0 ? torch::Tensor() : loss;
   }
   void on_before_optimizer_step(torch::optim::Optimizer&) override {
-    if (args_.hook_sync)
+    if (args_.log.from_hooks)
       log("hook_rank", static_cast<double>(trainer().global_rank()), arc::LogOptions().sync_dist(true));
   }
   void on_validation_start() override {
-    if (args_.val_every_seconds > 0)
+    if (args_.val.every_seconds > 0)
       std::cout << "VALIDATED " << trainer().global_rank() << " " << global_step() << std::endl;
   }
   void validation_step(arc::Batch& batch, int64_t) override {
     log("val_flag", trainer().global_rank() == args_.early_stop_rank ? 0.0 : 1.0, arc::LogOptions().on_epoch(true));
-    if (args_.val_stream > 0)
+    if (args_.val.stream > 0)
       log("val_loss", torch::nn::functional::cross_entropy(fc2(torch::relu(fc1(batch[0]))), batch[1]),
-          arc::LogOptions().on_step(args_.val_step_sync).on_epoch(true).sync_dist(true));
+          arc::LogOptions().on_step(args_.val.step_sync).on_epoch(true).sync_dist(true));
   }
   std::vector<arc::OptimizerConfig> configure_optimizers() override {
     const auto sgd = [](std::vector<torch::Tensor> parameters) {
@@ -322,10 +373,10 @@ class Probe : public arc::TrainModule {
  private:
   void maybe_fail() {
     const int64_t node = trainer().global_rank() / trainer().strategy().local_world_size();
-    const bool on_failing_node = args_.fail_node >= 0 && node == args_.fail_node;
-    if ((trainer().global_rank() != args_.fail_rank && !on_failing_node) || global_step() != args_.fail_step) return;
-    if (args_.fail_attempt != -1 && attempt() != args_.fail_attempt) return;
-    fail_on_purpose(args_.fail, global_step());
+    const bool on_failing_node = args_.fail.node >= 0 && node == args_.fail.node;
+    if ((trainer().global_rank() != args_.fail.rank && !on_failing_node) || global_step() != args_.fail.step) return;
+    if (args_.fail.attempt != -1 && attempt() != args_.fail.attempt) return;
+    fail_on_purpose(args_.fail.kind, global_step());
   }
   // Each optimizer in turn, the other one's parameters frozen meanwhile (toggle_optimizer).
   torch::Tensor toggled_steps(const arc::Batch& rows) {
@@ -390,8 +441,8 @@ void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc
   int64_t step = 0, epoch = 0, first_batch = 0;
   arc::FabricState state;
   state.add("model", module).add("optimizer", sgd);
-  if (!args.resume.empty()) {
-    fabric.load(args.resume, state);
+  if (!args.custom.resume.empty()) {
+    fabric.load(args.custom.resume, state);
     step = state.values.at("step");
     epoch = state.values.at("epoch");
     first_batch = state.values.at("batch");
@@ -404,7 +455,7 @@ void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc
     while (step < args.steps) {
       auto batch = loader->next();
       if (!batch) break;
-      if (fabric.global_rank() == args.fail_rank && step == args.fail_step) fail_on_purpose(args.fail, step);
+      if (fabric.global_rank() == args.fail.rank && step == args.fail.step) fail_on_purpose(args.fail.kind, step);
       const auto local = fabric.prepare_batch(*batch);
       sgd.zero_grad();
       {
@@ -414,12 +465,12 @@ void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc
       fabric.backward(loss);
       fabric.step(sgd);
       if (!args.loggers.empty()) fabric.log("train_loss", loss.item<double>(), step);
-      if (args.rank_named_sync)
+      if (args.log.rank_named)
         fabric.all_reduce_dict({{"loss_rank" + std::to_string(fabric.global_rank()), loss.detach()}});
       ++step;
-      if (step == args.save_at) {
+      if (step == args.custom.save_at) {
         state.values = {{"step", step}, {"epoch", epoch}, {"batch", loader->position()}};
-        fabric.save(args.state, state);
+        fabric.save(args.custom.state, state);
       }
     }
   }
@@ -459,15 +510,22 @@ void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc
   }
 }
 
-}  // namespace
+// The probe's data: 512 samples of 8 features and 3 classes.
+struct Samples {
+  static constexpr int64_t kCount = 512;
+  torch::Tensor x = torch::linspace(-1, 1, kCount * 8).reshape({kCount, 8}).sin();
+  torch::Tensor y = (x.sum(1) * 3).abs().to(torch::kLong).remainder(3);
+  std::shared_ptr<arc::TensorDataset> all = std::make_shared<arc::TensorDataset>(std::vector<torch::Tensor>{x, y});
 
-int main(int argc, char** argv) {
-  const Args args = parse(argc, argv);
-  const int64_t samples = 512;
-  auto x = torch::linspace(-1, 1, samples * 8).reshape({samples, 8}).sin();
-  auto y = (x.sum(1) * 3).abs().to(torch::kLong).remainder(3);
-  auto data = std::make_shared<arc::TensorDataset>(std::vector<torch::Tensor>{x, y});
-  Probe module(args);
+  // The first n samples as a stream.
+  arc::DataSource stream(int64_t n, int64_t batch) const {
+    const std::vector<torch::Tensor> rows{x.slice(0, 0, n), y.slice(0, 0, n)};
+    return {std::make_shared<arc::testing::RowStreamDataset>(rows), arc::DataLoaderOptions(batch)};
+  }
+};
+
+// The run's settings as the Trainer's options.
+arc::TrainerOptions trainer_options(const Args& args) {
   arc::TrainerOptions options;
   std::vector<int64_t> listed;
   for (std::stringstream parts(args.device_list); parts.good();) {
@@ -491,168 +549,220 @@ int main(int argc, char** argv) {
       .precision(args.precision);
   // Without --root nothing is logged: no folder is left where the test runs.
   if (args.root.empty()) options.logger(false);
-  if (args.count_syncs) {
-    ARC_CHECK(!args.root.empty(), "--count-syncs needs --root, the folder of the profiler's report");
+  if (args.watch.count_syncs) {
+    ARC_CHECK(!args.root.empty(), "--watch.count-syncs needs --root, the folder of the profiler's report");
     options.profiler("simple");
   }
+  if (args.max_time > 0) options.max_time(args.max_time);
   options.elastic_checkpoint_every_n_steps(args.elastic_every).async_checkpointing(args.async_checkpoint);
   options.enable_progress_bar(false).enable_model_summary(false).enable_checkpointing(false).deterministic(true);
+  return options;
+}
+
+// The validation data of the scenarios that validate (none for the others).
+arc::DataSource validation_data(const Args& args, const Samples& samples, arc::TrainerOptions& options) {
+  arc::DataSource val;
+  // Two batches per run for the stop scenarios, so that the ranks validate before they agree to stop.
+  if (args.early_stop_rank >= 0 || args.stop.rank >= 0 || args.max_time > 0) {
+    val = {samples.all, arc::DataLoaderOptions(args.batch)};
+    options.limit_val_batches(arc::BatchAmount::count(2)).num_sanity_val_steps(0);
+  }
+  if (args.val.every > 0) options.val_check_interval(arc::BatchAmount::count(args.val.every));
+  if (args.val.every_seconds > 0) {
+    val = {samples.all, arc::DataLoaderOptions(args.batch)};
+    options.limit_val_batches(arc::BatchAmount::count(2)).num_sanity_val_steps(0);
+    const char* rank = std::getenv("RANK");  // set in spawned and launched ranks
+    const bool rank_zero = rank == nullptr || std::string(rank) == "0";
+    options.val_check_interval(arc::BatchAmount::duration(rank_zero ? args.val.every_seconds : 3600));
+  }
+  if (args.val.stream > 0) {
+    val = samples.stream(args.val.stream, args.batch);
+    options.num_sanity_val_steps(0);
+  }
+  return val;
+}
+
+// The training data: the samples, or a stream, a combined loader, or each rank's share chosen by
+// the user's sampler.
+arc::DataSource training_data(const Args& args, const Samples& samples, arc::TrainerOptions& options) {
+  arc::DataSource train{samples.all, arc::DataLoaderOptions(args.batch)};
+  if (args.stream > 0) train = samples.stream(args.stream, args.batch);
+  if (args.combined > 0) {
+    const int64_t from = Samples::kCount - args.combined;
+    auto last = std::make_shared<arc::TensorDataset>(
+        std::vector<torch::Tensor>{samples.x.slice(0, from), samples.y.slice(0, from)});
+    train = arc::CombinedLoader({{"a", train}, {"b", {last, arc::DataLoaderOptions(args.batch / 2)}}});
+  }
+  if (args.user_shard.on) {
+    options.use_distributed_sampler(false);
+    const char* rank = std::getenv("RANK");
+    const int64_t own = rank == nullptr ? 0 : std::stoll(rank), world = args.devices;
+    const int64_t drop = own == 1 ? args.user_shard.uneven_drop : 0;
+    train.sampler = std::make_shared<arc::FunctionSampler>([own, world, drop](int64_t size, int64_t) {
+      std::vector<int64_t> order;
+      for (int64_t i = own; i < size; i += world) order.push_back(i);
+      order.resize(order.size() - static_cast<size_t>(drop));
+      return order;
+    });
+    options.even_batches(args.even_batches);
+  }
+  return train;
+}
+
+// --log.from-hooks: a callback that logs with sync_dist from on_train_batch_end and
+// on_validation_batch_end.
+std::shared_ptr<arc::Callback> logging_from_hooks() {
+  auto batch_end = std::make_shared<arc::LambdaCallback>();
+  batch_end->train_batch_end = [](arc::Trainer& trainer, arc::TrainModule& module, const torch::Tensor&, arc::Batch&,
+                                  int64_t) {
+    const auto rank = static_cast<double>(trainer.global_rank());
+    module.log("end_rank", rank, arc::LogOptions().sync_dist(true));
+    module.log_dict({{"dict_rank", torch::tensor(rank)}, {"dict_twice_rank", torch::tensor(2 * rank)}},
+                    arc::LogOptions().sync_dist(true));
+  };
+  batch_end->validation_batch_end = [](arc::Trainer& trainer, arc::TrainModule& module, arc::Batch&, int64_t) {
+    module.log("val_end_rank", static_cast<double>(trainer.global_rank()),
+               arc::LogOptions().on_step(true).on_epoch(false).sync_dist(true));
+  };
+  return batch_end;
+}
+
+// --watch: a callback that prints "<tag> <rank> <value>" of the watched metric, once it is there.
+std::shared_ptr<arc::Callback> watching(const std::string& metric) {
+  const auto print = [metric](const arc::Trainer& trainer, const char* tag) {
+    const auto& metrics = trainer.callback_metrics();
+    if (metrics.count(metric))
+      std::cout << tag << " " << trainer.global_rank() << " " << metrics.at(metric) << std::endl;
+  };
+  auto watch = std::make_shared<arc::LambdaCallback>();
+  watch->train_batch_end = [print](arc::Trainer& trainer, arc::TrainModule&, const torch::Tensor&, arc::Batch&,
+                                   int64_t) {
+    print(trainer, "WATCH");
+    // The step-value syncs so far, each one collective (the simple profiler counts them).
+    if (const auto* profiler = dynamic_cast<const arc::SimpleProfiler*>(trainer.profiler())) {
+      const auto found = profiler->totals().find("[LoggerConnector].sync_step_values");
+      std::cout << "SYNCS " << trainer.global_rank() << " "
+                << (found == profiler->totals().end() ? 0 : found->second.calls) << std::endl;
+    }
+  };
+  watch->validation_batch_end = [print](arc::Trainer& trainer, arc::TrainModule&, arc::Batch&, int64_t) {
+    print(trainer, "VALIDATION");
+  };
+  // Between training_step and on_train_batch_end.
+  watch->before_backward = [print](arc::Trainer& trainer, arc::TrainModule&, const torch::Tensor&) {
+    print(trainer, "BACKWARD");
+  };
+  return watch;
+}
+
+// The scenarios' callbacks, in the order they run; `checkpoints` gets the ModelCheckpoint, if any.
+std::vector<std::shared_ptr<arc::Callback>> scenario_callbacks(const Args& args,
+                                                               std::shared_ptr<arc::ModelCheckpoint>& checkpoints) {
+  std::vector<std::shared_ptr<arc::Callback>> callbacks;
+  if (args.spike.rank >= 0) callbacks.push_back(std::make_shared<arc::SpikeDetection>());
+  if (args.early_stop_rank >= 0)
+    callbacks.push_back(std::make_shared<arc::EarlyStopping>(
+        arc::EarlyStoppingOptions("val_flag").stopping_threshold(0.5).check_finite(false)));
+  if (args.finetune >= 0)
+    callbacks.push_back(std::make_shared<arc::BackboneFinetuning>(
+        arc::BackboneFinetuningOptions().backbone("fc1").unfreeze_backbone_at_epoch(args.finetune)));
+  if (args.slow_fit_start.rank >= 0) {
+    auto late = std::make_shared<arc::LambdaCallback>();
+    late->fit_start = [rank = args.slow_fit_start.rank, ms = args.slow_fit_start.ms](arc::Trainer& trainer,
+                                                                                     arc::TrainModule&) {
+      if (trainer.global_rank() == rank) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    };
+    callbacks.push_back(late);
+  }
+  if (args.log.from_hooks) callbacks.push_back(logging_from_hooks());
+  if (!args.watch.metric.empty()) callbacks.push_back(watching(args.watch.metric));
+  if (args.checkpoints.every > 0 || args.checkpoints.seconds > 0) {
+    ARC_CHECK(!args.root.empty(), "--checkpoints.every and --checkpoints.seconds need --root, the folder of their ",
+              "checkpoints");
+    checkpoints = std::make_shared<arc::ModelCheckpoint>(arc::ModelCheckpointOptions()
+                                                             .dirpath(args.root + "/checkpoints")
+                                                             .every_n_train_steps(args.checkpoints.every)
+                                                             .train_time_interval(args.checkpoints.seconds)
+                                                             .monitor(args.checkpoints.monitor)
+                                                             .save_last(args.checkpoints.save_last));
+    callbacks.push_back(checkpoints);
+  }
+  return callbacks;
+}
+
+// --small-disk.bytes: this process may write files of that many bytes at most.
+void limit_file_size(int64_t bytes) {
+  std::signal(SIGXFSZ, SIG_IGN);
+  rlimit limit{};
+  getrlimit(RLIMIT_FSIZE, &limit);
+  limit.rlim_cur = static_cast<rlim_t>(bytes);
+  setrlimit(RLIMIT_FSIZE, &limit);
+}
+
+// What every rank saw, after fit (the reports listed at the top).
+void report(const Args& args, const arc::Trainer& trainer, Probe& module, const arc::ModelCheckpoint* checkpoints) {
+  std::cout << "STOPPED " << trainer.global_rank() << " " << trainer.global_step() << std::endl;
+  std::cout << "VALIDATIONS " << trainer.global_rank() << " " << trainer.progress().validation_runs << std::endl;
+  if (checkpoints != nullptr)
+    std::cout << "BEST " << trainer.global_rank() << " " << checkpoints->best_model_path() << " "
+              << (checkpoints->best_model_score() ? std::to_string(*checkpoints->best_model_score()) : "none")
+              << std::endl;
+  if (module.plateau)
+    std::cout << "LR " << trainer.global_rank() << " " << std::setprecision(17) << module.plateau->last_lr().at(0)
+              << std::endl;
+  if (args.out_every_rank) write_parameters(module, args.out + "." + std::to_string(trainer.global_rank()));
+  if (trainer.is_global_zero()) {
+    nlohmann::json probe = trainer.callback_metrics();
+    probe["global_step"] = trainer.global_step();
+    probe["world_size"] = trainer.world_size();
+    std::cout << "PROBE " << probe.dump() << std::endl;
+    write_parameters(module, args.out);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--help") {
+    print_help();
+    return 0;
+  }
+  Args parsed;
   try {
+    parsed = parse(argc, argv);
+  } catch (const arc::Error& error) {
+    std::cerr << error.what() << std::endl;
+    return 2;
+  }
+  const Args& args = parsed;
+  const Samples samples;
+  Probe module(args);
+  arc::TrainerOptions options;
+  try {
+    options = trainer_options(args);
     if (args.loop == "custom") {
-      custom_loop(args, options, {data, arc::DataLoaderOptions(args.batch)});
+      custom_loop(args, options, {samples.all, arc::DataLoaderOptions(args.batch)});
       return 0;
     }
-    std::vector<std::shared_ptr<arc::Callback>> callbacks;
-    if (args.spike_rank >= 0) callbacks.push_back(std::make_shared<arc::SpikeDetection>());
-    arc::DataSource val;
-    if (args.early_stop_rank >= 0)
-      callbacks.push_back(std::make_shared<arc::EarlyStopping>(
-          arc::EarlyStoppingOptions("val_flag").stopping_threshold(0.5).check_finite(false)));
-    if (args.early_stop_rank >= 0 || args.stop_rank >= 0 || args.max_time > 0) {
-      val = {data, arc::DataLoaderOptions(args.batch)};
-      options.limit_val_batches(arc::BatchAmount::count(2)).num_sanity_val_steps(0);
-    }
-    if (args.val_every > 0) options.val_check_interval(arc::BatchAmount::count(args.val_every));
-    if (args.val_every_seconds > 0) {
-      val = {data, arc::DataLoaderOptions(args.batch)};
-      options.limit_val_batches(arc::BatchAmount::count(2)).num_sanity_val_steps(0);
-      const char* rank = std::getenv("RANK");  // set in spawned and launched ranks
-      const bool rank_zero = rank == nullptr || std::string(rank) == "0";
-      options.val_check_interval(arc::BatchAmount::duration(rank_zero ? args.val_every_seconds : 3600));
-    }
-    if (args.max_time > 0) options.max_time(args.max_time);
-    arc::DataSource train{data, arc::DataLoaderOptions(args.batch)};
-    // The first n samples as a stream.
-    const auto stream = [&](int64_t n) -> arc::DataSource {
-      const std::vector<torch::Tensor> rows{x.slice(0, 0, n), y.slice(0, 0, n)};
-      return {std::make_shared<arc::testing::RowStreamDataset>(rows), arc::DataLoaderOptions(args.batch)};
-    };
-    if (args.stream > 0) train = stream(args.stream);
-    if (args.combined > 0) {
-      auto last = std::make_shared<arc::TensorDataset>(
-          std::vector<torch::Tensor>{x.slice(0, samples - args.combined), y.slice(0, samples - args.combined)});
-      train = arc::CombinedLoader({{"a", train}, {"b", {last, arc::DataLoaderOptions(args.batch / 2)}}});
-    }
-    if (args.val_stream > 0) {
-      val = stream(args.val_stream);
-      options.num_sanity_val_steps(0);
-    }
-    if (args.user_shard) {
-      options.use_distributed_sampler(false);
-      const char* rank = std::getenv("RANK");
-      const int64_t own = rank == nullptr ? 0 : std::stoll(rank), world = args.devices;
-      const int64_t drop = own == 1 ? args.uneven_drop : 0;
-      train.sampler = std::make_shared<arc::FunctionSampler>([own, world, drop](int64_t size, int64_t) {
-        std::vector<int64_t> order;
-        for (int64_t i = own; i < size; i += world) order.push_back(i);
-        order.resize(order.size() - static_cast<size_t>(drop));
-        return order;
-      });
-      options.even_batches(args.even_batches);
-    }
-    if (args.finetune >= 0)
-      callbacks.push_back(std::make_shared<arc::BackboneFinetuning>(
-          arc::BackboneFinetuningOptions().backbone("fc1").unfreeze_backbone_at_epoch(args.finetune)));
-    if (args.fit_start_rank >= 0) {
-      auto late = std::make_shared<arc::LambdaCallback>();
-      late->fit_start = [&args](arc::Trainer& trainer, arc::TrainModule&) {
-        if (trainer.global_rank() == args.fit_start_rank)
-          std::this_thread::sleep_for(std::chrono::milliseconds(args.fit_start_ms));
-      };
-      callbacks.push_back(late);
-    }
-    if (args.hook_sync) {
-      auto batch_end = std::make_shared<arc::LambdaCallback>();
-      batch_end->train_batch_end = [](arc::Trainer& trainer, arc::TrainModule& module, const torch::Tensor&,
-                                      arc::Batch&, int64_t) {
-        const auto rank = static_cast<double>(trainer.global_rank());
-        module.log("end_rank", rank, arc::LogOptions().sync_dist(true));
-        module.log_dict({{"dict_rank", torch::tensor(rank)}, {"dict_twice_rank", torch::tensor(2 * rank)}},
-                        arc::LogOptions().sync_dist(true));
-      };
-      batch_end->validation_batch_end = [](arc::Trainer& trainer, arc::TrainModule& module, arc::Batch&, int64_t) {
-        module.log("val_end_rank", static_cast<double>(trainer.global_rank()),
-                   arc::LogOptions().on_step(true).on_epoch(false).sync_dist(true));
-      };
-      callbacks.push_back(batch_end);
-    }
-    if (!args.watch.empty()) {
-      // "<tag> <rank> <value>" of the watched metric, once it is there.
-      const auto print = [&args](const arc::Trainer& trainer, const char* tag) {
-        const auto& metrics = trainer.callback_metrics();
-        if (metrics.count(args.watch))
-          std::cout << tag << " " << trainer.global_rank() << " " << metrics.at(args.watch) << std::endl;
-      };
-      auto watch = std::make_shared<arc::LambdaCallback>();
-      watch->train_batch_end = [print](arc::Trainer& trainer, arc::TrainModule&, const torch::Tensor&, arc::Batch&,
-                                       int64_t) {
-        print(trainer, "WATCH");
-        // The step-value syncs so far, each one collective (the simple profiler counts them).
-        if (const auto* profiler = dynamic_cast<const arc::SimpleProfiler*>(trainer.profiler())) {
-          const auto found = profiler->totals().find("[LoggerConnector].sync_step_values");
-          std::cout << "SYNCS " << trainer.global_rank() << " "
-                    << (found == profiler->totals().end() ? 0 : found->second.calls) << std::endl;
-        }
-      };
-      watch->validation_batch_end = [print](arc::Trainer& trainer, arc::TrainModule&, arc::Batch&, int64_t) {
-        print(trainer, "VALIDATION");
-      };
-      // Between training_step and on_train_batch_end.
-      watch->before_backward = [print](arc::Trainer& trainer, arc::TrainModule&, const torch::Tensor&) {
-        print(trainer, "BACKWARD");
-      };
-      callbacks.push_back(watch);
-    }
+    const auto val = validation_data(args, samples, options);
+    const auto train = training_data(args, samples, options);
     std::shared_ptr<arc::ModelCheckpoint> checkpoints;
-    if (args.checkpoint_every > 0 || args.checkpoint_seconds > 0) {
-      ARC_CHECK(!args.root.empty(), "--checkpoint-every and --checkpoint-seconds need --root, the folder of their ",
-                "checkpoints");
-      checkpoints = std::make_shared<arc::ModelCheckpoint>(arc::ModelCheckpointOptions()
-                                                               .dirpath(args.root + "/checkpoints")
-                                                               .every_n_train_steps(args.checkpoint_every)
-                                                               .train_time_interval(args.checkpoint_seconds)
-                                                               .monitor(args.checkpoint_monitor)
-                                                               .save_last(args.save_last));
-      callbacks.push_back(checkpoints);
-    }
-    arc::Trainer trainer(options, callbacks, make_loggers(args));
-    if (args.fsize_limit > 0 && trainer.is_global_zero()) {
-      std::signal(SIGXFSZ, SIG_IGN);
-      rlimit limit{};
-      getrlimit(RLIMIT_FSIZE, &limit);
-      limit.rlim_cur = static_cast<rlim_t>(args.fsize_limit);
-      setrlimit(RLIMIT_FSIZE, &limit);
-    }
-    if (trainer.global_rank() == args.late_rank) std::this_thread::sleep_for(std::chrono::milliseconds(args.late_ms));
+    arc::Trainer trainer(options, scenario_callbacks(args, checkpoints), make_loggers(args));
+    if (args.small_disk_bytes > 0 && trainer.is_global_zero()) limit_file_size(args.small_disk_bytes);
+    if (trainer.global_rank() == args.late.rank) std::this_thread::sleep_for(std::chrono::milliseconds(args.late.ms));
     if (args.prepare_log.empty()) {
       trainer.fit(module, train, val, args.ckpt_path);
     } else {
-      NotingData noting({data, arc::DataLoaderOptions(args.batch)}, val, args.prepare_log);
+      NotingData noting({samples.all, arc::DataLoaderOptions(args.batch)}, val, args.prepare_log);
       trainer.fit(module, noting);
     }
-    std::cout << "STOPPED " << trainer.global_rank() << " " << trainer.global_step() << std::endl;
-    std::cout << "VALIDATIONS " << trainer.global_rank() << " " << trainer.progress().validation_runs << std::endl;
-    if (checkpoints)
-      std::cout << "BEST " << trainer.global_rank() << " " << checkpoints->best_model_path() << " "
-                << (checkpoints->best_model_score() ? std::to_string(*checkpoints->best_model_score()) : "none")
-                << std::endl;
-    if (module.plateau)
-      std::cout << "LR " << trainer.global_rank() << " " << std::setprecision(17) << module.plateau->last_lr().at(0)
-                << std::endl;
-    if (args.out_every_rank) write_parameters(module, args.out + "." + std::to_string(trainer.global_rank()));
-    if (trainer.is_global_zero()) {
-      nlohmann::json report = trainer.callback_metrics();
-      report["global_step"] = trainer.global_step();
-      report["world_size"] = trainer.world_size();
-      std::cout << "PROBE " << report.dump() << std::endl;
-      write_parameters(module, args.out);
-    }
+    report(args, trainer, module, checkpoints.get());
   } catch (const std::exception& error) {
     std::cerr << "probe: error: " << error.what() << std::endl;
     if (args.fit_again) {
       try {
         arc::Trainer again(options);
-        again.fit(module, arc::DataSource{data, arc::DataLoaderOptions(args.batch)});
+        again.fit(module, arc::DataSource{samples.all, arc::DataLoaderOptions(args.batch)});
       } catch (const std::exception& again_error) {
         std::cerr << "probe: fit again: " << again_error.what() << std::endl;
       }

@@ -34,14 +34,14 @@ TEST(DDP, TwoRanksMatchOneProcessWithGradientAccumulation) { expect_parity(2); }
 TEST(DDP, AStepOneRankSkipsIsSkippedByEveryRank) {
   for (const std::string accumulate : {"1", "2"}) {
     SCOPED_TRACE("accumulate " + accumulate);
-    const std::string common = " --steps 10 --skip-batch 3 --accumulate " + accumulate;
+    const std::string common = " --steps 10 --skip.batch 3 --accumulate " + accumulate;
     CommandRun ddp;
-    EXPECT_LT(weights_apart("--batch 32 --skip-rank 0" + common, "--batch 16 --skip-rank 1" + common, ddp), 1e-6);
+    EXPECT_LT(weights_apart("--batch 32 --skip.rank 0" + common, "--batch 16 --skip.rank 1" + common, ddp), 1e-6);
     EXPECT_NE(ddp.output.find("STOPPED 0 10"), std::string::npos) << ddp.output;
     EXPECT_NE(ddp.output.find("STOPPED 1 10"), std::string::npos) << ddp.output;
   }
   // Inside an accumulation window a rank's skipped batch only adds no gradient of its own.
-  const auto inside = probe("--strategy ddp_spawn --devices 2 --steps 10 --accumulate 2 --skip-rank 1 --skip-batch 4");
+  const auto inside = probe("--strategy ddp_spawn --devices 2 --steps 10 --accumulate 2 --skip.rank 1 --skip.batch 4");
   ASSERT_EQ(inside.status, 0) << inside.output;
   EXPECT_NE(inside.output.find("STOPPED 1 10"), std::string::npos) << inside.output;
 }
@@ -72,14 +72,14 @@ TEST(DDP, TheGradientReductionFollowsWhichParametersRequireGradients) {
     EXPECT_NE(ddp.output.find("parameter tensors require gradients now; their buckets are rebuilt"), std::string::npos)
         << ddp.output;
   }
-  const auto apart = probe("--strategy ddp_spawn --devices 2 --steps 4 --freeze-rank 1");
+  const auto apart = probe("--strategy ddp_spawn --devices 2 --steps 4 --freeze.rank 1");
   EXPECT_NE(apart.status, 0);
   EXPECT_NE(apart.output.find("the ranks train different parameters (parameter tensors that require gradients of "
                               "the module's 4: rank 0 4, rank 1 3); every rank must freeze and unfreeze the same"),
             std::string::npos)
       << apart.output;
   // As many on each rank, but not the same ones: the sets are compared, not only their sizes.
-  const auto crossed = probe("--strategy ddp_spawn --devices 2 --steps 4 --freeze-rank 1 --freeze-bias-elsewhere 1");
+  const auto crossed = probe("--strategy ddp_spawn --devices 2 --steps 4 --freeze.rank 1 --freeze.bias-elsewhere 1");
   EXPECT_NE(crossed.status, 0);
   EXPECT_NE(crossed.output.find("the module's 4: rank 0 3, rank 1 3, but not the same ones); every rank must"),
             std::string::npos)

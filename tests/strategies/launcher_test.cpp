@@ -253,17 +253,17 @@ TEST(Launchers, ElasticAcrossTwoNodesSurvivesKilledWorkersOrAgentOfNodeOneBitIde
   ASSERT_EQ(plain.status, 0) << plain.output;
   const auto expected = read_file(dir + "/plain.bin.0");
   ASSERT_FALSE(expected.empty());
-  for (const std::string victims : {"--fail-node 1", "--fail-rank 2"}) {
+  for (const std::string victims : {"--fail.node 1", "--fail.rank 2"}) {
     SCOPED_TRACE(victims);
     // A folder of its own: an elastic run resumes from the checkpoints it finds in its root.
-    const std::string root = dir + "/" + (victims == "--fail-node 1" ? "node" : "rank");
+    const std::string root = dir + "/" + (victims == "--fail.node 1" ? "node" : "rank");
     std::filesystem::create_directories(root);
     const auto killed = run_command(two_nodes(
-        root, agents, common + root + "/killed.bin --fail sigkill --fail-attempt 0 --fail-step 13 " + victims));
+        root, agents, common + root + "/killed.bin --fail.kind sigkill --fail.attempt 0 --fail.step 13 " + victims));
     const auto node1 = read_file(root + "/node1.log");
     ASSERT_EQ(killed.status, 0) << killed.output << node1;
     EXPECT_NE(killed.output.find("elastic: start 2 of this job"), std::string::npos) << killed.output;
-    EXPECT_EQ(timings(node1, "kill").size(), victims == "--fail-node 1" ? 2u : 1u) << node1;
+    EXPECT_EQ(timings(node1, "kill").size(), victims == "--fail.node 1" ? 2u : 1u) << node1;
     for (const auto& rank : weights_of_ranks(root + "/killed.bin")) EXPECT_EQ(rank, expected);
   }
   // Node 1's agent is SIGKILLed once the first checkpoint is written, and a new agent starts there,
@@ -499,8 +499,8 @@ TEST_P(ElasticKill, TorchrunRestartsTheGroupAndTheRunEndsBitIdentical) {
   const auto [rank, step] = GetParam();
   const std::string dir = fresh_folder("elastic_" + std::to_string(rank) + "_" + std::to_string(step));
   const auto run = run_command(torchrun(kProbe, "--max_restarts 2 --monitor_interval 0.1") +
-                               " --strategy elastic --steps 40 --elastic-every 5 --fail sigkill --fail-attempt 0" +
-                               " --fail-rank " + std::to_string(rank) + " --fail-step " + std::to_string(step) +
+                               " --strategy elastic --steps 40 --elastic-every 5 --fail.kind sigkill --fail.attempt 0" +
+                               " --fail.rank " + std::to_string(rank) + " --fail.step " + std::to_string(step) +
                                " --root " + dir + " --out " + dir + "/w.bin");
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_NE(run.output.find("elastic: start 2 of this job"), std::string::npos) << run.output;
@@ -525,8 +525,8 @@ TEST(Elastic, MoreFailuresThanRestartsEndTorchrunNonZeroNamingTheRankAndCause) {
   if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
   const std::string dir = fresh_folder("elastic_exhausted");
   const auto run = run_command(torchrun(kProbe, "--max_restarts 1 --monitor_interval 0.1") +
-                               " --strategy elastic --steps 40 --elastic-every 5 --fail sigkill --fail-rank 1" +
-                               " --fail-step 3 --root " + dir);
+                               " --strategy elastic --steps 40 --elastic-every 5 --fail.kind sigkill --fail.rank 1" +
+                               " --fail.step 3 --root " + dir);
   EXPECT_NE(run.status, 0) << run.output;
   EXPECT_EQ(timings(run.output, "kill").size(), 2u) << run.output;
   EXPECT_NE(run.output.find("local_rank: 1"), std::string::npos) << run.output;
