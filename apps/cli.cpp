@@ -16,6 +16,8 @@
 #include <arc/core/optimizer_registry.h>
 #include <arc/core/trainer.h>
 #include <arc/core/tuner.h>
+#include <arc/fabric/checkpoint.h>
+#include <arc/fabric/weights.h>
 #include <arc/loggers/logger_registry.h>
 #include <arc/strategies/detail/rank_processes.h>
 #include <arc/strategies/strategy.h>
@@ -45,6 +47,8 @@ const char* kExamples = R"(Examples:
   arc fit --model=cnn_classifier --optimizer=Adam --optimizer.lr=0.001 --seed_everything 42
   arc fit --resume last                       continue from the newest last.ckpt, exactly (none: start afresh)
   arc validate --config run.json --ckpt last  one validation pass with the last checkpoint's weights
+  arc export --ckpt last --to model.safetensors   the last checkpoint's weights, for PyTorch and Hugging Face
+  arc fit --set module.init_weights=model.safetensors   start from pretrained weights
   arc lr_find --config run.json --svg lr.svg  the learning-rate range test; prints the suggested rate
   arc scale_batch_size --mode binsearch       the largest data.batch_size whose steps fit in memory
   arc modules                                 list registered modules and data modules, with their keys
@@ -64,8 +68,17 @@ A config (JSON, or YAML for .yaml and .yml) has three sections:
 )";
 
 // What a config section names, built and checked.
+// The module section's init_weights: the file, the config key that named it, and the options.
+struct InitWeights {
+  std::string file;
+  std::string key;
+  LoadWeightsOptions options;
+};
+
 struct Experiment {
   std::shared_ptr<TrainModule> module;
+  /// Weights to load into the module before a command runs (module.init_weights).
+  std::optional<InitWeights> init_weights;
   std::shared_ptr<DataModule> data;
   TrainerOptions options;
   /// trainer.callbacks and trainer.logger entries, built.
@@ -149,6 +162,57 @@ std::shared_ptr<T> from_section(const Registry<T, const Config&>& registry, cons
   return built;
 }
 
+// The module section's init_weights (beside its keys, or among its init_args, where dotted flags
+// put it), taken out of `section`; null when it has none.
+nlohmann::json take_init_weights(nlohmann::json& section) {
+  nlohmann::json taken;
+  for (auto* holder :
+       {&section, section.is_object() && section.contains("init_args") ? &section["init_args"] : nullptr})
+    if (holder != nullptr && holder->is_object() && holder->contains("init_weights")) {
+      taken = (*holder)["init_weights"];
+      holder->erase("init_weights");
+    }
+  return taken;
+}
+
+// module.init_weights: the path of pretrained weights (safetensors, an index of shards, an Arclight
+// checkpoint), or {path, strict, strip_prefix, add_prefix, rename: [[regex, replacement], ...],
+// skip: [regex, ...], dtype}, read when the config is (so that --print_config checks it) and loaded
+// into the module before a command runs (arc::load_weights).
+InitWeights read_init_weights(const nlohmann::json& spec, const std::string& path) {
+  Config config(spec.is_string() ? nlohmann::json{{"path", spec}} : spec, path);
+  InitWeights out{config.require<std::string>("path"), path, {}};
+  out.options.strict(config.get<bool>("strict", true))
+      .strip_prefix(config.get<std::string>("strip_prefix", ""))
+      .add_prefix(config.get<std::string>("add_prefix", ""))
+      .skip(config.get<std::vector<std::string>>("skip", {}));
+  for (const auto& rule : config.get<std::vector<std::vector<std::string>>>("rename", {})) {
+    ARC_CHECK(rule.size() == 2, "config key '", path, ".rename' takes [regex, replacement] pairs, got a rule of ",
+              rule.size(), " strings");
+    out.options.rename().emplace_back(rule[0], rule[1]);
+  }
+  const std::map<std::string, torch::Dtype> dtypes = {{"float32", torch::kFloat},
+                                                      {"float64", torch::kDouble},
+                                                      {"bfloat16", torch::kBFloat16},
+                                                      {"float16", torch::kHalf}};
+  if (const auto dtype = config.get_optional<std::string>("dtype")) {
+    const auto found = dtypes.find(*dtype);
+    if (found == dtypes.end())
+      throw Error(unknown_name_message(path + ".dtype", *dtype, {"float32", "float64", "bfloat16", "float16"}));
+    out.options.dtype(found->second);
+  }
+  config.finish();
+  return out;
+}
+
+// Loads the experiment's init_weights, if any, into its module.
+void load_init_weights(const Experiment& experiment) {
+  if (!experiment.init_weights) return;
+  const auto& [file, key, options] = *experiment.init_weights;
+  const auto report = load_weights(*experiment.module, file, options);
+  if (first_of_launch()) console().info("{} '{}':\n{}", key, file, report.summary());
+}
+
 // The class a resolved module or data section names.
 std::string class_named(const nlohmann::json& resolved) {
   return detail::registered_name(resolved.value("class_path", resolved.value("name", std::string())));
@@ -165,8 +229,14 @@ Experiment build(const nlohmann::json& config_json) {
   const std::string module_key = model_json != nullptr ? "model" : "module";
   out.resolved = config_json;
   auto& module_resolved = out.resolved[module_key];
-  out.module = from_section(module_registry(), model_json ? model_json : module_json, module_key, "mlp_classifier",
-                            module_resolved);
+  nlohmann::json module_section = model_json ? *model_json : module_json ? *module_json : nlohmann::json();
+  const auto init_weights = take_init_weights(module_section);
+  out.module = from_section(module_registry(), module_section.is_null() ? nullptr : &module_section, module_key,
+                            "mlp_classifier", module_resolved);
+  if (!init_weights.is_null()) {
+    out.init_weights = read_init_weights(init_weights, module_key + ".init_weights");
+    module_resolved["init_weights"] = init_weights;
+  }
   const auto* data_json = root.find("data");
   out.data = from_section(data_module_registry(), data_json, "data", default_data_module(class_named(module_resolved)),
                           out.resolved["data"]);
@@ -248,6 +318,28 @@ class PredictionCount : public Callback {
 
 void print_result(const nlohmann::json& result) { std::cout << "RESULT " << result.dump() << std::endl; }
 
+// arc export: the module weights of a checkpoint (or of another weights file) written as
+// safetensors for other tools. "last" is the newest last.ckpt under the config's
+// trainer.default_root_dir, where fit's default checkpointing keeps it.
+int export_weights(const nlohmann::json& config, const std::string& from, const std::string& to, double max_shard_mb) {
+  std::string source = from;
+  if (from == "last") {
+    const auto trainer = config.value("trainer", nlohmann::json::object());
+    const auto root = trainer.is_object() ? trainer.value("default_root_dir", std::string(".")) : std::string(".");
+    auto found = last_checkpoints(root + "/checkpoints", root + "/lightning_logs");
+    ARC_CHECK(!found.empty(), "arc export --ckpt last: no last.ckpt in '", root, "/lightning_logs/version_*/",
+              "checkpoints' or '", root, "/checkpoints' (trainer.default_root_dir); pass the checkpoint's path");
+    source = newest_first(std::move(found)).front();
+  }
+  const auto reader = open_weights(source);
+  StateDict state;
+  for (const auto& entry : reader->entries()) state.emplace_back(entry.name, reader->read(entry.name));
+  const auto files =
+      save_weights(state, to, SaveWeightsOptions().metadata(reader->metadata()).max_shard_mb(max_shard_mb));
+  print_result({{"from", source}, {"files", files}, {"tensors", state.size()}});
+  return 0;
+}
+
 // LightningCLI's verbose belongs to validate and test; `command` is another.
 void refuse_verbose(const std::string& command, const Experiment& experiment) {
   ARC_CHECK(!experiment.verbose, "config key 'verbose' (", *experiment.verbose ? "true" : "false",
@@ -256,6 +348,7 @@ void refuse_verbose(const std::string& command, const Experiment& experiment) {
 
 int train(const nlohmann::json& config, const std::string& resume) {
   auto experiment = build(config);
+  load_init_weights(experiment);
   refuse_verbose("fit", experiment);
   auto report = std::make_shared<examples::RunReport>();
   auto callbacks = experiment.callbacks;
@@ -273,6 +366,7 @@ int train(const nlohmann::json& config, const std::string& resume) {
 int evaluate(const std::string& command, const nlohmann::json& config, const std::string& given_ckpt,
              std::optional<bool> given_verbose) {
   auto experiment = build(config);
+  load_init_weights(experiment);
   const std::string& ckpt = given_ckpt.empty() ? experiment.ckpt_path : given_ckpt;
   const bool verbose = given_verbose.value_or(experiment.verbose.value_or(true));
   if (command == "predict") refuse_verbose(command, experiment);
@@ -328,6 +422,7 @@ TrainerOptions single_process(TrainerOptions options) {
 
 int tune(const std::string& command, const nlohmann::json& config, const TuneArgs& args) {
   auto experiment = build(config);
+  load_init_weights(experiment);
   // The trials run without callbacks or loggers, and leave no log folder.
   Trainer trainer(single_process(experiment.options).logger(false));
   Tuner tuner(trainer);
@@ -488,6 +583,20 @@ int run(int argc, char** argv) {
       "--margin", [&batch](double v) { batch.margin(v); }, "binsearch: lower the size found by this fraction (0.05)");
   scale_batch_size->add_option_function<int64_t>(
       "--max_val", [&batch](int64_t v) { batch.max_val(v); }, "largest size tried (8192)");
+  std::string export_to;
+  double max_shard_mb = 0;
+  auto* export_command = app.add_subcommand(
+      "export", "write a checkpoint's module weights as safetensors, for PyTorch, Hugging Face and other tools");
+  export_command
+      ->add_option("--ckpt,--ckpt_path", ckpt,
+                   "the checkpoint: a path, or \"last\" (the newest last.ckpt under the config's "
+                   "trainer.default_root_dir); also a .safetensors file or index to reshard")
+      ->required();
+  export_command->add_option("--to", export_to, "the file to write: <name>.safetensors")->required();
+  export_command->add_option("--max_shard_mb", max_shard_mb,
+                             "largest shard in MiB: above it, Hugging Face's shards and index (0: one file)");
+  export_command->add_option("--config,-c", config_paths, "config files, for trainer.default_root_dir");
+  export_command->add_option("--set,-s", overrides, "override one key: section.key=value");
   auto* modules = app.add_subcommand(
       "modules",
       "list registered modules and data modules, with the config keys each reads, then the callbacks, loggers, "
@@ -510,7 +619,7 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& error) {
     if (error.get_exit_code() == 0) return app.exit(error);  // --help
     std::vector<CLI::App*> commands = configured;
-    commands.insert(commands.end(), {modules, reference});
+    commands.insert(commands.end(), {export_command, modules, reference});
     return fail("error", usage_error(commands, args, error), 2);
   }
   LoadedConfig loaded;
@@ -518,6 +627,10 @@ int run(int argc, char** argv) {
     if (modules->parsed()) return list_modules();
     if (reference->parsed()) return print_reference();
     if (!class_help_request.empty()) return class_help(class_help_request);
+    if (export_command->parsed()) {
+      loaded = load_config(config_paths, overrides);
+      return export_weights(loaded.config, ckpt, export_to, max_shard_mb);
+    }
     for (auto* command : configured) {
       if (!command->parsed()) continue;
       loaded = load_config(config_paths, overrides);

@@ -25,6 +25,12 @@ void set_console_rank(int64_t rank, int64_t world_size) {
   logger.set_level(rank == 0 ? spdlog::level::info : spdlog::level::warn);
 }
 
+bool first_of_launch() {
+  for (const char* variable : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+    if (const char* rank = std::getenv(variable); rank != nullptr) return std::string(rank) == "0";
+  return true;
+}
+
 std::string message_of(const std::exception& error) {
   const auto* torch_error = dynamic_cast<const c10::Error*>(&error);
   const char* show = std::getenv("TORCH_SHOW_CPP_STACKTRACES");

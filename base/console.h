@@ -16,6 +16,11 @@ spdlog::logger& console();
 /// Tags lines with the rank and quiets ranks other than 0 (they keep warnings and errors).
 void set_console_rank(int64_t rank, int64_t world_size);
 
+/// Whether this process is the first of its launch, or alone: the rank a launcher gave it (ddp_spawn,
+/// torchrun, srun, mpirun) is 0 or there is none. What every rank would say alike, such as a
+/// warning about the config that every rank reads, is said by that process only.
+bool first_of_launch();
+
 /// What `error` says, for a user to read: a LibTorch error (c10::Error) without the C++ stack trace
 /// it carries, unless TORCH_SHOW_CPP_STACKTRACES=1 asks for it, as in PyTorch.
 std::string message_of(const std::exception& error);

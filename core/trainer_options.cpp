@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <map>
 
 namespace arc {
@@ -328,15 +327,8 @@ bool written_by_key(const OptionField& field, const TrainerOptions& o) {
   return std::string(field.home) == "plugins" && write_plugins(o).is_null() && !group_settings(o, "plugins").empty();
 }
 
-// Whether this process is the first of its launch, or alone, so that a warning about the config,
-// which every rank reads, is said once: the rank a launcher gives (ddp_spawn, torchrun, srun, mpirun).
-bool first_of_launch() {
-  for (const char* variable : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
-    if (const char* rank = std::getenv(variable); rank != nullptr) return std::string(rank) == "0";
-  return true;
-}
-
-// The warning for an alias key that a config sets, naming its spelling in its home's entry.
+// The warning for an alias key that a config sets, naming its spelling in its home's entry (once
+// per launch: every rank reads the config).
 void warn_of_alias(const OptionField& field, const nlohmann::json& value, const TrainerOptions& o) {
   if (!first_of_launch()) return;
   const nlohmann::json init_args = {{field.key, value}};

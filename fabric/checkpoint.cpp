@@ -435,6 +435,11 @@ torch::Tensor CheckpointReader::empty_tensor(const std::string& name) const {
   return torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
 }
 
+std::pair<torch::ScalarType, std::vector<int64_t>> CheckpointReader::tensor_layout(const std::string& name) const {
+  const auto& e = entry(name, "tensor");
+  return {e.dtype, e.shape};
+}
+
 torch::Tensor CheckpointReader::tensor(const std::string& name) const {
   auto out = empty_tensor(name);
   read_into(name, out);

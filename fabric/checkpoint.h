@@ -129,6 +129,8 @@ class CheckpointReader {
   torch::Tensor tensor(const std::string& name) const;
   /// A new, unfilled CPU tensor of tensor `name`'s shape and type, to read it into.
   torch::Tensor empty_tensor(const std::string& name) const;
+  /// Tensor `name`'s type and shape, from the index (nothing is read or allocated).
+  std::pair<torch::ScalarType, std::vector<int64_t>> tensor_layout(const std::string& name) const;
   /// The archive blob `name`.
   torch::serialize::InputArchive archive(const std::string& name) const;
   /// Whether it holds `name` as an archive blob.

@@ -338,7 +338,7 @@ TEST(Cli, MistypedSubcommandsAndOptionsNameTheWordAndSuggest) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"trian --set trainer.max_epochs=1",
        "arc: error: unknown subcommand 'trian'; did you mean 'train'? known: fit, train, validate, test, predict, "
-       "lr_find, scale_batch_size, modules"},
+       "lr_find, scale_batch_size, export, modules"},
       {"", "arc: error: no subcommand given; the first argument is one of fit, train"},
       {"fit --confg run.json", "arc: error: arc fit: unknown option '--confg'; did you mean '--config'? known: --help"},
       {"validate --set trainer.limit_val_batches=1 --resume last",
@@ -404,6 +404,39 @@ TEST(Cli, ResumeLastContinuesExactlyAndEvaluationLoadsCheckpoints) {
   const auto missing = arc("validate --ckpt " + root.string() + "/none.ckpt" + common);
   EXPECT_EQ(missing.status, 2);
   EXPECT_NE(missing.output.find("does not exist"), std::string::npos) << missing.output;
+  std::filesystem::remove_all(root);
+}
+
+// arc export writes the last checkpoint's module weights as safetensors, and module.init_weights
+// loads them into a module built from the config: it validates as the checkpoint does.
+TEST(Cli, ExportWritesTheCheckpointsWeightsThatInitWeightsLoads) {
+  const auto root = arc::testing::process_scratch() / "cli_export";
+  std::filesystem::remove_all(root);
+  const std::string common = " --set trainer.default_root_dir=" + root.string() +
+                             " --set trainer.limit_val_batches=2 --set trainer.enable_progress_bar=false"
+                             " --set trainer.num_threads=1 --set trainer.limit_train_batches=10";
+  const auto missing = arc("export --ckpt last --to " + root.string() + "/model.safetensors" + common);
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.output.find("arc export --ckpt last: no last.ckpt in"), std::string::npos) << missing.output;
+  ASSERT_EQ(arc("fit" + common).status, 0);
+  const auto weights = root.string() + "/model.safetensors";
+  const auto exported = arc("export --ckpt last --to " + weights + common);
+  ASSERT_EQ(exported.status, 0) << exported.output;
+  EXPECT_EQ(result_of(exported.output)["files"], nlohmann::json::array({weights}));
+  EXPECT_GT(result_of(exported.output)["tensors"], 0);
+  const auto from_checkpoint = arc("validate --ckpt last" + common);
+  const auto from_weights = arc("validate --set module.init_weights=" + weights + common);
+  ASSERT_EQ(from_weights.status, 0) << from_weights.output;
+  EXPECT_NE(from_weights.output.find("module.init_weights '" + weights + "':\nloaded "), std::string::npos)
+      << from_weights.output;
+  for (const char* metric : {"val_loss", "val_acc"})
+    EXPECT_EQ(result_of(from_weights.output)[metric], result_of(from_checkpoint.output)[metric]) << metric;
+  // Names that do not match are an error that says which, before anything runs.
+  const auto renamed = arc("validate --set 'module.init_weights={path: " + weights + ", add_prefix: net.}'" + common);
+  EXPECT_EQ(renamed.status, 2);
+  EXPECT_NE(renamed.output.find("cannot load weights '" + weights + "' into the module (nothing was changed)"),
+            std::string::npos)
+      << renamed.output;
   std::filesystem::remove_all(root);
 }
 
