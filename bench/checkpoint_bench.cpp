@@ -1,10 +1,9 @@
-// Checkpoint save and load of a ~100M-parameter model (alone, with SGD momentum state, and as one
-// tensor), in MB/s, against writing and reading the same bytes with plain buffered file I/O in the
-// same run (each write against the plain write in the same position of a round: first or second),
-// with as many intra-op threads as the cores it may use (a checkpoint is read on that many); then
-// saves in the background (AsyncCheckpointWriter): the time training is blocked per save against a
-// memcpy of the same bytes, and step times while a write is in flight against steps without one
-// (training on one thread, so that the writer has the other core).
+// Checkpoint save and load of a ~100M-parameter model (alone, with SGD momentum state, as one
+// tensor, and its weights as safetensors), in MB/s, against writing and reading the same bytes with plain buffered file
+// I/O in the same run (each write against the plain write in the same position of a round: first or second), with as
+// many intra-op threads as the cores it may use (a checkpoint is read on that many); then saves in the background
+// (AsyncCheckpointWriter): the time training is blocked per save against a memcpy of the same bytes, and step times
+// while a write is in flight against steps without one (training on one thread, so that the writer has the other core).
 //   arc_bench_checkpoint [folder=/tmp] [repeats=3, at least 2]
 #include "bench_util.h"
 
@@ -13,6 +12,7 @@
 #include <arc/fabric/async_checkpoint_writer.h>
 #include <arc/fabric/checkpoint.h>
 #include <arc/fabric/detail/optimizer_state.h>
+#include <arc/fabric/weights.h>
 
 #include <unistd.h>
 
@@ -88,11 +88,22 @@ CheckpointWriter checkpoint_of(torch::nn::Module& model, torch::optim::SGD* sgd)
   return writer;
 }
 
-void checkpoint_write(torch::nn::Module& model, torch::optim::SGD* sgd, const std::string& path) {
+// The files compared with plain I/O: Arclight's checkpoints, or the module's weights as safetensors.
+enum class Format { checkpoint, safetensors };
+
+void checkpoint_write(Format format, torch::nn::Module& model, torch::optim::SGD* sgd, const std::string& path) {
+  if (format == Format::safetensors) {
+    save_weights(model, path);
+    return;
+  }
   checkpoint_of(model, sgd).write(path);
 }
 
-void checkpoint_read(torch::nn::Module& model, torch::optim::SGD* sgd, const std::string& path) {
+void checkpoint_read(Format format, torch::nn::Module& model, torch::optim::SGD* sgd, const std::string& path) {
+  if (format == Format::safetensors) {
+    load_weights(model, path);
+    return;
+  }
   const CheckpointReader checkpoint(path);
   checkpoint.load_module(model);
   if (sgd != nullptr) load_optimizer(checkpoint, "optimizer_0", *sgd);
@@ -211,10 +222,15 @@ int main(int argc, char** argv) try {
     std::string what;
     torch::nn::Module* model;
     torch::optim::SGD* optimizer;  // whose momentum the checkpoint holds too, or null
+    Format format = Format::checkpoint;
   };
   for (const Case& c :
        {Case{"model", model.ptr().get(), nullptr}, Case{"model + SGD momentum", model.ptr().get(), &sgd},
-        Case{"one tensor", embedding.ptr().get(), nullptr}}) {
+        Case{"one tensor", embedding.ptr().get(), nullptr},
+        Case{"model", model.ptr().get(), nullptr, Format::safetensors}}) {
+    const bool safetensors = c.format == Format::safetensors;
+    const std::string file = safetensors ? "safetensors (save_weights, atomic, fsync)" : "checkpoint (atomic, fsync)";
+    const std::string path = safetensors ? folder + "/arc_bench.safetensors" : ckpt;
     const auto tensors = payload(*c.model, c.optimizer);
     const double size = mb(tensors);
     // Write times by position in the round ([0]: written first, [1]: second). On some machines the
@@ -229,9 +245,10 @@ int main(int argc, char** argv) try {
         std::filesystem::remove(plain);
       };
       const auto checkpoint_pass = [&] {
-        cw[checkpoint_first ? 0 : 1].push_back(seconds([&] { checkpoint_write(*c.model, c.optimizer, ckpt); }));
-        cr.push_back(seconds([&] { checkpoint_read(*c.model, c.optimizer, ckpt); }));
-        std::filesystem::remove(ckpt);
+        cw[checkpoint_first ? 0 : 1].push_back(
+            seconds([&] { checkpoint_write(c.format, *c.model, c.optimizer, path); }));
+        cr.push_back(seconds([&] { checkpoint_read(c.format, *c.model, c.optimizer, path); }));
+        std::filesystem::remove(path);
       };
       if (checkpoint_first) {
         checkpoint_pass();
@@ -250,7 +267,7 @@ int main(int argc, char** argv) try {
     for (const int position : {0, 1}) {
       const std::string when = position == 0 ? ", written first" : ", written second";
       row("write " + c.what + ": plain fwrite + fsync" + when, median(pw[position]), median(pw[position]));
-      row("write " + c.what + ": checkpoint (atomic, fsync)" + when, median(cw[position]), median(pw[position]));
+      row("write " + c.what + ": " + file + when, median(cw[position]), median(pw[position]));
       write_ratios *= median(pw[position]) / median(cw[position]);
     }
     // Where writing into the page cache itself varies (a VM whose host hands memory back slowly),
@@ -260,13 +277,19 @@ int main(int argc, char** argv) try {
                       *std::min_element(times[1].begin(), times[1].end()));
     };
     const double best_plain = fastest(pw), best_checkpoint = fastest(cw);
-    std::cout << "  write " << c.what << ": the two ratios' geometric mean " << std::setprecision(3)
-              << std::sqrt(write_ratios) << "; fastest rounds " << std::setprecision(0) << size / best_plain
-              << " MB/s plain, " << size / best_checkpoint << " MB/s checkpoint, ratio " << std::setprecision(3)
+    std::cout << "  write " << c.what << (safetensors ? " as safetensors" : "") << ": the two ratios' geometric mean "
+              << std::setprecision(3) << std::sqrt(write_ratios) << "; fastest rounds " << std::setprecision(0)
+              << size / best_plain << " MB/s plain, " << size / best_checkpoint << " MB/s "
+              << (safetensors ? "safetensors" : "checkpoint") << ", ratio " << std::setprecision(3)
               << best_plain / best_checkpoint << "\n";
     row("read " + c.what + ": plain fread", median(pr), median(pr));
-    row("read " + c.what + ": checkpoint (all checksums)", median(cr), median(pr));
-    if (c.optimizer != nullptr)
+    row("read " + c.what +
+            (safetensors ? ": safetensors (load_weights, every entry checked)" : ": checkpoint (all checksums)"),
+        median(cr), median(pr));
+    if (safetensors)
+      summary.add("safetensors save vs fwrite + fsync", std::sqrt(write_ratios), 2)
+          .add("safetensors load vs fread", median(pr) / median(cr), 2);
+    else if (c.optimizer != nullptr)
       summary.add("save vs fwrite + fsync", std::sqrt(write_ratios), 2)
           .add("load vs fread", median(pr) / median(cr), 2);
     if (c.what == "one tensor") summary.add("one-tensor load vs fread", median(pr) / median(cr), 2);

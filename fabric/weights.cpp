@@ -34,6 +34,7 @@ namespace {
 // The header's size limit (the reference implementation's), checked before it is read.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr const char* kSuffix = ".safetensors";
+constexpr size_t kWritePiece = 1 << 20;
 constexpr const char* kIndexSuffix = ".safetensors.index.json";
 
 const std::vector<std::pair<std::string, torch::Dtype>>& dtype_names() {
@@ -320,7 +321,12 @@ void write_safetensors(const StateDict& state, const std::string& path,
   OutputFile file(path, "weights file", "the path given to save_weights");
   file.write(&length, 8);
   file.write(text.data(), text.size());
-  for (const auto& [name, tensor] : state) file.write(tensor.data_ptr(), tensor.nbytes());
+  // In pieces, as the checkpoint writer does, so that the disk starts on each as the next goes in.
+  for (const auto& [name, tensor] : state) {
+    const auto* bytes = static_cast<const char*>(tensor.data_ptr());
+    for (size_t at = 0; at < tensor.nbytes(); at += kWritePiece)
+      file.write(bytes + at, std::min(kWritePiece, tensor.nbytes() - at));
+  }
   file.commit();
 }
 
@@ -500,11 +506,6 @@ WeightsReport load_weights(torch::nn::Module& module, const std::string& path, c
   std::vector<std::regex> skips;
   for (const auto& pattern : options.skip()) skips.push_back(regex_of(pattern, "skip"));
 
-  if (options.dtype()) {
-    torch::NoGradGuard no_grad;
-    for (auto& [name, tensor] : state_dict(module))
-      if (tensor.is_floating_point()) tensor.set_data(tensor.to(*options.dtype()));
-  }
   const auto state = state_dict(module);
   std::map<std::string, torch::Tensor> targets(state.begin(), state.end());
   WeightsReport report;
@@ -543,6 +544,12 @@ WeightsReport load_weights(torch::nn::Module& module, const std::string& path, c
                   "with skip, or load what matches with strict(false)"
                 : "leave those tensors out with LoadWeightsOptions::skip (a new head), or build the module in the "
                   "file's shapes");
+  // The module's own tensors change type in place (set_data), so `reads` holds them still.
+  if (options.dtype()) {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, tensor] : state)
+      if (tensor.is_floating_point()) tensor.set_data(tensor.to(*options.dtype()));
+  }
   for (const auto& [file_name, into] : reads) reader->read_into(file_name, into);
   return report;
 }

@@ -187,6 +187,9 @@ TEST(Weights, ShapeMismatchesAreRefusedAndDtypeConvertsTheModule) {
   EXPECT_NE(message.find("shape mismatch: fc1.weight is [8, 4] in the module, [5, 4] in the file"), std::string::npos)
       << message;
   EXPECT_NE(message.find("LoadWeightsOptions::skip"), std::string::npos) << message;
+  // A refused load converts nothing either.
+  EXPECT_NE(error_of([&] { load_weights(net, path, LoadWeightsOptions().dtype(torch::kBFloat16)); }), "");
+  EXPECT_EQ(net.fc1->weight.scalar_type(), torch::kFloat);
 
   Net source;
   save_weights(source, path);
