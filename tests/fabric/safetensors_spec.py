@@ -1,4 +1,5 @@
 """safetensors from the specification alone (struct + json), for the weights tests.
+read(path) gives a file's tensors by name.
 
   safetensors_spec.py check FILE   reads FILE as the spec says, checks its layout and that its
                                    tensors are those of expected() (bit for bit); prints "OK <n>"
@@ -28,6 +29,24 @@ def expected():
     return out
 
 
+def read(path):
+    """name -> tensor of the file at `path`, read as the spec says."""
+    data = open(path, "rb").read()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + length].decode("utf-8"))
+    body = data[8 + length:]
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        dtype = DTYPES[entry["dtype"]]
+        raw = bytearray(body[begin:end])
+        flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.zeros(0, dtype=dtype)
+        out[name] = flat.reshape(entry["shape"])
+    return out
+
+
 def check(path):
     data = open(path, "rb").read()
     (length,) = struct.unpack("<Q", data[:8])
@@ -41,15 +60,10 @@ def check(path):
         at = end
     assert at == len(body), f"{len(body) - at} bytes after the last tensor"
     assert header.get("__metadata__", {}).get("format") == "pt", header.get("__metadata__")
-    want = expected()
-    assert sorted(k for k in header if k != "__metadata__") == sorted(want), sorted(header)
+    want, got = expected(), read(path)
+    assert sorted(got) == sorted(want), sorted(got)
     for name, tensor in want.items():
-        entry = header[name]
-        assert DTYPES[entry["dtype"]] == tensor.dtype and entry["shape"] == list(tensor.shape), (name, entry)
-        begin, end = entry["data_offsets"]
-        raw = bytearray(body[begin:end])
-        got = (torch.frombuffer(raw, dtype=tensor.dtype) if raw else torch.zeros(0, dtype=tensor.dtype))
-        assert torch.equal(got.reshape(tensor.shape), tensor), (name, got, tensor)
+        assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), (name, got[name], tensor)
     print("OK", len(want))
 
 
