@@ -586,13 +586,15 @@ int run(int argc, char** argv) {
   std::string export_to;
   double max_shard_mb = 0;
   auto* export_command = app.add_subcommand(
-      "export", "write a checkpoint's module weights as safetensors, for PyTorch, Hugging Face and other tools");
+      "export", "write a checkpoint's module weights as safetensors or .pt, for PyTorch, Hugging Face and other tools");
   export_command
       ->add_option("--ckpt,--ckpt_path", ckpt,
                    "the checkpoint: a path, or \"last\" (the newest last.ckpt under the config's "
                    "trainer.default_root_dir); also a .safetensors file or index to reshard")
       ->required();
-  export_command->add_option("--to", export_to, "the file to write: <name>.safetensors")->required();
+  export_command
+      ->add_option("--to", export_to, "the file to write: <name>.safetensors, or <name>.pt (torch.save's format)")
+      ->required();
   export_command->add_option("--max_shard_mb", max_shard_mb,
                              "largest shard in MiB: above it, Hugging Face's shards and index (0: one file)");
   export_command->add_option("--config,-c", config_paths, "config files, for trainer.default_root_dir");

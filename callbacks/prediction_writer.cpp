@@ -5,10 +5,8 @@
 #include <arc/core/trainer.h>
 
 #include <arc/base/output_file.h>
+#include <arc/fabric/detail/torch_save.h>
 
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/types.h>
 
 #include <filesystem>
@@ -62,28 +60,6 @@ namespace {
 
 torch::Tensor indices_tensor(const std::vector<int64_t>& indices) { return torch::tensor(indices, torch::kLong); }
 
-// `value` in torch.save's format, its dicts and lists as Python's own. LibTorch's pickle_save wraps
-// each in torch.jit._pickle.restore_type_tag (a list of tensors in build_tensorlist), which
-// torch.load refuses with weights_only=True, its default since PyTorch 2.6.
-std::vector<char> plain_pickle(const c10::IValue& value) {
-  std::vector<char> pickled;
-  torch::jit::Pickler pickler(
-      [&](const char* bytes, size_t size) { pickled.insert(pickled.end(), bytes, bytes + size); }, nullptr, nullptr,
-      nullptr, nullptr, /*tag_aggregates=*/false);
-  pickler.protocol();
-  pickler.pushIValue(value);
-  pickler.stop();
-  std::vector<char> container;
-  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
-    const auto* bytes = static_cast<const char*>(data);
-    container.insert(container.end(), bytes, bytes + size);
-    return size;
-  });
-  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
-  writer.writeEndOfFile();
-  return container;
-}
-
 // A list of tensors that pickles as a Python list.
 c10::impl::GenericList list_of(const std::vector<torch::Tensor>& tensors) {
   c10::impl::GenericList list(c10::AnyType::get());
@@ -96,7 +72,7 @@ void write_whole(const std::string& path, const c10::IValue& predictions, const 
   c10::impl::GenericDict contents(c10::StringType::get(), c10::AnyType::get());
   contents.insert("predictions", predictions);
   contents.insert("batch_indices", batch_indices);
-  const std::vector<char> bytes = plain_pickle(contents);
+  const std::vector<char> bytes = detail::torch_save_bytes(contents);
   OutputFile file(path, "predictions", "PredictionWriter's output_dir");
   file.write(bytes.data(), bytes.size());
   file.commit();

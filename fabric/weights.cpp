@@ -8,6 +8,7 @@
 #include <arc/base/error.h>
 #include <arc/base/output_file.h>
 #include <arc/fabric/checkpoint.h>
+#include <arc/fabric/detail/torch_save.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -410,10 +411,30 @@ StateDict state_dict(const torch::nn::Module& module) {
   return state;
 }
 
+// `state` as torch.save(state_dict) writes it: a dict of name -> tensor.
+void write_torch_save(const StateDict& state, const std::string& path) {
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
+  for (const auto& [name, tensor] : state) {
+    ARC_CHECK(!dict.contains(name), "cannot save weights to '", path, "': tensor name '", name,
+              "' comes twice; give each tensor a name of its own");
+    dict.insert(name, tensor.detach().to(torch::kCPU).contiguous());
+  }
+  const auto bytes = detail::torch_save_bytes(dict);
+  OutputFile file(path, "weights file", "the path given to save_weights");
+  file.write(bytes.data(), bytes.size());
+  file.commit();
+}
+
 std::vector<std::string> save_weights(const StateDict& state, const std::string& path,
                                       const SaveWeightsOptions& options) {
+  if (ends_with(path, ".pt") || ends_with(path, ".pth") || ends_with(path, ".bin")) {
+    ARC_CHECK(options.max_shard_mb() == 0, "cannot save weights to '", path, "': max_shard_mb shards ", kSuffix,
+              " files only; write <name>", kSuffix, " to shard them");
+    write_torch_save(state, path);
+    return {path};
+  }
   ARC_CHECK(ends_with(path, kSuffix), "cannot save weights to '", path, "': Arclight writes ", kSuffix,
-            " files; name the file <name>", kSuffix);
+            " files and PyTorch's .pt (.pth, .bin); name the file <name>", kSuffix, " or <name>.pt");
   ARC_CHECK(options.max_shard_mb() >= 0, "max_shard_mb must be >= 0 (0: one file), got ", options.max_shard_mb());
   auto metadata = options.metadata();
   metadata.emplace("format", "pt");

@@ -72,8 +72,10 @@ class SaveWeightsOptions {
   ARC_ARG(double, max_shard_mb) = 0;
 };
 
-/// Writes `state` to `path` (`.safetensors`), each tensor once, through a temporary file that is
-/// renamed into place when complete. Returns the files written (the index last, when sharded).
+/// Writes `state` to `path`, through a temporary file that is renamed into place when complete:
+/// `.safetensors` (each tensor once), or `.pt` (`.pth`, `.bin`) as Python's
+/// `torch.save(model.state_dict())` writes it, which `torch.load(path, weights_only=True)` reads.
+/// Returns the files written (the index last, when sharded).
 std::vector<std::string> save_weights(const StateDict& state, const std::string& path,
                                       const SaveWeightsOptions& options = {});
 

@@ -442,7 +442,8 @@ TEST(Cli, ExportWritesTheCheckpointsWeightsThatInitWeightsLoads) {
 }
 
 // The exported weights are the trained ones, bit for bit, in the PyTorch twin of each canonical
-// model (bench/python): loaded there by a reader written from the spec (twin_from_weights.py), its
+// model (bench/python): loaded there (twin_from_weights.py) from safetensors by a reader written
+// from the spec, and from .pt by torch.load(weights_only=True), its
 // parameters hash as Arclight's RESULT says, and it validates to the same accuracy (the loss is
 // averaged in another order, so to within float32 rounding).
 TEST(Cli, ExportedWeightsLoadIntoThePyTorchTwinBitForBit) {
@@ -457,15 +458,18 @@ TEST(Cli, ExportedWeightsLoadIntoThePyTorchTwinBitForBit) {
                                " --set trainer.enable_progress_bar=false --set trainer.num_threads=1";
     const auto fit = arc("fit --set trainer.limit_train_batches=10" + common);
     ASSERT_EQ(fit.status, 0) << fit.output;
-    const auto weights = root.string() + "/" + model + ".safetensors";
-    ASSERT_EQ(arc("export --ckpt last --to " + weights + common).status, 0);
-    const auto twin = arc::testing::run_command(python + " " + ARC_SOURCE_DIR + "/tests/apps/twin_from_weights.py " +
-                                                weights + " " + model + " 2>&1");
-    ASSERT_EQ(twin.status, 0) << twin.output;
-    const auto theirs = nlohmann::json::parse(twin.output), ours = result_of(fit.output);
-    EXPECT_EQ(theirs["param_sha256"], ours["final_param_sha256"]);
-    EXPECT_EQ(theirs["val_acc"], ours["val_acc"]);
-    EXPECT_NEAR(theirs["val_loss"].get<double>(), ours["val_loss"].get<double>(), 1e-6);
+    for (const char* suffix : {".safetensors", ".pt"}) {
+      SCOPED_TRACE(suffix);
+      const auto weights = root.string() + "/" + model + suffix;
+      ASSERT_EQ(arc("export --ckpt last --to " + weights + common).status, 0);
+      const auto twin = arc::testing::run_command(python + " " + ARC_SOURCE_DIR + "/tests/apps/twin_from_weights.py " +
+                                                  weights + " " + model + " 2>&1");
+      ASSERT_EQ(twin.status, 0) << twin.output;
+      const auto theirs = nlohmann::json::parse(twin.output), ours = result_of(fit.output);
+      EXPECT_EQ(theirs["param_sha256"], ours["final_param_sha256"]);
+      EXPECT_EQ(theirs["val_acc"], ours["val_acc"]);
+      EXPECT_NEAR(theirs["val_loss"].get<double>(), ours["val_loss"].get<double>(), 1e-6);
+    }
     std::filesystem::remove_all(root);
   }
 }

@@ -2,7 +2,9 @@
 (bench/python/torch_workload.py) and prints what the twin makes of them, as JSON: its parameters'
 SHA-256 (as the workload's RESULT line gives it) and its validation loss and accuracy.
 
-  twin_from_weights.py FILE.safetensors mlp|cnn
+  twin_from_weights.py FILE mlp|cnn
+FILE: .safetensors, read by a reader written from the spec; .pt, read by
+torch.load(FILE, weights_only=True).
 """
 import json
 import os
@@ -24,7 +26,8 @@ def main(path, kind):
     torch.set_num_threads(1)  # as the Arclight run it is compared with
     model = torch_workload.make_model(kind)
     state = {}
-    for name, tensor in read(path).items():
+    weights = torch.load(path, weights_only=True) if path.endswith(".pt") else read(path)
+    for name, tensor in weights.items():
         layer, _, rest = name.partition(".")
         state[NAMES[kind][layer] + "." + rest] = tensor
     model.load_state_dict(state, strict=True)

@@ -96,6 +96,32 @@ TEST(Weights, SafetensorsFollowTheSpecInBothDirections) {
   std::filesystem::remove_all(dir);
 }
 
+// .pt as torch.save(state_dict) writes it: torch.load(weights_only=True), PyTorch's default since
+// 2.6, reads every dtype back in order.
+TEST(Weights, PtFilesAreWhatTorchLoadReadsWithWeightsOnly) {
+  const auto python = testing::python_with_torch();
+  if (python.empty()) GTEST_SKIP() << testing::kNoPythonWithTorch;
+  const auto dir = folder("pt");
+  const auto path = dir + "/all.pt";
+  EXPECT_EQ(save_weights(expected_tensors(), path), std::vector<std::string>{path});
+  const std::string check = "import sys, torch; sys.path.insert(0, '" + std::string(ARC_SOURCE_DIR) +
+                            "/tests/fabric'); from safetensors_spec import expected; "
+                            "got = torch.load('" +
+                            path +
+                            "', weights_only=True); want = expected(); "
+                            "assert list(got) == list(want), list(got); "
+                            "assert all(got[k].dtype == v.dtype and torch.equal(got[k], v) for k, v in want.items()); "
+                            "print('OK', len(got))";
+  const auto run = testing::run_command(python + " -c \"" + check + "\" 2>&1");
+  EXPECT_EQ(run.status, 0) << run.output;
+  EXPECT_EQ(run.output, "OK 11\n");
+  EXPECT_NE(error_of([&] {
+              save_weights(expected_tensors(), dir + "/w.pt", SaveWeightsOptions().max_shard_mb(1));
+            }).find("max_shard_mb shards .safetensors files only"),
+            std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 // A module's parameters and buffers go out and come back, to the bit.
 TEST(Weights, AModuleRoundTripsThroughSafetensors) {
   const auto dir = folder("module");
