@@ -25,6 +25,21 @@ void expect_parity(int64_t accumulate) {
   EXPECT_EQ(report(ddp)["global_step"], 40);
 }
 
+// The probe's flags are a table: --help lists every scenario's settings, and a misspelt flag is an
+// error before anything runs (a test that misspelt one would otherwise run another scenario).
+TEST(DDPProbe, ListsItsFlagsAndRefusesUnknownOnes) {
+  const auto help = probe("--help");
+  ASSERT_EQ(help.status, 0) << help.output;
+  for (const char* flag : {"--fail.kind", "--stall.ms", "--checkpoints.every", "--val.stream", "--custom.resume"})
+    EXPECT_NE(help.output.find(flag), std::string::npos) << flag << "\n" << help.output;
+  const auto misspelt = probe("--strategy single_device --devices 1 --fail-rank 1 2>&1");
+  EXPECT_EQ(misspelt.status, 2) << misspelt.output;
+  EXPECT_NE(misspelt.output.find("ddp_probe: unknown flag '--fail-rank' (ddp_probe --help lists them)"),
+            std::string::npos)
+      << misspelt.output;
+  EXPECT_EQ(misspelt.output.find("PROBE"), std::string::npos) << misspelt.output;
+}
+
 TEST(DDP, TwoRanksMatchOneProcessWithTwiceTheBatch) { expect_parity(1); }
 
 TEST(DDP, TwoRanksMatchOneProcessWithGradientAccumulation) { expect_parity(2); }
