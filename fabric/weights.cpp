@@ -305,11 +305,8 @@ void write_safetensors(const StateDict& state, const std::string& path,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::set<std::string> names;
   uint64_t offset = 0;
   for (const auto& [name, tensor] : state) {
-    ARC_CHECK(names.insert(name).second, "cannot save weights to '", path, "': tensor name '", name,
-              "' comes twice; give each tensor a name of its own");
     const uint64_t bytes = tensor.nbytes();
     header[name] = {{"dtype", dtype_name(tensor.scalar_type(), name)},
                     {"shape", tensor.sizes().vec()},
@@ -404,21 +401,13 @@ StateDict read_weights(const std::string& path) {
   return out;
 }
 
-StateDict state_dict(const torch::nn::Module& module) {
-  StateDict state;
-  for (const auto& item : module.named_parameters()) state.emplace_back(item.key(), item.value());
-  for (const auto& item : module.named_buffers()) state.emplace_back(item.key(), item.value());
-  return state;
-}
+// What a checkpoint stores under "model/" is the state_dict too.
+StateDict state_dict(const torch::nn::Module& module) { return named_state(module); }
 
 // `state` as torch.save(state_dict) writes it: a dict of name -> tensor.
 void write_torch_save(const StateDict& state, const std::string& path) {
   c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
-  for (const auto& [name, tensor] : state) {
-    ARC_CHECK(!dict.contains(name), "cannot save weights to '", path, "': tensor name '", name,
-              "' comes twice; give each tensor a name of its own");
-    dict.insert(name, tensor.detach().to(torch::kCPU).contiguous());
-  }
+  for (const auto& [name, tensor] : state) dict.insert(name, tensor.detach().to(torch::kCPU).contiguous());
   const auto bytes = detail::torch_save_bytes(dict);
   OutputFile file(path, "weights file", "the path given to save_weights");
   file.write(bytes.data(), bytes.size());
@@ -427,6 +416,10 @@ void write_torch_save(const StateDict& state, const std::string& path) {
 
 std::vector<std::string> save_weights(const StateDict& state, const std::string& path,
                                       const SaveWeightsOptions& options) {
+  std::set<std::string> names;
+  for (const auto& [name, tensor] : state)
+    ARC_CHECK(names.insert(name).second, "cannot save weights to '", path, "': tensor name '", name,
+              "' comes twice; give each tensor a name of its own");
   if (ends_with(path, ".pt") || ends_with(path, ".pth") || ends_with(path, ".bin")) {
     ARC_CHECK(options.max_shard_mb() == 0, "cannot save weights to '", path, "': max_shard_mb shards ", kSuffix,
               " files only; write <name>", kSuffix, " to shard them");

@@ -115,6 +115,12 @@ TEST(Weights, PtFilesAreWhatTorchLoadReadsWithWeightsOnly) {
   const auto run = testing::run_command(python + " -c \"" + check + "\" 2>&1");
   EXPECT_EQ(run.status, 0) << run.output;
   EXPECT_EQ(run.output, "OK 11\n");
+  for (const char* file : {"/twice.pt", "/twice.safetensors"})
+    EXPECT_NE(error_of([&] {
+                save_weights(StateDict{{"a", torch::ones(1)}, {"a", torch::ones(1)}}, dir + file);
+              }).find("tensor name 'a' comes twice"),
+              std::string::npos)
+        << file;
   EXPECT_NE(error_of([&] {
               save_weights(expected_tensors(), dir + "/w.pt", SaveWeightsOptions().max_shard_mb(1));
             }).find("max_shard_mb shards .safetensors files only"),
