@@ -5,12 +5,12 @@
 #include <arc/base/detail/crc32c.h>
 #include <arc/base/error.h>
 #include <arc/base/output_file.h>
+#include <arc/fabric/detail/read_file.h>
 
 #include <torch/torch.h>
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
 #include <atomic>
@@ -276,51 +276,22 @@ CheckpointReader::CheckpointReader(std::string path) : CheckpointReader(std::mov
 CheckpointReader::CheckpointReader(std::string path, bool verify_data)
     : path_(std::move(path)), verify_data_(verify_data) {
   open_file();
-  try {
-    read_index();
-    if (verify_data_) verify_checksums();
-  } catch (...) {
-    ::close(fd_);
-    throw;
-  }
+  read_index();
+  if (verify_data_) verify_checksums();
 }
 
-CheckpointReader::~CheckpointReader() { ::close(fd_); }
+CheckpointReader::~CheckpointReader() = default;
 
 nlohmann::json CheckpointReader::read_meta(const std::string& path) { return CheckpointReader(path, false).meta_; }
 
 void CheckpointReader::open_file() {
   ARC_CHECK(std::filesystem::exists(path_), "checkpoint '", path_, "' does not exist; check ckpt_path");
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  ARC_CHECK(fd_ >= 0, "cannot open checkpoint '", path_, "' (", std::strerror(errno), "); check its permissions");
-  struct stat info {};
-  if (::fstat(fd_, &info) != 0) {
-    const int error = errno;
-    ::close(fd_);
-    ARC_FAIL("cannot read the size of checkpoint '", path_, "' (", std::strerror(error), "); check the file system");
-  }
-  size_ = static_cast<size_t>(info.st_size);
-  if (size_ < kHeaderBytes + kTrailerBytes) {
-    ::close(fd_);
-    ARC_FAIL("checkpoint '", path_, "' is truncated (", size_, " bytes); use an earlier one");
-  }
+  file_ = std::make_unique<detail::ReadFile>(path_, "checkpoint", "check the file system, or use an earlier one");
+  ARC_CHECK(file_->size() >= kHeaderBytes + kTrailerBytes, "checkpoint '", path_, "' is truncated (", file_->size(),
+            " bytes); use an earlier one");
 }
 
-// Reads go through pread, not a memory map: the kernel copies from the page cache through its own
-// large pages, where touching a mapping page by page costs a TLB miss per 4 KB (5x slower in a VM).
-void CheckpointReader::read_at(uint64_t offset, void* into, size_t size) const {
-  auto* bytes = static_cast<uint8_t*>(into);
-  while (size > 0) {
-    const ssize_t n = ::pread(fd_, bytes, size, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    ARC_CHECK(n > 0, "cannot read checkpoint '", path_, "' (",
-              n < 0 ? std::strerror(errno) : "it is shorter than when it was opened",
-              "); check the file system, or use an earlier one");
-    bytes += n;
-    size -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-}
+void CheckpointReader::read_at(uint64_t offset, void* into, size_t size) const { file_->read_at(offset, into, size); }
 
 // Every data checksum, before anything is loaded. Blobs are summed in pieces of kLoadPiece spread
 // over threads (so that one large tensor is not summed on one), each read in parts small enough to
@@ -362,7 +333,7 @@ void CheckpointReader::verify_checksums() {
 void CheckpointReader::read_index() {
   uint8_t header[kHeaderBytes], trailer[kTrailerBytes];
   read_at(0, header, kHeaderBytes);
-  read_at(size_ - kTrailerBytes, trailer, kTrailerBytes);
+  read_at(file_->size() - kTrailerBytes, trailer, kTrailerBytes);
   ARC_CHECK(std::memcmp(header, kMagic, 8) == 0, "file '", path_,
             "' is not an Arclight checkpoint, or is truncated or corrupt; pass a file written by ",
             "Trainer::save_checkpoint");
@@ -372,7 +343,7 @@ void CheckpointReader::read_index() {
             " to ", kCheckpointFormatVersion, "; load it with the Arclight that wrote it, or retrain");
   const uint64_t index_offset = read_u64(trailer), index_bytes = read_u64(trailer + 8);
   ARC_CHECK(std::memcmp(trailer + 24, kTrailerMagic, 8) == 0 && index_offset >= kHeaderBytes &&
-                index_offset + index_bytes + kTrailerBytes == size_,
+                index_offset + index_bytes + kTrailerBytes == file_->size(),
             "checkpoint '", path_, "' is truncated or corrupt (its end marker is missing); use an earlier one");
   uint32_t stored_crc;
   std::memcpy(&stored_crc, trailer + 16, 4);

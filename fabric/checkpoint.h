@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,9 @@ class Module;
 }
 
 namespace arc {
+namespace detail {
+class ReadFile;
+}  // namespace detail
 
 /// The format this build writes, and the oldest it reads.
 ///@{
@@ -162,8 +166,7 @@ class CheckpointReader {
   std::string path_;
   nlohmann::json meta_;
   std::map<std::string, Entry> entries_;
-  int fd_ = -1;
-  size_t size_ = 0;
+  std::unique_ptr<detail::ReadFile> file_;
   bool verify_data_ = true;
 };
 

@@ -8,11 +8,10 @@
 #include <arc/base/error.h>
 #include <arc/base/output_file.h>
 #include <arc/fabric/checkpoint.h>
+#include <arc/fabric/detail/read_file.h>
+#include <arc/fabric/detail/torch_load.h>
 #include <arc/fabric/detail/torch_save.h>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -37,6 +36,8 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr const char* kSuffix = ".safetensors";
 constexpr size_t kWritePiece = 1 << 20;
 constexpr const char* kIndexSuffix = ".safetensors.index.json";
+// The Lightning release whose checkpoint layout a .ckpt is written in (its "pytorch-lightning_version").
+constexpr const char* kLightningVersion = "2.2.5";
 
 const std::vector<std::pair<std::string, torch::Dtype>>& dtype_names() {
   static const std::vector<std::pair<std::string, torch::Dtype>> names = {
@@ -77,47 +78,6 @@ nlohmann::json parse_unique(const std::string& text, const std::string& what) {
   return json;
 }
 
-// A file read with pread, its size known.
-class ReadFile {
- public:
-  explicit ReadFile(std::string path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    ARC_CHECK(fd_ >= 0, "cannot open weights file '", path_, "' (", std::strerror(errno),
-              "); check the path and its permissions");
-    struct stat info {};
-    if (::fstat(fd_, &info) != 0) {
-      const int error = errno;
-      ::close(fd_);
-      ARC_FAIL("cannot read the size of weights file '", path_, "' (", std::strerror(error), ")");
-    }
-    size_ = static_cast<uint64_t>(info.st_size);
-  }
-  ReadFile(const ReadFile&) = delete;
-  ReadFile& operator=(const ReadFile&) = delete;
-  ~ReadFile() { ::close(fd_); }
-
-  uint64_t size() const { return size_; }
-  const std::string& path() const { return path_; }
-
-  void read_at(uint64_t offset, void* into, size_t size) const {
-    auto* bytes = static_cast<char*>(into);
-    while (size > 0) {
-      const ssize_t n = ::pread(fd_, bytes, size, static_cast<off_t>(offset));
-      if (n < 0 && errno == EINTR) continue;
-      ARC_CHECK(n > 0, "cannot read weights file '", path_, "' (",
-                n < 0 ? std::strerror(errno) : "it is shorter than when it was opened", ")");
-      bytes += n;
-      offset += static_cast<uint64_t>(n);
-      size -= static_cast<size_t>(n);
-    }
-  }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  uint64_t size_ = 0;
-};
-
 // The count of elements of `shape` times `item` bytes, or nullopt on overflow.
 std::optional<uint64_t> byte_size(const std::vector<int64_t>& shape, uint64_t item) {
   uint64_t total = item;
@@ -132,7 +92,7 @@ std::optional<uint64_t> byte_size(const std::vector<int64_t>& shape, uint64_t it
 // One safetensors file.
 class SafetensorsReader : public WeightsReader {
  public:
-  explicit SafetensorsReader(const std::string& path) : file_(path) {
+  explicit SafetensorsReader(const std::string& path) : file_(path, "weights file", "check the file system") {
     const std::string what = "safetensors file '" + path + "'";
     ARC_CHECK(file_.size() >= 8, what, " is ", file_.size(), " bytes long, shorter than its 8-byte header length; ",
               "it is truncated or not a safetensors file");
@@ -237,7 +197,7 @@ class SafetensorsReader : public WeightsReader {
     }
   }
 
-  ReadFile file_;
+  detail::ReadFile file_;
   uint64_t data_start_ = 0;
   std::vector<WeightEntry> entries_;
   std::map<std::string, std::pair<const WeightEntry*, uint64_t>> spans_;
@@ -345,6 +305,8 @@ class CheckpointWeights : public WeightsReader {
     WeightsMetadata out;
     for (const char* key : {"epoch", "global_step"})
       if (reader_.meta().contains(key)) out[key] = reader_.meta()[key].dump();
+    const auto hparams = reader_.meta().value("hparams", nlohmann::json::object());
+    if (!hparams.empty()) out["hparams"] = hparams.dump();
     return out;
   }
   void read_into(const std::string& name, const torch::Tensor& into) const override {
@@ -356,6 +318,11 @@ class CheckpointWeights : public WeightsReader {
   CheckpointReader reader_;
   std::vector<WeightEntry> entries_;
 };
+
+// Whether `path` names a file of torch.save's by its suffix.
+bool is_torch_save(const std::string& path) {
+  return ends_with(path, ".pt") || ends_with(path, ".pth") || ends_with(path, ".bin");
+}
 
 // Whether `path` begins with a zip archive's signature, as PyTorch's torch.save files and
 // Lightning's checkpoints do.
@@ -384,14 +351,18 @@ const WeightEntry* WeightsReader::find(const std::string& name) const {
 std::unique_ptr<WeightsReader> open_weights(const std::string& path) {
   if (ends_with(path, kIndexSuffix)) return std::make_unique<ShardedReader>(path);
   if (ends_with(path, kSuffix)) return std::make_unique<SafetensorsReader>(path);
-  const std::string taken =
-      std::string(kSuffix) + " files, Hugging Face's sharded " + kIndexSuffix + " and Arclight's checkpoints (.ckpt)";
-  if (ends_with(path, ".ckpt")) {
-    ARC_CHECK(!is_zip(path), "'", path, "' is a PyTorch zip file (Lightning's checkpoints and torch.save's ",
-              "files are), not an Arclight checkpoint; Arclight reads weights from ", taken);
-    return std::make_unique<CheckpointWeights>(path);
+  if (is_torch_save(path)) {
+    ARC_CHECK(std::filesystem::exists(path) && is_zip(path), "'", path, "' is not a zip archive, as torch.save ",
+              "writes since PyTorch 1.6: it is missing, in the legacy format (_use_new_zipfile_serialization=False) ",
+              "or not a PyTorch file; save it again with torch.save");
+    return detail::open_torch_file(path);
   }
-  ARC_FAIL("cannot tell the format of weights file '", path, "' by its name; Arclight reads ", taken);
+  // Lightning's checkpoints are torch.save's zip archives; Arclight's are not.
+  if (ends_with(path, ".ckpt"))
+    return is_zip(path) ? detail::open_torch_file(path) : std::make_unique<CheckpointWeights>(path);
+  ARC_FAIL("cannot tell the format of weights file '", path, "' by its name; Arclight reads ", kSuffix,
+           " files, Hugging Face's sharded ", kIndexSuffix, ", torch.save's .pt (.pth, .bin), Lightning's and ",
+           "Arclight's checkpoints (.ckpt)");
 }
 
 StateDict read_weights(const std::string& path) {
@@ -404,15 +375,51 @@ StateDict read_weights(const std::string& path) {
 // What a checkpoint stores under "model/" is the state_dict too.
 StateDict state_dict(const torch::nn::Module& module) { return named_state(module); }
 
-// `state` as torch.save(state_dict) writes it: a dict of name -> tensor.
-void write_torch_save(const StateDict& state, const std::string& path) {
+namespace {
+
+// `json` as the Python value it reads as: dicts, lists, str, int, float, bool and None.
+c10::IValue python_value(const nlohmann::json& json) {
+  if (json.is_object()) {
+    c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+    for (const auto& [key, value] : json.items()) dict.insert(key, python_value(value));
+    return dict;
+  }
+  if (json.is_array()) {
+    c10::impl::GenericList list(c10::AnyType::get());
+    for (const auto& value : json) list.push_back(python_value(value));
+    return list;
+  }
+  if (json.is_string()) return json.get<std::string>();
+  if (json.is_boolean()) return json.get<bool>();
+  if (json.is_number_integer()) return json.get<int64_t>();
+  if (json.is_number()) return json.get<double>();
+  return {};
+}
+
+// `state` as torch.save(state_dict) writes it (a dict of name -> tensor), or with `lightning` as
+// Lightning's checkpoint of a module with that state_dict.
+void write_torch_save(const StateDict& state, const std::string& path, const SaveWeightsOptions& options,
+                      bool lightning) {
   c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
   for (const auto& [name, tensor] : state) dict.insert(name, tensor.detach().to(torch::kCPU).contiguous());
-  const auto bytes = detail::torch_save_bytes(dict);
+  c10::impl::GenericDict checkpoint(c10::StringType::get(), c10::AnyType::get());
+  if (lightning) {
+    ARC_CHECK(options.hyper_parameters().is_object(), "SaveWeightsOptions::hyper_parameters must be a JSON object ",
+              "(name -> value), as Lightning's module takes them; got ", options.hyper_parameters().dump());
+    checkpoint.insert("epoch", options.epoch());
+    checkpoint.insert("global_step", options.global_step());
+    checkpoint.insert("pytorch-lightning_version", kLightningVersion);
+    checkpoint.insert("state_dict", dict);
+    if (!options.hyper_parameters().empty())
+      checkpoint.insert("hyper_parameters", python_value(options.hyper_parameters()));
+  }
+  const auto bytes = detail::torch_save_bytes(lightning ? c10::IValue(checkpoint) : c10::IValue(dict));
   OutputFile file(path, "weights file", "the path given to save_weights");
   file.write(bytes.data(), bytes.size());
   file.commit();
 }
+
+}  // namespace
 
 std::vector<std::string> save_weights(const StateDict& state, const std::string& path,
                                       const SaveWeightsOptions& options) {
@@ -420,14 +427,16 @@ std::vector<std::string> save_weights(const StateDict& state, const std::string&
   for (const auto& [name, tensor] : state)
     ARC_CHECK(names.insert(name).second, "cannot save weights to '", path, "': tensor name '", name,
               "' comes twice; give each tensor a name of its own");
-  if (ends_with(path, ".pt") || ends_with(path, ".pth") || ends_with(path, ".bin")) {
+  const bool lightning = ends_with(path, ".ckpt");
+  if (is_torch_save(path) || lightning) {
     ARC_CHECK(options.max_shard_mb() == 0, "cannot save weights to '", path, "': max_shard_mb shards ", kSuffix,
               " files only; write <name>", kSuffix, " to shard them");
-    write_torch_save(state, path);
+    write_torch_save(state, path, options, lightning);
     return {path};
   }
   ARC_CHECK(ends_with(path, kSuffix), "cannot save weights to '", path, "': Arclight writes ", kSuffix,
-            " files and PyTorch's .pt (.pth, .bin); name the file <name>", kSuffix, " or <name>.pt");
+            " files, PyTorch's .pt (.pth, .bin) and Lightning's .ckpt; name the file <name>", kSuffix, ", <name>.pt ",
+            "or <name>.ckpt");
   ARC_CHECK(options.max_shard_mb() >= 0, "max_shard_mb must be >= 0 (0: one file), got ", options.max_shard_mb());
   auto metadata = options.metadata();
   metadata.emplace("format", "pt");

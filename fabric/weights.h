@@ -9,6 +9,7 @@
 
 #include <torch/nn/module.h>
 #include <torch/types.h>
+#include <nlohmann/json.hpp>
 
 #include <memory>
 
@@ -56,8 +57,11 @@ class WeightsReader {
 };
 
 /// Opens `path`: a `.safetensors` file, Hugging Face's `*.safetensors.index.json` with the shards it
-/// names (in its folder), or an Arclight checkpoint (`.ckpt`: its module's tensors, by their names
-/// in the module). An unknown suffix is an error naming those taken.
+/// names (in its folder), a file of Python's `torch.save(model.state_dict(), path)` (`.pt`, `.pth`,
+/// `.bin`; read without Python, refusing anything but tensors, dicts, lists and plain values, as
+/// `torch.load(weights_only=True)` does), a Lightning checkpoint (`.ckpt`: its "state_dict") or an
+/// Arclight checkpoint (`.ckpt`: its module's tensors). An unknown suffix is an error naming those
+/// taken.
 std::unique_ptr<WeightsReader> open_weights(const std::string& path);
 
 /// Every tensor of `path` (see open_weights), as CPU tensors of the file's types.
@@ -70,11 +74,21 @@ class SaveWeightsOptions {
   /// The largest shard in MiB (0: one file): above it, safetensors are written as Hugging Face's
   /// shards, `<stem>-00001-of-0000N.safetensors` and `<stem>.safetensors.index.json` beside `path`.
   ARC_ARG(double, max_shard_mb) = 0;
+  /// A Lightning checkpoint's (`.ckpt`) "epoch" and "global_step".
+  ///@{
+  ARC_ARG(int64_t, epoch) = 0;
+  ARC_ARG(int64_t, global_step) = 0;
+  ///@}
+  /// A Lightning checkpoint's "hyper_parameters" (a JSON object; empty: none), which
+  /// `load_from_checkpoint` passes to the module's `__init__`.
+  ARC_ARG(nlohmann::json, hyper_parameters) = nlohmann::json::object();
 };
 
 /// Writes `state` to `path`, through a temporary file that is renamed into place when complete:
-/// `.safetensors` (each tensor once), or `.pt` (`.pth`, `.bin`) as Python's
-/// `torch.save(model.state_dict())` writes it, which `torch.load(path, weights_only=True)` reads.
+/// `.safetensors` (each tensor once); `.pt` (`.pth`, `.bin`) as Python's
+/// `torch.save(model.state_dict())` writes it, which `torch.load(path, weights_only=True)` reads; or
+/// `.ckpt` as Lightning's checkpoint (state_dict, epoch, global_step, hyper_parameters and its
+/// version), which a LightningModule's `load_from_checkpoint` reads.
 /// Returns the files written (the index last, when sharded).
 std::vector<std::string> save_weights(const StateDict& state, const std::string& path,
                                       const SaveWeightsOptions& options = {});

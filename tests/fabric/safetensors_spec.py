@@ -67,10 +67,11 @@ def check(path):
     print("OK", len(want))
 
 
-def write(path):
+def write(path, tensors=None):
+    """Writes `tensors` (name -> tensor; default expected()) to `path` as the spec says."""
     header, chunks, at = {"__metadata__": {"format": "pt", "written_by": "the spec"}}, [], 0
-    for name, tensor in expected().items():
-        raw = tensor.contiguous().view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+    for name, tensor in (expected() if tensors is None else tensors).items():
+        raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
         header[name] = {"dtype": next(k for k, v in DTYPES.items() if v == tensor.dtype),
                         "shape": list(tensor.shape), "data_offsets": [at, at + len(raw)]}
         chunks.append(raw)

@@ -1,6 +1,6 @@
 // Weights in and out (fabric/weights.h): safetensors to the specification, checked by a reader
-// written from the spec in Python (safetensors_spec.py), Hugging Face's shards, hostile files, and
-// load_weights' name mapping and report.
+// written from the spec in Python (safetensors_spec.py), Hugging Face's shards, torch.save's files
+// and Lightning's checkpoints both ways, hostile files, and load_weights' name mapping and report.
 #include "support/command.h"
 #include "support/errors.h"
 #include "support/python.h"
@@ -10,6 +10,7 @@
 #include <arc/fabric/checkpoint.h>
 #include <arc/fabric/weights.h>
 
+#include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -288,7 +289,7 @@ TEST(Weights, HostileSafetensorsAreErrorsNamingTheFileAndEntry) {
   std::ofstream(path, std::ios::binary) << "abc";
   EXPECT_NE(error_of([&] { open_weights(path); }).find("is 3 bytes long, shorter than its 8-byte header length"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { open_weights(dir + "/w.pt"); }).find("cannot tell the format of weights file"),
+  EXPECT_NE(error_of([&] { open_weights(dir + "/w.npz"); }).find("cannot tell the format of weights file"),
             std::string::npos);
   std::filesystem::remove_all(dir);
 }
@@ -309,7 +310,172 @@ TEST(Weights, ArclightCheckpointsAreReadAsTheirModulesWeights) {
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   expect_same(read_weights(dir + "/last.ckpt"), sorted);
   std::ofstream(dir + "/lightning.ckpt", std::ios::binary) << "PK\x03\x04 and the rest of a zip";
-  EXPECT_NE(error_of([&] { open_weights(dir + "/lightning.ckpt"); }).find("is a PyTorch zip file"), std::string::npos);
+  EXPECT_NE(error_of([&] { open_weights(dir + "/lightning.ckpt"); }).find("has no zip directory"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// .pt and Lightning's .ckpt written here are read back here, every dtype to the bit; the .ckpt
+// is what torch.load finds in a Lightning checkpoint.
+TEST(Weights, PtFilesAndLightningCheckpointsRoundTrip) {
+  const auto dir = folder("pt_round_trip");
+  save_weights(expected_tensors(), dir + "/all.pt");
+  expect_same(read_weights(dir + "/all.pt"), expected_tensors());
+  const nlohmann::json hparams = {{"lr", 0.1}, {"hidden", {8, 16}}, {"name", nullptr}, {"bias", true}, {"act", "relu"}};
+  save_weights(expected_tensors(), dir + "/last.ckpt",
+               SaveWeightsOptions().epoch(3).global_step(120).hyper_parameters(hparams));
+  expect_same(read_weights(dir + "/last.ckpt"), expected_tensors());
+  EXPECT_EQ(open_weights(dir + "/last.ckpt")->metadata(),
+            (WeightsMetadata{{"epoch", "3"}, {"global_step", "120"}, {"pytorch-lightning_version", "2.2.5"}}));
+  EXPECT_NE(error_of([&] {
+              save_weights(expected_tensors(), dir + "/bad.ckpt", SaveWeightsOptions().hyper_parameters({1, 2}));
+            }).find("hyper_parameters must be a JSON object"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/bad.ckpt"));
+  const auto python = testing::python_with_torch();
+  if (python.empty()) GTEST_SKIP() << testing::kNoPythonWithTorch;
+  const std::string check = "import json, sys, torch; sys.path.insert(0, '" + std::string(ARC_SOURCE_DIR) +
+                            "/tests/fabric'); from safetensors_spec import expected; "
+                            "c = torch.load('" +
+                            dir +
+                            "/last.ckpt'); want = expected(); "
+                            "assert all(torch.equal(c['state_dict'][k], v) for k, v in want.items()); "
+                            "print(json.dumps({k: v for k, v in c.items() if k != 'state_dict'}, sort_keys=True))";
+  const auto run = testing::run_command(python + " -c \"" + check + "\" 2>&1");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_EQ(
+      nlohmann::json::parse(run.output),
+      (nlohmann::json{
+          {"epoch", 3}, {"global_step", 120}, {"hyper_parameters", hparams}, {"pytorch-lightning_version", "2.2.5"}}));
+  std::filesystem::remove_all(dir);
+}
+
+// What Python's torch.save writes is read without Python: views that share a storage, every
+// dtype, a Lightning checkpoint's state_dict; what is not a state_dict, a pickle that would run
+// code, TorchScript and the legacy format are errors that say what the file is.
+TEST(Weights, TorchSaveFilesFromPythonAreReadWithoutPython) {
+  const auto python = testing::python_with_torch();
+  if (python.empty()) GTEST_SKIP() << testing::kNoPythonWithTorch;
+  const auto dir = folder("from_python");
+  const auto made =
+      testing::run_command(python + " " + ARC_SOURCE_DIR + "/tests/fabric/torch_files.py " + dir + " 2>&1");
+  ASSERT_EQ(made.status, 0) << made.output;
+  expect_same(read_weights(dir + "/views.pt"), read_weights(dir + "/views.safetensors"));
+  const auto lightning = open_weights(dir + "/lightning.ckpt");
+  EXPECT_EQ(lightning->metadata(),
+            (WeightsMetadata{{"epoch", "3"}, {"global_step", "120"}, {"pytorch-lightning_version", "2.2.5"}}));
+  torch::manual_seed(3);
+  struct Sequential : torch::nn::Module {
+    Sequential() {
+      register_module("0", torch::nn::Linear(4, 8));
+      register_module("1", torch::nn::BatchNorm1d(8));
+      register_module("2", torch::nn::Linear(8, 3));
+    }
+  } net;
+  const auto report = load_weights(net, dir + "/lightning.ckpt", LoadWeightsOptions().strip_prefix("model."));
+  EXPECT_EQ(report.loaded.size(), 9u) << report.summary();
+  const auto sorted = [](StateDict state) {
+    std::sort(state.begin(), state.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    return state;
+  };
+  expect_same(sorted(state_dict(net)), sorted(read_weights(dir + "/net.pt")));
+  const auto message = [&](const std::string& file) { return error_of([&] { open_weights(dir + "/" + file); }); };
+  EXPECT_NE(message("nested.pt")
+                .find("is a dict, so it is not a state_dict (name -> tensor), nor a checkpoint with "
+                      "one under 'state_dict' (its keys: 'model', 'opt')"),
+            std::string::npos)
+      << message("nested.pt");
+  EXPECT_NE(message("evil.pt").find("its pickle needs the Python object 'posix.system'"), std::string::npos)
+      << message("evil.pt");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/pwned"));
+  EXPECT_NE(message("script.pt").find("this is a TorchScript archive"), std::string::npos) << message("script.pt");
+  EXPECT_NE(message("legacy.pt").find("in the legacy format"), std::string::npos) << message("legacy.pt");
+  std::filesystem::remove_all(dir);
+}
+
+// Pickle pieces for hand-made torch.save files.
+std::string u32(uint32_t value) { return std::string(reinterpret_cast<const char*>(&value), 4); }
+std::string text(const std::string& value) { return "X" + u32(static_cast<uint32_t>(value.size())) + value; }
+std::string integer(int32_t value) { return "J" + u32(static_cast<uint32_t>(value)); }
+std::string global(const std::string& module, const std::string& name) { return "c" + module + "\n" + name + "\n"; }
+std::string ints(const std::vector<int32_t>& values) {
+  std::string out = "(";
+  for (const auto value : values) out += integer(value);
+  return out + "t";
+}
+// _rebuild_tensor_v2 of float storage `key` (`numel` elements) at `offset` with `sizes` and `strides`.
+std::string tensor(const std::string& key, int32_t numel, int32_t offset, const std::vector<int32_t>& sizes,
+                   const std::vector<int32_t>& strides) {
+  return global("torch._utils", "_rebuild_tensor_v2") + "((" + text("storage") + global("torch", "FloatStorage") +
+         text(key) + text("cpu") + integer(numel) + "tQ" + integer(offset) + ints(sizes) + ints(strides) + "\x89" +
+         global("collections", "OrderedDict") + ")RtR";
+}
+// A dict of `items` (pickled keys and values), as protocol 2 writes it.
+std::string dict(const std::string& items) { return "\x80\x02}(" + items + "u."; }
+
+// A zip archive of `records` as torch.save lays them out, by LibTorch's writer.
+std::string archive(const std::string& pickle, const std::vector<std::pair<std::string, std::string>>& data) {
+  std::string out;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* bytes, size_t size) {
+    out.append(static_cast<const char*>(bytes), size);
+    return size;
+  });
+  writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+  for (const auto& [name, bytes] : data) writer.writeRecord(name, bytes.data(), bytes.size());
+  writer.writeEndOfFile();
+  return out;
+}
+
+// Files that lie are errors naming the file and what is wrong, raised before anything the file
+// declares is allocated: sizes past the end, storages larger than their records, views outside
+// their storage, a billion entries, pickles that would build objects or run code.
+TEST(Weights, HostilePtFilesAreErrorsBeforeAnythingIsAllocated) {
+  const auto dir = folder("hostile_pt");
+  std::string floats(24, '\0');
+  for (int i = 0; i < 6; ++i) {
+    const float value = static_cast<float>(i) * 0.5f;
+    std::memcpy(&floats[4 * i], &value, 4);
+  }
+  const auto good = archive(dict(text("w") + tensor("0", 6, 0, {2, 3}, {3, 1})), {{"data/0", floats}});
+  std::ofstream(dir + "/good.pt", std::ios::binary) << good;
+  EXPECT_TRUE(
+      torch::equal(read_weights(dir + "/good.pt").at(0).second, torch::arange(6, torch::kFloat).reshape({2, 3}) * 0.5));
+  const auto error = [&](const std::string& bytes) {
+    std::ofstream(dir + "/bad.pt", std::ios::binary | std::ios::trunc) << bytes;
+    return error_of([&] { read_weights(dir + "/bad.pt"); });
+  };
+  const auto with = [&](const std::string& pickle) { return error(archive(pickle, {{"data/0", floats}})); };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {with(dict(text("w") + tensor("0", 1'000'000'000, 0, {2, 3}, {3, 1}))),
+       "declares storage '0' of 1000000000 Float elements, but its record holds 24 bytes"},
+      {with(dict(text("w") + tensor("0", 6, 2, {2, 3}, {3, 1}))), "puts a tensor of size [2, 3] at offset 2"},
+      {with(dict(text("w") + tensor("0", 6, 0, {2, 3}, {-3, 1}))), "negative size or stride"},
+      {with(dict(text("w") + tensor("7", 6, 0, {2, 3}, {3, 1}))), "holds no record 'archive/data/7'"},
+      {with(dict(text("w") + global("posix", "system") + "(" + text("touch pwned") + "tR")),
+       "needs the Python object 'posix.system'"},
+      {with(dict(text("w") + global("collections", "OrderedDict") + ")\x81")), "builds a Python object from its class"},
+      {with(dict(text("w") + "h\x05")), "reads memo entry 5, which it never wrote"},
+      {with(dict(text("w") + tensor("0", 6, 0, {2, 3}, {3, 1})).substr(0, 40)), "the file is truncated or corrupt"},
+      {with(dict(text("w") + tensor("0", 6, 0, {6}, {1}) + text("w") + tensor("0", 6, 0, {6}, {1}))),
+       "names tensor 'w' twice"},
+      {with(dict(text("w") + integer(7))), "holds a dict whose 'w' is an int, so it is not a state_dict"},
+      {error(archive(dict(text("w") + tensor("0", 6, 0, {2, 3}, {3, 1})), {{"data/0", floats}, {"byteorder", "big"}})),
+       "was written on a big-endian machine"},
+      {error(good.substr(0, good.size() - 10)), "has no zip directory at its end; it is truncated"},
+  };
+  for (const auto& [message, want] : cases) EXPECT_NE(message.find(want), std::string::npos) << message;
+  for (const auto& [message, want] : cases) EXPECT_NE(message.find(dir + "/bad.pt"), std::string::npos) << message;
+  // The directory's own numbers: a record declared larger than the file, and more entries than
+  // the directory has room for.
+  auto lying = good;
+  const auto entry = lying.rfind("PK\x01\x02", lying.rfind("archive/data/0"));
+  ASSERT_NE(entry, std::string::npos);
+  for (const size_t field : {20, 24}) std::memcpy(&lying[entry + field], "\xf0\xff\xff\x7f", 4);
+  EXPECT_NE(error(lying).find("declares 2147483632 bytes at byte"), std::string::npos) << error(lying);
+  auto crowded = good;
+  const auto end = crowded.rfind("PK\x05\x06");
+  ASSERT_NE(end, std::string::npos);
+  std::memcpy(&crowded[end + 8], "\xff\xfe\xff\xfe", 4);  // entries: on this disk and in all
+  EXPECT_NE(error(crowded).find("declares a zip directory of 65279 entries"), std::string::npos) << error(crowded);
   std::filesystem::remove_all(dir);
 }
 

@@ -1,0 +1,43 @@
+#include <arc/fabric/detail/read_file.h>
+
+#include <arc/base/error.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace arc::detail {
+
+ReadFile::ReadFile(std::string path, std::string noun, std::string fix)
+    : path_(std::move(path)), noun_(std::move(noun)), fix_(std::move(fix)) {
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  ARC_CHECK(fd_ >= 0, "cannot open ", noun_, " '", path_, "' (", std::strerror(errno),
+            "); check the path and its permissions");
+  struct stat info {};
+  if (::fstat(fd_, &info) != 0) {
+    const int error = errno;
+    ::close(fd_);
+    ARC_FAIL("cannot read the size of ", noun_, " '", path_, "' (", std::strerror(error), "); check the file system");
+  }
+  size_ = static_cast<uint64_t>(info.st_size);
+}
+
+ReadFile::~ReadFile() { ::close(fd_); }
+
+void ReadFile::read_at(uint64_t offset, void* into, size_t size) const {
+  auto* bytes = static_cast<char*>(into);
+  while (size > 0) {
+    const ssize_t n = ::pread(fd_, bytes, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    ARC_CHECK(n > 0, "cannot read ", noun_, " '", path_, "' (",
+              n < 0 ? std::strerror(errno) : "it is shorter than when it was opened", "); ", fix_);
+    bytes += n;
+    offset += static_cast<uint64_t>(n);
+    size -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace arc::detail
