@@ -334,8 +334,21 @@ int export_weights(const nlohmann::json& config, const std::string& from, const 
   const auto reader = open_weights(source);
   StateDict state;
   for (const auto& entry : reader->entries()) state.emplace_back(entry.name, reader->read(entry.name));
-  const auto files =
-      save_weights(state, to, SaveWeightsOptions().metadata(reader->metadata()).max_shard_mb(max_shard_mb));
+  // A Lightning checkpoint takes the run's epoch, step and hyper-parameters where the source has
+  // them (an Arclight checkpoint does); another file's metadata that does not parse is left out.
+  const auto metadata = reader->metadata();
+  const auto parsed = [&](const char* key) {
+    const auto found = metadata.find(key);
+    return found == metadata.end() ? nlohmann::json() : nlohmann::json::parse(found->second, nullptr, false);
+  };
+  const auto epoch = parsed("epoch"), step = parsed("global_step"), hparams = parsed("hparams");
+  const auto files = save_weights(state, to,
+                                  SaveWeightsOptions()
+                                      .metadata(metadata)
+                                      .max_shard_mb(max_shard_mb)
+                                      .epoch(epoch.is_number_integer() ? epoch.get<int64_t>() : 0)
+                                      .global_step(step.is_number_integer() ? step.get<int64_t>() : 0)
+                                      .hyper_parameters(hparams.is_object() ? hparams : nlohmann::json::object()));
   print_result({{"from", source}, {"files", files}, {"tensors", state.size()}});
   return 0;
 }
@@ -586,14 +599,18 @@ int run(int argc, char** argv) {
   std::string export_to;
   double max_shard_mb = 0;
   auto* export_command = app.add_subcommand(
-      "export", "write a checkpoint's module weights as safetensors or .pt, for PyTorch, Hugging Face and other tools");
+      "export",
+      "write a checkpoint's module weights as safetensors, .pt or a Lightning .ckpt, for PyTorch, Hugging "
+      "Face, Lightning and other tools");
   export_command
       ->add_option("--ckpt,--ckpt_path", ckpt,
                    "the checkpoint: a path, or \"last\" (the newest last.ckpt under the config's "
-                   "trainer.default_root_dir); also a .safetensors file or index to reshard")
+                   "trainer.default_root_dir); also any weights file that module.init_weights reads")
       ->required();
   export_command
-      ->add_option("--to", export_to, "the file to write: <name>.safetensors, or <name>.pt (torch.save's format)")
+      ->add_option("--to", export_to,
+                   "the file to write, its format by its suffix: <name>.safetensors, <name>.pt (torch.save's "
+                   "format) or <name>.ckpt (Lightning's checkpoint, for load_from_checkpoint)")
       ->required();
   export_command->add_option("--max_shard_mb", max_shard_mb,
                              "largest shard in MiB: above it, Hugging Face's shards and index (0: one file)");

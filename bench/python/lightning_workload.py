@@ -43,9 +43,13 @@ def allow_torch_1_13_on_python_3_11():
 
 original_get_field = allow_torch_1_13_on_python_3_11()
 try:
-    import lightning.pytorch as pl
-except ImportError:
-    import pytorch_lightning as pl
+    try:
+        import lightning.pytorch as pl
+    except ImportError:
+        import pytorch_lightning as pl
+    if original_get_field is not None and torch.distributed.is_available():
+        # A LightningModule's __init__ imports it on torch < 2.1: imported here, under the fix.
+        import torch.distributed._shard.sharded_tensor  # noqa: F401
 finally:
     if original_get_field is not None:
         dataclasses._get_field = original_get_field

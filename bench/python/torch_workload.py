@@ -131,6 +131,8 @@ def main():
     parser = argparse.ArgumentParser()
     add_workload_arguments(parser)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--init-weights", help="start from this state_dict (torch.save's file), not from section 3")
+    parser.add_argument("--save", help="torch.save the trained model's state_dict here")
     args = parser.parse_args()
     device = torch.device(args.device)
     if args.deterministic:
@@ -145,7 +147,10 @@ def main():
 
     x, y = make_data()
     model = make_model(args.model)
-    init_parameters(model)
+    if args.init_weights:
+        model.load_state_dict(torch.load(args.init_weights, weights_only=True))
+    else:
+        init_parameters(model)
     model.to(device)
     net = nn.parallel.DistributedDataParallel(model) if distributed else model
     optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
@@ -178,6 +183,8 @@ def main():
         dist.all_reduce(figures, op=dist.ReduceOp.MAX)
         dist.all_reduce(last100)
         last100 /= world
+    if rank == 0 and args.save:
+        torch.save(model.state_dict(), args.save)
     if rank == 0:
         print_result(model, steps, world, bool(args.steps), figures[0].item(), figures[1].item(), last100.item(),
                      step_ends, totals)

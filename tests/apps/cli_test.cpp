@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -443,12 +444,14 @@ TEST(Cli, ExportWritesTheCheckpointsWeightsThatInitWeightsLoads) {
 
 // The exported weights are the trained ones, bit for bit, in the PyTorch twin of each canonical
 // model (bench/python): loaded there (twin_from_weights.py) from safetensors by a reader written
-// from the spec, and from .pt by torch.load(weights_only=True), its
-// parameters hash as Arclight's RESULT says, and it validates to the same accuracy (the loss is
-// averaged in another order, so to within float32 rounding).
+// from the spec, from .pt by torch.load(weights_only=True), and from Lightning's .ckpt by
+// Lightning's load_from_checkpoint where Lightning imports (else by torch.load), its parameters
+// hash as Arclight's RESULT says, and it validates to the same accuracy (the loss is averaged in
+// another order, so to within float32 rounding).
 TEST(Cli, ExportedWeightsLoadIntoThePyTorchTwinBitForBit) {
   const auto python = arc::testing::python_with_torch();
   if (python.empty()) GTEST_SKIP() << arc::testing::kNoPythonWithTorch;
+  const bool lightning = arc::testing::imports(python, "lightning");
   for (const std::string model : {"mlp", "cnn"}) {
     SCOPED_TRACE(model);
     const auto root = arc::testing::process_scratch() / ("cli_twin_" + model);
@@ -458,7 +461,7 @@ TEST(Cli, ExportedWeightsLoadIntoThePyTorchTwinBitForBit) {
                                " --set trainer.enable_progress_bar=false --set trainer.num_threads=1";
     const auto fit = arc("fit --set trainer.limit_train_batches=10" + common);
     ASSERT_EQ(fit.status, 0) << fit.output;
-    for (const char* suffix : {".safetensors", ".pt"}) {
+    for (const std::string suffix : {".safetensors", ".pt", ".ckpt"}) {
       SCOPED_TRACE(suffix);
       const auto weights = root.string() + "/" + model + suffix;
       ASSERT_EQ(arc("export --ckpt last --to " + weights + common).status, 0);
@@ -469,9 +472,71 @@ TEST(Cli, ExportedWeightsLoadIntoThePyTorchTwinBitForBit) {
       EXPECT_EQ(theirs["param_sha256"], ours["final_param_sha256"]);
       EXPECT_EQ(theirs["val_acc"], ours["val_acc"]);
       EXPECT_NEAR(theirs["val_loss"].get<double>(), ours["val_loss"].get<double>(), 1e-6);
+      if (suffix != ".ckpt") continue;
+      // Lightning built its module from the run's hyper-parameters; torch.load sees the run's step.
+      EXPECT_EQ(theirs["loaded_by"], lightning ? "lightning" : "torch.load");
+      if (lightning)
+        EXPECT_EQ(theirs["hparams"].value("lr", 0.0), 0.05) << theirs["hparams"];
+      else
+        EXPECT_EQ(theirs["global_step"], 10);
     }
     std::filesystem::remove_all(root);
   }
+}
+
+// The other way: PyTorch trains the twin and torch.saves its state_dict; Arclight loads it (named
+// as the twin's nn.Sequential names it, mapped by rename rules) and trains on, to the same bits
+// as PyTorch training on from the same file.
+TEST(Cli, PyTorchTrainedWeightsTrainOnInArclightBitForBit) {
+  const auto python = arc::testing::python_with_torch();
+  if (python.empty()) GTEST_SKIP() << arc::testing::kNoPythonWithTorch;
+  const std::map<std::string, std::string> renames = {
+      {"mlp", R"([["^0[.]", fc1.], ["^2[.]", fc2.], ["^4[.]", fc3.]])"},
+      {"cnn", R"([["^1[.]", conv1.], ["^4[.]", conv2.], ["^8[.]", fc.]])"}};
+  for (const auto& [model, rename] : renames) {
+    SCOPED_TRACE(model);
+    const auto root = arc::testing::process_scratch() / ("cli_from_torch_" + model);
+    std::filesystem::remove_all(root);
+    std::filesystem::create_directories(root);
+    const auto weights = root.string() + "/torch_trained.pt";
+    const auto workload = python + " " + ARC_SOURCE_DIR + "/bench/python/torch_workload.py --model " + model;
+    const auto trained = arc::testing::run_command("TORCH_THREADS=1 " + workload + " --steps 7 --save " + weights);
+    ASSERT_EQ(trained.status, 0) << trained.output;
+    const auto theirs =
+        arc::testing::run_command("TORCH_THREADS=1 " + workload + " --steps 10 --init-weights " + weights);
+    ASSERT_EQ(theirs.status, 0) << theirs.output;
+    const auto ours =
+        arc("fit --set module.name=" + model + "_classifier --set trainer.default_root_dir=" + root.string() +
+            " --set trainer.enable_progress_bar=false --set trainer.num_threads=1" +
+            " --set trainer.limit_train_batches=10 --set 'module.init_weights={path: " + weights +
+            ", rename: " + rename + "}'");
+    ASSERT_EQ(ours.status, 0) << ours.output;
+    EXPECT_NE(ours.output.find("loaded 6: "), std::string::npos) << ours.output;
+    EXPECT_EQ(result_of(ours.output)["final_param_sha256"], result_of(theirs.output)["final_param_sha256"]);
+    EXPECT_EQ(result_of(ours.output)["val_acc"], result_of(theirs.output)["val_acc"]);
+    std::filesystem::remove_all(root);
+  }
+}
+
+// Weights reach ONNX through the PyTorch twin (docs/weights.md): exported from a checkpoint, loaded
+// into the twin, torch.onnx.export, checked by onnx.checker, the twin's parameters its initializers.
+TEST(Cli, ExportedWeightsReachOnnxThroughThePyTorchTwin) {
+  const auto python = arc::testing::python_with_torch();
+  if (python.empty()) GTEST_SKIP() << arc::testing::kNoPythonWithTorch;
+  if (!arc::testing::imports(python, "onnx")) GTEST_SKIP() << "onnx does not import (Debian's python3-onnx)";
+  const auto root = arc::testing::process_scratch() / "cli_onnx";
+  std::filesystem::remove_all(root);
+  const std::string common = " --set module.name=cnn_classifier --set trainer.default_root_dir=" + root.string() +
+                             " --set trainer.enable_progress_bar=false --set trainer.limit_train_batches=5";
+  ASSERT_EQ(arc("fit" + common).status, 0);
+  ASSERT_EQ(arc("export --ckpt last --to " + root.string() + "/model.safetensors" + common).status, 0);
+  const auto twin =
+      arc::testing::run_command(python + " " + ARC_SOURCE_DIR + "/tests/apps/twin_from_weights.py " + root.string() +
+                                "/model.safetensors cnn " + root.string() + "/model.onnx 2>/dev/null");
+  ASSERT_EQ(twin.status, 0) << twin.output;
+  EXPECT_EQ(nlohmann::json::parse(twin.output)["onnx_initializers_match"], true) << twin.output;
+  EXPECT_GT(std::filesystem::file_size(root / "model.onnx"), 0u);
+  std::filesystem::remove_all(root);
 }
 
 TEST(Cli, ValidateTestPredictAndModules) {
