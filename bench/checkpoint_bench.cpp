@@ -1,9 +1,10 @@
 // Checkpoint save and load of a ~100M-parameter model (alone, with SGD momentum state, as one
-// tensor, and its weights as safetensors), in MB/s, against writing and reading the same bytes with plain buffered file
-// I/O in the same run (each write against the plain write in the same position of a round: first or second), with as
-// many intra-op threads as the cores it may use (a checkpoint is read on that many); then saves in the background
-// (AsyncCheckpointWriter): the time training is blocked per save against a memcpy of the same bytes, and step times
-// while a write is in flight against steps without one (training on one thread, so that the writer has the other core).
+// tensor, and its weights as safetensors and as torch.save's .pt), in MB/s, against writing and reading the same bytes
+// with plain buffered file I/O in the same run (each write against the plain write in the same position of a round:
+// first or second), with as many intra-op threads as the cores it may use (a checkpoint is read on that many); then
+// saves in the background (AsyncCheckpointWriter): the time training is blocked per save against a memcpy of the same
+// bytes, and step times while a write is in flight against steps without one (training on one thread, so that the
+// writer has the other core).
 //   arc_bench_checkpoint [folder=/tmp] [repeats=3, at least 2]
 #include "bench_util.h"
 
@@ -88,19 +89,18 @@ CheckpointWriter checkpoint_of(torch::nn::Module& model, torch::optim::SGD* sgd)
   return writer;
 }
 
-// The files compared with plain I/O: Arclight's checkpoints, or the module's weights as safetensors.
-enum class Format { checkpoint, safetensors };
-
-void checkpoint_write(Format format, torch::nn::Module& model, torch::optim::SGD* sgd, const std::string& path) {
-  if (format == Format::safetensors) {
+// The files compared with plain I/O: Arclight's checkpoints, or the module's weights as a weights
+// file (save_weights and load_weights, the format by the path's suffix).
+void checkpoint_write(bool weights, torch::nn::Module& model, torch::optim::SGD* sgd, const std::string& path) {
+  if (weights) {
     save_weights(model, path);
     return;
   }
   checkpoint_of(model, sgd).write(path);
 }
 
-void checkpoint_read(Format format, torch::nn::Module& model, torch::optim::SGD* sgd, const std::string& path) {
-  if (format == Format::safetensors) {
+void checkpoint_read(bool weights, torch::nn::Module& model, torch::optim::SGD* sgd, const std::string& path) {
+  if (weights) {
     load_weights(model, path);
     return;
   }
@@ -222,15 +222,15 @@ int main(int argc, char** argv) try {
     std::string what;
     torch::nn::Module* model;
     torch::optim::SGD* optimizer;  // whose momentum the checkpoint holds too, or null
-    Format format = Format::checkpoint;
+    std::string weights = "";      // a weights format ("safetensors", "pt"), or "": Arclight's checkpoint
   };
   for (const Case& c :
        {Case{"model", model.ptr().get(), nullptr}, Case{"model + SGD momentum", model.ptr().get(), &sgd},
-        Case{"one tensor", embedding.ptr().get(), nullptr},
-        Case{"model", model.ptr().get(), nullptr, Format::safetensors}}) {
-    const bool safetensors = c.format == Format::safetensors;
-    const std::string file = safetensors ? "safetensors (save_weights, atomic, fsync)" : "checkpoint (atomic, fsync)";
-    const std::string path = safetensors ? folder + "/arc_bench.safetensors" : ckpt;
+        Case{"one tensor", embedding.ptr().get(), nullptr}, Case{"model", model.ptr().get(), nullptr, "safetensors"},
+        Case{"model", model.ptr().get(), nullptr, "pt"}}) {
+    const bool weights = !c.weights.empty();
+    const std::string file = weights ? c.weights + " (save_weights, atomic, fsync)" : "checkpoint (atomic, fsync)";
+    const std::string path = weights ? folder + "/arc_bench." + c.weights : ckpt;
     const auto tensors = payload(*c.model, c.optimizer);
     const double size = mb(tensors);
     // Write times by position in the round ([0]: written first, [1]: second). On some machines the
@@ -246,8 +246,8 @@ int main(int argc, char** argv) try {
       };
       const auto checkpoint_pass = [&] {
         cw[checkpoint_first ? 0 : 1].push_back(
-            seconds([&] { checkpoint_write(c.format, *c.model, c.optimizer, path); }));
-        cr.push_back(seconds([&] { checkpoint_read(c.format, *c.model, c.optimizer, path); }));
+            seconds([&] { checkpoint_write(weights, *c.model, c.optimizer, path); }));
+        cr.push_back(seconds([&] { checkpoint_read(weights, *c.model, c.optimizer, path); }));
         std::filesystem::remove(path);
       };
       if (checkpoint_first) {
@@ -277,18 +277,18 @@ int main(int argc, char** argv) try {
                       *std::min_element(times[1].begin(), times[1].end()));
     };
     const double best_plain = fastest(pw), best_checkpoint = fastest(cw);
-    std::cout << "  write " << c.what << (safetensors ? " as safetensors" : "") << ": the two ratios' geometric mean "
+    std::cout << "  write " << c.what << (weights ? " as " + c.weights : "") << ": the two ratios' geometric mean "
               << std::setprecision(3) << std::sqrt(write_ratios) << "; fastest rounds " << std::setprecision(0)
               << size / best_plain << " MB/s plain, " << size / best_checkpoint << " MB/s "
-              << (safetensors ? "safetensors" : "checkpoint") << ", ratio " << std::setprecision(3)
+              << (weights ? c.weights : "checkpoint") << ", ratio " << std::setprecision(3)
               << best_plain / best_checkpoint << "\n";
     row("read " + c.what + ": plain fread", median(pr), median(pr));
     row("read " + c.what +
-            (safetensors ? ": safetensors (load_weights, every entry checked)" : ": checkpoint (all checksums)"),
+            (weights ? ": " + c.weights + " (load_weights, every entry checked)" : ": checkpoint (all checksums)"),
         median(cr), median(pr));
-    if (safetensors)
-      summary.add("safetensors save vs fwrite + fsync", std::sqrt(write_ratios), 2)
-          .add("safetensors load vs fread", median(pr) / median(cr), 2);
+    if (weights)
+      summary.add(c.weights + " save vs fwrite + fsync", std::sqrt(write_ratios), 2)
+          .add(c.weights + " load vs fread", median(pr) / median(cr), 2);
     else if (c.optimizer != nullptr)
       summary.add("save vs fwrite + fsync", std::sqrt(write_ratios), 2)
           .add("load vs fread", median(pr) / median(cr), 2);

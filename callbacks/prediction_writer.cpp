@@ -72,9 +72,8 @@ void write_whole(const std::string& path, const c10::IValue& predictions, const 
   c10::impl::GenericDict contents(c10::StringType::get(), c10::AnyType::get());
   contents.insert("predictions", predictions);
   contents.insert("batch_indices", batch_indices);
-  const std::vector<char> bytes = detail::torch_save_bytes(contents);
   OutputFile file(path, "predictions", "PredictionWriter's output_dir");
-  file.write(bytes.data(), bytes.size());
+  detail::torch_save(contents, file);
   file.commit();
 }
 

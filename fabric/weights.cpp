@@ -413,9 +413,8 @@ void write_torch_save(const StateDict& state, const std::string& path, const Sav
     if (!options.hyper_parameters().empty())
       checkpoint.insert("hyper_parameters", python_value(options.hyper_parameters()));
   }
-  const auto bytes = detail::torch_save_bytes(lightning ? c10::IValue(checkpoint) : c10::IValue(dict));
   OutputFile file(path, "weights file", "the path given to save_weights");
-  file.write(bytes.data(), bytes.size());
+  detail::torch_save(lightning ? c10::IValue(checkpoint) : c10::IValue(dict), file);
   file.commit();
 }
 

@@ -7,7 +7,7 @@
 
 namespace arc::detail {
 
-std::vector<char> torch_save_bytes(const c10::IValue& value) {
+void torch_save(const c10::IValue& value, OutputFile& file) {
   std::vector<char> pickled;
   torch::jit::Pickler pickler(
       [&](const char* bytes, size_t size) { pickled.insert(pickled.end(), bytes, bytes + size); }, nullptr, nullptr,
@@ -15,15 +15,12 @@ std::vector<char> torch_save_bytes(const c10::IValue& value) {
   pickler.protocol();
   pickler.pushIValue(value);
   pickler.stop();
-  std::vector<char> container;
   caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
-    const auto* bytes = static_cast<const char*>(data);
-    container.insert(container.end(), bytes, bytes + size);
+    file.write(data, size);
     return size;
   });
   torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
   writer.writeEndOfFile();
-  return container;
 }
 
 }  // namespace arc::detail
