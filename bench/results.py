@@ -41,8 +41,8 @@ BENCHES = {
     "arc_bench_checkpoint": (["/tmp", "3"], ["/tmp", "3"],
                              "Saving and loading a 105M-parameter model with SGD momentum (839 MB) against "
                              "plain `fwrite` + `fsync` and `fread` of the same bytes (above 1: faster), a "
-                             "model of one 419 MB tensor, the 419 MB model's weights as safetensors (save_weights, "
-                             "load_weights), and saves in the background."),
+                             "model of one 419 MB tensor, the 419 MB model's weights as safetensors and as torch.save's .pt "
+                             "(save_weights, load_weights), and saves in the background."),
     "arc_bench_trainer": (["5"], ["5"],
                           "The Trainer's own cost: microseconds per step over a hand-written LibTorch loop "
                           "(tiny model, all default callbacks and loggers), the canonical MLP's epoch against "
