@@ -86,6 +86,15 @@ class Collectives {
   virtual void broadcast(torch::Tensor tensor, int64_t src) = 0;
   /// Every rank's `tensor`, in rank order.
   virtual std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) = 0;
+  /// This rank's share of the reduction of `input` over ranks: with n = output.numel() and
+  /// input.numel() = n * world_size() on every rank, rank r's `output` gets elements [r n, (r + 1) n)
+  /// of what all_reduce(input, op) would give, bit for bit (sharded data parallel's gradients).
+  /// Default: an all-reduce of a copy of `input`, this rank's share copied out.
+  virtual void reduce_scatter(torch::Tensor output, const torch::Tensor& input, Reduce op);
+  /// Every rank's `input` (of one size on every rank), concatenated in rank order into `output`,
+  /// which holds world_size() times as many elements (sharded parameters gathered whole).
+  /// Default: through all_gather.
+  virtual void all_gather_into(torch::Tensor output, const torch::Tensor& input);
   /// Waits until every rank got there.
   virtual void barrier() = 0;
   /// Seconds this process has spent blocked in the group's collectives so far (0: not counted), so
@@ -95,6 +104,10 @@ class Collectives {
 
 /// Throws unless `tensor` can hold the result of `op`: a mean needs a floating type.
 void check_reduction(const torch::Tensor& tensor, Reduce op);
+
+/// Throws unless `whole` holds `group.world_size()` times the elements of `share`, of the same
+/// type and device: the shapes of reduce_scatter (`what`) and all_gather_into.
+void check_shares(const Collectives& group, const torch::Tensor& share, const torch::Tensor& whole, const char* what);
 
 /// `text` as rank `src` of `group` has it (its length, then its bytes); every rank calls it.
 std::string broadcast_text(Collectives& group, const std::string& text, int64_t src);

@@ -160,6 +160,18 @@ std::vector<torch::Tensor> TracedCollectives::all_gather(const torch::Tensor& te
   return gathered;
 }
 
+void TracedCollectives::reduce_scatter(torch::Tensor output, const torch::Tensor& input, Reduce op) {
+  const int64_t seq = begin("reduce_scatter", input.numel() * static_cast<int64_t>(input.element_size()));
+  traced(seq, [&] { inner_->reduce_scatter(output, input, op); });
+  end(seq);
+}
+
+void TracedCollectives::all_gather_into(torch::Tensor output, const torch::Tensor& input) {
+  const int64_t seq = begin("all_gather", input.numel() * static_cast<int64_t>(input.element_size()));
+  traced(seq, [&] { inner_->all_gather_into(output, input); });
+  end(seq);
+}
+
 void TracedCollectives::barrier() {
   const int64_t seq = begin("barrier", 0);
   traced(seq, [&] { inner_->barrier(); });

@@ -46,6 +46,8 @@ class TracedCollectives : public Collectives {
   }
   void broadcast(torch::Tensor tensor, int64_t src) override;
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override;
+  void reduce_scatter(torch::Tensor output, const torch::Tensor& input, Reduce op) override;
+  void all_gather_into(torch::Tensor output, const torch::Tensor& input) override;
   void barrier() override;
   double blocked_seconds() const override;
 

@@ -121,6 +121,26 @@ class C10dCollectives : public Collectives {
     copy_back(tensors[0], tensor);
   }
 
+  // NCCL reduces and gathers flat buffers natively; LibTorch 1.13's Gloo has no such calls, and
+  // Gloo's all-reduce (the default's) gives the bits its DDP gives.
+  void reduce_scatter(torch::Tensor output, const torch::Tensor& input, Reduce op) override {
+    if (backend_ != "nccl") return Collectives::reduce_scatter(output, input, op);
+    check_shares(*this, output, input, "reduce_scatter");
+    check_reduction(input, op);
+    auto in = input;
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = to_c10d(op);
+    wait(*group_->_reduce_scatter_base(output, in, options), "reduce_scatter");
+    if (op == Reduce::mean) output.div_(static_cast<double>(world_size()));
+  }
+
+  void all_gather_into(torch::Tensor output, const torch::Tensor& input) override {
+    if (backend_ != "nccl") return Collectives::all_gather_into(output, input);
+    check_shares(*this, input, output, "all_gather_into");
+    auto in = input;
+    wait(*group_->_allgather_base(output, in), "all_gather_into");
+  }
+
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override {
     std::vector<torch::Tensor> inputs{tensor.contiguous()};
     std::vector<std::vector<torch::Tensor>> outputs(1);
@@ -227,6 +247,12 @@ class ByDevice : public Collectives {
   }
   void broadcast(torch::Tensor tensor, int64_t src) override { of(tensor).broadcast(tensor, src); }
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override { return of(tensor).all_gather(tensor); }
+  void reduce_scatter(torch::Tensor output, const torch::Tensor& input, Reduce op) override {
+    of(input).reduce_scatter(output, input, op);
+  }
+  void all_gather_into(torch::Tensor output, const torch::Tensor& input) override {
+    of(input).all_gather_into(output, input);
+  }
   void barrier() override { cpu_->barrier(); }
 
  private:
@@ -244,6 +270,31 @@ void PendingWork::wait() {
 
 torch::Tensor Collectives::reduce_buffer(int64_t numel, const torch::TensorOptions& options) {
   return torch::zeros({numel}, options);
+}
+
+void Collectives::reduce_scatter(torch::Tensor output, const torch::Tensor& input, Reduce op) {
+  check_shares(*this, output, input, "reduce_scatter");
+  check_reduction(input, op);
+  auto reduced = input.clone();
+  all_reduce(reduced, op).wait();
+  const c10::InferenceMode writable(output.is_inference());
+  output.view(-1).copy_(reduced.view(-1).narrow(0, rank() * output.numel(), output.numel()));
+}
+
+void Collectives::all_gather_into(torch::Tensor output, const torch::Tensor& input) {
+  check_shares(*this, input, output, "all_gather_into");
+  const auto gathered = all_gather(input.reshape(-1));
+  const c10::InferenceMode writable(output.is_inference());
+  output.view(-1).copy_(torch::cat(gathered));
+}
+
+void check_shares(const Collectives& group, const torch::Tensor& share, const torch::Tensor& whole, const char* what) {
+  ARC_CHECK(whole.numel() == share.numel() * group.world_size() && whole.scalar_type() == share.scalar_type() &&
+                whole.device() == share.device(),
+            what, ": the whole tensor must hold world_size (", group.world_size(), ") times the elements of a ",
+            "rank's share, of the same type and device; got ", whole.numel(), " ", whole.scalar_type(), " on ",
+            whole.device(), " and ", share.numel(), " ", share.scalar_type(), " on ", share.device());
+  ARC_CHECK(share.is_contiguous() && whole.is_contiguous(), what, ": both tensors must be contiguous");
 }
 
 void check_reduction(const torch::Tensor& tensor, Reduce op) {

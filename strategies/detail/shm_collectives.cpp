@@ -24,7 +24,15 @@ namespace {
 
 // What a collective is, packed into 64 bits that the ranks compare at each step: its kind (4 bits),
 // reduction or source rank (8), element type (8) and size in bytes (44).
-enum class Kind : uint64_t { barrier = 1, all_reduce, broadcast, all_gather, all_reduce_in_place, share_buffer };
+enum class Kind : uint64_t {
+  barrier = 1,
+  all_reduce,
+  broadcast,
+  all_gather,
+  all_reduce_in_place,
+  share_buffer,
+  reduce_scatter
+};
 
 uint64_t doing(Kind kind, uint64_t detail, torch::ScalarType type, int64_t bytes) {
   return static_cast<uint64_t>(kind) | detail << 4 | static_cast<uint64_t>(type) << 12 |
@@ -36,14 +44,20 @@ uint64_t doing(Kind kind, uint64_t detail, const torch::Tensor& tensor) {
 
 // "all_reduce (sum) of 784 bytes of Float".
 std::string describe(uint64_t doing) {
-  static const char* kinds[] = {
-      "?", "barrier", "all_reduce", "broadcast", "all_gather", "all_reduce of a shared buffer", "reduce_buffer"};
+  static const char* kinds[] = {"?",
+                                "barrier",
+                                "all_reduce",
+                                "broadcast",
+                                "all_gather",
+                                "all_reduce of a shared buffer",
+                                "reduce_buffer",
+                                "reduce_scatter"};
   static const char* reductions[] = {"mean", "sum", "max", "min"};
   const auto kind = static_cast<Kind>(doing & 15);
   const uint64_t detail = (doing >> 4) & 255;
-  const char* name = kinds[std::min<uint64_t>(doing & 15, 6)];
+  const char* name = kinds[std::min<uint64_t>(doing & 15, 7)];
   if (kind == Kind::barrier || doing == 0) return name;
-  const bool reduces = kind == Kind::all_reduce || kind == Kind::all_reduce_in_place;
+  const bool reduces = kind == Kind::all_reduce || kind == Kind::all_reduce_in_place || kind == Kind::reduce_scatter;
   const std::string what = reduces                   ? fmt::format(" ({})", reductions[std::min<uint64_t>(detail, 3)])
                            : kind == Kind::broadcast ? fmt::format(" (from local rank {})", detail)
                                                      : "";
@@ -106,8 +120,28 @@ class ShmCollectives : public Collectives {
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override {
     if (nodes_ > 1 || !tensor.device().is_cpu()) return global_->all_gather(tensor);
     std::vector<torch::Tensor> gathered;
-    worker_.call([&] { gathered = all_gather_node(tensor); });
+    const auto work = tensor.contiguous();
+    for (int64_t s = 0; s < local_world(); ++s) gathered.push_back(torch::empty_like(work));
+    worker_.call([&] { all_gather_node(work, gathered); });
     return gathered;
+  }
+
+  // Across nodes, both go through the all-reduce and all-gather above (the defaults).
+  void reduce_scatter(torch::Tensor output, const torch::Tensor& input, Reduce op) override {
+    if (nodes_ > 1 || !input.device().is_cpu() || !shm_reducible(input.scalar_type()))
+      return Collectives::reduce_scatter(output, input, op);
+    check_shares(*this, output, input, "reduce_scatter");
+    check_reduction(input, op);
+    worker_.call([&] { reduce_scatter_node(output, input, op); });
+  }
+
+  void all_gather_into(torch::Tensor output, const torch::Tensor& input) override {
+    if (nodes_ > 1 || !input.device().is_cpu()) return Collectives::all_gather_into(output, input);
+    check_shares(*this, input, output, "all_gather_into");
+    std::vector<torch::Tensor> shares;
+    for (int64_t s = 0; s < local_world(); ++s)
+      shares.push_back(output.view(-1).narrow(0, s * input.numel(), input.numel()));
+    worker_.call([&] { all_gather_node(input, shares); });
   }
 
   void barrier() override {
@@ -315,11 +349,9 @@ class ShmCollectives : public Collectives {
     if (!work.is_same(tensor)) tensor.copy_(work);
   }
 
-  std::vector<torch::Tensor> all_gather_node(const torch::Tensor& tensor) {
-    doing_ = doing(Kind::all_gather, 0, tensor);
-    const auto work = tensor.contiguous();
-    std::vector<torch::Tensor> gathered;
-    for (int64_t s = 0; s < local_world(); ++s) gathered.push_back(torch::empty_like(work));
+  // `work` (contiguous) of every rank into `gathered` (contiguous, one per rank, of its size).
+  void all_gather_node(const torch::Tensor& work, const std::vector<torch::Tensor>& gathered) {
+    doing_ = doing(Kind::all_gather, 0, work);
     const auto* data = static_cast<const std::byte*>(work.data_ptr());
     const auto element = static_cast<int64_t>(work.element_size());
     in_pieces(work, [&](int64_t begin, int64_t count) {
@@ -331,7 +363,27 @@ class ShmCollectives : public Collectives {
         std::memcpy(static_cast<std::byte*>(gathered[static_cast<size_t>(s)].data_ptr()) + begin * element,
                     segment_->slot(set, s), bytes);
     });
-    return gathered;
+  }
+
+  // Piece by piece, every rank puts its input into its slot; after a barrier each rank combines,
+  // in rank order as all_reduce does (so to its bits), the part of the piece that is its share.
+  void reduce_scatter_node(torch::Tensor& output, const torch::Tensor& input, Reduce op) {
+    doing_ = doing(Kind::reduce_scatter, static_cast<uint64_t>(op), input);
+    const auto* data = static_cast<const std::byte*>(input.data_ptr());
+    auto* out = static_cast<std::byte*>(output.data_ptr());
+    const auto element = static_cast<int64_t>(input.element_size());
+    const int64_t me = segment_->local_index(), share = output.numel();
+    std::vector<const void*> sources(static_cast<size_t>(local_world()));
+    in_pieces(input, kPieceBytes, [&](int64_t begin, int64_t count) {
+      const int64_t set = next_set();
+      std::memcpy(segment_->slot(set, me), data + begin * element, static_cast<size_t>(count * element));
+      step();
+      const int64_t first = std::max(begin, me * share), end = std::min(begin + count, (me + 1) * share);
+      if (first >= end) return;
+      for (int64_t s = 0; s < local_world(); ++s)
+        sources[static_cast<size_t>(s)] = segment_->slot(set, s) + (first - begin) * element;
+      combine(input.scalar_type(), op, out + (first - me * share) * element, sources, end - first);
+    });
   }
 
   std::unique_ptr<ShmSegment> segment_;

@@ -299,6 +299,67 @@ TEST(ShmCollectives, BroadcastAllGatherAndBarrierGoThroughSharedMemory) {
   });
 }
 
+// reduce_scatter gives each rank its share of what all_reduce gives, bit for bit, and
+// all_gather_into puts the shares back together in rank order; shares of one element, of less than
+// a piece, and across several pieces of the shared-memory slots.
+void expect_scatters_and_gathers(int64_t world, const Group& options,
+                                 const std::vector<torch::ScalarType>& types = kTypes) {
+  const std::vector<int64_t> shares = {1, 1001, 70'001, 300'007};
+  on_ranks(world, options, [&](int64_t rank, Collectives& group) {
+    for (const auto type : types)
+      for (const auto share : shares) {
+        const auto mine = input(rank, share * world, type);
+        for (const auto op : {Reduce::sum, Reduce::max, Reduce::min, Reduce::mean}) {
+          if (op == Reduce::mean && !torch::isFloatingType(type)) continue;
+          const auto what = "rank " + std::to_string(rank) + " " + c10::toString(type) + " x " + std::to_string(share) +
+                            " op " + std::to_string(static_cast<int>(op));
+          auto all = mine.clone();
+          group.all_reduce(all, op).wait();
+          auto out = torch::full({share}, 7, type);
+          group.reduce_scatter(out, mine, op);
+          ASSERT_TRUE(torch::equal(out, all.narrow(0, rank * share, share))) << what;
+          auto whole = torch::zeros({share * world}, type);
+          group.all_gather_into(whole, out);
+          ASSERT_TRUE(torch::equal(whole, all)) << what;
+        }
+      }
+  });
+}
+
+TEST(ShmCollectives, ReduceScatterIsTheAllReducesShareBitForBit) {
+  expect_scatters_and_gathers(2, {});
+  expect_scatters_and_gathers(3, {});
+}
+
+// Gloo's come from its all-reduce and all-gather (LibTorch 1.13's Gloo has no reduce-scatter);
+// across nodes, from the hierarchical all-reduce. (Gloo reduces no bfloat16.)
+TEST(ShmCollectives, ReduceScatterThroughGlooAndAcrossNodes) {
+  const std::vector<torch::ScalarType> gloo_types = {torch::kFloat, torch::kDouble, torch::kHalf, torch::kInt,
+                                                     torch::kLong};
+  expect_scatters_and_gathers(2, Group{false, {}}, gloo_types);
+  expect_scatters_and_gathers(4, Group{true, {"a", "a", "b", "b"}}, gloo_types);
+}
+
+TEST(ShmCollectives, ReduceScatterAndAllGatherIntoCheckTheirShapes) {
+  on_ranks(2, {}, [&](int64_t, Collectives& group) {
+    const auto message =
+        testing::error_of([&] { group.reduce_scatter(torch::zeros({3}), torch::zeros({7}), Reduce::sum); });
+    EXPECT_NE(message.find("reduce_scatter: the whole tensor must hold world_size (2) times the elements of a rank's "
+                           "share, of the same type and device; got 7 Float on cpu and 3 Float on cpu"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(testing::error_of([&] {
+                group.all_gather_into(torch::zeros({4}, torch::kDouble), torch::zeros({2}));
+              }).find("all_gather_into: the whole tensor must hold"),
+              std::string::npos);
+    EXPECT_NE(testing::error_of([&] {
+                group.reduce_scatter(torch::zeros({2}, torch::kLong), torch::zeros({4}, torch::kLong), Reduce::mean);
+              }).find("the mean of a Long tensor"),
+              std::string::npos);
+    group.barrier();
+  });
+}
+
 TEST(ShmCollectives, SeveralNodesReduceHierarchically) {
   for (const auto& nodes : std::vector<std::vector<std::string>>{{"a", "a", "b", "b"}, {"a", "b", "a"}}) {
     const auto world = static_cast<int64_t>(nodes.size());
