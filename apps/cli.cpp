@@ -333,7 +333,7 @@ int export_weights(const nlohmann::json& config, const std::string& from, const 
   }
   const auto reader = open_weights(source);
   StateDict state;
-  for (const auto& entry : reader->entries()) state.emplace_back(entry.name, reader->read(entry.name));
+  for (const auto& entry : reader->entries()) state.emplace_back(entry.name, reader->read(entry));
   // A Lightning checkpoint takes the run's epoch, step and hyper-parameters where the source has
   // them (an Arclight checkpoint does); another file's metadata that does not parse is left out.
   const auto metadata = reader->metadata();

@@ -58,23 +58,45 @@ bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// A JSON text parsed with every object's keys checked for duplicates (nlohmann keeps the last one
-// silently); `what` names the file in errors.
-nlohmann::json parse_unique(const std::string& text, const std::string& what) {
+// Finds the first key that an object of a JSON text names twice (nlohmann keeps the last one
+// silently), by a SAX pass that builds nothing: the parser's callback form rescans each object's
+// parent at its end, which is quadratic in a header of many tensors.
+struct DuplicateKeys : nlohmann::json_sax<nlohmann::json> {
   std::vector<std::set<std::string>> keys;
   std::string duplicate;
-  const auto check = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::object_start) keys.emplace_back();
-    if (event == nlohmann::json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
-    if (event == nlohmann::json::parse_event_t::key && !keys.empty() &&
-        !keys.back().insert(parsed.get<std::string>()).second && duplicate.empty())
-      duplicate = parsed.get<std::string>();
+  bool start_object(std::size_t) override {
+    keys.emplace_back();
     return true;
-  };
-  auto json = nlohmann::json::parse(text, check, /*allow_exceptions=*/false);
+  }
+  bool key(string_t& name) override {
+    if (!keys.back().insert(name).second && duplicate.empty()) duplicate = name;
+    return true;
+  }
+  bool end_object() override {
+    keys.pop_back();
+    return true;
+  }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
+
+// A JSON text parsed with every object's keys checked for duplicates; `what` names the file in
+// errors.
+nlohmann::json parse_unique(const std::string& text, const std::string& what) {
+  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   ARC_CHECK(!json.is_discarded(), what,
             " has a header that is not JSON; it is not a safetensors file, or it is corrupt");
-  ARC_CHECK(duplicate.empty(), what, " names '", duplicate, "' twice; the file is corrupt");
+  DuplicateKeys keys;
+  nlohmann::json::sax_parse(text, &keys);
+  ARC_CHECK(keys.duplicate.empty(), what, " names '", keys.duplicate, "' twice; the file is corrupt");
   return json;
 }
 
@@ -191,10 +213,8 @@ class SafetensorsReader : public WeightsReader {
     ARC_CHECK(at == file_.size() - data_start_, what, " has ", file_.size() - data_start_ - at,
               " bytes after its last tensor; the file is corrupt");
     entries_ = std::move(in_order);
-    for (const auto& entry : entries_) {
-      const auto span = std::find_if(spans.begin(), spans.end(), [&](const Span& s) { return s.name == entry.name; });
-      spans_.emplace(entry.name, std::make_pair(&entry, span->begin));
-    }
+    for (size_t k = 0; k < order.size(); ++k)
+      spans_.emplace(entries_[k].name, std::make_pair(&entries_[k], spans[order[k]].begin));
   }
 
   detail::ReadFile file_;
@@ -263,7 +283,9 @@ class ShardedReader : public WeightsReader {
 // One safetensors file of `state`'s tensors (contiguous CPU tensors) at `path`.
 void write_safetensors(const StateDict& state, const std::string& path,
                        const std::map<std::string, std::string>& metadata) {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  // Keys in name order (an ordered_json finds each key by a linear search): the data's order is
+  // the offsets', as the specification has it.
+  nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const auto& [name, tensor] : state) {
@@ -325,10 +347,11 @@ bool is_torch_save(const std::string& path) {
 }
 
 // Whether `path` begins with a zip archive's signature, as PyTorch's torch.save files and
-// Lightning's checkpoints do.
+// Lightning's checkpoints do (an error if it cannot be read).
 bool is_zip(const std::string& path) {
+  const detail::ReadFile file(path, "weights file", "check the file system");
   char start[4] = {};
-  std::ifstream(path, std::ios::binary).read(start, 4);
+  if (file.size() >= 4) file.read_at(0, start, 4);
   return std::memcmp(start, "PK\x03\x04", 4) == 0;
 }
 
@@ -337,8 +360,12 @@ bool is_zip(const std::string& path) {
 torch::Tensor WeightsReader::read(const std::string& name) const {
   const auto* entry = find(name);
   ARC_CHECK(entry != nullptr, "the weights hold no tensor '", name, "'");
-  auto out = torch::empty(entry->shape, torch::TensorOptions().dtype(entry->dtype));
-  read_into(name, out);
+  return read(*entry);
+}
+
+torch::Tensor WeightsReader::read(const WeightEntry& entry) const {
+  auto out = torch::empty(entry.shape, torch::TensorOptions().dtype(entry.dtype));
+  read_into(entry.name, out);
   return out;
 }
 
@@ -352,9 +379,9 @@ std::unique_ptr<WeightsReader> open_weights(const std::string& path) {
   if (ends_with(path, kIndexSuffix)) return std::make_unique<ShardedReader>(path);
   if (ends_with(path, kSuffix)) return std::make_unique<SafetensorsReader>(path);
   if (is_torch_save(path)) {
-    ARC_CHECK(std::filesystem::exists(path) && is_zip(path), "'", path, "' is not a zip archive, as torch.save ",
-              "writes since PyTorch 1.6: it is missing, in the legacy format (_use_new_zipfile_serialization=False) ",
-              "or not a PyTorch file; save it again with torch.save");
+    ARC_CHECK(is_zip(path), "'", path, "' is not a zip archive, as torch.save writes since PyTorch 1.6: it is in ",
+              "the legacy format (_use_new_zipfile_serialization=False) or not a PyTorch file; save it again with ",
+              "torch.save");
     return detail::open_torch_file(path);
   }
   // Lightning's checkpoints are torch.save's zip archives; Arclight's are not.
@@ -368,7 +395,7 @@ std::unique_ptr<WeightsReader> open_weights(const std::string& path) {
 StateDict read_weights(const std::string& path) {
   const auto reader = open_weights(path);
   StateDict out;
-  for (const auto& entry : reader->entries()) out.emplace_back(entry.name, reader->read(entry.name));
+  for (const auto& entry : reader->entries()) out.emplace_back(entry.name, reader->read(entry));
   return out;
 }
 
@@ -391,6 +418,12 @@ c10::IValue python_value(const nlohmann::json& json) {
   }
   if (json.is_string()) return json.get<std::string>();
   if (json.is_boolean()) return json.get<bool>();
+  if (json.is_number_unsigned()) {
+    ARC_CHECK(json.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+              "SaveWeightsOptions::hyper_parameters holds ", json.dump(), ", larger than a checkpoint's integers ",
+              "(64-bit signed) hold; give it as a float or a string");
+    return json.get<int64_t>();
+  }
   if (json.is_number_integer()) return json.get<int64_t>();
   if (json.is_number()) return json.get<double>();
   return {};
@@ -470,7 +503,7 @@ std::vector<std::string> save_weights(const StateDict& state, const std::string&
     return stem + name + kSuffix;
   };
   std::vector<std::string> written;
-  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  nlohmann::json weight_map = nlohmann::json::object();  // by name, as write_safetensors' header
   for (size_t i = 0; i < shards.size(); ++i) {
     const auto file = numbered(i);
     written.push_back((target.parent_path() / file).string());

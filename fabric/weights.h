@@ -52,6 +52,8 @@ class WeightsReader {
   virtual WeightsMetadata metadata() const { return {}; }
   /// Tensor `name` as a new CPU tensor of the file's type.
   torch::Tensor read(const std::string& name) const;
+  /// The tensor of `entry` (one of entries()) as a new CPU tensor of the file's type.
+  torch::Tensor read(const WeightEntry& entry) const;
   /// The entry `name`, or nullptr.
   const WeightEntry* find(const std::string& name) const;
 };

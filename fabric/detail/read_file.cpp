@@ -13,7 +13,8 @@ namespace arc::detail {
 
 ReadFile::ReadFile(std::string path, std::string noun, std::string fix)
     : path_(std::move(path)), noun_(std::move(noun)), fix_(std::move(fix)) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking, so that a FIFO's open does not wait for a writer; it is refused below.
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   ARC_CHECK(fd_ >= 0, "cannot open ", noun_, " '", path_, "' (", std::strerror(errno),
             "); check the path and its permissions");
   struct stat info {};
@@ -21,6 +22,10 @@ ReadFile::ReadFile(std::string path, std::string noun, std::string fix)
     const int error = errno;
     ::close(fd_);
     ARC_FAIL("cannot read the size of ", noun_, " '", path_, "' (", std::strerror(error), "); check the file system");
+  }
+  if (!S_ISREG(info.st_mode)) {
+    ::close(fd_);
+    ARC_FAIL(noun_, " '", path_, "' is not a regular file (a folder, a device or a pipe); give the path of a file");
   }
   size_ = static_cast<uint64_t>(info.st_size);
 }

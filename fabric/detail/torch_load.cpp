@@ -55,7 +55,7 @@ void read_zip64_fields(const char* extra, size_t length, const std::string& what
 std::map<std::string, ZipRecord> zip_directory(const ReadFile& file, const std::string& what) {
   const uint64_t size = file.size();
   ARC_CHECK(size >= 22, what, " is ", size, " bytes long, too short for a zip archive; it is truncated");
-  const uint64_t tail_size = std::min<uint64_t>(size, 22 + 0xFFFF);
+  const uint64_t tail_size = std::min<uint64_t>(size, 20 + 22 + 0xFFFF);  // a zip64 locator, the record, a comment
   std::string tail(tail_size, '\0');
   file.read_at(size - tail_size, tail.data(), tail.size());
   // The end record: the last "PK\5\6" whose comment ends where the file does.
@@ -148,9 +148,11 @@ struct TensorView {
   std::vector<int64_t> sizes, strides;
 };
 
-// The most values one pickle may build (a state_dict of N tensors builds about 25 N): it bounds
-// what a hostile pickle can make this reader allocate.
-constexpr size_t kMaxValues = 4'000'000;
+// What one pickle may make this reader hold, in bytes: a constant and a multiple of its size
+// (torch.save's state_dicts take about 10 times theirs). Every value, stack and memo entry, copied
+// text and item counts against it, so that no pickle, however crafted, holds or walks more.
+constexpr uint64_t kBudgetBase = 64 << 20;
+constexpr uint64_t kBudgetPerByte = 32;
 
 // Whether a view of `sizes` and `strides` covers its elements in order without gaps.
 bool contiguous(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
@@ -228,7 +230,11 @@ class Unpickler {
  public:
   Unpickler(const std::string& pickle, std::string what, std::string hint,
             std::function<uint64_t(const std::string&)> record_bytes)
-      : pickle_(pickle), what_(std::move(what)), hint_(std::move(hint)), record_bytes_(std::move(record_bytes)) {}
+      : pickle_(pickle),
+        what_(std::move(what)),
+        hint_(std::move(hint)),
+        record_bytes_(std::move(record_bytes)),
+        budget_(kBudgetBase + kBudgetPerByte * pickle.size()) {}
 
   // The pickled object.
   size_t load() {
@@ -246,6 +252,7 @@ class Unpickler {
           check(stack_.size() == 1 && marks_.empty(), "ends with ", stack_.size(), " values on its stack");
           return stack_.back();
         case '(':
+          spend(sizeof(size_t));
           marks_.push_back(stack_.size());
           break;
         case ')':
@@ -339,19 +346,19 @@ class Unpickler {
           text(Value::Kind::bytes, little<uint64_t>(take(8)));
           break;
         case 'q':
-          memo_[static_cast<uint8_t>(*take(1))] = top_index();
+          remember(static_cast<uint8_t>(*take(1)));
           break;
         case 'r':
-          memo_[little<uint32_t>(take(4))] = top_index();
+          remember(little<uint32_t>(take(4)));
           break;
         case 0x94:
-          memo_[memo_.size()] = top_index();
+          remember(memo_.size());
           break;
         case 'h':
-          stack_.push_back(memo(static_cast<uint8_t>(*take(1))));
+          push_index(memo(static_cast<uint8_t>(*take(1))));
           break;
         case 'j':
-          stack_.push_back(memo(little<uint32_t>(take(4))));
+          push_index(memo(little<uint32_t>(take(4))));
           break;
         case 'c': {
           auto module = line();
@@ -388,7 +395,7 @@ class Unpickler {
           pop_mark();
           break;
         case '2':
-          stack_.push_back(top_index());
+          push_index(top_index());
           break;
         case 0x81:
         case 0x92:
@@ -438,15 +445,29 @@ class Unpickler {
   }
   void text(Value::Kind kind, uint64_t size) {
     const char* bytes = take(size);
+    spend(size);
     push(kind).text.assign(bytes, size);
   }
 
+  // Counts `bytes` against the budget.
+  void spend(uint64_t bytes) {
+    check(bytes <= budget_ - spent_, "builds more than ", budget_ >> 20, " MiB of values, more than a state_dict ",
+          "of its size does; the file is corrupt or crafted");
+    spent_ += bytes;
+  }
+  void push_index(size_t index) {
+    spend(sizeof(size_t));
+    stack_.push_back(index);
+  }
+  void remember(uint64_t key) {
+    spend(64);  // a node of memo_
+    memo_[key] = top_index();
+  }
   Value& push(Value::Kind kind) {
-    check(values_.size() < kMaxValues, "builds more than ", kMaxValues, " values; Arclight reads state_dicts ",
-          "smaller than that");
+    spend(sizeof(Value));
     values_.emplace_back();
     values_.back().kind = kind;
-    stack_.push_back(values_.size() - 1);
+    push_index(values_.size() - 1);
     return values_.back();
   }
   size_t top_index() const {
@@ -475,6 +496,7 @@ class Unpickler {
   }
   // A new tuple, list or dict of `items` (a dict's keys and values alternating).
   void collection(Value::Kind kind, std::vector<size_t> items) {
+    spend(items.size() * sizeof(size_t));
     check(kind != Value::Kind::dict || items.size() % 2 == 0,
           "gives a dict a key without a value; the file is corrupt");
     push(kind).items = std::move(items);
@@ -485,6 +507,7 @@ class Unpickler {
     check(kind(index) == want, "adds items to ", kind_name(kind(index)), ", not to ", kind_name(want));
     check(want != Value::Kind::dict || items.size() % 2 == 0,
           "gives a dict a key without a value; the file is corrupt");
+    spend(items.size() * sizeof(size_t));
     auto& target = values_[index].items;
     target.insert(target.end(), items.begin(), items.end());
   }
@@ -507,8 +530,11 @@ class Unpickler {
     check(kind(index) == Value::Kind::integer, "gives ", what, " as ", kind_name(kind(index)), ", not an int");
     return values_[index].integer;
   }
-  std::vector<int64_t> integers(size_t index, const char* what) const {
+  std::vector<int64_t> integers(size_t index, const char* what) {
     check(kind(index) == Value::Kind::tuple, "gives ", what, " as ", kind_name(kind(index)), ", not a tuple");
+    check(values_[index].items.size() <= 64, "gives ", what, " of ", values_[index].items.size(),
+          " dimensions; a tensor has at most 64");
+    spend(values_[index].items.size() * sizeof(int64_t));
     std::vector<int64_t> out;
     for (const size_t item : values_[index].items) out.push_back(integer(item, what));
     return out;
@@ -529,6 +555,7 @@ class Unpickler {
     check(numel >= 0 && static_cast<uint64_t>(numel) <= bytes / c10::elementSize(dtype), "declares storage '", key,
           "' of ", numel, " ", c10::toString(dtype), " elements, but its record holds ", bytes,
           " bytes; the file is corrupt");
+    spend(key.size());
     auto& value = push(Value::Kind::storage);
     value.dtype = dtype;
     value.text = key;
@@ -550,22 +577,23 @@ class Unpickler {
     } else if (name == "torch.Size") {
       arity(1, 1);
       integers(args[0], "a size");
-      stack_.push_back(args[0]);
+      push_index(args[0]);
     } else if (name == "_codecs.encode") {  // bytes, as protocol 2 writes them: encode(text, "latin1")
       arity(2, 2);
       check(
           kind(args[0]) == Value::Kind::text && kind(args[1]) == Value::Kind::text && values_[args[1]].text == "latin1",
           "calls _codecs.encode other than as bytes are pickled");
+      spend(values_[args[0]].text.size());
       auto bytes = latin1(values_[args[0]].text);
       check(bytes.has_value(), "encodes text to latin1 that has characters beyond it");
       push(Value::Kind::bytes).text = std::move(*bytes);
     } else if (name == "torch.jit._pickle.restore_type_tag") {
       arity(2, 2);
-      stack_.push_back(args[0]);
+      push_index(args[0]);
     } else if (name == "torch._utils._rebuild_parameter" || name == "torch._utils._rebuild_parameter_with_state") {
       arity(3, 4);
       check(kind(args[0]) == Value::Kind::tensor, "makes a parameter of ", kind_name(kind(args[0])));
-      stack_.push_back(args[0]);
+      push_index(args[0]);
     } else if (name == "torch._utils._rebuild_tensor_v2" || name == "torch._utils._rebuild_tensor") {
       arity(4, 7);
       tensor(args);
@@ -587,20 +615,21 @@ class Unpickler {
           strides.size(), " strides");
     check(offset >= 0 && offset <= storage.integer, "puts a tensor at offset ", offset, " of storage '", storage.text,
           "', which holds ", storage.integer, " elements; the file is corrupt");
-    // The view's last element, which must lie inside the storage.
-    int64_t last = offset;
-    bool empty = false;
+    // The view's last element must lie inside the storage, and it may not have more elements than
+    // the storage (a view that repeats elements, with a stride of 0, would be read into that many).
+    int64_t last = offset, numel = 1;
     for (size_t d = 0; d < sizes.size(); ++d) {
       check(sizes[d] >= 0 && strides[d] >= 0, "gives a tensor a negative size or stride");
-      empty = empty || sizes[d] == 0;
       int64_t reach = 0;
       check(!__builtin_mul_overflow(std::max<int64_t>(sizes[d] - 1, 0), strides[d], &reach) &&
-                !__builtin_add_overflow(last, reach, &last),
+                !__builtin_add_overflow(last, reach, &last) && !__builtin_mul_overflow(numel, sizes[d], &numel),
             "gives a tensor a size that overflows");
     }
-    check(empty || last < storage.integer, "puts a tensor of size ", c10::IntArrayRef(sizes), " at offset ", offset,
-          " of storage '", storage.text, "', which holds ", storage.integer, " elements; the file is corrupt");
+    check(numel == 0 || (last < storage.integer && numel <= storage.integer), "puts a tensor of size ",
+          c10::IntArrayRef(sizes), " at offset ", offset, " of storage '", storage.text, "', which holds ",
+          storage.integer, " elements; the file is corrupt");
     const auto dtype = storage.dtype;  // before push moves the values
+    spend(sizeof(TensorView) + 2 * sizes.size() * sizeof(int64_t));
     tensors_.push_back({args[0], offset, std::move(sizes), std::move(strides)});
     auto& value = push(Value::Kind::tensor);
     value.dtype = dtype;
@@ -615,6 +644,7 @@ class Unpickler {
   std::vector<TensorView> tensors_;
   std::vector<size_t> stack_, marks_;
   std::unordered_map<uint64_t, size_t> memo_;
+  uint64_t budget_, spent_ = 0;
 };
 
 // The state_dict of a torch.save file, its tensors read from the archive's records.
@@ -639,6 +669,8 @@ class TorchFileReader : public WeightsReader {
     ARC_CHECK(!archive.empty(), what, " is a zip archive without a data.pkl; it is not a file torch.save wrote");
     const auto order = records_.find(archive + "byteorder");
     if (order != records_.end()) {
+      ARC_CHECK(!order->second.compressed, "record '", order->first, "' of ", what, " is compressed; torch.save ",
+                "stores its records as they are: save the file again with torch.save");
       std::string text(std::min<uint64_t>(order->second.size, 16), '\0');
       file_.read_at(order->second.offset, text.data(), text.size());
       ARC_CHECK(text == "little", what, " was written on a big-endian machine (byteorder '", text,
@@ -710,7 +742,7 @@ class TorchFileReader : public WeightsReader {
       const auto& key = values[top.items[i]];
       const auto& value = values[top.items[i + 1]];
       if (key.kind != Value::Kind::text) continue;
-      keys.push_back(key.text);
+      if (keys.size() < 9) keys.push_back(key.text);  // for the error below
       if (key.text == "state_dict" && value.kind == Value::Kind::dict) state = top.items[i + 1];
       if ((key.text == "epoch" || key.text == "global_step") && value.kind == Value::Kind::integer)
         metadata_[key.text] = std::to_string(value.integer);

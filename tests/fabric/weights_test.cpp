@@ -12,6 +12,7 @@
 
 #include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -461,6 +462,10 @@ TEST(Weights, HostilePtFilesAreErrorsBeforeAnythingIsAllocated) {
       {error(archive(dict(text("w") + tensor("0", 6, 0, {2, 3}, {3, 1})), {{"data/0", floats}, {"byteorder", "big"}})),
        "was written on a big-endian machine"},
       {error(good.substr(0, good.size() - 10)), "has no zip directory at its end; it is truncated"},
+      // A stride of 0 repeats one element: a view with more elements than its storage.
+      {with(dict(text("w") + tensor("0", 6, 0, {1 << 30}, {0}))), "puts a tensor of size [1073741824] at offset 0"},
+      // Two million empty lists: more than a pickle of its size builds for a state_dict.
+      {with("\x80\x02" + std::string(2'000'000, ']') + "."), "MiB of values, more than a state_dict of its size"},
   };
   for (const auto& [message, want] : cases) EXPECT_NE(message.find(want), std::string::npos) << message;
   for (const auto& [message, want] : cases) EXPECT_NE(message.find(dir + "/bad.pt"), std::string::npos) << message;
@@ -476,6 +481,9 @@ TEST(Weights, HostilePtFilesAreErrorsBeforeAnythingIsAllocated) {
   ASSERT_NE(end, std::string::npos);
   std::memcpy(&crowded[end + 8], "\xff\xfe\xff\xfe", 4);  // entries: on this disk and in all
   EXPECT_NE(error(crowded).find("declares a zip directory of 65279 entries"), std::string::npos) << error(crowded);
+  // A pipe is refused at once, not waited on.
+  ASSERT_EQ(::mkfifo((dir + "/pipe.pt").c_str(), 0600), 0);
+  EXPECT_NE(error_of([&] { open_weights(dir + "/pipe.pt"); }).find("is not a regular file"), std::string::npos);
   std::filesystem::remove_all(dir);
 }
 
