@@ -209,6 +209,7 @@ InitWeights read_init_weights(const nlohmann::json& spec, const std::string& pat
 void load_init_weights(const Experiment& experiment) {
   if (!experiment.init_weights) return;
   const auto& [file, key, options] = *experiment.init_weights;
+  experiment.module->configure_model();  // its layers exist before they are filled
   const auto report = load_weights(*experiment.module, file, options);
   if (first_of_launch()) console().info("{} '{}':\n{}", key, file, report.summary());
 }

@@ -48,6 +48,7 @@ std::shared_ptr<M> load_from_checkpoint(const std::string& path, const LoadOptio
   else
     module = std::make_shared<M>();
   module->save_hyperparameters(std::move(hparams));
+  module->configure_model();
   load_checkpoint_weights(*module, checkpoint, options.strict());
   return module;
 }

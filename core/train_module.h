@@ -111,6 +111,11 @@ class TrainModule : public torch::nn::Module, public DataHooks {
   /// The optimizers and their schedulers, asked for when fit starts, after setup: one optimizer
   /// under automatic optimization, any number under manual.
   virtual std::vector<OptimizerConfig> configure_optimizers() = 0;
+  /// Builds layers late, as Lightning's configure_model: called in fit, validate, test and predict
+  /// after setup and before the precision plugin and the strategy take the module (DDP broadcasts
+  /// rank 0's initial weights after it), and by load_from_checkpoint and `module.init_weights`
+  /// before they load weights. It runs once per stage, so it must do nothing when the layers exist.
+  virtual void configure_model() {}
 
   /// When fit starts, once configure_optimizers has run (and a checkpoint it resumes from is
   /// restored), before the sanity check.

@@ -254,6 +254,7 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
     if (data != nullptr) data->setup(stage);
     call_callbacks([&](Callback& c) { c.setup(*this, module, stage); });
     module.setup(stage);
+    module.configure_model();
     precision_->convert_module(module);
     strategy_->set_profiler(profiler_.get());
     strategy_->setup_module(module);

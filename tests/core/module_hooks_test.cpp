@@ -1,6 +1,7 @@
 // The hooks users override to change the loop (issue 18, row 6): optimizer_step,
 // optimizer_zero_grad, configure_gradient_clipping, lr_scheduler_step, toggle_optimizer,
-// configure_callbacks, the batch-transfer hooks, and skipping a batch with an undefined loss.
+// configure_callbacks, the batch-transfer hooks, skipping a batch with an undefined loss, and
+// configure_model.
 #include "support/tiny_module.h"
 
 #include "support/errors.h"
@@ -372,6 +373,53 @@ TEST(ModuleHooks, AnUndefinedLossSkipsTheBatch) {
   } vector;
   const auto message = error_of([&] { Trainer(quiet().max_steps(1)).fit(vector, tiny_data(2, 2)); });
   EXPECT_NE(message.find("got a tensor of shape [3]"), std::string::npos) << message;
+}
+
+// Layers built in configure_model, as Lightning's: none exist when the module is made; fit
+// builds them after setup (so the optimizer gets them), later stages find them there, and
+// load_from_checkpoint builds them before it loads the weights into them.
+class BuiltLate : public TrainModule {
+ public:
+  BuiltLate() : TrainModule("BuiltLate") {}
+  explicit BuiltLate(const nlohmann::json&) : BuiltLate() {}
+  void setup(Stage) override { order.push_back("setup"); }
+  void configure_model() override {
+    order.push_back("configure_model");
+    if (!linear) linear = register_module("linear", torch::nn::Linear(4, 1));
+  }
+  torch::Tensor training_step(Batch& batch, int64_t) override { return torch::mse_loss(linear(batch[0]), batch[1]); }
+  void validation_step(Batch& batch, int64_t) override { log("val_loss", torch::mse_loss(linear(batch[0]), batch[1])); }
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    order.push_back("configure_optimizers");
+    return {std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1))};
+  }
+  torch::nn::Linear linear{nullptr};
+  std::vector<std::string> order;
+};
+
+TEST(ModuleHooks, ConfigureModelBuildsLayersAfterSetupOncePerModule) {
+  const auto dir = testing::fresh_folder("configure_model");
+  BuiltLate module;
+  EXPECT_TRUE(module.parameters().empty());
+  Trainer trainer(quiet().max_epochs(2).default_root_dir(dir).enable_checkpointing(true));
+  trainer.fit(module, tiny_data(16, 4), tiny_data(8, 4));
+  ASSERT_TRUE(module.linear);
+  const auto order = module.order;
+  ASSERT_GE(order.size(), 3u);
+  EXPECT_EQ(std::vector<std::string>(order.begin(), order.begin() + 3),
+            (std::vector<std::string>{"setup", "configure_model", "configure_optimizers"}));
+  const auto trained = module.linear->weight.clone();
+  const auto* layer = module.linear.get();
+  trainer.validate(module, tiny_data(8, 4));
+  EXPECT_EQ(module.linear.get(), layer) << "a second stage keeps the layers configure_model built";
+  std::string checkpoint;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir))
+    if (entry.path().extension() == ".ckpt") checkpoint = entry.path().string();
+  ASSERT_FALSE(checkpoint.empty());
+  const auto loaded = load_from_checkpoint<BuiltLate>(checkpoint);
+  ASSERT_TRUE(loaded->linear);
+  EXPECT_TRUE(torch::equal(loaded->linear->weight, trained));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
