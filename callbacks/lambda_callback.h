@@ -40,9 +40,11 @@ class LambdaCallback : public Callback {
   StageHook on_setup, on_teardown;
   Hook fit_start, fit_end, sanity_check_start, sanity_check_end, train_start, train_end, validation_start,
       validation_end, test_start, test_end, predict_start, predict_end, train_epoch_start, train_epoch_end,
-      validation_epoch_start, validation_epoch_end, test_epoch_start, test_epoch_end, predict_epoch_end, after_backward;
+      validation_epoch_start, validation_epoch_end, test_epoch_start, test_epoch_end, predict_epoch_start,
+      predict_epoch_end, after_backward;
   BatchHook train_batch_end, predict_batch_end;
-  BatchStartHook train_batch_start, validation_batch_start, validation_batch_end, test_batch_start, test_batch_end;
+  BatchStartHook train_batch_start, validation_batch_start, validation_batch_end, test_batch_start, test_batch_end,
+      predict_batch_start;
   LossHook before_backward;
   OptimizerHook before_optimizer_step, before_zero_grad;
   ExceptionHook exception;
@@ -70,6 +72,7 @@ class LambdaCallback : public Callback {
   void on_validation_epoch_end(Trainer& t, TrainModule& m) override { call(validation_epoch_end, t, m); }
   void on_test_epoch_start(Trainer& t, TrainModule& m) override { call(test_epoch_start, t, m); }
   void on_test_epoch_end(Trainer& t, TrainModule& m) override { call(test_epoch_end, t, m); }
+  void on_predict_epoch_start(Trainer& t, TrainModule& m) override { call(predict_epoch_start, t, m); }
   void on_predict_epoch_end(Trainer& t, TrainModule& m) override { call(predict_epoch_end, t, m); }
   void on_train_batch_start(Trainer& t, TrainModule& m, Batch& b, int64_t i) override {
     call(train_batch_start, t, m, b, i);
@@ -87,6 +90,9 @@ class LambdaCallback : public Callback {
     call(test_batch_start, t, m, b, i);
   }
   void on_test_batch_end(Trainer& t, TrainModule& m, Batch& b, int64_t i) override { call(test_batch_end, t, m, b, i); }
+  void on_predict_batch_start(Trainer& t, TrainModule& m, Batch& b, int64_t i) override {
+    call(predict_batch_start, t, m, b, i);
+  }
   void on_predict_batch_end(Trainer& t, TrainModule& m, const torch::Tensor& out, Batch& b, int64_t i) override {
     call(predict_batch_end, t, m, out, b, i);
   }

@@ -84,6 +84,8 @@ class Callback {
   virtual void on_test_epoch_start(Trainer&, TrainModule&) {}
   /// After test's last batch, before its epoch metrics are computed (values logged here count in them).
   virtual void on_test_epoch_end(Trainer&, TrainModule&) {}
+  /// After on_predict_start, before predict's first batch.
+  virtual void on_predict_epoch_start(Trainer&, TrainModule&) {}
   /// After predict's last batch, before on_predict_end.
   virtual void on_predict_epoch_end(Trainer&, TrainModule&) {}
   /// Before each training batch's training_step, with the batch on the device.
@@ -102,6 +104,8 @@ class Callback {
   virtual void on_test_batch_start(Trainer&, TrainModule&, Batch&, int64_t) {}
   virtual void on_test_batch_end(Trainer&, TrainModule&, Batch&, int64_t) {}
   ///@}
+  /// Before each predict batch's predict_step, with the batch on the device.
+  virtual void on_predict_batch_start(Trainer&, TrainModule&, Batch&, int64_t) {}
   /// After each batch's predict_step. `outputs` is what predict_step returned;
   /// Trainer::batch_indices() names the batch's samples.
   virtual void on_predict_batch_end(Trainer&, TrainModule&, const torch::Tensor&, Batch&, int64_t) {}

@@ -145,6 +145,27 @@ class TrainModule : public torch::nn::Module, public DataHooks {
   virtual void on_predict_start() {}
   virtual void on_predict_end() {}
   ///@}
+  /// Before predict's first batch, after on_predict_start, and after its last, before on_predict_end.
+  ///@{
+  virtual void on_predict_epoch_start() {}
+  virtual void on_predict_epoch_end() {}
+  ///@}
+  /// Before each predict batch's predict_step, with the batch on the device, and after it, with
+  /// what predict_step returned.
+  ///@{
+  virtual void on_predict_batch_start(Batch& /*batch*/, int64_t /*batch_idx*/) {}
+  virtual void on_predict_batch_end(const torch::Tensor& /*outputs*/, Batch& /*batch*/, int64_t /*batch_idx*/) {}
+  ///@}
+  /// How validation, test and predict put the module in evaluation mode before their start hooks,
+  /// and validation and test back in training mode at their end when it was training (fit's
+  /// validations): eval() and train(). Override one to keep dropout on, say.
+  ///@{
+  virtual void on_validation_model_eval() { eval(); }
+  virtual void on_validation_model_train() { train(); }
+  virtual void on_test_model_eval() { eval(); }
+  virtual void on_test_model_train() { train(); }
+  virtual void on_predict_model_eval() { eval(); }
+  ///@}
   /// At each training epoch's start, before its first batch.
   virtual void on_train_epoch_start() {}
   /// At each training epoch's end, after its last batch and the validation that follows it, with the

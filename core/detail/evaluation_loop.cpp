@@ -14,24 +14,41 @@
 namespace arc {
 namespace {
 
-// Puts the module in eval mode without gradients (in inference mode, or under no_grad) and restores
-// its mode afterwards.
+using ModeHook = void (TrainModule::*)();
+
+// Turns gradients off (inference mode, or no_grad) and puts the module in evaluation mode by its
+// `to_eval` hook; finish() puts a module that was training back by its `to_train` hook (none:
+// train()). A pass that fails restores the mode it found without calling them.
 class EvalScope {
  public:
-  EvalScope(TrainModule& module, bool inference_mode) : module_(module), was_training_(module.is_training()) {
+  EvalScope(TrainModule& module, bool inference_mode, ModeHook to_eval, ModeHook to_train = nullptr)
+      : module_(module), was_training_(module.is_training()), to_train_(to_train) {
     if (inference_mode)
       inference_.emplace();
     else
       no_grad_.emplace();
-    module_.eval();
+    (module_.*to_eval)();
   }
-  ~EvalScope() { module_.train(was_training_); }
+  void finish() {
+    finished_ = true;
+    if (!was_training_)
+      module_.eval();
+    else if (to_train_ != nullptr)
+      (module_.*to_train_)();
+    else
+      module_.train();
+  }
+  ~EvalScope() {
+    if (!finished_) module_.train(was_training_);
+  }
   EvalScope(const EvalScope&) = delete;
   EvalScope& operator=(const EvalScope&) = delete;
 
  private:
   TrainModule& module_;
   bool was_training_;
+  ModeHook to_train_;
+  bool finished_ = false;
   std::optional<c10::InferenceMode> inference_;
   std::optional<torch::NoGradGuard> no_grad_;
 };
@@ -49,6 +66,7 @@ struct StageHooks {
   Hook<> start, epoch_start, epoch_end, end;
   Hook<Batch&, int64_t> batch_start, batch_end;
   void (TrainModule::*step)(Batch&, int64_t, int64_t);
+  ModeHook model_eval, model_train;
   const char* step_name;
   /// The profiler's name for fetching a batch.
   const char* next_action;
@@ -62,6 +80,8 @@ const StageHooks kValidationHooks = {
     {"on_validation_batch_start", &Callback::on_validation_batch_start, &TrainModule::on_validation_batch_start},
     {"on_validation_batch_end", &Callback::on_validation_batch_end, &TrainModule::on_validation_batch_end},
     &TrainModule::validation_step,
+    &TrainModule::on_validation_model_eval,
+    &TrainModule::on_validation_model_train,
     "validation_step",
     "[EvaluationLoop].val_next"};
 
@@ -73,6 +93,8 @@ const StageHooks kTestHooks = {
     {"on_test_batch_start", &Callback::on_test_batch_start, &TrainModule::on_test_batch_start},
     {"on_test_batch_end", &Callback::on_test_batch_end, &TrainModule::on_test_batch_end},
     &TrainModule::test_step,
+    &TrainModule::on_test_model_eval,
+    &TrainModule::on_test_model_train,
     "test_step",
     "[EvaluationLoop].test_next"};
 
@@ -168,8 +190,8 @@ Metrics EvaluationLoop::run(Loaders& loaders, const std::vector<int64_t>& batche
   state_.logging.eval_metrics.clear();
   Metrics epoch_metrics;
   {
-    EvalScope scope(module_, t.options().inference_mode());
     const auto& hooks = stage_ == Stage::test ? kTestHooks : kValidationHooks;
+    EvalScope scope(module_, t.options().inference_mode(), hooks.model_eval, hooks.model_train);
     call(t, module_, hooks.start);
     call(t, module_, hooks.epoch_start);
     each_batch(loaders, batches, hooks.next_action, [&](DataLoader&, Batch& batch, int64_t batch_idx, int64_t index) {
@@ -193,6 +215,7 @@ Metrics EvaluationLoop::run(Loaders& loaders, const std::vector<int64_t>& batche
     // Fit's validation counts before its end hooks, so that a checkpoint they write resumes after it.
     if (was_training && !state_.sanity_checking) ++state_.progress.validation_runs;
     call(t, module_, hooks.end);
+    scope.finish();
   }
   state_.training = was_training;
   state_.validation_running = 0;
@@ -203,21 +226,30 @@ std::vector<torch::Tensor> EvaluationLoop::predict(Loaders& loaders, const std::
   auto& t = trainer_;
   start(batches);
   std::vector<torch::Tensor> outputs;
-  EvalScope scope(module_, t.options().inference_mode());
+  EvalScope scope(module_, t.options().inference_mode(), &TrainModule::on_predict_model_eval);
   call(t, module_, Hook<>{"on_predict_start", &Callback::on_predict_start, &TrainModule::on_predict_start});
-  each_batch(
-      loaders, batches, "[EvaluationLoop].predict_next",
-      [&](DataLoader& loader, Batch& batch, int64_t batch_idx, int64_t index) {
-        state_.batch_indices = loader.last_indices();
-        {
-          const auto autocast = t.precision().forward_context();
-          ProfileScope scope(t.profiler(), detail::module_action(t.profiler(), module_, "predict_step"));
-          outputs.push_back(module_.predict_step(batch, batch_idx, index));
-        }
-        t.call_callbacks([&](Callback& c) { c.on_predict_batch_end(t, module_, outputs.back(), batch, batch_idx); });
-      });
-  t.call_callbacks([&](Callback& c) { c.on_predict_epoch_end(t, module_); });
+  call(t, module_,
+       Hook<>{"on_predict_epoch_start", &Callback::on_predict_epoch_start, &TrainModule::on_predict_epoch_start});
+  each_batch(loaders, batches, "[EvaluationLoop].predict_next",
+             [&](DataLoader& loader, Batch& batch, int64_t batch_idx, int64_t index) {
+               state_.batch_indices = loader.last_indices();
+               call(t, module_,
+                    Hook<Batch&, int64_t>{"on_predict_batch_start", &Callback::on_predict_batch_start,
+                                          &TrainModule::on_predict_batch_start},
+                    batch, batch_idx);
+               {
+                 const auto autocast = t.precision().forward_context();
+                 ProfileScope scope(t.profiler(), detail::module_action(t.profiler(), module_, "predict_step"));
+                 outputs.push_back(module_.predict_step(batch, batch_idx, index));
+               }
+               call(t, module_,
+                    Hook<const torch::Tensor&, Batch&, int64_t>{"on_predict_batch_end", &Callback::on_predict_batch_end,
+                                                                &TrainModule::on_predict_batch_end},
+                    outputs.back(), batch, batch_idx);
+             });
+  call(t, module_, Hook<>{"on_predict_epoch_end", &Callback::on_predict_epoch_end, &TrainModule::on_predict_epoch_end});
   call(t, module_, Hook<>{"on_predict_end", &Callback::on_predict_end, &TrainModule::on_predict_end});
+  scope.finish();
   return outputs;
 }
 

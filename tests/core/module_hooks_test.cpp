@@ -422,5 +422,79 @@ TEST(ModuleHooks, ConfigureModelBuildsLayersAfterSetupOncePerModule) {
   std::filesystem::remove_all(dir);
 }
 
+// Predict's hooks, the module's after each callback's, as Lightning orders them.
+class RecordsPredict : public TinyModule {
+ public:
+  void on_predict_start() override { order.push_back("start"); }
+  void on_predict_epoch_start() override { order.push_back("epoch_start"); }
+  void on_predict_batch_start(Batch&, int64_t batch_idx) override {
+    order.push_back("batch_start " + std::to_string(batch_idx));
+  }
+  void on_predict_batch_end(const torch::Tensor& outputs, Batch&, int64_t batch_idx) override {
+    order.push_back("batch_end " + std::to_string(batch_idx) + " of " + std::to_string(outputs.size(0)));
+  }
+  void on_predict_epoch_end() override { order.push_back("epoch_end"); }
+  void on_predict_end() override { order.push_back("end"); }
+  std::vector<std::string> order;
+};
+
+TEST(ModuleHooks, PredictHooksRunAroundEveryBatchAfterTheCallbacks) {
+  RecordsPredict module;
+  auto callback = std::make_shared<LambdaCallback>();
+  callback->predict_epoch_start = [&](Trainer&, TrainModule&) { module.order.push_back("callback epoch_start"); };
+  callback->predict_batch_start = [&](Trainer&, TrainModule&, Batch&, int64_t i) {
+    module.order.push_back("callback batch_start " + std::to_string(i));
+  };
+  Trainer trainer(quiet(), {callback});
+  trainer.predict(module, tiny_data(6, 4));
+  EXPECT_EQ(module.order,
+            (std::vector<std::string>{"start", "callback epoch_start", "epoch_start", "callback batch_start 0",
+                                      "batch_start 0", "batch_end 0 of 4", "callback batch_start 1", "batch_start 1",
+                                      "batch_end 1 of 2", "epoch_end", "end"}));
+}
+
+// on_validation_model_eval and the others put the module in evaluation mode, and back: one that
+// keeps dropout on validates in training mode; fit goes on training either way.
+class KeepsDropout : public TinyModule {
+ public:
+  explicit KeepsDropout(bool keep) : keep_(keep) {}
+  void on_validation_model_eval() override {
+    if (!keep_) TinyModule::on_validation_model_eval();
+  }
+  void on_validation_model_train() override {
+    ++trained_back;
+    TinyModule::on_validation_model_train();
+  }
+  void validation_step(Batch& batch, int64_t batch_idx) override {
+    modes.push_back(is_training());
+    TinyModule::validation_step(batch, batch_idx);
+  }
+  torch::Tensor training_step(Batch& batch, int64_t batch_idx) override {
+    EXPECT_TRUE(is_training());
+    return TinyModule::training_step(batch, batch_idx);
+  }
+  std::vector<bool> modes;
+  int trained_back = 0;
+
+ private:
+  bool keep_;
+};
+
+TEST(ModuleHooks, ModelEvalHooksDecideTheModeOfEvaluation) {
+  for (const bool keep : {false, true}) {
+    KeepsDropout module(keep);
+    Trainer trainer(quiet().max_epochs(2).num_sanity_val_steps(0));
+    trainer.fit(module, tiny_data(8, 4), tiny_data(8, 4));
+    ASSERT_EQ(module.modes.size(), 4u);
+    for (const bool training : module.modes) EXPECT_EQ(training, keep);
+    EXPECT_EQ(module.trained_back, 2) << "each of fit's validations puts the module back to training";
+    module.modes.clear();
+    module.eval();
+    trainer.validate(module, tiny_data(8, 4));
+    EXPECT_EQ(module.trained_back, 2) << "validate found it in evaluation mode and leaves it so";
+    EXPECT_FALSE(module.is_training());
+  }
+}
+
 }  // namespace
 }  // namespace arc
