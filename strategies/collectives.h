@@ -89,6 +89,7 @@ class Collectives {
   /// This rank's share of the reduction of `input` over ranks: with n = output.numel() and
   /// input.numel() = n * world_size() on every rank, rank r's `output` gets elements [r n, (r + 1) n)
   /// of what all_reduce(input, op) would give, bit for bit (sharded data parallel's gradients).
+  /// Both tensors are contiguous, of one type and device (check_shares).
   /// Default: an all-reduce of a copy of `input`, this rank's share copied out.
   virtual void reduce_scatter(torch::Tensor output, const torch::Tensor& input, Reduce op);
   /// Every rank's `input` (of one size on every rank), concatenated in rank order into `output`,
@@ -106,7 +107,7 @@ class Collectives {
 void check_reduction(const torch::Tensor& tensor, Reduce op);
 
 /// Throws unless `whole` holds `group.world_size()` times the elements of `share`, of the same
-/// type and device: the shapes of reduce_scatter (`what`) and all_gather_into.
+/// type and device, both contiguous: the shapes of reduce_scatter (`what`) and all_gather_into.
 void check_shares(const Collectives& group, const torch::Tensor& share, const torch::Tensor& whole, const char* what);
 
 /// `text` as rank `src` of `group` has it (its length, then its bytes); every rank calls it.

@@ -285,7 +285,8 @@ void Collectives::all_gather_into(torch::Tensor output, const torch::Tensor& inp
   check_shares(*this, input, output, "all_gather_into");
   const auto gathered = all_gather(input.reshape(-1));
   const c10::InferenceMode writable(output.is_inference());
-  output.view(-1).copy_(torch::cat(gathered));
+  for (int64_t r = 0; r < world_size(); ++r)  // each straight into its place: no concatenated copy
+    output.view(-1).narrow(0, r * input.numel(), input.numel()).copy_(gathered[static_cast<size_t>(r)]);
 }
 
 void check_shares(const Collectives& group, const torch::Tensor& share, const torch::Tensor& whole, const char* what) {
@@ -294,7 +295,10 @@ void check_shares(const Collectives& group, const torch::Tensor& share, const to
             what, ": the whole tensor must hold world_size (", group.world_size(), ") times the elements of a ",
             "rank's share, of the same type and device; got ", whole.numel(), " ", whole.scalar_type(), " on ",
             whole.device(), " and ", share.numel(), " ", share.scalar_type(), " on ", share.device());
-  ARC_CHECK(share.is_contiguous() && whole.is_contiguous(), what, ": both tensors must be contiguous");
+  const auto& strided = share.is_contiguous() ? whole : share;
+  ARC_CHECK(strided.is_contiguous(), what, ": both tensors must be contiguous, but the ",
+            share.is_contiguous() ? "whole one" : "rank's share", " (sizes ", strided.sizes(), ", strides ",
+            strided.strides(), ") is not; pass a .contiguous() copy, or flat buffers as sharded training keeps them");
 }
 
 void check_reduction(const torch::Tensor& tensor, Reduce op) {

@@ -356,6 +356,11 @@ TEST(ShmCollectives, ReduceScatterAndAllGatherIntoCheckTheirShapes) {
                 group.reduce_scatter(torch::zeros({2}, torch::kLong), torch::zeros({4}, torch::kLong), Reduce::mean);
               }).find("the mean of a Long tensor"),
               std::string::npos);
+    const auto strided = testing::error_of([&] { group.all_gather_into(torch::zeros({4, 2}).t(), torch::zeros({4})); });
+    EXPECT_NE(strided.find("all_gather_into: both tensors must be contiguous, but the whole one (sizes [2, 4], "
+                           "strides [1, 2]) is not; pass a .contiguous() copy"),
+              std::string::npos)
+        << strided;
     group.barrier();
   });
 }
