@@ -159,7 +159,9 @@ SpawnPlan spawn_plan(const std::vector<std::string>& command_line) {
     const nlohmann::json strategy =
         given.is_string() ? nlohmann::json(cluster::parse_strategy_name(given.get<std::string>()).name) : given;
     if (num_nodes != 1 || world < 2) return {};
-    if (strategy != "ddp_spawn" && (strategy != "auto" || cluster::auto_strategy(world, 1) != "ddp_spawn")) return {};
+    // fsdp runs as ddp_spawn does where it starts its ranks itself.
+    const bool spawns = strategy == "auto" || strategy == "fsdp";
+    if (strategy != "ddp_spawn" && (!spawns || cluster::auto_strategy(world, 1) != "ddp_spawn")) return {};
     const auto timeout = trainer.value("timeout", nlohmann::json(SpawnPlan().timeout_s));
     if (!timeout.is_number() || timeout <= 0) return {};
     return {world, timeout.get<double>()};

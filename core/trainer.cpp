@@ -507,7 +507,7 @@ void Trainer::optimizer_step(torch::optim::Optimizer& optimizer) {
   ProfileScope scope(profiler_.get(), "[Trainer].optimizer_step");
   if (module_->automatic_optimization())
     module_->configure_gradient_clipping(optimizer, options_.gradient_clip_val(), options_.gradient_clip_algorithm());
-  precision_->optimizer_step(optimizer);
+  strategy_->optimizer_step(optimizer, [&] { return precision_->optimizer_step(optimizer); });
   precision_->update();
   ++state_->progress.global_step;
 }

@@ -497,6 +497,8 @@ const std::vector<OptionField>& option_fields() {
       ARC_DDP_OPTION(bucket_cap_mb, "DDP: size of the other gradient buckets in MiB"),
       ARC_DDP_OPTION(shared_memory, "DDP: all-reduce through shared memory among the processes of a machine"),
       ARC_DDP_OPTION(process_group_backend, "DDP on GPUs: \"auto\", \"nccl\" or \"gloo\""),
+      ARC_DDP_OPTION(sharding_strategy,
+                     "fsdp: \"SHARD_GRAD_OP\" (\"auto\"), \"SHARD_OPTIMIZER\" or \"NO_SHARD\": what each rank keeps"),
       ARC_SLURM_OPTION(auto_requeue, "under SLURM: save and requeue on requeue_signal"),
       ARC_SLURM_OPTION(requeue_signal, "\"SIGUSR1\", \"SIGUSR2\", \"SIGHUP\" or \"SIGALRM\""),
       ARC_OPTION(elastic_checkpoint_every_n_steps, "strategy elastic: global steps between its checkpoints (0: off)",
@@ -514,10 +516,10 @@ const std::vector<OptionField>& option_fields() {
       // Late: a strategy class stands for options above (strategy_class_options), where their own
       // keys leave them unset or "auto".
       OptionField{"strategy",
-                  "\"auto\", \"single_device\", \"ddp\", \"ddp_spawn\" or \"elastic\" (Lightning's "
+                  "\"auto\", \"single_device\", \"ddp\", \"ddp_spawn\", \"elastic\" or \"fsdp\" (Lightning's "
                   "\"ddp_find_unused_parameters_true\" is \"ddp\" with find_unused_parameters), or Lightning's "
-                  "DDPStrategy or SingleDeviceStrategy with their init_args; {class_path: <a strategy's name>, "
-                  "init_args: {...}} sets that strategy's DDP settings",
+                  "DDPStrategy, FSDPStrategy or SingleDeviceStrategy with their init_args; {class_path: <a "
+                  "strategy's name>, init_args: {...}} sets that strategy's DDP settings",
                   read_strategy, write_strategy, no_check},
       // Last: a plugin stands for options above, which it must not contradict. Its effect is in them,
       // so it writes null, but for SLURM's settings (write_plugins).

@@ -98,7 +98,7 @@ std::optional<double> Fabric::clip_gradients(torch::optim::Optimizer& optimizer,
 }
 
 bool Fabric::step(torch::optim::Optimizer& optimizer) {
-  const bool stepped = precision_->optimizer_step(optimizer);
+  const bool stepped = strategy_->optimizer_step(optimizer, [&] { return precision_->optimizer_step(optimizer); });
   precision_->update();
   return stepped;
 }
@@ -106,6 +106,12 @@ bool Fabric::step(torch::optim::Optimizer& optimizer) {
 void Fabric::save(const std::string& path, const FabricState& state) {
   // Whatever stops rank 0 reaches every rank, which would otherwise wait for it.
   std::string failure;
+  // Sharded optimizer state comes to rank 0 for the file, which holds it whole.
+  std::vector<std::vector<int64_t>> owners;
+  for (const auto& [name, optimizer] : state.optimizers_) {
+    owners.push_back(strategy_->state_owners(*optimizer));
+    if (!owners.back().empty()) gather_optimizer_state(*optimizer, owners.back(), *strategy_->collectives());
+  }
   if (is_global_zero()) {
     try {
       CheckpointWriter writer(
@@ -116,6 +122,8 @@ void Fabric::save(const std::string& path, const FabricState& state) {
     } catch (const std::exception& error) {
       failure = error.what();
     }
+    for (size_t i = 0; i < owners.size(); ++i)
+      if (!owners[i].empty()) keep_own_optimizer_state(*state.optimizers_[i].second, owners[i], 0);
   }
   const CollectiveName name("Fabric::save");
   failure = broadcast(failure);  // as it is with one process
@@ -139,7 +147,12 @@ LoadResult Fabric::load(const std::string& path, FabricState& state, bool strict
     for (const auto& key : result.unexpected_keys) unmatched.unexpected_keys.push_back(name + "/" + key);
   }
   for (const auto& [name, optimizer] : state.optimizers_)
-    if (checkpoint.contains(name)) load_optimizer(checkpoint, name, *optimizer);
+    if (checkpoint.contains(name)) {
+      load_optimizer(checkpoint, name, *optimizer);
+      // The file holds every rank's state; a sharded rank keeps its own.
+      const auto owners = strategy_->state_owners(*optimizer);
+      if (!owners.empty()) keep_own_optimizer_state(*optimizer, owners, global_rank());
+    }
   const auto parts = checkpoint.meta().value("accelerator_state", nlohmann::json::object());
   state.values = parts.value("values", nlohmann::json::object());
   precision_->load_state_dict(checkpoint.meta().value("precision", nlohmann::json(nullptr)));

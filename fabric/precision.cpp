@@ -4,6 +4,7 @@
 #include <arc/base/console.h>
 #include <arc/base/detail/torch_compat.h>
 #include <arc/base/error.h>
+#include <arc/strategies/strategy.h>
 
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
@@ -46,7 +47,8 @@ const std::vector<std::string>& Precision::names() {
   return names;
 }
 
-Precision::Precision(const std::string& name, torch::Device device) : device_(device) {
+Precision::Precision(const std::string& name, torch::Device device, Strategy* strategy)
+    : device_(device), strategy_(strategy) {
   const auto known = std::find_if(kNames.begin(), kNames.end(), [&](const auto& entry) { return entry.first == name; });
   if (known == kNames.end()) throw Error(unknown_name_message("precision", name, names()));
   name_ = known->second;
@@ -64,6 +66,10 @@ Precision::Precision(const std::string& name, torch::Device device) : device_(de
     autocast_dtype_ = torch::kBFloat16;
   } else if (name_ == "16-mixed") {
     autocast_dtype_ = torch::kHalf;
+    // Each rank would find inf/NaN in its own gradients only, and the ranks' scales would part.
+    ARC_CHECK(strategy == nullptr || !strategy->sharded(), "precision '16-mixed' scales the loss with a gradient ",
+              "scaler, which strategy fsdp cannot share between ranks that hold different gradients; use ",
+              "\"bf16-mixed\", or a strategy without sharding");
     scaler_.emplace();
   }
   if (autocast_dtype_)
@@ -96,11 +102,13 @@ std::optional<double> Precision::clip_gradients(torch::optim::Optimizer& optimiz
   std::vector<torch::Tensor> parameters;
   for (auto& group : optimizer.param_groups())
     for (auto& parameter : group.params())
-      if (parameter.grad().defined()) parameters.push_back(parameter);
+      if (parameter.grad().defined() || strategy_ != nullptr) parameters.push_back(parameter);
   if (algorithm == "value") {
     torch::nn::utils::clip_grad_value_(parameters, clip_val);
     return std::nullopt;
   }
+  // Every rank passes every parameter: sharded, some have their gradient on another rank.
+  if (strategy_ != nullptr) return strategy_->clip_grad_norm(parameters, clip_val);
   return torch::nn::utils::clip_grad_norm_(parameters, clip_val, 2.0);
 }
 

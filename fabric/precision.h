@@ -23,6 +23,8 @@ class Optimizer;
 
 namespace arc {
 
+class Strategy;
+
 /// Lightning's precision plugins in one class: the module's type, autocast, the grad scaler of
 /// "16-mixed", and gradient clipping, by precision name.
 class Precision {
@@ -44,8 +46,9 @@ class Precision {
     torch::ScalarType was_dtype_ = torch::kFloat;
   };
 
-  /// Resolves `name` for `device`; unknown names are an error listing the known ones.
-  Precision(const std::string& name, torch::Device device);
+  /// Resolves `name` for `device`; unknown names are an error listing the known ones. Gradient norms
+  /// are taken by `strategy` (which must outlive this; null: LibTorch's clip_grad_norm_ alone).
+  Precision(const std::string& name, torch::Device device, Strategy* strategy = nullptr);
   /// Every name the precision option takes: Lightning's names and aliases ("32-true", "32", ...).
   static const std::vector<std::string>& names();
 
@@ -89,6 +92,7 @@ class Precision {
   std::optional<torch::ScalarType> true_dtype_;
   std::optional<torch::ScalarType> autocast_dtype_;
   std::optional<GradScaler> scaler_;
+  Strategy* strategy_;
 };
 
 }  // namespace arc

@@ -78,10 +78,16 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
             " has no device among the ", selected.size(), " selected; set devices to the processes per node");
   device_ = selected[static_cast<size_t>(local_rank_)];
   const bool nccl = use_nccl(plan.ddp.process_group_backend(), device_);
+  ARC_CHECK(!shard_ || !plan.ddp.static_graph(), "static_graph is a setting of DDP's gradient buckets, which ",
+            "strategy fsdp does not use; turn it off (find_unused_parameters=true allows parameters without gradient)");
   ARC_CHECK(!nccl || std::count(selected.begin(), selected.end(), device_) == 1, "devices lists ", device_.str(),
             " more than once, and NCCL cannot run two ranks on one GPU; list each GPU once, or set ",
             "process_group_backend to \"gloo\" to share it");
   plan.accelerator->setup_device(device_);
+  const auto& sharding = plan.ddp.sharding_strategy();
+  ARC_CHECK(shard_ || sharding == "auto", "sharding_strategy '", sharding, "' is for strategy \"fsdp\", but this ",
+            "run's strategy is \"", name(), "\"; set strategy to \"fsdp\", or leave sharding_strategy at \"auto\"");
+  if (shard_) sharding_ = sharding == "auto" ? "SHARD_GRAD_OP" : sharding;
   reducer_options_ = ReducerOptions()
                          .first_bucket_bytes(static_cast<int64_t>(plan.ddp.first_bucket_mb() * (1 << 20)))
                          .bucket_bytes(static_cast<int64_t>(plan.ddp.bucket_cap_mb() * (1 << 20)))
@@ -119,6 +125,7 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
                    overlaps ? "" : " (all-reduces cannot overlap backward here)");
   console().info("{}: rank {} of {} on {} ({} environment, {} at {}:{})", name(), rank_, world_size_, device_.str(),
                  environment_->name(), collectives_->backend(), rendezvous.address, rendezvous.port);
+  if (shard_ && rank_ == 0) console().info("fsdp: sharding_strategy {}", sharding_);
 }
 
 void DDPStrategy::setup_module(torch::nn::Module& module) {
@@ -127,16 +134,37 @@ void DDPStrategy::setup_module(torch::nn::Module& module) {
   std::vector<torch::Tensor> state;
   for (const auto& p : module.parameters()) state.push_back(p);
   for (const auto& b : module.buffers()) state.push_back(b);
-  if (!state.empty()) {
+  // Rank 0's bytes, whatever the types: a tensor of 64 MiB or more alone and in place, smaller ones
+  // packed together up to that size, so that a large model costs no copy of itself.
+  constexpr int64_t kPackBytes = 64 << 20;
+  const CollectiveName name("parameter broadcast");
+  const auto bytes_of = [](const torch::Tensor& t) {
+    return t.detach().contiguous().reshape({-1}).view(torch::kUInt8);
+  };
+  for (size_t begin = 0, end = 0; begin < state.size(); begin = end) {
+    int64_t bytes = 0;
+    for (end = begin; end < state.size(); ++end) {
+      const auto size = static_cast<int64_t>(state[end].nbytes());
+      if (end > begin && bytes + size > kPackBytes) break;
+      bytes += size;
+    }
+    if (end == begin + 1 && state[begin].is_contiguous()) {
+      collectives_->broadcast(bytes_of(state[begin]), 0);
+      continue;
+    }
     std::vector<torch::Tensor> flat;
-    for (const auto& t : state) flat.push_back(t.detach().reshape({-1}).to(torch::kDouble));
+    for (size_t i = begin; i < end; ++i) flat.push_back(bytes_of(state[i]));
     auto packed = torch::cat(flat);
-    const CollectiveName name("parameter broadcast");
     collectives_->broadcast(packed, 0);
     int64_t offset = 0;
-    for (auto& t : state) {
-      t.copy_(packed.narrow(0, offset, t.numel()).view(t.sizes()));
-      offset += t.numel();
+    for (size_t i = begin; i < end; ++i) {
+      const auto size = static_cast<int64_t>(state[i].nbytes());
+      if (state[i].is_contiguous()) {
+        bytes_of(state[i]).copy_(packed.narrow(0, offset, size));
+      } else {
+        state[i].copy_(packed.narrow(0, offset, size).view(state[i].scalar_type()).view(state[i].sizes()));
+      }
+      offset += size;
     }
   }
   if (reduced_module_ == &module) return;
@@ -148,10 +176,14 @@ void DDPStrategy::setup_module(torch::nn::Module& module) {
     parameters_.push_back(item.value());
     names_.push_back(item.key());
   }
+  ownership_.reset();
+  if (sharded() && !parameters_.empty())
+    ownership_ = std::make_unique<ShardLayout>(parameters_, world_size_, rank_, reducer_options_.first_bucket_bytes(),
+                                               reducer_options_.bucket_bytes());
   reducer();
 }
 
-GradReducer* DDPStrategy::reducer() {
+GradientReduction* DDPStrategy::reducer() {
   const auto same = [this](const std::vector<bool>& trainable) {
     for (size_t i = 0; i < parameters_.size(); ++i)
       if (parameters_[i].requires_grad() != trainable[i]) return false;
@@ -162,24 +194,49 @@ GradReducer* DDPStrategy::reducer() {
     std::swap(reducers_.front(), reducers_.back());
     return reducers_.front().reducer.get();
   }
-  Reducer made;
+  std::vector<bool> trainable;
   std::vector<torch::Tensor> parameters;
   std::vector<std::string> names;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    made.trainable.push_back(parameters_[i].requires_grad());
-    if (!made.trainable.back()) continue;
+    trainable.push_back(parameters_[i].requires_grad());
+    if (!trainable.back()) continue;
     parameters.push_back(parameters_[i]);
     names.push_back(names_[i]);
   }
-  check_ranks_train_alike(made.trainable);
+  check_ranks_train_alike(trainable);
   if (!reducers_.empty())
     console().info("{}: {} of the module's {} parameter tensors require gradients now; their buckets are rebuilt",
                    name(), parameters.size(), parameters_.size());
   if (reducers_.size() > 1) reducers_.pop_back();
-  if (!parameters.empty())
-    made.reducer = std::make_unique<GradReducer>(parameters, names, *collectives_, reducer_options_);
+  auto made = make_reducer(std::move(parameters), std::move(names));
+  made.trainable = std::move(trainable);
   reducers_.insert(reducers_.begin(), std::move(made));
   return reducers_.front().reducer.get();
+}
+
+DDPStrategy::Reducer DDPStrategy::make_reducer(std::vector<torch::Tensor> parameters,
+                                               std::vector<std::string> names) const {
+  Reducer made;
+  if (parameters.empty()) return made;
+  if (sharding_ == "NO_SHARD") {
+    made.reducer = std::make_unique<GradReducer>(parameters, names, *collectives_, reducer_options_);
+    return made;
+  }
+  // SHARD_GRAD_OP's first unit carries the skip vote in every share. Owners stay those of setup.
+  const bool scatter = sharding_ == "SHARD_GRAD_OP";
+  std::vector<int64_t> owners;
+  for (const auto& parameter : parameters) owners.push_back(*owner_of(parameter));
+  made.layout = std::make_shared<ShardLayout>(parameters, world_size_, rank_, reducer_options_.first_bucket_bytes(),
+                                              reducer_options_.bucket_bytes(), scatter ? 1 : 0, owners);
+  made.layout->keep_small_units(*collectives_);
+  if (scatter) {
+    made.reducer = std::make_unique<ShardedGradReducer>(made.layout, names, *collectives_, reducer_options_);
+  } else {
+    // SHARD_OPTIMIZER is for memory: buckets of the rank's own, which map none of the others'.
+    auto options = reducer_options_;
+    made.reducer = std::make_unique<GradReducer>(parameters, names, *collectives_, options.shared_buckets(false));
+  }
+  return made;
 }
 
 void DDPStrategy::check_ranks_train_alike(const std::vector<bool>& trainable) {
@@ -219,6 +276,94 @@ bool DDPStrategy::agree_on_skip(bool skipped) {
   if (reducing_ == nullptr) return skipped;
   if (skipped) reducing_->reduce_without_backward(profiler());
   return reducing_->skip_voted();
+}
+
+const ShardLayout* DDPStrategy::shard_layout() const {
+  return reducers_.empty() ? nullptr : reducers_.front().layout.get();
+}
+
+std::optional<int64_t> DDPStrategy::owner_of(const torch::Tensor& parameter) const {
+  if (!ownership_) return std::nullopt;
+  const auto index = ownership_->index_of(parameter);
+  if (!index) return std::nullopt;
+  return ownership_->owner(*index);
+}
+
+namespace {
+
+// Whether `optimizer` steps each parameter on its own and passes over those without gradient, as
+// sharding needs: a rank steps the parameters it owns, the others have no gradient there.
+void check_shardable(const torch::optim::Optimizer& optimizer) {
+  using namespace torch::optim;
+  const bool elementwise =
+      dynamic_cast<const SGD*>(&optimizer) != nullptr || dynamic_cast<const Adam*>(&optimizer) != nullptr ||
+      dynamic_cast<const AdamW*>(&optimizer) != nullptr || dynamic_cast<const RMSprop*>(&optimizer) != nullptr ||
+      dynamic_cast<const Adagrad*>(&optimizer) != nullptr;
+  ARC_CHECK(elementwise, "strategy fsdp steps each parameter on the rank that owns it, which SGD, Adam, AdamW, ",
+            "RMSprop and Adagrad can do, but this optimizer is ",
+            dynamic_cast<const LBFGS*>(&optimizer) != nullptr ? "LBFGS, whose line search needs every gradient"
+                                                              : "another type",
+            "; use one of those, or strategy \"ddp\" or \"ddp_spawn\"");
+}
+
+}  // namespace
+
+// Each rank steps what it owns; SHARD_OPTIMIZER's ranks hold every averaged gradient, so those of
+// other ranks' parameters are set aside for the step.
+bool DDPStrategy::optimizer_step(torch::optim::Optimizer& optimizer, const std::function<bool()>& step) {
+  const auto* layout = shard_layout();
+  if (layout == nullptr) return step();
+  check_shardable(optimizer);
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> set_aside;
+  for (auto& group : optimizer.param_groups())
+    for (auto& parameter : group.params()) {
+      const auto owner = owner_of(parameter);
+      if (!owner || *owner == rank_ || !parameter.grad().defined()) continue;
+      set_aside.emplace_back(parameter, parameter.grad());
+      parameter.mutable_grad() = torch::Tensor();
+    }
+  const bool stepped = step();
+  for (auto& [parameter, grad] : set_aside) parameter.mutable_grad() = grad;
+  layout->share_parameters(*collectives_);
+  return stepped;
+}
+
+// As torch::nn::utils::clip_grad_norm_, with each gradient's norm taken by its owner: every rank
+// stacks the same norms in the same order, so the total and the clipping are DDP's to the bit.
+double DDPStrategy::clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {
+  if (!ownership_) return Strategy::clip_grad_norm(parameters, max_norm);
+  // Per parameter: whether it has a gradient, and its norm, from the rank that takes it (the owner;
+  // rank 0 for a parameter outside the layout, whose gradient every rank has).
+  auto found = torch::zeros({static_cast<int64_t>(parameters.size()) * 2}, torch::kDouble);
+  auto* values = found.data_ptr<double>();
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const auto& grad = parameters[i].grad();
+    if (!grad.defined() || owner_of(parameters[i]).value_or(0) != rank_) continue;
+    values[2 * i] = 1;
+    values[2 * i + 1] = grad.detach().norm(2).item<double>();
+  }
+  {
+    const CollectiveName name("gradient norms");
+    collectives_->all_reduce(found, Reduce::sum).wait();
+  }
+  std::vector<torch::Tensor> norms;
+  for (size_t i = 0; i < parameters.size(); ++i)
+    if (values[2 * i] > 0)
+      norms.push_back(torch::scalar_tensor(values[2 * i + 1], parameters[i].options().requires_grad(false)));
+  if (norms.empty()) return 0.0;
+  const auto total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2);
+  const auto coefficient = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
+  for (const auto& parameter : parameters)
+    if (parameter.grad().defined()) parameter.grad().detach().mul_(coefficient);
+  return total.item<double>();
+}
+
+std::vector<int64_t> DDPStrategy::state_owners(const torch::optim::Optimizer& optimizer) const {
+  if (!ownership_) return {};
+  std::vector<int64_t> owners;
+  for (const auto& group : optimizer.param_groups())
+    for (const auto& parameter : group.params()) owners.push_back(owner_of(parameter).value_or(-1));
+  return owners;
 }
 
 }  // namespace arc

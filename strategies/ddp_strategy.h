@@ -5,11 +5,13 @@
 
 #include <arc/strategies/cluster/cluster_environment.h>
 #include <arc/strategies/grad_reducer.h>
+#include <arc/strategies/sharded_reducer.h>
 #include <arc/strategies/strategy.h>
 
 #include <c10/util/intrusive_ptr.h>
 
 #include <memory>
+#include <optional>
 
 namespace c10d {
 class TCPStore;
@@ -27,6 +29,19 @@ class DDPStrategy : public Strategy {
   void setup_module(torch::nn::Module& module) override;
   void backward(const torch::Tensor& loss) override;
   bool agree_on_skip(bool skipped) override;
+  bool optimizer_step(torch::optim::Optimizer& optimizer, const std::function<bool()>& step) override;
+  double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) override;
+  bool sharded() const override { return shard_ && sharding_ != "NO_SHARD"; }
+  std::vector<int64_t> state_owners(const torch::optim::Optimizer& optimizer) const override;
+  /// Makes this strategy fsdp: sharded as the sharding_strategy option says (SHARD_GRAD_OP by
+  /// default), before setup.
+  void shard() { shard_ = true; }
+  /// The ownership of the parameters that require gradients now (null unless sharded).
+  const ShardLayout* shard_layout() const;
+  /// The rank owning `parameter` under sharding, fixed at setup for every parameter of the module
+  /// (whatever requires gradients later, so that no optimizer state ever moves); nullopt unless
+  /// sharded and one of the module's.
+  std::optional<int64_t> owner_of(const torch::Tensor& parameter) const;
   void set_gradient_sync(bool sync) override { sync_ = sync; }
   int64_t world_size() const override { return world_size_; }
   int64_t global_rank() const override { return rank_; }
@@ -47,22 +62,30 @@ class DDPStrategy : public Strategy {
   /// The reducer for the parameters that require gradients now: the last one while they are the
   /// same, else the one before it (toggle_optimizer alternates between two sets), else one made for
   /// them once the ranks agree on them (a finetuning callback unfroze a backbone); null without any.
-  GradReducer* reducer();
+  GradientReduction* reducer();
   /// Throws unless every rank's parameters require gradients alike (`trainable` is this rank's).
   void check_ranks_train_alike(const std::vector<bool>& trainable);
 
+  /// The reduction for the parameters now trainable, and under sharding their owners.
   struct Reducer {
     std::vector<bool> trainable;  // per parameter of the module
-    std::unique_ptr<GradReducer> reducer;
+    std::shared_ptr<ShardLayout> layout;
+    std::unique_ptr<GradientReduction> reducer;
   };
+  Reducer make_reducer(std::vector<torch::Tensor> parameters, std::vector<std::string> names) const;
   const torch::nn::Module* reduced_module_ = nullptr;
   std::vector<torch::Tensor> parameters_;
   std::vector<std::string> names_;
   /// The reducer in use first, then the one before it.
   std::vector<Reducer> reducers_;
   /// The reducer of the last gradient reduction, whose vote agree_on_skip reads.
-  GradReducer* reducing_ = nullptr;
+  GradientReduction* reducing_ = nullptr;
   ReducerOptions reducer_options_;
+  bool shard_ = false;
+  /// Under sharding: every parameter of the module and its owner.
+  std::unique_ptr<ShardLayout> ownership_;
+  /// The sharding_strategy option, "auto" resolved.
+  std::string sharding_ = "NO_SHARD";
   torch::Device device_{torch::kCPU};
   int64_t world_size_ = 1;
   int64_t rank_ = 0;

@@ -13,6 +13,23 @@
 
 namespace arc {
 
+std::vector<std::shared_ptr<torch::autograd::Node>> add_ready_hooks(const std::vector<torch::Tensor>& parameters,
+                                                                    const std::shared_ptr<bool>& alive,
+                                                                    std::function<void(size_t)> ready) {
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(parameters[i]);
+    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [i, ready, token = std::weak_ptr<bool>(alive)](const torch::autograd::variable_list& outputs,
+                                                       const torch::autograd::variable_list&) {
+          if (token.lock()) ready(i);
+          return outputs;
+        }));
+    accumulators.push_back(std::move(accumulator));
+  }
+  return accumulators;
+}
+
 struct GradReducer::Bucket {
   torch::Tensor buffer;
   size_t pending = 0;
@@ -53,20 +70,14 @@ GradReducer::GradReducer(std::vector<torch::Tensor> parameters, std::vector<std:
       numel += parameters_[i].numel();
     }
     const auto& first = parameters_[layout_[b].front()];
-    bucket->buffer = collectives_.reduce_buffer(numel + (b == 0 ? 1 : 0), first.options().requires_grad(false));
+    const auto options = first.options().requires_grad(false);
+    const int64_t size = numel + (b == 0 ? 1 : 0);
+    bucket->buffer =
+        options_.shared_buckets() ? collectives_.reduce_buffer(size, options) : torch::zeros({size}, options);
     buckets_.push_back(std::move(bucket));
   }
   if (!buckets_.empty()) skip_vote_ = buckets_.front()->buffer.narrow(0, buckets_.front()->buffer.numel() - 1, 1);
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[i]);
-    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [this, i, alive = std::weak_ptr<bool>(alive_)](const torch::autograd::variable_list& outputs,
-                                                       const torch::autograd::variable_list&) {
-          if (alive.lock()) mark_ready(i);
-          return outputs;
-        }));
-    accumulators_.push_back(std::move(accumulator));
-  }
+  accumulators_ = add_ready_hooks(parameters_, alive_, [this](size_t i) { mark_ready(i); });
 }
 
 GradReducer::~GradReducer() = default;
@@ -166,7 +177,12 @@ void GradReducer::mark_ready(size_t parameter) {
   }
   ready_[parameter] = true;
   auto& bucket = *buckets_[bucket_of_[parameter]];
-  if (!grad_in_slot(parameter)) copy_to_slot(parameter);
+  if (!grad_in_slot(parameter)) {
+    copy_to_slot(parameter);
+    // The slot becomes the gradient at once, freeing autograd's tensor while backward goes on: a
+    // backward after zero_grad (set_to_none) holds one gradient more than the buckets, not all.
+    if (options_.gradient_as_bucket_view()) parameters_[parameter].mutable_grad() = slot_alias(parameter);
+  }
   --bucket.pending;
   if (bucket.pending == 0) launch_ready_buckets();
 }

@@ -12,6 +12,7 @@
 #include <torch/types.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,26 +41,46 @@ class ReducerOptions {
   /// gradient_as_bucket_view): backward accumulates into the buckets, and neither the copy into
   /// them nor the copy of the average back is needed.
   ARC_ARG(bool, gradient_as_bucket_view) = true;
+  /// Buckets where the group reduces them fastest (Collectives::reduce_buffer: under the
+  /// shared-memory group, memory every rank of the node maps and reads a part of, which counts in
+  /// each rank's resident memory); off: the rank's own memory, reduced through the group's slots.
+  ARC_ARG(bool, shared_buckets) = true;
 };
 
+/// A reduction of gradients over the ranks after each backward (DDP's, sharded data parallel's).
+class GradientReduction {
+ public:
+  virtual ~GradientReduction() = default;
+  /// Arms the reduction for the next backward; without it (no_sync) gradients stay local. `profiler`
+  /// (may be null) times that backward's collectives and the wait for their results.
+  virtual void prepare_for_backward(Profiler* profiler = nullptr) = 0;
+  /// Joins the ranks' reduction without a backward, as a rank whose batch was skipped: its
+  /// current gradients (zeros where none) are reduced, with its vote to skip the step.
+  virtual void reduce_without_backward(Profiler* profiler = nullptr) = 0;
+  /// Whether some rank voted to skip in the last reduction.
+  virtual bool skip_voted() const = 0;
+};
+
+/// Adds a post-accumulation hook to each parameter's gradient accumulator that calls ready(i) for
+/// parameter i once its gradient of a backward is accumulated, while `alive` lives; returns the
+/// accumulators, which the caller keeps.
+std::vector<std::shared_ptr<torch::autograd::Node>> add_ready_hooks(const std::vector<torch::Tensor>& parameters,
+                                                                    const std::shared_ptr<bool>& alive,
+                                                                    std::function<void(size_t)> ready);
+
 /// Averages the gradients of `parameters` over the ranks of `collectives`.
-class GradReducer {
+class GradReducer : public GradientReduction {
  public:
   /// `names[i]` names `parameters[i]` in errors.
   GradReducer(std::vector<torch::Tensor> parameters, std::vector<std::string> names, Collectives& collectives,
               ReducerOptions options);
-  ~GradReducer();
+  ~GradReducer() override;
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
 
-  /// Arms the reducer for the next backward; without it (no_sync) gradients stay local. `profiler`
-  /// (may be null) times that backward's all-reduce launches and the wait for their results.
-  void prepare_for_backward(Profiler* profiler = nullptr);
-  /// Joins the ranks' reduction without a backward, as a rank whose batch was skipped: its
-  /// current gradients (zeros where none) are reduced, with its vote to skip the step.
-  void reduce_without_backward(Profiler* profiler = nullptr);
-  /// Whether some rank voted to skip in the last reduction.
-  bool skip_voted() const;
+  void prepare_for_backward(Profiler* profiler = nullptr) override;
+  void reduce_without_backward(Profiler* profiler = nullptr) override;
+  bool skip_voted() const override;
   /// Buckets of the last backward whose all-reduce waited for its end, held back by parameters
   /// without gradient (for tests and logs).
   size_t late_buckets() const { return late_buckets_; }

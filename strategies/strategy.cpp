@@ -23,6 +23,12 @@ void Strategy::setup_module(torch::nn::Module& module) { module.to(root_device()
 
 void Strategy::backward(const torch::Tensor& loss) { loss.backward(); }
 
+bool Strategy::optimizer_step(torch::optim::Optimizer&, const std::function<bool()>& step) { return step(); }
+
+double Strategy::clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {
+  return torch::nn::utils::clip_grad_norm_(parameters, max_norm, 2.0);
+}
+
 void Strategy::barrier() {
   if (auto* group = collectives()) group->barrier();
 }
@@ -154,6 +160,10 @@ void DDPStrategyOptions::validate() const {
   ARC_CHECK(first_bucket_mb_ > 0, "first_bucket_mb must be > 0, got ", first_bucket_mb_);
   ARC_CHECK(bucket_cap_mb_ > 0, "bucket_cap_mb must be > 0, got ", bucket_cap_mb_);
   check_choice("process_group_backend", process_group_backend_, {"auto", "nccl", "gloo"});
+  ARC_CHECK(sharding_strategy_ != "FULL_SHARD" && sharding_strategy_ != "HYBRID_SHARD", "sharding_strategy '",
+            sharding_strategy_, "' (Lightning's FSDP gathering parameters per unit) is not available in ",
+            "Arclight; use \"SHARD_GRAD_OP\" (gradients and optimizer state sharded) or \"SHARD_OPTIMIZER\"");
+  check_choice("sharding_strategy", sharding_strategy_, {"auto", "SHARD_GRAD_OP", "SHARD_OPTIMIZER", "NO_SHARD"});
 }
 
 Registry<Strategy>& strategy_registry() {
@@ -163,6 +173,17 @@ Registry<Strategy>& strategy_registry() {
     r.add_class<DDPStrategy>("ddp");
     r.add_class<DDPSpawnStrategy>("ddp_spawn");
     r.add_class<ElasticStrategy>("elastic");
+    // ddp under a launcher, ddp_spawn without one, for one process too.
+    r.add("fsdp", [] {
+      std::shared_ptr<DDPStrategy> strategy;
+      if (cluster::auto_strategy(2, 1) == "ddp") {
+        strategy = std::make_shared<DDPStrategy>();
+      } else {
+        strategy = std::make_shared<DDPSpawnStrategy>();
+      }
+      strategy->shard();
+      return strategy;
+    });
     return r;
   }();
   return registry;

@@ -11,6 +11,7 @@
 #include <torch/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,6 +19,9 @@
 
 namespace torch::nn {
 class Module;
+}
+namespace torch::optim {
+class Optimizer;
 }
 
 namespace arc {
@@ -54,6 +58,12 @@ class DDPStrategyOptions {
   /// All-reduce through shared memory among the processes of one machine (Gloo across machines);
   /// off: Gloo everywhere.
   ARC_ARG(bool, shared_memory) = true;
+  /// Strategy "fsdp": what each rank keeps of the parameters' training state. "SHARD_GRAD_OP" (the
+  /// default, "auto"): each parameter tensor belongs to one rank, which alone keeps its averaged
+  /// gradient and optimizer state and steps it (gradients are reduce-scattered);
+  /// "SHARD_OPTIMIZER": optimizer state only, gradients all-reduced as DDP's (ZeRO stage 1);
+  /// "NO_SHARD": DDP. The other strategies take "auto" only.
+  ARC_ARG(std::string, sharding_strategy) = "auto";
 
  public:
   /// `timeout` and `collective_timeout` (at most `timeout`) as durations.
@@ -120,6 +130,18 @@ class Strategy {
   /// Runs backward from `loss`; under DDP it also averages the gradients over the ranks, unless
   /// set_gradient_sync turned that off.
   virtual void backward(const torch::Tensor& loss);
+  /// Steps `optimizer` through `step` (the precision's step, which says whether it stepped). Sharded
+  /// strategies step the parameters this rank owns, then give their new values to every rank.
+  virtual bool optimizer_step(torch::optim::Optimizer& optimizer, const std::function<bool()>& step);
+  /// torch::nn::utils::clip_grad_norm_ over the gradients of `parameters` (those without one are
+  /// left out): their total 2-norm, over every rank's share when sharded, clipped to `max_norm`;
+  /// returns the norm before clipping. Every rank calls it with the same parameters.
+  virtual double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm);
+  /// Whether each rank keeps the optimizer state of its own parameters only (strategy fsdp).
+  virtual bool sharded() const { return false; }
+  /// For each parameter of `optimizer`, in group order, the rank that keeps its state (-1: every
+  /// rank); empty when nothing is sharded.
+  virtual std::vector<int64_t> state_owners(const torch::optim::Optimizer&) const { return {}; }
   /// At an optimizer step, after this rank's backward (`skipped`: it had no loss to run backward
   /// on): whether some rank skipped it, so that every rank skips the step together.
   virtual bool agree_on_skip(bool skipped) { return skipped; }
@@ -181,11 +203,12 @@ class Strategy {
   Profiler* profiler_ = nullptr;
 };
 
-/// Strategies by name: "single_device", "ddp", "ddp_spawn", "elastic".
+/// Strategies by name: "single_device", "ddp", "ddp_spawn", "elastic", "fsdp".
 Registry<Strategy>& strategy_registry();
 
 /// The strategy for the `strategy` option, for `devices` processes per node; "auto" picks single_device
 /// for one process, else ddp under a launcher and ddp_spawn without one (cluster::auto_strategy).
+/// "fsdp" is ddp under a launcher and ddp_spawn without one (for one process too), sharded.
 std::shared_ptr<Strategy> resolve_strategy(const std::string& name, int64_t devices, int64_t num_nodes);
 
 }  // namespace arc

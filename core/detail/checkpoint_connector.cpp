@@ -88,6 +88,13 @@ std::string hpc_path(const std::string& folder, int64_t index) {
 }  // namespace
 
 void CheckpointConnector::save(TrainModule& module, const std::string& path, bool weights_only, bool in_background) {
+  // Sharded optimizer state comes to rank 0 for the file, which holds it whole.
+  std::vector<std::vector<int64_t>> owners;
+  for (const auto& config : trainer_.optimizer_configs()) {
+    owners.push_back(weights_only ? std::vector<int64_t>() : trainer_.strategy().state_owners(*config.optimizer));
+    if (!owners.back().empty())
+      gather_optimizer_state(*config.optimizer, owners.back(), *trainer_.strategy().collectives());
+  }
   if (!trainer_.is_global_zero()) return;
   const auto& progress = trainer_.progress();
   const bool mid_accumulation = progress.epoch_batches % trainer_.accumulate_grad_batches() != 0 &&
@@ -140,6 +147,8 @@ void CheckpointConnector::save(TrainModule& module, const std::string& path, boo
     }
     writer.add("rng_cpu", cpu_rng_state());
   }
+  for (size_t i = 0; i < owners.size(); ++i)
+    if (!owners[i].empty()) keep_own_optimizer_state(*trainer_.optimizer_configs()[i].optimizer, owners[i], 0);
   if (in_background) {
     state_.checkpoint_writes.save(std::move(writer), path);
     return;
@@ -180,6 +189,9 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
   for (const auto& callback : trainer_.callbacks()) callback->on_load_checkpoint(trainer_, module, checkpoint);
   for (size_t i = 0; i < configs.size(); ++i) {
     load_optimizer(checkpoint, "optimizer_" + std::to_string(i), *configs[i].optimizer);
+    // The file holds every rank's state; a sharded rank keeps its own.
+    const auto owners = trainer_.strategy().state_owners(*configs[i].optimizer);
+    if (!owners.empty()) keep_own_optimizer_state(*configs[i].optimizer, owners, trainer_.global_rank());
     const auto& schedulers = meta.at("schedulers");
     if (configs[i].lr_scheduler && i < schedulers.size() && !schedulers[i].is_null())
       configs[i].lr_scheduler->scheduler->load_state_dict(schedulers[i]);

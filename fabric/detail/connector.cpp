@@ -54,7 +54,7 @@ ResolvedRun resolve_run(const FabricOptions& options) {
   plan.threads_per_process = run.threads_per_process;
   plan.ddp = ddp_options(options);
   run.strategy->setup(plan);
-  run.precision = std::make_unique<Precision>(options.precision(), run.strategy->root_device());
+  run.precision = std::make_unique<Precision>(options.precision(), run.strategy->root_device(), run.strategy.get());
   return run;
 }
 

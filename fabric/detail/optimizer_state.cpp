@@ -6,6 +6,7 @@
 #include <arc/base/detail/torch_compat.h>
 #include <arc/base/error.h>
 #include <arc/fabric/checkpoint.h>
+#include <arc/strategies/collectives.h>
 
 #include <torch/torch.h>
 
@@ -292,6 +293,64 @@ bool load_archived(torch::serialize::InputArchive& archive, const CheckpointRead
 }
 
 // The types stored raw, tried in order: the first that matches saves or restores.
+// Sends each state that a rank other than 0 keeps to rank 0 (its scalars and which tensors it has
+// as text, then each tensor), when `optimizer` is a Kind::OptimizerType; false otherwise.
+template <typename Kind>
+bool gather_raw(Optimizer& optimizer, const std::vector<int64_t>& owners, Collectives& group) {
+  using StateType = typename Kind::State;
+  if (dynamic_cast<typename Kind::OptimizerType*>(&optimizer) == nullptr) return false;
+  const int64_t rank = group.rank();
+  size_t index = 0;
+  for (auto& group_of_parameters : optimizer.param_groups())
+    for (auto& parameter : group_of_parameters.params()) {
+      const int64_t owner = owners.at(index++);
+      if (owner <= 0) continue;
+      const auto* held = rank == owner ? dynamic_cast<StateType*>(compat::param_state(optimizer, parameter)) : nullptr;
+      nlohmann::json layout = nullptr;
+      if (held != nullptr) {
+        layout = {{"scalars", nlohmann::json::object()}, {"tensors", nlohmann::json::object()}};
+        Kind::each_field(*held, [&](const char* key, const auto& value) {
+          if constexpr (is_tensor<decltype(value)>) {
+            if (value.defined())
+              layout["tensors"][key] = {{"sizes", value.sizes().vec()},
+                                        {"type", static_cast<int>(value.scalar_type())}};
+          } else {
+            layout["scalars"][key] = value;
+          }
+        });
+      }
+      layout = nlohmann::json::parse(broadcast_text(group, layout.dump(), owner));
+      if (layout.is_null()) {
+        if (rank == 0) compat::set_param_state(optimizer, parameter, nullptr);
+        continue;
+      }
+      auto state = std::make_unique<StateType>();
+      Kind::each_field(*state, [&](const char* key, auto& value) {
+        if constexpr (is_tensor<decltype(value)>) {
+          if (!layout["tensors"].contains(key)) return;
+          const auto& entry = layout["tensors"][key];
+          torch::Tensor received;
+          if (held != nullptr) {
+            Kind::each_field(*held, [&](const char* own_key, const auto& own) {
+              if constexpr (is_tensor<decltype(own)>)
+                if (std::string(own_key) == key) received = own.contiguous();
+            });
+          } else {
+            received = torch::empty(
+                entry.at("sizes").template get<std::vector<int64_t>>(),
+                parameter.options().dtype(static_cast<torch::ScalarType>(entry.at("type").template get<int>())));
+          }
+          group.broadcast(received, owner);
+          value = received;
+        } else {
+          value = layout["scalars"].at(key).template get<std::decay_t<decltype(value)>>();
+        }
+      });
+      if (rank == 0) compat::set_param_state(optimizer, parameter, std::move(state));
+    }
+  return true;
+}
+
 template <typename... Kinds>
 struct RawKinds {
   static bool save(CheckpointWriter& writer, const std::string& name, const Optimizer& optimizer) {
@@ -300,6 +359,9 @@ struct RawKinds {
   static bool load(const CheckpointReader& reader, const std::string& name, const nlohmann::json& layout,
                    Optimizer& optimizer) {
     return (load_raw<Kinds>(reader, name, layout, optimizer) || ...);
+  }
+  static bool gather(Optimizer& optimizer, const std::vector<int64_t>& owners, Collectives& group) {
+    return (gather_raw<Kinds>(optimizer, owners, group) || ...);
   }
   static bool load_archive(torch::serialize::InputArchive& archive, const CheckpointReader& reader,
                            const std::string& name, Optimizer& optimizer) {
@@ -327,6 +389,20 @@ void load_optimizer(const CheckpointReader& reader, const std::string& name, Opt
   ARC_CHECK(Shipped::load(reader, name, layout, optimizer), "checkpoint '", reader.path(), "' holds ", name, " as a ",
             layout.at("type").get<std::string>(),
             " optimizer, which this Arclight cannot restore; load it with the Arclight that wrote it");
+}
+
+void gather_optimizer_state(Optimizer& optimizer, const std::vector<int64_t>& owners, Collectives& group) {
+  ARC_CHECK(Shipped::gather(optimizer, owners, group), "a sharded optimizer's state can be gathered for SGD, ",
+            "Adam, AdamW, RMSprop and Adagrad only");
+}
+
+void keep_own_optimizer_state(Optimizer& optimizer, const std::vector<int64_t>& owners, int64_t rank) {
+  size_t index = 0;
+  for (auto& group : optimizer.param_groups())
+    for (auto& parameter : group.params()) {
+      const int64_t owner = owners.at(index++);
+      if (owner >= 0 && owner != rank) compat::set_param_state(optimizer, parameter, nullptr);
+    }
 }
 
 }  // namespace arc

@@ -3,7 +3,9 @@
 // any other optimizer (LBFGS, a user's own) as one LibTorch archive.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace torch::optim {
 class Optimizer;
@@ -13,6 +15,7 @@ namespace arc {
 
 class CheckpointReader;
 class CheckpointWriter;
+class Collectives;
 
 /// Adds `optimizer`'s parameter groups and per-parameter state to `writer` under `name`.
 void save_optimizer(CheckpointWriter& writer, const std::string& name, const torch::optim::Optimizer& optimizer);
@@ -20,5 +23,14 @@ void save_optimizer(CheckpointWriter& writer, const std::string& name, const tor
 /// Restores into `optimizer` what save_optimizer stored under `name` (or what format 2 stored: an
 /// archive). Its parameter groups must have the sizes they had; the error names the difference.
 void load_optimizer(const CheckpointReader& reader, const std::string& name, torch::optim::Optimizer& optimizer);
+
+/// Under sharding (owners[i]: the rank keeping the state of `optimizer`'s i-th parameter, in group
+/// order; -1: every rank), rank 0's optimizer receives the states other ranks keep, so that a
+/// checkpoint written there is whole. Every rank calls it; a shipped optimizer type only.
+void gather_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<int64_t>& owners, Collectives& group);
+
+/// Drops the states that `owners` gives to ranks other than `rank` (after gather_optimizer_state's
+/// save, or a load of a whole checkpoint).
+void keep_own_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<int64_t>& owners, int64_t rank);
 
 }  // namespace arc

@@ -15,14 +15,14 @@
 namespace arc {
 namespace {
 
-const std::vector<std::string> kSupported = {"DDPStrategy", "SingleDeviceStrategy"};
+const std::vector<std::string> kSupported = {"DDPStrategy", "FSDPStrategy", "SingleDeviceStrategy"};
 // Lightning's other strategies, which name no Arclight counterpart.
-const std::vector<std::string> kUnsupported = {"FSDPStrategy", "DeepSpeedStrategy", "XLAStrategy",
-                                               "SingleDeviceXLAStrategy", "ModelParallelStrategy"};
+const std::vector<std::string> kUnsupported = {"DeepSpeedStrategy", "XLAStrategy", "SingleDeviceXLAStrategy",
+                                               "ModelParallelStrategy"};
 const std::vector<std::string> kStartMethods = {"popen", "spawn", "fork", "forkserver"};
 // Arclight's own strategies, which a config may name as a class_path too, with the DDP settings as
 // its init_args ({class_path: ddp_spawn, init_args: {timeout: 60}}), as --print_config writes them.
-const std::vector<std::string> kOwnStrategies = {"auto", "single_device", "ddp", "ddp_spawn", "elastic"};
+const std::vector<std::string> kOwnStrategies = {"auto", "single_device", "ddp", "ddp_spawn", "elastic", "fsdp"};
 
 // DDPStrategy's init_args that take objects or callables, and what stands for each here.
 const std::vector<std::pair<std::string, std::string>> kObjectArgs = {
@@ -62,8 +62,8 @@ void read_ddp_settings(const Config& args, nlohmann::json& options) {
     if (const auto value = args.get_optional<bool>(key)) options[key] = *value;
   for (const char* key : {"bucket_cap_mb", "first_bucket_mb", "collective_timeout"})
     if (const auto value = args.get_optional<double>(key)) options[key] = *value;
-  if (const auto value = args.get_optional<std::string>("process_group_backend"))
-    options["process_group_backend"] = *value;
+  for (const char* key : {"process_group_backend", "sharding_strategy"})
+    if (const auto value = args.get_optional<std::string>(key)) options[key] = *value;
   if (const auto seconds = read_timedelta(args)) options["timeout"] = *seconds;
 }
 
@@ -100,6 +100,32 @@ std::optional<int> cuda_index(const nlohmann::json& device) {
   return std::nullopt;
 }
 
+// FSDPStrategy: strategy fsdp, its sharding_strategy and DDP's settings; what it cannot take is an
+// error that says what stands for it.
+nlohmann::json fsdp_options(const Config& args) {
+  const std::vector<std::pair<std::string, std::string>> objects = {
+      {"auto_wrap_policy", "Arclight shards whole parameter tensors and needs no wrapping"},
+      {"activation_checkpointing_policy", "Arclight has no activation checkpointing"},
+      {"cpu_offload", "Arclight keeps parameters on the rank's device"},
+      {"mixed_precision", "set trainer.precision"},
+      {"accelerator", "set trainer.accelerator"},
+      {"parallel_devices", "set trainer.devices"},
+      {"cluster_environment", "set trainer.cluster_environment or name it in trainer.plugins"},
+      {"precision_plugin", "set trainer.precision"}};
+  for (const auto& [key, instead] : objects) {
+    const auto value = args.get<nlohmann::json>(key, nullptr);
+    ARC_CHECK(value.is_null() || value == false, "FSDPStrategy's ", key, "=", value.dump(),
+              " is not taken here: ", instead);
+  }
+  const auto state_dict_type = args.get<std::string>("state_dict_type", "full");
+  ARC_CHECK(state_dict_type == "full", "FSDPStrategy's state_dict_type=\"", state_dict_type, "\" is not taken here: ",
+            "Arclight's fsdp writes full checkpoints (rank 0 gathers the optimizer state), which load at any ",
+            "world size; use \"full\"");
+  nlohmann::json options = {{"strategy", "fsdp"}};
+  read_ddp_settings(args, options);
+  return options;
+}
+
 nlohmann::json single_device_options(const Config& args) {
   nlohmann::json options = {{"strategy", "single_device"}, {"accelerator", "cpu"}};
   const auto device = args.get<nlohmann::json>("device", "cpu");
@@ -122,6 +148,7 @@ bool is_strategy_class(const nlohmann::json& value) {
 
 nlohmann::json strategy_class(const std::string& name, const Config& init_args) {
   if (name == "DDPStrategy") return ddp_options(init_args);
+  if (name == "FSDPStrategy") return fsdp_options(init_args);
   if (contains(kOwnStrategies, cluster::parse_strategy_name(name).name)) {
     nlohmann::json options = {{"strategy", name}};
     read_ddp_settings(init_args, options);
@@ -129,8 +156,8 @@ nlohmann::json strategy_class(const std::string& name, const Config& init_args) 
   }
   if (name == "SingleDeviceStrategy") return single_device_options(init_args);
   ARC_CHECK(!contains(kUnsupported, name), "Lightning's ", name, " has no counterpart in Arclight, whose strategies ",
-            "are \"single_device\", \"ddp\", \"ddp_spawn\" and \"elastic\" (DDPStrategy and SingleDeviceStrategy ",
-            "name the first three)");
+            "are \"single_device\", \"ddp\", \"ddp_spawn\", \"elastic\" and \"fsdp\" (DDPStrategy, ",
+            "SingleDeviceStrategy and FSDPStrategy name four of them)");
   throw Error(unknown_name_message("strategy class", name, strategy_class_names()));
 }
 

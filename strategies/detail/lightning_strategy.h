@@ -26,9 +26,11 @@ bool is_strategy_class(const nlohmann::json& value);
 ///   bucket_cap_mb, process_group_backend, timeout in seconds or a timedelta's "H:MM:SS", and
 ///   Arclight's own collective_timeout, first_bucket_mb and shared_memory); broadcast_buffers may be
 ///   false only (buffers are broadcast once, at setup);
+/// - FSDPStrategy: {"strategy": "fsdp"} with sharding_strategy and DDP's settings as given;
+///   state_dict_type "full" only, and no wrap policy, offload or mixed-precision objects;
 /// - SingleDeviceStrategy: {"strategy": "single_device"} on its device ("cpu": accelerator cpu;
 ///   "cuda:N" or N: accelerator gpu, devices [N]);
-/// - Arclight's own strategies by name ("ddp_spawn", "ddp", "elastic", "single_device", "auto"):
+/// - Arclight's own strategies by name ("ddp_spawn", "ddp", "elastic", "fsdp", "single_device", "auto"):
 ///   {"strategy": name} with the DDPStrategyOptions settings given, as --print_config writes them.
 /// Init_args that name objects (accelerator, cluster_environment, precision_plugin, ...) and
 /// Lightning's other strategies are errors that say what stands for them; `path` names the entry.
@@ -37,7 +39,8 @@ nlohmann::json strategy_class_options(const nlohmann::json& entry, const std::st
 /// The same for the class `name` ("DDPStrategy") and its init_args.
 nlohmann::json strategy_class(const std::string& name, const Config& init_args);
 
-/// The strategy classes taken: DDPStrategy, SingleDeviceStrategy, and Arclight's strategies' names.
+/// The strategy classes taken: DDPStrategy, FSDPStrategy, SingleDeviceStrategy, and Arclight's
+/// strategies' names.
 const std::vector<std::string>& strategy_class_names();
 
 }  // namespace arc

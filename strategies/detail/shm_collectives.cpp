@@ -365,8 +365,10 @@ class ShmCollectives : public Collectives {
     });
   }
 
-  // Piece by piece, every rank puts its input into its slot; after a barrier each rank combines,
-  // in rank order as all_reduce does (so to its bits), the part of the piece that is its share.
+  // Piece by piece (of a whole slot: each rank reads only its share of the others' slots, so a
+  // piece's barrier is worth more than cache locality), every rank puts its input into its slot;
+  // after a barrier each rank combines, in rank order as all_reduce does (so to its bits), the part
+  // of the piece that is its share.
   void reduce_scatter_node(torch::Tensor& output, const torch::Tensor& input, Reduce op) {
     doing_ = doing(Kind::reduce_scatter, static_cast<uint64_t>(op), input);
     const auto* data = static_cast<const std::byte*>(input.data_ptr());
@@ -374,7 +376,7 @@ class ShmCollectives : public Collectives {
     const auto element = static_cast<int64_t>(input.element_size());
     const int64_t me = segment_->local_index(), share = output.numel();
     std::vector<const void*> sources(static_cast<size_t>(local_world()));
-    in_pieces(input, kPieceBytes, [&](int64_t begin, int64_t count) {
+    in_pieces(input, [&](int64_t begin, int64_t count) {
       const int64_t set = next_set();
       std::memcpy(segment_->slot(set, me), data + begin * element, static_cast<size_t>(count * element));
       step();

@@ -237,6 +237,24 @@ TEST(Cli, LightningCliDottedFlagsAreOverrides) {
   EXPECT_NE(result_of(model.output)["final_param_sha256"], result_of(default_lr.output)["final_param_sha256"]);
 }
 
+// Strategy fsdp trains the canonical MLP to ddp_spawn's bits, by name and as Lightning's FSDPStrategy
+// with optimizer-state sharding.
+TEST(Cli, FsdpTrainsTheMlpToTheBitsOfDdpSpawn) {
+  const std::string common = " --set trainer.devices=2 --set trainer.enable_progress_bar=false";
+  const auto ddp = arc("fit --set trainer.strategy=ddp_spawn" + common);
+  const auto fsdp = arc("fit --set trainer.strategy=fsdp" + common);
+  const auto zero =
+      arc("fit --set 'trainer.strategy={\"class_path\": \"FSDPStrategy\", \"init_args\": {\"sharding_strategy\": "
+          "\"SHARD_OPTIMIZER\"}}'" +
+          common);
+  for (const auto* run : {&ddp, &fsdp, &zero}) ASSERT_EQ(run->status, 0) << run->output;
+  EXPECT_NE(fsdp.output.find("fsdp: sharding_strategy SHARD_GRAD_OP"), std::string::npos) << fsdp.output;
+  EXPECT_NE(zero.output.find("fsdp: sharding_strategy SHARD_OPTIMIZER"), std::string::npos) << zero.output;
+  EXPECT_EQ(result_of(fsdp.output)["world_size"], 2);
+  EXPECT_EQ(result_of(fsdp.output)["final_param_sha256"], result_of(ddp.output)["final_param_sha256"]);
+  EXPECT_EQ(result_of(zero.output)["final_param_sha256"], result_of(ddp.output)["final_param_sha256"]);
+}
+
 // LightningCLI's top-level seed_everything: an integer is trainer.seed; true a seed chosen for the
 // run (ARC_GLOBAL_SEED when set), saved as the integer it was, so that the saved config repeats it.
 TEST(Cli, SeedEverythingSeedsTheTrainerAndSavesTheSeedItChose) {

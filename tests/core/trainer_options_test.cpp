@@ -381,8 +381,14 @@ TEST(TrainerOptions, LightningsStrategyClassesAreTheOptionsTheyStandFor) {
   EXPECT_NE(error_of({{"strategy", {{"class_path", "DDPStrategy"}, {"timeout", "half an hour"}}}})
                 .find("'trainer.strategy.init_args.timeout' must be seconds"),
             std::string::npos);
-  EXPECT_NE(error_of({{"strategy", "lightning.pytorch.strategies.FSDPStrategy"}})
-                .find("Lightning's FSDPStrategy has no counterpart in Arclight"),
+  EXPECT_NE(error_of({{"strategy", "lightning.pytorch.strategies.DeepSpeedStrategy"}})
+                .find("Lightning's DeepSpeedStrategy has no counterpart in Arclight"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"strategy", {{"class_path", "FSDPStrategy"}, {"state_dict_type", "sharded"}}}})
+                .find("FSDPStrategy's state_dict_type=\"sharded\" is not taken here"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"strategy", {{"class_path", "FSDPStrategy"}, {"sharding_strategy", "SHARD_GRADS"}}}})
+                .find("sharding_strategy"),
             std::string::npos);
   EXPECT_NE(error_of({{"strategy", {{"class_path", "DPPStrategy"}}}})
                 .find("unknown strategy class 'DPPStrategy'; did you mean 'DDPStrategy'?"),

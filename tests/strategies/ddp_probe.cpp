@@ -53,7 +53,8 @@ struct Args {
   std::string strategy = "ddp_spawn";
   int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, num_nodes = 1, log_every = 0, elastic_every = 0;
   int64_t step_ms = 0;
-  double timeout = 30, collective_timeout = 300, max_time = 0;
+  double timeout = 30, collective_timeout = 300, max_time = 0, clip = 0, bucket_mb = 0;
+  std::string optimizer = "sgd", clip_algorithm = "norm", sharding = "auto";
   bool shared_memory = true, static_graph = false, find_unused = false, sync_batchnorm = false;
   bool async_checkpoint = false, out_every_rank = false, root_per_rank = false;
   std::string out, root, precision = "32-true", loggers, ckpt_path, even_batches = "error", loop = "trainer";
@@ -150,6 +151,12 @@ const std::vector<Flag> kFlags = {
     ARC_PROBE_FLAG("--shared-memory", shared_memory, flag, "0: Gloo among the ranks of a machine"),
     ARC_PROBE_FLAG("--process-group-backend", process_group_backend, text, "auto, nccl or gloo"),
     ARC_PROBE_FLAG("--static-graph", static_graph, flag, "DDP's static_graph"),
+    ARC_PROBE_FLAG("--sharding", sharding, text, "fsdp's sharding_strategy"),
+    ARC_PROBE_FLAG("--bucket-mb", bucket_mb, number, "first_bucket_mb and bucket_cap_mb (0: their defaults)"),
+    ARC_PROBE_FLAG("--optimizer", optimizer, text,
+                   "sgd (momentum 0.9, the default), adam, adamw (weight decay) or lbfgs"),
+    ARC_PROBE_FLAG("--clip", clip, number, "gradient_clip_val"),
+    ARC_PROBE_FLAG("--clip-algorithm", clip_algorithm, text, "gradient_clip_algorithm"),
     ARC_PROBE_FLAG("--find-unused", find_unused, flag, "DDP's find_unused_parameters"),
     ARC_PROBE_FLAG("--sync-batchnorm", sync_batchnorm, flag, "TrainerOptions::sync_batchnorm"),
     ARC_PROBE_FLAG("--even-batches", even_batches, text, "the option for the ranks' different batch counts"),
@@ -357,7 +364,12 @@ class Probe : public arc::TrainModule {
           arc::LogOptions().on_step(args_.val.step_sync).on_epoch(true).sync_dist(true));
   }
   std::vector<arc::OptimizerConfig> configure_optimizers() override {
-    const auto sgd = [](std::vector<torch::Tensor> parameters) {
+    const auto sgd = [this](std::vector<torch::Tensor> parameters) -> std::shared_ptr<torch::optim::Optimizer> {
+      if (args_.optimizer == "adam") return std::make_shared<torch::optim::Adam>(parameters, 0.01);
+      if (args_.optimizer == "adamw")
+        return std::make_shared<torch::optim::AdamW>(parameters, torch::optim::AdamWOptions(0.01).weight_decay(0.1));
+      if (args_.optimizer == "lbfgs") return std::make_shared<torch::optim::LBFGS>(parameters);
+      ARC_CHECK(args_.optimizer == "sgd", "--optimizer takes sgd, adam, adamw or lbfgs, not ", args_.optimizer);
       return std::make_shared<torch::optim::SGD>(parameters, torch::optim::SGDOptions(0.1).momentum(0.9));
     };
     if (args_.toggle) return {sgd(fc1->parameters()), sgd(fc2->parameters())};
@@ -540,7 +552,10 @@ arc::TrainerOptions trainer_options(const Args& args) {
                   .collective_timeout(args.collective_timeout)
                   .shared_memory(args.shared_memory)
                   .static_graph(args.static_graph)
-                  .find_unused_parameters(args.find_unused));
+                  .find_unused_parameters(args.find_unused)
+                  .sharding_strategy(args.sharding));
+  if (args.bucket_mb > 0) options.ddp().first_bucket_mb(args.bucket_mb).bucket_cap_mb(args.bucket_mb);
+  if (args.clip > 0) options.gradient_clip_val(args.clip).gradient_clip_algorithm(args.clip_algorithm);
   options.accumulate_grad_batches(args.accumulate).num_threads(1);
   if (args.log_every > 0) options.log_every_n_steps(args.log_every);
   options.num_nodes(args.num_nodes);
@@ -700,8 +715,29 @@ void limit_file_size(int64_t bytes) {
 }
 
 // What every rank saw, after fit (the reports listed at the top).
+// Bytes of the optimizer state `optimizer` holds (SGD's momentum, Adam's and AdamW's moments).
+int64_t state_bytes(torch::optim::Optimizer& optimizer) {
+  int64_t bytes = 0;
+  const auto add = [&](const torch::Tensor& t) { bytes += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; };
+  for (const auto& entry : optimizer.state()) {
+    if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(entry.second.get())) {
+      add(sgd->momentum_buffer());
+    } else if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(entry.second.get())) {
+      add(adam->exp_avg()), add(adam->exp_avg_sq()), add(adam->max_exp_avg_sq());
+    } else if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(entry.second.get())) {
+      add(adamw->exp_avg()), add(adamw->exp_avg_sq()), add(adamw->max_exp_avg_sq());
+    }
+  }
+  return bytes;
+}
+
 void report(const Args& args, const arc::Trainer& trainer, Probe& module, const arc::ModelCheckpoint* checkpoints) {
   std::cout << "STOPPED " << trainer.global_rank() << " " << trainer.global_step() << std::endl;
+  int64_t grad_bytes = 0, optimizer_bytes = 0;
+  for (const auto& p : module.parameters())
+    if (p.grad().defined()) grad_bytes += static_cast<int64_t>(p.grad().nbytes());
+  for (const auto& config : trainer.optimizer_configs()) optimizer_bytes += state_bytes(*config.optimizer);
+  std::cout << "HELD " << trainer.global_rank() << " " << grad_bytes << " " << optimizer_bytes << std::endl;
   std::cout << "VALIDATIONS " << trainer.global_rank() << " " << trainer.progress().validation_runs << std::endl;
   if (checkpoints != nullptr)
     std::cout << "BEST " << trainer.global_rank() << " " << checkpoints->best_model_path() << " "

@@ -1,0 +1,173 @@
+// Strategy fsdp: sharded training gives DDP's bits (shared memory), holds the bytes it says, and its
+// checkpoints are whole: they resume at another world size, and under DDP.
+#include "strategies/ddp_support.h"
+
+#include <arc/fabric/checkpoint.h>
+#include <arc/strategies/sharded_reducer.h>
+
+#include <torch/torch.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace arc::testing::ddp;
+
+// The final weights of a run with `args` (rank 0's, as floats); the run must succeed.
+std::vector<float> trained(const std::string& args, const std::string& name) {
+  const auto out = scratch_path(name);
+  const auto run = probe(args + " --out " + out);
+  EXPECT_EQ(run.status, 0) << args << "\n" << run.output;
+  auto weights = read_floats(out);
+  std::remove(out.c_str());
+  EXPECT_FALSE(weights.empty()) << args;
+  return weights;
+}
+
+// Each rank's "HELD <rank> <gradient bytes> <optimizer state bytes>", by rank.
+std::map<int, std::pair<int64_t, int64_t>> held(const CommandRun& run) {
+  std::map<int, std::pair<int64_t, int64_t>> out;
+  const std::regex line("HELD (\\d+) (\\d+) (\\d+)");
+  for (std::sregex_iterator it(run.output.begin(), run.output.end(), line), end; it != end; ++it)
+    out[std::stoi((*it)[1])] = {std::stoll((*it)[2]), std::stoll((*it)[3])};
+  return out;
+}
+
+// Each sharding against DDP, with each optimizer, gradient accumulation and clipping by norm (a
+// bound that clips), on units of one parameter each, at world sizes 2 and 3: the same bits.
+TEST(FSDP, ShardedTrainingMatchesDdpBitForBit) {
+  for (const char* optimizer : {"sgd", "adam", "adamw"}) {
+    const std::string common = std::string(" --steps 12 --accumulate 2 --clip 0.05 --bucket-mb 0.0001 --optimizer ") +
+                               optimizer + " --devices 2";
+    const auto ddp = trained("--strategy ddp_spawn" + common, "ddp");
+    for (const char* sharding : {"SHARD_GRAD_OP", "SHARD_OPTIMIZER"})
+      EXPECT_EQ(trained("--strategy fsdp --sharding " + std::string(sharding) + common, "fsdp"), ddp)
+          << optimizer << " " << sharding;
+  }
+  const std::string three = " --steps 10 --optimizer adamw --clip 0.05 --devices 3";
+  EXPECT_EQ(trained("--strategy fsdp" + three, "fsdp3"), trained("--strategy ddp_spawn" + three, "ddp3"));
+  const std::string by_value = " --steps 10 --clip 0.01 --clip-algorithm value --devices 2";
+  EXPECT_EQ(trained("--strategy fsdp" + by_value, "fsdp_value"), trained("--strategy ddp_spawn" + by_value, "ddp_v"));
+}
+
+// The same where the trainable parameters change (a backbone unfrozen at epoch 1, two optimizers
+// toggled under manual optimization: owners stay, so no optimizer state moves), under bf16-mixed, and
+// in a loop of one's own on arc::Fabric.
+TEST(FSDP, FinetuningTogglingMixedPrecisionAndFabricMatchDdp) {
+  for (const std::string args : {" --steps 40 --finetune 1", " --steps 30 --toggle 1",
+                                 " --steps 20 --precision bf16-mixed --optimizer adam", " --steps 20 --loop custom"}) {
+    SCOPED_TRACE(args);
+    EXPECT_EQ(trained("--strategy fsdp --devices 2" + args, "fsdp"),
+              trained("--strategy ddp_spawn --devices 2" + args, "ddp"));
+  }
+}
+
+// What each rank holds after training, to the byte: the probe's model is fc1 (8x16 weight, 16 bias)
+// and fc2 (16x3, 3), 195 floats; in one unit, rank 0 owns fc1's weight (128 floats), rank 1 the rest
+// (67). DDP holds every gradient and state on each rank; SHARD_OPTIMIZER every gradient, its own
+// states; SHARD_GRAD_OP its own of both. Adam keeps two moments per element.
+TEST(FSDP, EachRankHoldsTheBytesOfWhatItOwns) {
+  const auto held_by = [](const std::string& args) {
+    const auto run = probe(args + " --steps 4 --devices 2");
+    EXPECT_EQ(run.status, 0) << run.output;
+    return held(run);
+  };
+  using Held = std::map<int, std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(held_by("--strategy ddp_spawn --optimizer adam"), (Held{{0, {780, 1560}}, {1, {780, 1560}}}));
+  EXPECT_EQ(held_by("--strategy fsdp --sharding SHARD_OPTIMIZER --optimizer adam"),
+            (Held{{0, {780, 1024}}, {1, {780, 536}}}));
+  EXPECT_EQ(held_by("--strategy fsdp --optimizer adam"), (Held{{0, {512, 1024}}, {1, {268, 536}}}));
+  EXPECT_EQ(held_by("--strategy fsdp"), (Held{{0, {512, 512}}, {1, {268, 268}}}));
+}
+
+// A checkpoint of a sharded run holds the whole optimizer state, as DDP's does, to the bit; it
+// resumes at another world size and under DDP as DDP's own checkpoint does.
+TEST(FSDP, CheckpointsAreWholeAndResumeAtAnotherWorldSize) {
+  const auto root = scratch_path("fsdp_ckpt"), ddp_root = scratch_path("ddp_ckpt");
+  for (const auto& folder : {root, ddp_root}) std::filesystem::remove_all(folder);
+  const std::string common = " --devices 2 --optimizer adam --steps 6 --checkpoints.every 6 --root ";
+  const auto sharded = probe("--strategy fsdp" + common + root);
+  ASSERT_EQ(sharded.status, 0) << sharded.output;
+  const auto ddp = probe("--strategy ddp_spawn" + common + ddp_root);
+  ASSERT_EQ(ddp.status, 0) << ddp.output;
+  const auto file_in = [](const std::string& folder) {
+    for (const auto& entry : std::filesystem::directory_iterator(folder + "/checkpoints")) return entry.path().string();
+    return std::string();
+  };
+  const arc::CheckpointReader a(file_in(root)), b(file_in(ddp_root));
+  ASSERT_EQ(a.tensor_names(), b.tensor_names());
+  bool has_moments = false;
+  for (const auto& name : a.tensor_names()) {
+    EXPECT_TRUE(torch::equal(a.tensor(name), b.tensor(name))) << name;
+    has_moments = has_moments || name.find("exp_avg_sq") != std::string::npos;
+  }
+  EXPECT_TRUE(has_moments);
+  EXPECT_EQ(a.json("optimizer_0"), b.json("optimizer_0"));
+  // On three ranks, from the two-rank files: fsdp from fsdp's, DDP from DDP's.
+  const std::string more = " --devices 3 --optimizer adam --steps 10 --ckpt-path ";
+  EXPECT_EQ(trained("--strategy fsdp" + more + file_in(root), "resumed_fsdp"),
+            trained("--strategy ddp_spawn" + more + file_in(ddp_root), "resumed_ddp"));
+  // DDP from fsdp's file.
+  EXPECT_EQ(trained("--strategy ddp_spawn" + more + file_in(root), "ddp_from_fsdp"),
+            trained("--strategy ddp_spawn" + more + file_in(ddp_root), "ddp_again"));
+  for (const auto& folder : {root, ddp_root}) std::filesystem::remove_all(folder);
+}
+
+TEST(FSDP, OptionsItCannotTakeAreErrorsThatSayWhatToDo) {
+  const auto lbfgs = probe("--strategy fsdp --steps 2 --optimizer lbfgs");
+  EXPECT_NE(lbfgs.status, 0);
+  EXPECT_NE(lbfgs.output.find("this optimizer is LBFGS, whose line search needs every gradient"), std::string::npos)
+      << lbfgs.output;
+  const auto full = probe("--strategy fsdp --steps 2 --sharding FULL_SHARD");
+  EXPECT_NE(full.status, 0);
+  EXPECT_NE(full.output.find("use \"SHARD_GRAD_OP\""), std::string::npos) << full.output;
+  const auto ddp = probe("--strategy ddp_spawn --steps 2 --sharding SHARD_GRAD_OP");
+  EXPECT_NE(ddp.status, 0);
+  EXPECT_NE(ddp.output.find("sharding_strategy 'SHARD_GRAD_OP' is for strategy \"fsdp\""), std::string::npos)
+      << ddp.output;
+}
+
+// Owners balance the bytes, whole tensors each; units end once every rank owns its part of one, so
+// that shares are of nearly one length.
+TEST(ShardLayout, OwnsWholeTensorsAndBalancesTheBytes) {
+  std::vector<torch::Tensor> parameters;
+  for (const int64_t n : {1000, 10, 600, 400, 30, 500}) parameters.push_back(torch::zeros({n}));
+  const arc::ShardLayout one_unit(parameters, 2, 0, 1 << 20, 1 << 20);
+  ASSERT_EQ(one_unit.units().size(), 1u);
+  // Largest first, each to the rank with fewer bytes: 1000 → 0, 600 → 1, 500 → 1, 400 → 0, 30 → 1, 10 → 1.
+  EXPECT_EQ((std::vector<int64_t>{one_unit.owner(0), one_unit.owner(2), one_unit.owner(5), one_unit.owner(3)}),
+            (std::vector<int64_t>{0, 1, 1, 0}));
+  EXPECT_EQ(one_unit.owned_numel(0), 1400);
+  EXPECT_EQ(one_unit.owned_numel(1), 1140);
+  EXPECT_EQ(one_unit.units()[0].share, 1400);
+  EXPECT_EQ(one_unit.units()[0].owned, (std::vector<int64_t>{1400, 1140}));
+  for (size_t p = 0; p < parameters.size(); ++p) {
+    auto whole = torch::zeros({2 * one_unit.units()[0].share});
+    one_unit.place(p, whole).fill_(1);
+    EXPECT_EQ(whole.sum().item<double>(), parameters[p].numel());
+    EXPECT_EQ(whole.narrow(0, one_unit.owner(p) * 1400, 1400).sum().item<double>(), parameters[p].numel());
+  }
+  // Eight tensors of one size take turns, the last registered first: units of 400 bytes end at each
+  // pair, without padding; with the skip vote's element in the first unit's shares.
+  std::vector<torch::Tensor> layers(8, torch::Tensor());
+  for (auto& layer : layers) layer = torch::zeros({100});
+  const arc::ShardLayout pairs(layers, 2, 1, 400, 400, 1);
+  ASSERT_EQ(pairs.units().size(), 4u);
+  EXPECT_EQ(pairs.units()[0].parameters, (std::vector<size_t>{7, 6}));
+  EXPECT_EQ(pairs.units()[0].share, 101);
+  EXPECT_EQ(pairs.units()[3].share, 100);
+  EXPECT_EQ((std::vector<int64_t>{pairs.owner(7), pairs.owner(6), pairs.owner(1), pairs.owner(0)}),
+            (std::vector<int64_t>{0, 1, 0, 1}));
+  EXPECT_TRUE(pairs.owns(6));
+  // Given owners (a layout of some of another's parameters) are kept, even where they do not alternate.
+  const arc::ShardLayout given(layers, 2, 0, 400, 400, 0, std::vector<int64_t>(8, 0));
+  EXPECT_EQ(given.owned_numel(0), 800);
+  EXPECT_EQ(given.units().size(), 1u);
+}
+
+}  // namespace
