@@ -101,6 +101,7 @@ void memory(const std::string& self, const std::vector<int64_t>& worlds) {
               << std::setw(11) << "params" << std::setw(11) << "grads" << std::setw(11) << "optimizer" << std::setw(11)
               << "wall s\n";
     double baseline = 0;
+    arc::bench::Summary summary("arc_bench_sharding memory world " + std::to_string(world));
     for (const auto& setup : setups) {
       const auto result = arc::bench::run(self + " --memory-run " + setup.strategy + " " + setup.sharding + " " +
                                           std::to_string(world));
@@ -117,11 +118,14 @@ void memory(const std::string& self, const std::vector<int64_t>& worlds) {
                 << mib(peak) << std::setprecision(3) << std::setw(8) << static_cast<double>(peak) / baseline
                 << std::setprecision(0) << std::setw(11) << params / (1 << 20) << std::setw(11) << grads / (1 << 20)
                 << std::setw(11) << state / (1 << 20) << std::setprecision(1) << std::setw(10) << result.wall_s << "\n";
-      arc::bench::Summary("arc_bench_sharding memory world " + std::to_string(world) + " " + setup.name)
-          .add("peak MiB", mib(peak), 0)
-          .add("of DDP's", static_cast<double>(peak) / baseline, 3)
-          .print();
+      if (setup.strategy == "ddp_spawn") {
+        summary.add("DDP peak MiB", mib(peak), 0);
+      } else {
+        summary.add(setup.sharding + " peak MiB", mib(peak), 0)
+            .add(setup.sharding + " of DDP's", static_cast<double>(peak) / baseline, 3);
+      }
     }
+    summary.print();
   }
 }
 

@@ -41,18 +41,19 @@ const std::string kProbe = ARC_PROBE;
 
 bool installed(const std::string& program) { return run_command("command -v " + program).status == 0; }
 
-// Final weights of an uninterrupted ddp_spawn run of the probe, once per step count.
-std::string reference_weights(int64_t steps) {
-  static std::map<int64_t, std::string> cache;
-  if (cache.count(steps) == 0) {
+// Final weights of an uninterrupted ddp_spawn run of the probe with `args`, once per step count and args.
+std::string reference_weights(int64_t steps, const std::string& args = "") {
+  static std::map<std::string, std::string> cache;
+  const std::string key = std::to_string(steps) + args;
+  if (cache.count(key) == 0) {
     const std::string dir = fresh_folder("reference_" + std::to_string(steps));
     const auto run = run_command("timeout 120 " + kProbe + " --strategy ddp_spawn --steps " + std::to_string(steps) +
-                                 " --root " + dir + " --out " + dir + "/w.bin");
+                                 args + " --root " + dir + " --out " + dir + "/w.bin");
     EXPECT_EQ(run.status, 0) << run.output;
-    cache[steps] = read_file(dir + "/w.bin");
+    cache[key] = read_file(dir + "/w.bin");
     std::filesystem::remove_all(dir);
   }
-  return cache[steps];
+  return cache[key];
 }
 
 // A probe run in the background, its output in a file, so that the test can signal it.
@@ -216,6 +217,30 @@ TEST(Launchers, TwoTorchrunNodesOfTwoRanksTrainToTheSameBitsOnEveryRank) {
   same_bits_on_every_rank_twice(dir, "torchelastic", [&](const std::string& out) {
     return run_command(two_nodes(dir, "", "--strategy ddp --steps 30 --out-every-rank 1 --out " + out));
   });
+  std::filesystem::remove_all(dir);
+}
+
+// Strategy fsdp under the launchers runs as ddp does: under torchrun and mpirun to ddp_spawn's bits;
+// on two torchrun nodes (shared memory within each, Gloo across, where the reduce-scatter is composed
+// from the all-reduce) to the same bits on every rank, twice.
+TEST(Launchers, FsdpRunsUnderTorchrunMpirunAndOnTwoNodes) {
+  const std::string dir = fresh_folder("fsdp_launchers");
+  const std::string args = " --strategy fsdp --steps 30 --optimizer adam --root " + dir + " --out " + dir + "/w.bin";
+  const std::string reference = reference_weights(30, " --optimizer adam");
+  if (installed("torchrun")) {
+    const auto run = run_command(torchrun(kProbe) + args);
+    ASSERT_EQ(run.status, 0) << run.output;
+    EXPECT_NE(run.output.find("fsdp: sharding_strategy SHARD_GRAD_OP"), std::string::npos) << run.output;
+    EXPECT_EQ(read_file(dir + "/w.bin"), reference);
+    same_bits_on_every_rank_twice(dir, "torchelastic", [&](const std::string& out) {
+      return run_command(two_nodes(dir, "", "--strategy fsdp --steps 30 --out-every-rank 1 --out " + out));
+    });
+  }
+  if (installed("mpirun")) {
+    const auto run = run_command(arc::testing::mpirun(kProbe) + args);
+    ASSERT_EQ(run.status, 0) << run.output;
+    EXPECT_EQ(read_file(dir + "/w.bin"), reference);
+  }
   std::filesystem::remove_all(dir);
 }
 
