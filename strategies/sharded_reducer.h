@@ -41,8 +41,12 @@ class ShardLayout {
   ShardLayout(const std::vector<torch::Tensor>& parameters, int64_t world_size, int64_t rank, int64_t first_unit_bytes,
               int64_t unit_bytes, int64_t extra = 0, const std::vector<int64_t>& owners = {});
 
+  /// The ranks the parameters are divided among, and this process's rank.
+  ///@{
   int64_t world_size() const { return world_size_; }
   int64_t rank() const { return rank_; }
+  ///@}
+  /// The units, first reduced first.
   const std::vector<Unit>& units() const { return units_; }
   /// The rank owning parameter `p`, its unit, and where it starts in its owner's share.
   ///@{
@@ -50,6 +54,7 @@ class ShardLayout {
   size_t unit_of(size_t p) const { return unit_of_[p]; }
   int64_t offset(size_t p) const { return offset_[p]; }
   ///@}
+  /// Whether this rank owns parameter `p`.
   bool owns(size_t p) const { return owner_[p] == rank_; }
   /// The index of `parameter` among the layout's parameters, if it is one of them.
   std::optional<size_t> index_of(const torch::Tensor& parameter) const;
@@ -57,6 +62,7 @@ class ShardLayout {
   torch::Tensor place(size_t p, const torch::Tensor& whole) const;
   /// The elements of the parameters rank `r` owns.
   int64_t owned_numel(int64_t r) const { return owned_numel_[static_cast<size_t>(r)]; }
+  /// The parameters, in the order they were given.
   const std::vector<torch::Tensor>& parameters() const { return parameters_; }
 
   /// Keeps the gathered layouts of the small units (up to 4 MiB each, 16 MiB in all) where `group`
@@ -96,16 +102,20 @@ class ShardLayout {
 /// vote to skip the step.
 class ShardedGradReducer : public GradientReduction {
  public:
-  /// `layout` was made for `parameters` with one extra element; `names[i]` names `parameters[i]`.
+  /// `layout` was made with one extra element (the skip vote); `names[i]` names its i-th parameter in
+  /// errors.
   ShardedGradReducer(std::shared_ptr<const ShardLayout> layout, std::vector<std::string> names,
                      Collectives& collectives, ReducerOptions options);
   ~ShardedGradReducer() override;
   ShardedGradReducer(const ShardedGradReducer&) = delete;
   ShardedGradReducer& operator=(const ShardedGradReducer&) = delete;
 
+  /// GradientReduction's: see there.
+  ///@{
   void prepare_for_backward(Profiler* profiler = nullptr) override;
   void reduce_without_backward(Profiler* profiler = nullptr) override;
   bool skip_voted() const override;
+  ///@}
   /// Bytes of the shares this rank keeps between steps (the gradients it owns).
   int64_t share_bytes() const;
 
