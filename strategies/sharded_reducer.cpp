@@ -184,12 +184,6 @@ ShardedGradReducer::ShardedGradReducer(std::shared_ptr<const ShardLayout> layout
 
 ShardedGradReducer::~ShardedGradReducer() = default;
 
-int64_t ShardedGradReducer::share_bytes() const {
-  int64_t bytes = 0;
-  for (const auto& share : shares_) bytes += static_cast<int64_t>(share.nbytes());
-  return bytes;
-}
-
 torch::Tensor ShardedGradReducer::slot(size_t parameter) const {
   const auto& p = layout_->parameters()[parameter];
   return shares_[layout_->unit_of(parameter)].narrow(0, layout_->offset(parameter), p.numel());

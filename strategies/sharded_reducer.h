@@ -116,8 +116,6 @@ class ShardedGradReducer : public GradientReduction {
   void reduce_without_backward(Profiler* profiler = nullptr) override;
   bool skip_voted() const override;
   ///@}
-  /// Bytes of the shares this rank keeps between steps (the gradients it owns).
-  int64_t share_bytes() const;
 
  private:
   void reset(Profiler* profiler);

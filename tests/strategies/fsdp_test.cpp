@@ -5,6 +5,8 @@
 #include <arc/fabric/checkpoint.h>
 #include <arc/strategies/sharded_reducer.h>
 
+#include <support/thread_ranks.h>
+
 #include <torch/torch.h>
 
 #include <gtest/gtest.h>
@@ -168,6 +170,70 @@ TEST(ShardLayout, OwnsWholeTensorsAndBalancesTheBytes) {
   const arc::ShardLayout given(layers, 2, 0, 400, 400, 0, std::vector<int64_t>(8, 0));
   EXPECT_EQ(given.owned_numel(0), 800);
   EXPECT_EQ(given.units().size(), 1u);
+}
+
+torch::Tensor values(uint64_t seed, int64_t numel) {
+  auto generator = at::detail::createCPUGenerator(seed);
+  return torch::randn({numel}, generator);
+}
+
+// Every path of the sharded reduction and of sharing parameters after a step, on thread ranks:
+// units reduce-scattered, or (`keep`) all-reduced in the shared-memory buffers keep_small_units
+// makes; parameters shared by all_gather_into (units up to 4 MiB), or by broadcasts from each owner
+// (larger units; tensors of 1 MiB or more in place). Each owner's gradients are DDP's average of
+// every rank's, and after an SGD step of the owners every rank holds DDP's weights, bit for bit.
+void expect_sharded_steps_match_ddp(int64_t world, const arc::testing::Group& group, bool keep) {
+  std::vector<int64_t> sizes(6, 700000);
+  sizes.insert(sizes.end(), {17, 3000, 5000, 6000, 8000});
+  arc::testing::on_ranks(world, group, [&](int64_t rank, arc::Collectives& collectives) {
+    std::vector<torch::Tensor> parameters;
+    for (size_t p = 0; p < sizes.size(); ++p) parameters.push_back(values(p, sizes[p]).requires_grad_());
+    auto layout = std::make_shared<arc::ShardLayout>(parameters, world, rank, 64 << 10, 6 << 20, 1);
+    bool large = false, small = false;
+    for (const auto& unit : layout->units()) (unit.share * world * 4 > (4 << 20) ? large : small) = true;
+    ASSERT_TRUE(large && small) << "the layout no longer has units of both sizes";
+    if (keep) layout->keep_small_units(collectives);
+    std::vector<std::string> names;
+    for (size_t p = 0; p < sizes.size(); ++p) names.push_back("p" + std::to_string(p));
+    arc::ShardedGradReducer reducer(layout, names, collectives, arc::ReducerOptions());
+    for (uint64_t step = 0; step < 2; ++step) {
+      // Rank r's gradient of parameter p is the coefficient of p in its loss.
+      const auto coefficient = [&](int64_t r, size_t p) { return values(1000 * step + 100 * r + p, sizes[p]); };
+      auto loss = torch::zeros({});
+      for (size_t p = 0; p < sizes.size(); ++p) loss = loss + (parameters[p] * coefficient(rank, p)).sum();
+      reducer.prepare_for_backward();
+      loss.backward();
+      for (size_t p = 0; p < sizes.size(); ++p) {
+        // DDP's all-reduce: the sum in rank order, divided by the world size.
+        auto average = coefficient(0, p);
+        for (int64_t r = 1; r < world; ++r) average = average + coefficient(r, p);
+        average.div_(static_cast<double>(world));
+        const auto expected = parameters[p].detach().clone().add_(average, -0.1);
+        if (layout->owns(p)) {
+          ASSERT_TRUE(torch::equal(parameters[p].grad(), average)) << names[p] << " at step " << step;
+          torch::NoGradGuard no_grad;
+          parameters[p].add_(parameters[p].grad(), -0.1);
+        } else {
+          ASSERT_FALSE(parameters[p].grad().defined()) << names[p] << " keeps another rank's gradient";
+        }
+        parameters[p].mutable_grad() = expected;  // where the weights must be after sharing
+      }
+      EXPECT_FALSE(reducer.skip_voted());
+      layout->share_parameters(collectives);
+      for (size_t p = 0; p < sizes.size(); ++p) {
+        ASSERT_TRUE(torch::equal(parameters[p].detach(), parameters[p].grad())) << names[p] << " at step " << step;
+        parameters[p].mutable_grad() = torch::Tensor();
+      }
+    }
+  });
+}
+
+TEST(ShardedGradReducer, EveryReductionAndSharingPathGivesDdpsBits) {
+  expect_sharded_steps_match_ddp(3, {}, false);
+  expect_sharded_steps_match_ddp(3, {}, true);
+  arc::testing::Group gloo;
+  gloo.shared_memory = false;
+  expect_sharded_steps_match_ddp(2, gloo, false);
 }
 
 }  // namespace

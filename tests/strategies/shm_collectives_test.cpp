@@ -8,6 +8,7 @@
 
 #include <support/errors.h>
 #include <support/shm_maps.h>
+#include <support/thread_ranks.h>
 
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -32,48 +33,10 @@ namespace arc {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::Group;
 using testing::in_shm_mapping;
+using testing::on_ranks;
 using testing::shm_mappings;
-
-struct Group {
-  bool shared_memory = true;
-  std::vector<std::string> nodes;
-  std::chrono::milliseconds timeout = 20s;
-  bool helper_thread = true;
-  std::optional<std::chrono::milliseconds> collective_timeout = std::nullopt;
-  std::optional<std::chrono::microseconds> spin = std::nullopt;
-};
-
-// Runs fn(rank, collectives) on `world` threads joined into one group; rethrows a rank's error.
-template <typename Fn>
-void on_ranks(int64_t world, const Group& group, Fn fn) {
-  StoreServer server("127.0.0.1", 0, group.timeout);
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
-  std::vector<std::thread> threads;
-  for (int64_t r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        RendezvousOptions options;
-        options.port = server.port();
-        options.rank = r;
-        options.world_size = world;
-        options.timeout = group.timeout;
-        options.collective_timeout = group.collective_timeout;
-        options.shared_memory = group.shared_memory;
-        options.shm_helper_thread = group.helper_thread;
-        options.shm_spin = group.spin;
-        options.node = group.nodes.empty() ? "one" : group.nodes[static_cast<size_t>(r)];
-        auto collectives = make_collectives(options, r == 0 ? server.store() : c10::intrusive_ptr<c10d::TCPStore>());
-        fn(r, *collectives);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  for (const auto& error : errors)
-    if (error) std::rethrow_exception(error);
-}
 
 torch::Tensor input(int64_t rank, int64_t numel, torch::ScalarType type) {
   auto generator = at::detail::createCPUGenerator(static_cast<uint64_t>(numel * 7919 + rank));
