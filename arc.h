@@ -79,6 +79,7 @@
 #include <arc/strategies/elastic_strategy.h>
 #include <arc/strategies/grad_reducer.h>
 #include <arc/strategies/sharded_reducer.h>
+#include <arc/strategies/sharded_unit.h>
 #include <arc/strategies/single_device_strategy.h>
 #include <arc/strategies/strategy.h>
 #include <arc/strategies/sync_batch_norm.h>

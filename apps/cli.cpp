@@ -372,7 +372,10 @@ int train(const nlohmann::json& config, const std::string& resume) {
   // Ctrl-C (or any failure) during fit saves where the run stopped, to resume from with --resume.
   trainer.callbacks().push_back(std::make_shared<OnExceptionCheckpoint>(trainer.log_dir() + "/checkpoints"));
   trainer.fit(*experiment.module, *experiment.data, resume.empty() ? experiment.ckpt_path : resume);
-  if (trainer.is_global_zero()) print_result(report->report(trainer, *experiment.module));
+  // The report hashes every parameter, which each rank gathers under FULL_SHARD.
+  trainer.strategy().with_whole_parameters([&] {
+    if (trainer.is_global_zero()) print_result(report->report(trainer, *experiment.module));
+  });
   return 0;
 }
 

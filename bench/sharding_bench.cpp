@@ -1,7 +1,7 @@
 // Sharded data parallel (strategy fsdp) against DDP, in one invocation:
 // - memory: a 12-layer MLP of 4096 units (201M parameters) trained with Adam for 3 steps on 2 and 4
-//   ranks; each rank's peak resident memory (VmHWM, which counts the shared-memory gradient buckets
-//   that a rank maps) and the bytes of parameters, gradients and optimizer state it holds at the end;
+//   ranks (each layer an arc::ShardedUnit); each rank's peak resident memory (VmHWM, which counts the shared-memory
+//   gradient buckets that a rank maps) and the bytes of parameters, gradients and optimizer state it holds at the end;
 // - speed: samples/s of the canonical MLP and CNN on 2 ranks, DDP and each sharding in alternated
 //   rounds (fresh commands), against PyTorch DDP where a python3 with torch is found.
 //   arc_bench_sharding [repeats=3] [parts=memory,speed] [worlds=2,4] [models=mlp,cnn]
@@ -29,13 +29,15 @@ int64_t peak_resident_bytes() {
 
 int64_t bytes(const torch::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
 
-// kLayers square layers with ReLUs between; the loss is the outputs' mean square.
+// kLayers square layers with ReLUs between, each an arc::ShardedUnit; the loss is the outputs' mean
+// square.
 class DeepMlp : public arc::TrainModule {
  public:
   DeepMlp() {
     torch::manual_seed(0);
     for (int64_t i = 0; i < kLayers; ++i)
-      layers.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(kWidth, kWidth)));
+      layers.push_back(register_module("fc" + std::to_string(i),
+                                       arc::ShardedUnit<torch::nn::Linear>(torch::nn::Linear(kWidth, kWidth))));
   }
   torch::Tensor training_step(arc::Batch& batch, int64_t) override {
     auto x = batch[0];
@@ -51,7 +53,8 @@ class DeepMlp : public arc::TrainModule {
   // Every rank's peak and held bytes to rank 0, which prints them as the RESULT line.
   void on_train_end() override {
     int64_t params = 0, grads = 0, state = 0;
-    for (const auto& p : parameters()) params += bytes(p), grads += bytes(p.grad());
+    // A parameter's storage: none under FULL_SHARD where another rank owns it.
+    for (const auto& p : parameters()) params += static_cast<int64_t>(p.storage().nbytes()), grads += bytes(p.grad());
     for (const auto& entry : trainer().optimizer_configs().front().optimizer->state())
       if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(entry.second.get()))
         state += bytes(adam->exp_avg()) + bytes(adam->exp_avg_sq()) + bytes(adam->max_exp_avg_sq());
@@ -65,7 +68,7 @@ class DeepMlp : public arc::TrainModule {
     }
     std::cout << "RESULT " << nlohmann::json{{"ranks", ranks}}.dump() << std::endl;
   }
-  std::vector<torch::nn::Linear> layers;
+  std::vector<arc::ShardedUnit<torch::nn::Linear>> layers;
 };
 
 int memory_run(const std::string& strategy, const std::string& sharding, int64_t devices) {
@@ -91,7 +94,8 @@ double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 void memory(const std::string& self, const std::vector<int64_t>& worlds) {
   const std::vector<Setup> setups = {{"DDP (ddp_spawn)", "ddp_spawn", "auto"},
                                      {"fsdp SHARD_OPTIMIZER", "fsdp", "SHARD_OPTIMIZER"},
-                                     {"fsdp SHARD_GRAD_OP", "fsdp", "SHARD_GRAD_OP"}};
+                                     {"fsdp SHARD_GRAD_OP", "fsdp", "SHARD_GRAD_OP"},
+                                     {"fsdp FULL_SHARD", "fsdp", "FULL_SHARD"}};
   const double parameters = static_cast<double>(kLayers * (kWidth * kWidth + kWidth));
   std::cout << "memory: " << kLayers << " layers of " << kWidth << " units, " << std::fixed << std::setprecision(1)
             << parameters / 1e6 << "M parameters, Adam, batch " << kBatch << " per rank, 3 steps\n";
@@ -144,13 +148,15 @@ void speed(int repeats, const std::vector<std::string>& models) {
     std::vector<Row> rows = {{"DDP (ddp_spawn x2, shm)", {}},
                              {"fsdp SHARD_GRAD_OP x2", {}},
                              {"fsdp SHARD_OPTIMIZER x2", {}},
+                             {"fsdp FULL_SHARD x2", {}},
                              {"PyTorch DDP x2 (torchrun)", {}}};
     for (int r = 0; r < repeats; ++r) {
       rows[0].runs.push_back(run(spawn("ddp_spawn", "auto")));
       rows[1].runs.push_back(run(spawn("fsdp", "SHARD_GRAD_OP")));
       rows[2].runs.push_back(run(spawn("fsdp", "SHARD_OPTIMIZER")));
+      rows[3].runs.push_back(run(spawn("fsdp", "FULL_SHARD")));
       if (!python.empty())
-        rows[3].runs.push_back(run("TORCH_THREADS=1 " + python + " -m torch.distributed.run --nproc_per_node 2 " +
+        rows[4].runs.push_back(run("TORCH_THREADS=1 " + python + " -m torch.distributed.run --nproc_per_node 2 " +
                                    "-r 9:1 -t 9:1 --log_dir " + scratch_root() + "/torchrun " + script + " --model " +
                                    model));
     }
@@ -167,12 +173,15 @@ void speed(int repeats, const std::vector<std::string>& models) {
     }
     const auto sha = [&](size_t row) { return rows[row].runs.front().json["final_param_sha256"]; };
     std::cout << "final weights as DDP's: SHARD_GRAD_OP " << (sha(1) == sha(0) ? "bit-identical" : "DIFFERENT")
-              << ", SHARD_OPTIMIZER " << (sha(2) == sha(0) ? "bit-identical" : "DIFFERENT") << "\n";
-    const bool torch_rows = !rows[3].runs.empty();
+              << ", SHARD_OPTIMIZER " << (sha(2) == sha(0) ? "bit-identical" : "DIFFERENT") << ", FULL_SHARD "
+              << (sha(3) == sha(0) ? "bit-identical" : "DIFFERENT") << "\n";
+    const bool torch_rows = !rows[4].runs.empty();
     Summary("arc_bench_sharding speed " + model)
         .add("SHARD_GRAD_OP of DDP", rows[1].sps() / rows[0].sps(), 3)
         .add("SHARD_OPTIMIZER of DDP", rows[2].sps() / rows[0].sps(), 3)
-        .add("SHARD_GRAD_OP vs PyTorch DDP", torch_rows ? rows[1].sps() / rows[3].sps() : Summary::kNotMeasured, 2)
+        .add("FULL_SHARD of DDP", rows[3].sps() / rows[0].sps(), 3)
+        .add("SHARD_GRAD_OP vs PyTorch DDP", torch_rows ? rows[1].sps() / rows[4].sps() : Summary::kNotMeasured, 2)
+        .add("FULL_SHARD vs PyTorch DDP", torch_rows ? rows[3].sps() / rows[4].sps() : Summary::kNotMeasured, 2)
         .print();
   }
 }

@@ -187,7 +187,10 @@ void ModelPruning::setup(Trainer&, TrainModule& module, Stage stage) {
   }
 }
 
-void ModelPruning::on_fit_start(Trainer&, TrainModule&) {
+void ModelPruning::on_fit_start(Trainer& trainer, TrainModule&) {
+  ARC_CHECK(!trainer.strategy().parameters_sharded(), "ModelPruning masks the parameters in place between ",
+            "steps, but under fsdp's FULL_SHARD the parameters of arc::ShardedUnit submodules are whole only on the ",
+            "rank that owns them; use sharding_strategy \"SHARD_GRAD_OP\", which keeps them whole on every rank");
   masked_step_ = -1;
   if (restored_) {
     restored_ = false;

@@ -39,7 +39,10 @@ void WeightAveraging::track(TrainModule& module) {
 }
 
 // A resumed fit restored the averages before this (on_load_checkpoint); a new one starts them.
-void WeightAveraging::on_fit_start(Trainer&, TrainModule& module) {
+void WeightAveraging::on_fit_start(Trainer& trainer, TrainModule& module) {
+  ARC_CHECK(!trainer.strategy().parameters_sharded(), "weight averaging (EMA, SWA) reads every parameter after each ",
+            "step, but under fsdp's FULL_SHARD the parameters of arc::ShardedUnit submodules are whole only on the ",
+            "rank that owns them; use sharding_strategy \"SHARD_GRAD_OP\", which keeps them whole on every rank");
   if (restored_) {
     restored_ = false;
     return;

@@ -498,7 +498,8 @@ const std::vector<OptionField>& option_fields() {
       ARC_DDP_OPTION(shared_memory, "DDP: all-reduce through shared memory among the processes of a machine"),
       ARC_DDP_OPTION(process_group_backend, "DDP on GPUs: \"auto\", \"nccl\" or \"gloo\""),
       ARC_DDP_OPTION(sharding_strategy,
-                     "fsdp: \"SHARD_GRAD_OP\" (\"auto\"), \"SHARD_OPTIMIZER\" or \"NO_SHARD\": what each rank keeps"),
+                     "fsdp: \"SHARD_GRAD_OP\" (\"auto\"), \"FULL_SHARD\", \"SHARD_OPTIMIZER\" or \"NO_SHARD\": what "
+                     "each rank keeps"),
       ARC_SLURM_OPTION(auto_requeue, "under SLURM: save and requeue on requeue_signal"),
       ARC_SLURM_OPTION(requeue_signal, "\"SIGUSR1\", \"SIGUSR2\", \"SIGHUP\" or \"SIGALRM\""),
       ARC_OPTION(elastic_checkpoint_every_n_steps, "strategy elastic: global steps between its checkpoints (0: off)",

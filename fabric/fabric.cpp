@@ -112,7 +112,9 @@ void Fabric::save(const std::string& path, const FabricState& state) {
     owners.push_back(strategy_->state_owners(*optimizer));
     if (!owners.back().empty()) gather_optimizer_state(*optimizer, owners.back(), *strategy_->collectives());
   }
-  if (is_global_zero()) {
+  // Under FULL_SHARD the modules' parameters are gathered for the file.
+  strategy_->with_whole_parameters([&] {
+    if (!is_global_zero()) return;
     try {
       CheckpointWriter writer(
           {{"accelerator_state", {{"values", state.values}}}, {"precision", precision_->state_dict()}});
@@ -124,7 +126,7 @@ void Fabric::save(const std::string& path, const FabricState& state) {
     }
     for (size_t i = 0; i < owners.size(); ++i)
       if (!owners[i].empty()) keep_own_optimizer_state(*state.optimizers_[i].second, owners[i], 0);
-  }
+  });
   const CollectiveName name("Fabric::save");
   failure = broadcast(failure);  // as it is with one process
   ARC_CHECK(failure.empty(), is_global_zero() ? "" : "rank 0 failed to save: ", failure);
@@ -140,12 +142,14 @@ LoadResult Fabric::load(const std::string& path, FabricState& state, bool strict
   ARC_CHECK(!strict || unmatched.missing_keys.empty(), "checkpoint '", path, "' holds no ",
             join(unmatched.missing_keys), "; it holds ", join(checkpoint.top_names()),
             ". Load it into the state it was saved from (or with strict=false to leave out what it lacks)");
-  for (const auto& [name, module] : state.modules_) {
-    if (!checkpoint.holds_under(name)) continue;
-    const auto result = checkpoint.load_module(*module, strict, name);
-    for (const auto& key : result.missing_keys) unmatched.missing_keys.push_back(name + "/" + key);
-    for (const auto& key : result.unexpected_keys) unmatched.unexpected_keys.push_back(name + "/" + key);
-  }
+  strategy_->with_whole_parameters([&] {
+    for (const auto& [name, module] : state.modules_) {
+      if (!checkpoint.holds_under(name)) continue;
+      const auto result = checkpoint.load_module(*module, strict, name);
+      for (const auto& key : result.missing_keys) unmatched.missing_keys.push_back(name + "/" + key);
+      for (const auto& key : result.unexpected_keys) unmatched.unexpected_keys.push_back(name + "/" + key);
+    }
+  });
   for (const auto& [name, optimizer] : state.optimizers_)
     if (checkpoint.contains(name)) {
       load_optimizer(checkpoint, name, *optimizer);

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 namespace arc {
 namespace {
@@ -130,6 +131,8 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
 
 void DDPStrategy::setup_module(torch::nn::Module& module) {
   Strategy::setup_module(module);
+  // Its units' parameters are whole on their owners only: the module was set up, and stays so.
+  if (reduced_module_ == &module && !units_.empty()) return;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> state;
   for (const auto& p : module.parameters()) state.push_back(p);
@@ -177,10 +180,78 @@ void DDPStrategy::setup_module(torch::nn::Module& module) {
     names_.push_back(item.key());
   }
   ownership_.reset();
-  if (sharded() && !parameters_.empty())
+  units_.clear();
+  unit_parameters_.clear();
+  if (sharded() && !parameters_.empty()) {
     ownership_ = std::make_unique<ShardLayout>(parameters_, world_size_, rank_, reducer_options_.first_bucket_bytes(),
                                                reducer_options_.bucket_bytes());
+    if (sharding_ == "FULL_SHARD") make_units(module);
+  }
   reducer();
+}
+
+void DDPStrategy::make_units(torch::nn::Module& module) {
+  std::vector<ShardedUnitBase*> found;
+  std::unordered_map<const void*, size_t> innermost;
+  for (const auto& child : module.modules(false))
+    if (auto* unit = dynamic_cast<ShardedUnitBase*>(child.get())) {
+      for (const auto& parameter : unit->parameters()) innermost[parameter.unsafeGetTensorImpl()] = found.size();
+      found.push_back(unit);
+    }
+  std::vector<std::vector<size_t>> members(found.size());
+  int64_t unit_bytes = 0, all_bytes = 0;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    all_bytes += static_cast<int64_t>(parameters_[i].nbytes());
+    const auto unit = innermost.find(parameters_[i].unsafeGetTensorImpl());
+    if (unit == innermost.end()) continue;
+    members[unit->second].push_back(i);
+    unit_parameters_.insert(parameters_[i].unsafeGetTensorImpl());
+    unit_bytes += static_cast<int64_t>(parameters_[i].nbytes());
+  }
+  for (size_t u = 0; u < found.size(); ++u) {
+    if (members[u].empty()) continue;
+    std::vector<torch::Tensor> parameters;
+    std::vector<std::string> names;
+    std::vector<int64_t> owners;
+    for (const size_t i : members[u]) {
+      parameters.push_back(parameters_[i]);
+      names.push_back(names_[i]);
+      owners.push_back(ownership_->owner(i));
+    }
+    units_.push_back(std::make_shared<UnitGather>(parameters, names, owners, world_size_, rank_, *collectives_));
+    found[u]->shard_with(units_.back());
+  }
+  // Every parameter is whole after the broadcast: each rank frees the units' parameters it does not own.
+  for (const auto& unit : units_) unit->release();
+  if (rank_ != 0) return;
+  if (units_.empty()) {
+    console().warn(
+        "fsdp: FULL_SHARD divides the parameters of the module's arc::ShardedUnit submodules, and this module has "
+        "none, so its parameters stay whole on every rank, as under SHARD_GRAD_OP; wrap its blocks in "
+        "arc::ShardedUnit");
+  } else {
+    console().info("fsdp: FULL_SHARD over {} units holding {} of the module's {} parameter bytes", units_.size(),
+                   unit_bytes, all_bytes);
+  }
+}
+
+void DDPStrategy::with_whole_parameters(const std::function<void()>& fn) {
+  std::vector<UnitGather*> gathered;
+  for (const auto& unit : units_)
+    if (!unit->gathered()) {
+      unit->gather();
+      gathered.push_back(unit.get());
+    }
+  const auto release = [&gathered] {
+    for (auto* unit : gathered) unit->release();
+  };
+  try {
+    fn();
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
 }
 
 GradientReduction* DDPStrategy::reducer() {
@@ -222,13 +293,31 @@ DDPStrategy::Reducer DDPStrategy::make_reducer(std::vector<torch::Tensor> parame
     made.reducer = std::make_unique<GradReducer>(parameters, names, *collectives_, reducer_options_);
     return made;
   }
-  // SHARD_GRAD_OP's first unit carries the skip vote in every share. Owners stay those of setup.
-  const bool scatter = sharding_ == "SHARD_GRAD_OP";
+  // SHARD_GRAD_OP's and FULL_SHARD's first unit carries the skip vote in every share. Owners stay
+  // those of setup.
+  const bool scatter = sharding_ != "SHARD_OPTIMIZER";
   std::vector<int64_t> owners;
   for (const auto& parameter : parameters) owners.push_back(*owner_of(parameter));
   made.layout = std::make_shared<ShardLayout>(parameters, world_size_, rank_, reducer_options_.first_bucket_bytes(),
                                               reducer_options_.bucket_bytes(), scatter ? 1 : 0, owners);
   made.layout->keep_small_units(*collectives_);
+  made.shared = made.layout;
+  if (sharding_ == "FULL_SHARD") {
+    // The units' parameters are gathered by their units; the others go to every rank after a step.
+    std::vector<torch::Tensor> outside;
+    std::vector<int64_t> outside_owners;
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      if (unit_parameters_.count(parameters[i].unsafeGetTensorImpl()) != 0) continue;
+      outside.push_back(parameters[i]);
+      outside_owners.push_back(owners[i]);
+    }
+    made.shared.reset();
+    if (!outside.empty()) {
+      made.shared = std::make_shared<ShardLayout>(outside, world_size_, rank_, reducer_options_.first_bucket_bytes(),
+                                                  reducer_options_.bucket_bytes(), 0, outside_owners);
+      made.shared->keep_small_units(*collectives_);
+    }
+  }
   if (scatter) {
     made.reducer = std::make_unique<ShardedGradReducer>(made.layout, names, *collectives_, reducer_options_);
   } else {
@@ -324,7 +413,7 @@ bool DDPStrategy::optimizer_step(torch::optim::Optimizer& optimizer, const std::
     }
   const bool stepped = step();
   for (auto& [parameter, grad] : set_aside) parameter.mutable_grad() = grad;
-  layout->share_parameters(*collectives_);
+  if (const auto& shared = reducers_.front().shared) shared->share_parameters(*collectives_);
   return stepped;
 }
 

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <optional>
+#include <unordered_set>
 
 namespace c10d {
 class TCPStore;
@@ -33,6 +34,8 @@ class DDPStrategy : public Strategy {
   double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) override;
   bool sharded() const override { return shard_ && sharding_ != "NO_SHARD"; }
   std::vector<int64_t> state_owners(const torch::optim::Optimizer& optimizer) const override;
+  bool parameters_sharded() const override { return !units_.empty(); }
+  void with_whole_parameters(const std::function<void()>& fn) override;
   /// Makes this strategy fsdp: sharded as the sharding_strategy option says (SHARD_GRAD_OP by
   /// default), before setup.
   void shard() { shard_ = true; }
@@ -66,13 +69,18 @@ class DDPStrategy : public Strategy {
   /// Throws unless every rank's parameters require gradients alike (`trainable` is this rank's).
   void check_ranks_train_alike(const std::vector<bool>& trainable);
 
-  /// The reduction for the parameters now trainable, and under sharding their owners.
+  /// The reduction for the parameters now trainable, and under sharding their owners and the
+  /// layout whose parameters go to every rank after a step (FULL_SHARD: those outside the units).
   struct Reducer {
     std::vector<bool> trainable;  // per parameter of the module
     std::shared_ptr<ShardLayout> layout;
+    std::shared_ptr<ShardLayout> shared;
     std::unique_ptr<GradientReduction> reducer;
   };
   Reducer make_reducer(std::vector<torch::Tensor> parameters, std::vector<std::string> names) const;
+  /// FULL_SHARD: a UnitGather for each arc::ShardedUnit of `module` (a parameter belongs to its
+  /// innermost unit), its parameters of other ranks released.
+  void make_units(torch::nn::Module& module);
   const torch::nn::Module* reduced_module_ = nullptr;
   std::vector<torch::Tensor> parameters_;
   std::vector<std::string> names_;
@@ -84,6 +92,9 @@ class DDPStrategy : public Strategy {
   bool shard_ = false;
   /// Under sharding: every parameter of the module and its owner.
   std::unique_ptr<ShardLayout> ownership_;
+  /// Under FULL_SHARD: the units, and their parameters.
+  std::vector<std::shared_ptr<UnitGather>> units_;
+  std::unordered_set<const void*> unit_parameters_;
   /// The sharding_strategy option, "auto" resolved.
   std::string sharding_ = "NO_SHARD";
   torch::Device device_{torch::kCPU};

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 namespace arc {
@@ -125,7 +126,7 @@ void ShardLayout::share_parameters(Collectives& group) const {
         if (owns(p)) place(p, whole).copy_(parameters_[p].detach());
       group.all_reduce(whole, Reduce::sum).wait();
       for (const size_t p : unit.parameters)
-        if (!owns(p)) parameters_[p].detach().copy_(place(p, whole));
+        if (!owns(p)) parameters_[p].variable_data().copy_(place(p, whole));
       continue;
     }
     if (unit.share * world_size_ * static_cast<int64_t>(options.dtype().itemsize()) <= kGatheredBytes) {
@@ -135,7 +136,7 @@ void ShardLayout::share_parameters(Collectives& group) const {
       auto whole = torch::empty({unit.share * world_size_}, options);
       group.all_gather_into(whole, share);
       for (const size_t p : unit.parameters)
-        if (!owns(p)) parameters_[p].detach().copy_(place(p, whole));
+        if (!owns(p)) parameters_[p].variable_data().copy_(place(p, whole));
       continue;
     }
     for (int64_t r = 0; r < world_size_; ++r) {
@@ -145,9 +146,9 @@ void ShardLayout::share_parameters(Collectives& group) const {
         if (owner_[p] != r) continue;
         const auto& parameter = parameters_[p];
         if (parameter.is_contiguous() && static_cast<int64_t>(parameter.nbytes()) >= kInPlaceBytes) {
-          group.broadcast(parameter.detach(), r);
+          group.broadcast(parameter.variable_data(), r);
         } else {
-          packed.push_back(parameter.detach());
+          packed.push_back(parameter.variable_data());
           numel += parameter.numel();
         }
       }
@@ -326,6 +327,88 @@ void ShardedGradReducer::finalize() {
       p.mutable_grad() = slot(i).view(p.sizes()).clone();
     }
   }
+}
+
+namespace {
+
+// A parameter's memory, freed and given back: its storage, which every view of it shares (autograd's
+// saved tensors too), changes its memory in place.
+void free_memory(const torch::Tensor& parameter) {
+  auto* storage = parameter.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, parameter.device()));
+  storage->set_nbytes(0);
+}
+
+void give_memory(const torch::Tensor& parameter) {
+  auto* storage = parameter.storage().unsafeGetStorageImpl();
+  const auto bytes = parameter.nbytes();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+}  // namespace
+
+UnitGather::UnitGather(std::vector<torch::Tensor> parameters, const std::vector<std::string>& names,
+                       const std::vector<int64_t>& owners, int64_t world_size, int64_t rank, Collectives& group)
+    : layout_(parameters, world_size, rank, std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max(), 0,
+              owners),
+      group_(group),
+      pending_(parameters.size(), false) {
+  std::vector<torch::Tensor> trainable;
+  std::vector<size_t> index;
+  for (size_t p = 0; p < parameters.size(); ++p) {
+    const auto& parameter = parameters[p];
+    ARC_CHECK(parameter.is_contiguous() && parameter.storage_offset() == 0 &&
+                  parameter.storage().nbytes() == parameter.nbytes() && parameter.storage().allocator() != nullptr,
+              "FULL_SHARD frees the memory of parameter '", names[p], "' where another rank owns it, but it shares ",
+              "its memory with other tensors (a view, or memory it does not own); give it a tensor of its own ",
+              "(register_parameter(name, tensor.clone())), or use sharding_strategy SHARD_GRAD_OP");
+    if (!layout_.owns(p)) foreign_.push_back(p);
+    if (parameter.requires_grad()) trainable.push_back(parameter), index.push_back(p);
+  }
+  // Parameters frozen now have no accumulator; unfrozen later, they are released at the backward's end.
+  accumulators_ = add_ready_hooks(trainable, alive_, [this, index](size_t i) { accumulated(index[i]); });
+}
+
+UnitGather::~UnitGather() { *alive_ = false; }
+
+void UnitGather::gather() {
+  if (gathered_) return;
+  for (const size_t p : foreign_) give_memory(layout_.parameters()[p]);
+  gathered_ = true;
+  layout_.share_parameters(group_);
+}
+
+void UnitGather::release() {
+  if (!gathered_) return;
+  for (const size_t p : foreign_) free_memory(layout_.parameters()[p]);
+  gathered_ = false;
+  pending_count_ = 0;
+}
+
+void UnitGather::gather_for_backward() {
+  if (!gathered_) {
+    gather();
+    pending_count_ = 0;
+    for (size_t p = 0; p < pending_.size(); ++p) {
+      pending_[p] = layout_.parameters()[p].requires_grad();
+      pending_count_ += pending_[p] ? 1 : 0;
+    }
+  }
+  if (release_queued_) return;
+  release_queued_ = true;
+  torch::autograd::Engine::get_default_engine().queue_callback([this, alive = std::weak_ptr<bool>(alive_)] {
+    if (alive.expired()) return;
+    release_queued_ = false;
+    release();
+  });
+}
+
+// Once the backward has accumulated every gradient of the unit, no node of it runs again.
+void UnitGather::accumulated(size_t parameter) {
+  if (pending_count_ == 0 || !pending_[parameter]) return;
+  pending_[parameter] = false;
+  if (--pending_count_ == 0) release();
 }
 
 }  // namespace arc

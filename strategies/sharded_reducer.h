@@ -6,6 +6,7 @@
 
 #include <arc/strategies/collectives.h>
 #include <arc/strategies/grad_reducer.h>
+#include <arc/strategies/sharded_unit.h>
 
 #include <torch/types.h>
 
@@ -147,6 +148,45 @@ class ShardedGradReducer : public GradientReduction {
   /// This rank's vote to skip, and the ranks' mean vote of the last reduction.
   double vote_ = 0;
   double votes_ = 0;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+};
+
+/// FULL_SHARD's UnitSharding of one ShardedUnit: each owner keeps its parameters of the unit; the
+/// others' have memory only from gather() to release() (for the unit's forward, and its backward
+/// until the gradients of its parameters are accumulated or the backward ends).
+class UnitGather : public UnitSharding {
+ public:
+  /// The unit's `parameters`, their owners among `world_size` ranks; whole when made. Each must
+  /// have its memory to itself (a tensor of its own, not a view of another), as `names` name them.
+  UnitGather(std::vector<torch::Tensor> parameters, const std::vector<std::string>& names,
+             const std::vector<int64_t>& owners, int64_t world_size, int64_t rank, Collectives& group);
+  ~UnitGather() override;
+  UnitGather(const UnitGather&) = delete;
+  UnitGather& operator=(const UnitGather&) = delete;
+
+  /// UnitSharding's: see there.
+  ///@{
+  void gather() override;
+  void release() override;
+  void gather_for_backward() override;
+  ///@}
+  /// Whether the other ranks' parameters have their memory now.
+  bool gathered() const { return gathered_; }
+
+ private:
+  void accumulated(size_t parameter);
+
+  ShardLayout layout_;
+  Collectives& group_;
+  /// Indices of the parameters other ranks own.
+  std::vector<size_t> foreign_;
+  bool gathered_ = true;
+  /// In a backward: the unit's parameters whose gradients are still to come, and whether a release
+  /// at the backward's end is queued.
+  std::vector<bool> pending_;
+  size_t pending_count_ = 0;
+  bool release_queued_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
 };

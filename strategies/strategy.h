@@ -62,7 +62,9 @@ class DDPStrategyOptions {
   /// default, "auto"): each parameter tensor belongs to one rank, which alone keeps its averaged
   /// gradient and optimizer state and steps it (gradients are reduce-scattered);
   /// "SHARD_OPTIMIZER": optimizer state only, gradients all-reduced as DDP's (ZeRO stage 1);
-  /// "NO_SHARD": DDP. The other strategies take "auto" only.
+  /// "FULL_SHARD": as SHARD_GRAD_OP, and the parameters of each arc::ShardedUnit have memory only
+  /// on their owner outside the unit's forward and backward; "NO_SHARD": DDP. The other strategies
+  /// take "auto" only.
   ARC_ARG(std::string, sharding_strategy) = "auto";
 
  public:
@@ -142,6 +144,12 @@ class Strategy {
   /// For each parameter of `optimizer`, in group order, the rank that keeps its state (-1: every
   /// rank); empty when nothing is sharded.
   virtual std::vector<int64_t> state_owners(const torch::optim::Optimizer&) const { return {}; }
+  /// Whether some parameters have memory only on the rank that owns them, outside the forward and
+  /// backward of their arc::ShardedUnit (fsdp's FULL_SHARD).
+  virtual bool parameters_sharded() const { return false; }
+  /// Runs `fn` with every parameter of the module whole on every rank (a collective: every rank calls
+  /// it alike), as saving or loading a checkpoint needs under FULL_SHARD; just `fn` elsewhere.
+  virtual void with_whole_parameters(const std::function<void()>& fn) { fn(); }
   /// At an optimizer step, after this rank's backward (`skipped`: it had no loss to run backward
   /// on): whether some rank skipped it, so that every rank skips the step together.
   virtual bool agree_on_skip(bool skipped) { return skipped; }

@@ -59,18 +59,20 @@ std::vector<OptimizerConfig> Classifier::configure_optimizers() {
 MlpClassifier::MlpClassifier(const Config& config) : Classifier("MlpClassifier", config) {
   const auto hidden = config.get<int64_t>("hidden", 256);
   ARC_CHECK(hidden >= 1, "module.hidden must be >= 1, got ", hidden);
-  fc1_ = register_module("fc1", torch::nn::Linear(workload::kFeatures, hidden));
-  fc2_ = register_module("fc2", torch::nn::Linear(hidden, hidden));
-  fc3_ = register_module("fc3", torch::nn::Linear(hidden, workload::kClasses));
+  fc1_ = register_module("fc1", ShardedUnit<torch::nn::Linear>(torch::nn::Linear(workload::kFeatures, hidden)));
+  fc2_ = register_module("fc2", ShardedUnit<torch::nn::Linear>(torch::nn::Linear(hidden, hidden)));
+  fc3_ = register_module("fc3", ShardedUnit<torch::nn::Linear>(torch::nn::Linear(hidden, workload::kClasses)));
   finish_construction({{"hidden", hidden}});
 }
 
 torch::Tensor MlpClassifier::forward(const torch::Tensor& x) { return fc3_(torch::relu(fc2_(torch::relu(fc1_(x))))); }
 
 CnnClassifier::CnnClassifier(const Config& config) : Classifier("CnnClassifier", config) {
-  conv1_ = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 5).padding(2)));
-  conv2_ = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 5).padding(2)));
-  fc_ = register_module("fc", torch::nn::Linear(32 * 7 * 7, workload::kClasses));
+  conv1_ = register_module(
+      "conv1", ShardedUnit<torch::nn::Conv2d>(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 5).padding(2))));
+  conv2_ = register_module(
+      "conv2", ShardedUnit<torch::nn::Conv2d>(torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 5).padding(2))));
+  fc_ = register_module("fc", ShardedUnit<torch::nn::Linear>(torch::nn::Linear(32 * 7 * 7, workload::kClasses)));
   finish_construction(nlohmann::json::object());
 }
 

@@ -4,6 +4,7 @@
 
 #include <arc/base/config.h>
 #include <arc/core/train_module.h>
+#include <arc/strategies/sharded_unit.h>
 
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
@@ -36,13 +37,15 @@ class Classifier : public TrainModule {
 };
 
 /// Linear(784,h) → ReLU → Linear(h,h) → ReLU → Linear(h,10); config: hidden (256), lr, momentum.
+/// Each layer is an arc::ShardedUnit (the Linear itself unless the strategy is fsdp's FULL_SHARD), as
+/// are the CNN's.
 class MlpClassifier : public Classifier {
  public:
   explicit MlpClassifier(const Config& config);
   torch::Tensor forward(const torch::Tensor& x) override;
 
  private:
-  torch::nn::Linear fc1_{nullptr}, fc2_{nullptr}, fc3_{nullptr};
+  ShardedUnit<torch::nn::Linear> fc1_{nullptr}, fc2_{nullptr}, fc3_{nullptr};
 };
 
 /// Conv(1,16,5) → ReLU → MaxPool(2) → Conv(16,32,5) → ReLU → MaxPool(2) → Linear(1568,10).
@@ -52,8 +55,8 @@ class CnnClassifier : public Classifier {
   torch::Tensor forward(const torch::Tensor& x) override;
 
  private:
-  torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
-  torch::nn::Linear fc_{nullptr};
+  ShardedUnit<torch::nn::Conv2d> conv1_{nullptr}, conv2_{nullptr};
+  ShardedUnit<torch::nn::Linear> fc_{nullptr};
 };
 
 }  // namespace arc::examples

@@ -88,6 +88,11 @@ std::string hpc_path(const std::string& folder, int64_t index) {
 }  // namespace
 
 void CheckpointConnector::save(TrainModule& module, const std::string& path, bool weights_only, bool in_background) {
+  trainer_.strategy().with_whole_parameters([&] { save_whole(module, path, weights_only, in_background); });
+}
+
+void CheckpointConnector::save_whole(TrainModule& module, const std::string& path, bool weights_only,
+                                     bool in_background) {
   // Sharded optimizer state comes to rank 0 for the file, which holds it whole.
   std::vector<std::vector<int64_t>> owners;
   for (const auto& config : trainer_.optimizer_configs()) {
@@ -164,7 +169,7 @@ std::optional<int64_t> CheckpointConnector::train_batch_size(const std::string& 
 }
 
 void CheckpointConnector::restore_weights(TrainModule& module, const std::string& path) {
-  load_checkpoint_weights(module, path);
+  trainer_.strategy().with_whole_parameters([&] { load_checkpoint_weights(module, path); });
 }
 
 void CheckpointConnector::restore_training(TrainModule& module, const std::string& path) {
@@ -180,7 +185,7 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
     ARC_CHECK(checkpoint.contains("optimizer_" + std::to_string(i)), "checkpoint '", path,
               "' has no state for optimizer ", i, "; configure_optimizers() returns ", configs.size(),
               " optimizers, but it was saved with fewer");
-  checkpoint.load_module(module);
+  trainer_.strategy().with_whole_parameters([&] { checkpoint.load_module(module); });
   module.on_load_checkpoint(meta);
   // The callbacks first, as Lightning's: one that added parameter groups during fit adds them back.
   const auto& callbacks = meta.at("callbacks");

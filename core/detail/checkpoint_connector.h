@@ -27,9 +27,10 @@ class CheckpointConnector {
  public:
   CheckpointConnector(Trainer& trainer, detail::RunState& state) : trainer_(trainer), state_(state) {}
 
-  /// Writes the checkpoint (rank 0 only; no collective inside, so any rank subset may call it), or,
-  /// `in_background`, copies its state and leaves the file to the RunState's AsyncCheckpointWriter.
-  /// A synchronous save first waits for the background write in flight.
+  /// Writes the checkpoint (from rank 0; every rank calls it, as a sharded strategy gathers the
+  /// optimizer state and parameters for it), or, `in_background`, copies its state and leaves the
+  /// file to the RunState's AsyncCheckpointWriter. A synchronous save first waits for the background
+  /// write in flight.
   void save(TrainModule& module, const std::string& path, bool weights_only, bool in_background = false);
   /// Restores everything for resuming fit, the loggers' versions included.
   void restore_training(TrainModule& module, const std::string& path);
@@ -57,6 +58,8 @@ class CheckpointConnector {
   std::string automatic_resume_path() const;
 
  private:
+  /// save's work, with every parameter whole.
+  void save_whole(TrainModule& module, const std::string& path, bool weights_only, bool in_background);
   void restore_logger_versions(const nlohmann::json& saved);
   std::string newest_hpc_checkpoint() const;
   /// Where "last" and "best" look without a ModelCheckpoint dirpath, as the errors name it.

@@ -104,7 +104,7 @@ std::optional<int> cuda_index(const nlohmann::json& device) {
 // error that says what stands for it.
 nlohmann::json fsdp_options(const Config& args) {
   const std::vector<std::pair<std::string, std::string>> objects = {
-      {"auto_wrap_policy", "Arclight shards whole parameter tensors and needs no wrapping"},
+      {"auto_wrap_policy", "FULL_SHARD's units are the module's arc::ShardedUnit submodules, chosen in its C++ code"},
       {"activation_checkpointing_policy", "Arclight has no activation checkpointing"},
       {"cpu_offload", "Arclight keeps parameters on the rank's device"},
       {"mixed_precision", "set trainer.precision"},

@@ -237,8 +237,8 @@ TEST(Cli, LightningCliDottedFlagsAreOverrides) {
   EXPECT_NE(result_of(model.output)["final_param_sha256"], result_of(default_lr.output)["final_param_sha256"]);
 }
 
-// Strategy fsdp trains the canonical MLP to ddp_spawn's bits, by name and as Lightning's FSDPStrategy
-// with optimizer-state sharding.
+// Strategy fsdp trains the canonical MLP to ddp_spawn's bits, by name, as Lightning's FSDPStrategy
+// with optimizer-state sharding, and with FULL_SHARD over the MLP's three layers.
 TEST(Cli, FsdpTrainsTheMlpToTheBitsOfDdpSpawn) {
   const std::string common = " --set trainer.devices=2 --set trainer.enable_progress_bar=false";
   const auto ddp = arc("fit --set trainer.strategy=ddp_spawn" + common);
@@ -247,12 +247,21 @@ TEST(Cli, FsdpTrainsTheMlpToTheBitsOfDdpSpawn) {
       arc("fit --set 'trainer.strategy={\"class_path\": \"FSDPStrategy\", \"init_args\": {\"sharding_strategy\": "
           "\"SHARD_OPTIMIZER\"}}'" +
           common);
-  for (const auto* run : {&ddp, &fsdp, &zero}) ASSERT_EQ(run->status, 0) << run->output;
+  const auto full = arc("fit --set trainer.strategy=fsdp --set trainer.sharding_strategy=FULL_SHARD" + common);
+  for (const auto* run : {&ddp, &fsdp, &zero, &full}) ASSERT_EQ(run->status, 0) << run->output;
+  EXPECT_NE(full.output.find("fsdp: FULL_SHARD over 3 units"), std::string::npos) << full.output;
+  EXPECT_EQ(result_of(full.output)["final_param_sha256"], result_of(ddp.output)["final_param_sha256"]);
   EXPECT_NE(fsdp.output.find("fsdp: sharding_strategy SHARD_GRAD_OP"), std::string::npos) << fsdp.output;
   EXPECT_NE(zero.output.find("fsdp: sharding_strategy SHARD_OPTIMIZER"), std::string::npos) << zero.output;
   EXPECT_EQ(result_of(fsdp.output)["world_size"], 2);
   EXPECT_EQ(result_of(fsdp.output)["final_param_sha256"], result_of(ddp.output)["final_param_sha256"]);
   EXPECT_EQ(result_of(zero.output)["final_param_sha256"], result_of(ddp.output)["final_param_sha256"]);
+  // Weight averaging reads every parameter after each step, which FULL_SHARD's ranks do not hold.
+  const auto averaged = arc("fit --set trainer.strategy=fsdp --set trainer.sharding_strategy=FULL_SHARD" + common +
+                            " --trainer.callbacks+=EMAWeightAveraging");
+  EXPECT_NE(averaged.status, 0);
+  EXPECT_NE(averaged.output.find("weight averaging (EMA, SWA) reads every parameter"), std::string::npos)
+      << averaged.output;
 }
 
 // LightningCLI's top-level seed_everything: an integer is trainer.seed; true a seed chosen for the

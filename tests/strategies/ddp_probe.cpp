@@ -293,8 +293,9 @@ class Probe : public arc::TrainModule {
  public:
   explicit Probe(const Args& args) : args_(args) {
     torch::manual_seed(0);
-    fc1 = register_module("fc1", torch::nn::Linear(8, 16));
-    fc2 = register_module("fc2", torch::nn::Linear(16, 3));
+    // Units of FULL_SHARD; under any other strategy the Linear layers themselves.
+    fc1 = register_module("fc1", arc::ShardedUnit<torch::nn::Linear>(torch::nn::Linear(8, 16)));
+    fc2 = register_module("fc2", arc::ShardedUnit<torch::nn::Linear>(torch::nn::Linear(16, 3)));
     if (args.batchnorm) bn = register_module("bn", arc::SyncBatchNorm(16));
     if (args.spare) register_module("spare", torch::nn::Linear(3, 3));
     if (args.toggle) set_automatic_optimization(false);
@@ -302,9 +303,9 @@ class Probe : public arc::TrainModule {
   void setup(arc::Stage) override {
     if (args_.freeze.rank < 0) return;
     if (trainer().global_rank() == args_.freeze.rank) {
-      fc1->weight.set_requires_grad(false);
+      fc1->module().weight.set_requires_grad(false);
     } else if (args_.freeze.bias_elsewhere) {
-      fc1->bias.set_requires_grad(false);
+      fc1->module().bias.set_requires_grad(false);
     }
   }
   torch::Tensor training_step(arc::Batch& batch, int64_t batch_idx) override {
@@ -378,7 +379,7 @@ class Probe : public arc::TrainModule {
     plateau = std::make_shared<arc::ReduceLROnPlateau>(*optimizer, arc::ReduceLROnPlateau::Mode::min, 0.5, 0);
     return {{optimizer, {plateau, arc::Interval::step, 1, args_.plateau}}};
   }
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  arc::ShardedUnit<torch::nn::Linear> fc1{nullptr}, fc2{nullptr};
   std::shared_ptr<arc::LRScheduler> plateau;
   arc::SyncBatchNorm bn{nullptr};
 
@@ -518,8 +519,10 @@ void custom_loop(const Args& args, const arc::TrainerOptions& options, const arc
                              {"strided_sum", strided.sum().item<double>()},
                              {"strided_strides", strided.strides().vec()}};
     std::cout << "PROBE " << report.dump() << std::endl;
-    write_parameters(module, args.out);
   }
+  fabric.strategy().with_whole_parameters([&] {
+    if (fabric.is_global_zero()) write_parameters(module, args.out);
+  });
 }
 
 // The probe's data: 512 samples of 8 features and 3 classes.
@@ -731,13 +734,16 @@ int64_t state_bytes(torch::optim::Optimizer& optimizer) {
   return bytes;
 }
 
-void report(const Args& args, const arc::Trainer& trainer, Probe& module, const arc::ModelCheckpoint* checkpoints) {
+void report(const Args& args, arc::Trainer& trainer, Probe& module, const arc::ModelCheckpoint* checkpoints) {
   std::cout << "STOPPED " << trainer.global_rank() << " " << trainer.global_step() << std::endl;
-  int64_t grad_bytes = 0, optimizer_bytes = 0;
-  for (const auto& p : module.parameters())
+  int64_t grad_bytes = 0, optimizer_bytes = 0, parameter_bytes = 0;
+  for (const auto& p : module.parameters()) {
     if (p.grad().defined()) grad_bytes += static_cast<int64_t>(p.grad().nbytes());
+    parameter_bytes += static_cast<int64_t>(p.storage().nbytes());
+  }
   for (const auto& config : trainer.optimizer_configs()) optimizer_bytes += state_bytes(*config.optimizer);
-  std::cout << "HELD " << trainer.global_rank() << " " << grad_bytes << " " << optimizer_bytes << std::endl;
+  std::cout << "HELD " << trainer.global_rank() << " " << grad_bytes << " " << optimizer_bytes << " " << parameter_bytes
+            << std::endl;
   std::cout << "VALIDATIONS " << trainer.global_rank() << " " << trainer.progress().validation_runs << std::endl;
   if (checkpoints != nullptr)
     std::cout << "BEST " << trainer.global_rank() << " " << checkpoints->best_model_path() << " "
@@ -746,14 +752,16 @@ void report(const Args& args, const arc::Trainer& trainer, Probe& module, const 
   if (module.plateau)
     std::cout << "LR " << trainer.global_rank() << " " << std::setprecision(17) << module.plateau->last_lr().at(0)
               << std::endl;
-  if (args.out_every_rank) write_parameters(module, args.out + "." + std::to_string(trainer.global_rank()));
-  if (trainer.is_global_zero()) {
+  // Under FULL_SHARD a rank holds whole only the parameters it owns.
+  trainer.strategy().with_whole_parameters([&] {
+    if (args.out_every_rank) write_parameters(module, args.out + "." + std::to_string(trainer.global_rank()));
+    if (!trainer.is_global_zero()) return;
     nlohmann::json probe = trainer.callback_metrics();
     probe["global_step"] = trainer.global_step();
     probe["world_size"] = trainer.world_size();
     std::cout << "PROBE " << probe.dump() << std::endl;
     write_parameters(module, args.out);
-  }
+  });
 }
 
 }  // namespace

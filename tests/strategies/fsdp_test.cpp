@@ -31,12 +31,13 @@ std::vector<float> trained(const std::string& args, const std::string& name) {
   return weights;
 }
 
-// Each rank's "HELD <rank> <gradient bytes> <optimizer state bytes>", by rank.
-std::map<int, std::pair<int64_t, int64_t>> held(const CommandRun& run) {
-  std::map<int, std::pair<int64_t, int64_t>> out;
-  const std::regex line("HELD (\\d+) (\\d+) (\\d+)");
+// Each rank's "HELD <rank> <gradient bytes> <optimizer state bytes> <parameter bytes>", by rank.
+using Held = std::map<int, std::tuple<int64_t, int64_t, int64_t>>;
+Held held(const CommandRun& run) {
+  Held out;
+  const std::regex line("HELD (\\d+) (\\d+) (\\d+) (\\d+)");
   for (std::sregex_iterator it(run.output.begin(), run.output.end(), line), end; it != end; ++it)
-    out[std::stoi((*it)[1])] = {std::stoll((*it)[2]), std::stoll((*it)[3])};
+    out[std::stoi((*it)[1])] = {std::stoll((*it)[2]), std::stoll((*it)[3]), std::stoll((*it)[4])};
   return out;
 }
 
@@ -47,14 +48,18 @@ TEST(FSDP, ShardedTrainingMatchesDdpBitForBit) {
     const std::string common = std::string(" --steps 12 --accumulate 2 --clip 0.05 --bucket-mb 0.0001 --optimizer ") +
                                optimizer + " --devices 2";
     const auto ddp = trained("--strategy ddp_spawn" + common, "ddp");
-    for (const char* sharding : {"SHARD_GRAD_OP", "SHARD_OPTIMIZER"})
+    for (const char* sharding : {"SHARD_GRAD_OP", "SHARD_OPTIMIZER", "FULL_SHARD"})
       EXPECT_EQ(trained("--strategy fsdp --sharding " + std::string(sharding) + common, "fsdp"), ddp)
           << optimizer << " " << sharding;
   }
   const std::string three = " --steps 10 --optimizer adamw --clip 0.05 --devices 3";
-  EXPECT_EQ(trained("--strategy fsdp" + three, "fsdp3"), trained("--strategy ddp_spawn" + three, "ddp3"));
+  const auto ddp3 = trained("--strategy ddp_spawn" + three, "ddp3");
+  EXPECT_EQ(trained("--strategy fsdp" + three, "fsdp3"), ddp3);
+  EXPECT_EQ(trained("--strategy fsdp --sharding FULL_SHARD" + three, "full3"), ddp3);
   const std::string by_value = " --steps 10 --clip 0.01 --clip-algorithm value --devices 2";
-  EXPECT_EQ(trained("--strategy fsdp" + by_value, "fsdp_value"), trained("--strategy ddp_spawn" + by_value, "ddp_v"));
+  const auto ddp_value = trained("--strategy ddp_spawn" + by_value, "ddp_v");
+  EXPECT_EQ(trained("--strategy fsdp" + by_value, "fsdp_value"), ddp_value);
+  EXPECT_EQ(trained("--strategy fsdp --sharding FULL_SHARD" + by_value, "full_value"), ddp_value);
 }
 
 // The same where the trainable parameters change (a backbone unfrozen at epoch 1, two optimizers
@@ -64,27 +69,34 @@ TEST(FSDP, FinetuningTogglingMixedPrecisionAndFabricMatchDdp) {
   for (const std::string args : {" --steps 40 --finetune 1", " --steps 30 --toggle 1",
                                  " --steps 20 --precision bf16-mixed --optimizer adam", " --steps 20 --loop custom"}) {
     SCOPED_TRACE(args);
-    EXPECT_EQ(trained("--strategy fsdp --devices 2" + args, "fsdp"),
-              trained("--strategy ddp_spawn --devices 2" + args, "ddp"));
+    const auto ddp = trained("--strategy ddp_spawn --devices 2" + args, "ddp");
+    EXPECT_EQ(trained("--strategy fsdp --devices 2" + args, "fsdp"), ddp);
+    EXPECT_EQ(trained("--strategy fsdp --sharding FULL_SHARD --devices 2" + args, "full"), ddp);
   }
 }
 
 // What each rank holds after training, to the byte: the probe's model is fc1 (8x16 weight, 16 bias)
-// and fc2 (16x3, 3), 195 floats; in one unit, rank 0 owns fc1's weight (128 floats), rank 1 the rest
-// (67). DDP holds every gradient and state on each rank; SHARD_OPTIMIZER every gradient, its own
-// states; SHARD_GRAD_OP its own of both. Adam keeps two moments per element.
+// and fc2 (16x3, 3), 195 floats, each layer an arc::ShardedUnit; rank 0 owns fc1's weight (128
+// floats), rank 1 the rest (67). DDP holds every parameter, gradient and state on each rank;
+// SHARD_OPTIMIZER every parameter and gradient, its own states; SHARD_GRAD_OP every parameter, its own
+// gradients and states; FULL_SHARD its own of all three. Adam keeps two moments per element.
 TEST(FSDP, EachRankHoldsTheBytesOfWhatItOwns) {
   const auto held_by = [](const std::string& args) {
     const auto run = probe(args + " --steps 4 --devices 2");
     EXPECT_EQ(run.status, 0) << run.output;
     return held(run);
   };
-  using Held = std::map<int, std::pair<int64_t, int64_t>>;
-  EXPECT_EQ(held_by("--strategy ddp_spawn --optimizer adam"), (Held{{0, {780, 1560}}, {1, {780, 1560}}}));
+  EXPECT_EQ(held_by("--strategy ddp_spawn --optimizer adam"), (Held{{0, {780, 1560, 780}}, {1, {780, 1560, 780}}}));
   EXPECT_EQ(held_by("--strategy fsdp --sharding SHARD_OPTIMIZER --optimizer adam"),
-            (Held{{0, {780, 1024}}, {1, {780, 536}}}));
-  EXPECT_EQ(held_by("--strategy fsdp --optimizer adam"), (Held{{0, {512, 1024}}, {1, {268, 536}}}));
-  EXPECT_EQ(held_by("--strategy fsdp"), (Held{{0, {512, 512}}, {1, {268, 268}}}));
+            (Held{{0, {780, 1024, 780}}, {1, {780, 536, 780}}}));
+  EXPECT_EQ(held_by("--strategy fsdp --optimizer adam"), (Held{{0, {512, 1024, 780}}, {1, {268, 536, 780}}}));
+  EXPECT_EQ(held_by("--strategy fsdp"), (Held{{0, {512, 512, 780}}, {1, {268, 268, 780}}}));
+  EXPECT_EQ(held_by("--strategy fsdp --sharding FULL_SHARD --optimizer adam"),
+            (Held{{0, {512, 1024, 512}}, {1, {268, 536, 268}}}));
+  // Parameters outside every unit (SyncBatchNorm's weight and bias, 16 floats each, both rank 1's)
+  // stay whole on every rank: rank 0 holds them beside its 128 floats.
+  EXPECT_EQ(held_by("--strategy fsdp --sharding FULL_SHARD --batchnorm 1"),
+            (Held{{0, {512, 512, 640}}, {1, {396, 396, 396}}}));
 }
 
 // A checkpoint of a sharded run holds the whole optimizer state, as DDP's does, to the bit; it
@@ -97,15 +109,21 @@ TEST(FSDP, CheckpointsAreWholeAndResumeAtAnotherWorldSize) {
   ASSERT_EQ(sharded.status, 0) << sharded.output;
   const auto ddp = probe("--strategy ddp_spawn" + common + ddp_root);
   ASSERT_EQ(ddp.status, 0) << ddp.output;
+  const auto full_root = scratch_path("full_ckpt");
+  std::filesystem::remove_all(full_root);
+  const auto full = probe("--strategy fsdp --sharding FULL_SHARD" + common + full_root);
+  ASSERT_EQ(full.status, 0) << full.output;
   const auto file_in = [](const std::string& folder) {
     for (const auto& entry : std::filesystem::directory_iterator(folder + "/checkpoints")) return entry.path().string();
     return std::string();
   };
-  const arc::CheckpointReader a(file_in(root)), b(file_in(ddp_root));
+  const arc::CheckpointReader a(file_in(root)), b(file_in(ddp_root)), c(file_in(full_root));
   ASSERT_EQ(a.tensor_names(), b.tensor_names());
+  ASSERT_EQ(c.tensor_names(), b.tensor_names());
   bool has_moments = false;
   for (const auto& name : a.tensor_names()) {
     EXPECT_TRUE(torch::equal(a.tensor(name), b.tensor(name))) << name;
+    EXPECT_TRUE(torch::equal(c.tensor(name), b.tensor(name))) << "FULL_SHARD's " << name;
     has_moments = has_moments || name.find("exp_avg_sq") != std::string::npos;
   }
   EXPECT_TRUE(has_moments);
@@ -114,10 +132,11 @@ TEST(FSDP, CheckpointsAreWholeAndResumeAtAnotherWorldSize) {
   const std::string more = " --devices 3 --optimizer adam --steps 10 --ckpt-path ";
   EXPECT_EQ(trained("--strategy fsdp" + more + file_in(root), "resumed_fsdp"),
             trained("--strategy ddp_spawn" + more + file_in(ddp_root), "resumed_ddp"));
-  // DDP from fsdp's file.
-  EXPECT_EQ(trained("--strategy ddp_spawn" + more + file_in(root), "ddp_from_fsdp"),
-            trained("--strategy ddp_spawn" + more + file_in(ddp_root), "ddp_again"));
-  for (const auto& folder : {root, ddp_root}) std::filesystem::remove_all(folder);
+  // DDP from fsdp's file; FULL_SHARD from DDP's.
+  const auto ddp_again = trained("--strategy ddp_spawn" + more + file_in(ddp_root), "ddp_again");
+  EXPECT_EQ(trained("--strategy ddp_spawn" + more + file_in(root), "ddp_from_fsdp"), ddp_again);
+  EXPECT_EQ(trained("--strategy fsdp --sharding FULL_SHARD" + more + file_in(ddp_root), "full_from_ddp"), ddp_again);
+  for (const auto& folder : {root, ddp_root, full_root}) std::filesystem::remove_all(folder);
 }
 
 TEST(FSDP, OptionsItCannotTakeAreErrorsThatSayWhatToDo) {
@@ -125,9 +144,9 @@ TEST(FSDP, OptionsItCannotTakeAreErrorsThatSayWhatToDo) {
   EXPECT_NE(lbfgs.status, 0);
   EXPECT_NE(lbfgs.output.find("this optimizer is LBFGS, whose line search needs every gradient"), std::string::npos)
       << lbfgs.output;
-  const auto full = probe("--strategy fsdp --steps 2 --sharding FULL_SHARD");
-  EXPECT_NE(full.status, 0);
-  EXPECT_NE(full.output.find("use \"SHARD_GRAD_OP\""), std::string::npos) << full.output;
+  const auto hybrid = probe("--strategy fsdp --steps 2 --sharding HYBRID_SHARD");
+  EXPECT_NE(hybrid.status, 0);
+  EXPECT_NE(hybrid.output.find("use \"FULL_SHARD\""), std::string::npos) << hybrid.output;
   const auto ddp = probe("--strategy ddp_spawn --steps 2 --sharding SHARD_GRAD_OP");
   EXPECT_NE(ddp.status, 0);
   EXPECT_NE(ddp.output.find("sharding_strategy 'SHARD_GRAD_OP' is for strategy \"fsdp\""), std::string::npos)

@@ -233,11 +233,12 @@ TEST(Launchers, FsdpRunsUnderTorchrunMpirunAndOnTwoNodes) {
     EXPECT_NE(run.output.find("fsdp: sharding_strategy SHARD_GRAD_OP"), std::string::npos) << run.output;
     EXPECT_EQ(read_file(dir + "/w.bin"), reference);
     same_bits_on_every_rank_twice(dir, "torchelastic", [&](const std::string& out) {
-      return run_command(two_nodes(dir, "", "--strategy fsdp --steps 30 --out-every-rank 1 --out " + out));
+      return run_command(
+          two_nodes(dir, "", "--strategy fsdp --sharding FULL_SHARD --steps 30 --out-every-rank 1 --out " + out));
     });
   }
   if (installed("mpirun")) {
-    const auto run = run_command(arc::testing::mpirun(kProbe) + args);
+    const auto run = run_command(arc::testing::mpirun(kProbe) + args + " --sharding FULL_SHARD");
     ASSERT_EQ(run.status, 0) << run.output;
     EXPECT_EQ(read_file(dir + "/w.bin"), reference);
   }
@@ -403,11 +404,15 @@ class Slurm : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(Slurm, SrunRunsDdpAsDdpSpawnDoes) {
+TEST_F(Slurm, SrunRunsDdpAndFsdpAsDdpSpawnDoes) {
   const auto run = srun("--steps 30");
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_NE(run.output.find("rank 0 of 2 on cpu (slurm environment, shared memory at localhost:"), std::string::npos)
       << run.output;
+  EXPECT_EQ(read_file(dir_ + "/w.bin"), reference_weights(30));
+  const auto sharded = srun("--steps 30 --strategy fsdp --sharding FULL_SHARD");
+  ASSERT_EQ(sharded.status, 0) << sharded.output;
+  EXPECT_NE(sharded.output.find("fsdp: FULL_SHARD over 2 units"), std::string::npos) << sharded.output;
   EXPECT_EQ(read_file(dir_ + "/w.bin"), reference_weights(30));
 }
 
