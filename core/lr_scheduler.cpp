@@ -40,6 +40,12 @@ bool set_momentum(torch::optim::OptimizerOptions& o, double momentum) {
   return true;
 }
 
+// `optimizer` with every group's rate set to `lr` (CyclicLR starts its groups there).
+torch::optim::Optimizer& at_rate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+  return optimizer;
+}
+
 }  // namespace
 
 LRScheduler::LRScheduler(torch::optim::Optimizer& optimizer) : optimizer_(optimizer) {
@@ -167,8 +173,34 @@ double CosineAnnealingWarmRestarts::lr_at(double base, int64_t epoch) const {
   return cosine_between(base, eta_min_, static_cast<double>(epoch - start) / static_cast<double>(length));
 }
 
+MomentumCyclingLR::MomentumCyclingLR(torch::optim::Optimizer& optimizer, bool cycle_momentum, std::string name)
+    : LRScheduler(optimizer), cycle_momentum_(cycle_momentum), name_(std::move(name)) {}
+
+void MomentumCyclingLR::step(std::optional<double>) {
+  check_step();
+  ++last_epoch_;
+  apply_cycle();
+}
+
+void MomentumCyclingLR::load_state_dict(const nlohmann::json& state) {
+  LRScheduler::load_state_dict(state);
+  apply_cycle();
+}
+
+void MomentumCyclingLR::apply_cycle() {
+  if (cycle_momentum_) {
+    const double momentum = momentum_at(last_epoch_);
+    for (auto& group : optimizer_.param_groups())
+      ARC_CHECK(set_momentum(group.options(), momentum), name_, " cycle_momentum needs an optimizer with ",
+                "momentum or beta1 (SGD, RMSprop, Adam, AdamW); set cycle_momentum to false");
+  }
+  apply();
+}
+
 OneCycleLR::OneCycleLR(torch::optim::Optimizer& optimizer, double max_lr, int64_t total_steps, Options options)
-    : LRScheduler(optimizer), total_steps_(total_steps), options_(options) {
+    : MomentumCyclingLR(optimizer, options.cycle_momentum(), "OneCycleLR"),
+      total_steps_(total_steps),
+      options_(options) {
   ARC_CHECK(total_steps >= 1, "OneCycleLR total_steps must be >= 1, got ", total_steps,
             "; trainer().estimated_stepping_batches() gives a fit's");
   ARC_CHECK(options.pct_start() >= 0 && options.pct_start() <= 1, "OneCycleLR pct_start must be in [0, 1], got ",
@@ -216,27 +248,99 @@ double OneCycleLR::momentum_at(int64_t epoch) const {
   return anneal(phase->start_momentum, phase->end_momentum, pct);
 }
 
-void OneCycleLR::step(std::optional<double>) {
+void OneCycleLR::check_step() const {
   ARC_CHECK(last_epoch_ + 1 <= total_steps_, "OneCycleLR stepped ", last_epoch_ + 1,
             " times, past its total_steps=", total_steps_,
             "; make total_steps the number of optimizer steps (trainer().estimated_stepping_batches())");
-  ++last_epoch_;
-  apply_cycle();
 }
 
-void OneCycleLR::load_state_dict(const nlohmann::json& state) {
-  LRScheduler::load_state_dict(state);
-  apply_cycle();
-}
-
-void OneCycleLR::apply_cycle() {
-  if (options_.cycle_momentum()) {
-    const double momentum = momentum_at(last_epoch_);
-    for (auto& group : optimizer_.param_groups())
-      ARC_CHECK(set_momentum(group.options(), momentum), "OneCycleLR cycle_momentum needs an optimizer with ",
-                "momentum or beta1 (SGD, RMSprop, Adam, AdamW); set cycle_momentum to false");
-  }
+ConstantLR::ConstantLR(torch::optim::Optimizer& optimizer, double factor, int64_t total_iters)
+    : LRScheduler(optimizer), factor_(factor), total_iters_(total_iters) {
+  ARC_CHECK(factor > 0 && factor <= 1, "ConstantLR factor must be in (0, 1], got ", factor);
+  ARC_CHECK(total_iters >= 0, "ConstantLR total_iters must be >= 0, got ", total_iters);
   apply();
+}
+
+// PyTorch multiplies by factor at step 0 and by 1 / factor at total_iters (never with total_iters 0).
+double ConstantLR::lr_at(double base, int64_t epoch) const {
+  return total_iters_ > 0 && epoch >= total_iters_ ? base * factor_ * (1.0 / factor_) : base * factor_;
+}
+
+MultiplicativeLR::MultiplicativeLR(torch::optim::Optimizer& optimizer, std::function<double(int64_t)> lr_lambda)
+    : LRScheduler(optimizer), lr_lambda_(std::move(lr_lambda)) {
+  ARC_CHECK(static_cast<bool>(lr_lambda_), "MultiplicativeLR needs a function of the step, got an empty std::function");
+}
+
+void MultiplicativeLR::step(std::optional<double>) {
+  ++last_epoch_;
+  auto lrs = last_lr();
+  for (auto& lr : lrs) lr *= lr_lambda_(last_epoch_);
+  set_lrs(lrs);
+}
+
+double MultiplicativeLR::lr_at(double base, int64_t epoch) const {
+  double lr = base;
+  for (int64_t e = 1; e <= epoch; ++e) lr *= lr_lambda_(e);
+  return lr;
+}
+
+CyclicLR::CyclicLR(torch::optim::Optimizer& optimizer, double base_lr, double max_lr, Options options)
+    : MomentumCyclingLR(at_rate(optimizer, base_lr), options.cycle_momentum(), "CyclicLR"),
+      max_lr_(max_lr),
+      options_(std::move(options)) {
+  ARC_CHECK(options_.step_size_up() >= 1, "CyclicLR step_size_up must be >= 1, got ", options_.step_size_up());
+  ARC_CHECK(options_.step_size_down() >= 0, "CyclicLR step_size_down must be >= 0 (0: step_size_up), got ",
+            options_.step_size_down());
+  const auto& mode = options_.mode();
+  ARC_CHECK(mode == "triangular" || mode == "triangular2" || mode == "exp_range",
+            "CyclicLR mode must be \"triangular\", \"triangular2\" or \"exp_range\", got \"", mode, "\"");
+  const auto up = static_cast<double>(options_.step_size_up());
+  const auto down = options_.step_size_down() == 0 ? up : static_cast<double>(options_.step_size_down());
+  total_size_ = up + down;
+  step_ratio_ = up / total_size_;
+  apply_cycle();
+}
+
+// PyTorch's arithmetic: the cycle, the position x in it, the height's fraction, and the mode's scale
+// of the cycle ("triangular2") or of the step ("exp_range").
+std::pair<double, double> CyclicLR::position(int64_t epoch) const {
+  const auto step = static_cast<double>(epoch);
+  const double cycle = std::floor(1 + step / total_size_);
+  const double x = 1. + step / total_size_ - cycle;
+  const double height = x <= step_ratio_ ? x / step_ratio_ : (x - 1) / (step_ratio_ - 1);
+  if (options_.mode() == "triangular2") return {height, 1 / std::pow(2.0, cycle - 1)};
+  if (options_.mode() == "exp_range") return {height, std::pow(options_.gamma(), step)};
+  return {height, 1.0};
+}
+
+double CyclicLR::lr_at(double base, int64_t epoch) const {
+  const auto [height, scale] = position(epoch);
+  return base + (max_lr_ - base) * height * scale;
+}
+
+double CyclicLR::momentum_at(int64_t epoch) const {
+  const auto [height, scale] = position(epoch);
+  return options_.max_momentum() - (options_.max_momentum() - options_.base_momentum()) * height * scale;
+}
+
+ChainedScheduler::ChainedScheduler(torch::optim::Optimizer& optimizer,
+                                   std::vector<std::shared_ptr<LRScheduler>> schedulers)
+    : LRScheduler(optimizer), schedulers_(std::move(schedulers)) {
+  ARC_CHECK(!schedulers_.empty(), "ChainedScheduler needs at least one scheduler, got none");
+  for (const auto& scheduler : schedulers_)
+    ARC_CHECK(scheduler && !scheduler->needs_metric() && dynamic_cast<TorchLRScheduler*>(scheduler.get()) == nullptr,
+              "ChainedScheduler takes schedulers whose rate is a function of the step; ReduceLROnPlateau, ",
+              "TorchLRScheduler and null ones cannot be chained (step them yourself)");
+  // Each was made on the optimizer and changed its rates: start from the rates the first saw.
+  base_lrs_ = schedulers_.front()->base_lrs();
+  apply();
+}
+
+double ChainedScheduler::lr_at(double base, int64_t epoch) const {
+  if (base == 0) return 0;
+  double lr = base;
+  for (const auto& scheduler : schedulers_) lr *= scheduler->lr_at(base, epoch) / base;
+  return lr;
 }
 
 SequentialLR::SequentialLR(torch::optim::Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,

@@ -9,6 +9,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace torch::optim {
@@ -162,12 +164,36 @@ class CosineAnnealingWarmRestarts : public LRScheduler {
   double eta_min_;
 };
 
+/// A scheduler whose momentum (SGD's and RMSprop's, Adam's beta1) cycles against its rate, each
+/// step: OneCycleLR and CyclicLR.
+class MomentumCyclingLR : public LRScheduler {
+ public:
+  void step(std::optional<double> metric = std::nullopt) override;
+  void load_state_dict(const nlohmann::json& state) override;
+  /// The momentum (or beta1) at step `epoch`.
+  virtual double momentum_at(int64_t epoch) const = 0;
+
+ protected:
+  /// Cycles the momentum too if `cycle_momentum` (the optimizer must then be SGD, RMSprop, Adam or
+  /// AdamW); `name` names the scheduler in errors.
+  MomentumCyclingLR(torch::optim::Optimizer& optimizer, bool cycle_momentum, std::string name);
+  /// Sets every group's momentum (with cycle_momentum) and rate for last_epoch; the subclass's
+  /// constructor calls it once it can answer lr_at and momentum_at.
+  void apply_cycle();
+  /// Throws before a step the schedule cannot take (OneCycleLR's past its total_steps).
+  virtual void check_step() const {}
+
+ private:
+  bool cycle_momentum_;
+  std::string name_;
+};
+
 /// PyTorch's OneCycleLR: the rate rises from max_lr / div_factor to max_lr over the first pct_start
 /// of total_steps, then anneals to max_lr / (div_factor · final_div_factor) (three_phase: back to
 /// the start first, then down), by cosine or linearly; momentum (SGD, RMSprop) or Adam's beta1
 /// cycles the other way between max_momentum and base_momentum. Stepping past total_steps is an
 /// error, as in PyTorch; Trainer::estimated_stepping_batches() gives total_steps for a fit.
-class OneCycleLR : public LRScheduler {
+class OneCycleLR : public MomentumCyclingLR {
  public:
   /// The cycle's shape, with PyTorch's defaults.
   class Options {
@@ -194,11 +220,8 @@ class OneCycleLR : public LRScheduler {
   OneCycleLR(torch::optim::Optimizer& optimizer, double max_lr, int64_t total_steps)
       : OneCycleLR(optimizer, max_lr, total_steps, Options()) {}
 
-  void step(std::optional<double> metric = std::nullopt) override;
   double lr_at(double base, int64_t epoch) const override;
-  /// The momentum (or beta1) at step `epoch`.
-  double momentum_at(int64_t epoch) const;
-  void load_state_dict(const nlohmann::json& state) override;
+  double momentum_at(int64_t epoch) const override;
 
  private:
   struct Phase {
@@ -208,8 +231,7 @@ class OneCycleLR : public LRScheduler {
   /// Where step `epoch` is: the phase and how far through it (0 to 1).
   std::pair<const Phase*, double> locate(int64_t epoch) const;
   double anneal(double start, double end, double pct) const;
-  /// Sets every group's momentum (with cycle_momentum) and rate for last_epoch.
-  void apply_cycle();
+  void check_step() const override;
 
   int64_t total_steps_;
   Options options_;
@@ -229,6 +251,92 @@ class SequentialLR : public LRScheduler {
  private:
   std::vector<std::shared_ptr<LRScheduler>> schedulers_;
   std::vector<int64_t> milestones_;
+};
+
+/// base · factor for the first total_iters steps, then base (PyTorch's ConstantLR, with its
+/// arithmetic: the rate at total_iters is (base · factor) · (1 / factor)).
+class ConstantLR : public LRScheduler {
+ public:
+  /// The base rate times `factor` (in (0, 1]) until step `total_iters` (at least 0).
+  ConstantLR(torch::optim::Optimizer& optimizer, double factor = 1.0 / 3, int64_t total_iters = 5);
+  double lr_at(double base, int64_t epoch) const override;
+
+ private:
+  double factor_;
+  int64_t total_iters_;
+};
+
+/// The rate times lr_lambda(epoch) at each step (PyTorch's MultiplicativeLR): after e steps,
+/// base · lr_lambda(1) · ... · lr_lambda(e), multiplied in that order. Like LambdaLR's, the function
+/// is not part of state_dict().
+class MultiplicativeLR : public LRScheduler {
+ public:
+  /// Each step multiplies the rate by `lr_lambda(step)`; an empty function is an error.
+  MultiplicativeLR(torch::optim::Optimizer& optimizer, std::function<double(int64_t)> lr_lambda);
+  /// Multiplies each group's rate as it is now, as PyTorch's does.
+  void step(std::optional<double> metric = std::nullopt) override;
+  double lr_at(double base, int64_t epoch) const override;
+
+ private:
+  std::function<double(int64_t)> lr_lambda_;
+};
+
+/// PyTorch's CyclicLR: the rate goes from base_lr up to max_lr over step_size_up steps and back down
+/// over step_size_down, the height of each cycle scaled by its mode ("triangular": 1;
+/// "triangular2": halved each cycle; "exp_range": gamma^step); momentum (SGD, RMSprop) or Adam's
+/// beta1 cycles the other way between max_momentum and base_momentum. It sets the groups' rates
+/// to base_lr when made.
+class CyclicLR : public MomentumCyclingLR {
+ public:
+  /// The cycle's shape, with PyTorch's defaults.
+  class Options {
+    /// Steps of the rising half (at least 1).
+    ARC_ARG(int64_t, step_size_up) = 2000;
+    /// Steps of the falling half; 0: step_size_up.
+    ARC_ARG(int64_t, step_size_down) = 0;
+    /// "triangular", "triangular2" or "exp_range".
+    ARC_ARG(std::string, mode) = "triangular";
+    /// exp_range's base.
+    ARC_ARG(double, gamma) = 1.0;
+    /// Cycle the momentum (or beta1) too; the optimizer must then be SGD, RMSprop, Adam or AdamW.
+    ARC_ARG(bool, cycle_momentum) = true;
+    /// The momentum at max_lr.
+    ARC_ARG(double, base_momentum) = 0.8;
+    /// The momentum at base_lr.
+    ARC_ARG(double, max_momentum) = 0.9;
+  };
+  /// Cycles every group's rate between `base_lr` and `max_lr`, shaped by `options`.
+  CyclicLR(torch::optim::Optimizer& optimizer, double base_lr, double max_lr, Options options);
+  /// The same with the default Options.
+  CyclicLR(torch::optim::Optimizer& optimizer, double base_lr, double max_lr)
+      : CyclicLR(optimizer, base_lr, max_lr, Options()) {}
+
+  double lr_at(double base, int64_t epoch) const override;
+  double momentum_at(int64_t epoch) const override;
+
+ private:
+  /// How far step `epoch` is up its cycle (0 at base_lr, 1 at max_lr), and the mode's scale.
+  std::pair<double, double> position(int64_t epoch) const;
+
+  double max_lr_;
+  Options options_;
+  double total_size_;
+  double step_ratio_;
+};
+
+/// Several schedulers at once (PyTorch's ChainedScheduler): the rate is the base rate times each
+/// one's factor, lr_at(base, epoch) / base. The schedulers are made on the same optimizer; ones
+/// that need a metric or whose rate is known only by stepping (ReduceLROnPlateau, TorchLRScheduler)
+/// are an error. As in SequentialLR, only their rates apply: OneCycleLR's and CyclicLR's momentum
+/// does not cycle inside.
+class ChainedScheduler : public LRScheduler {
+ public:
+  /// `schedulers`, made on `optimizer`, applied together.
+  ChainedScheduler(torch::optim::Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers);
+  double lr_at(double base, int64_t epoch) const override;
+
+ private:
+  std::vector<std::shared_ptr<LRScheduler>> schedulers_;
 };
 
 /// Multiplies the rate by `factor` when the monitored metric stops improving for `patience`

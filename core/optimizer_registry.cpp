@@ -153,6 +153,27 @@ Registry<SchedulerConfig, Optimizer&, const Config&> shipped_schedulers() {
                                           config.require<int64_t>("total_steps"), options);
     });
   });
+  r.add("ConstantLR", [](Optimizer& optimizer, const Config& config) {
+    return scheduled(config, [&] {
+      return std::make_shared<ConstantLR>(optimizer, config.get<double>("factor", 1.0 / 3),
+                                          config.get<int64_t>("total_iters", 5));
+    });
+  });
+  r.add("CyclicLR", [](Optimizer& optimizer, const Config& config) {
+    CyclicLR::Options options;
+    options.step_size_up(config.get<int64_t>("step_size_up", options.step_size_up()));
+    const auto down = config.get<nlohmann::json>("step_size_down", nullptr);
+    if (!down.is_null()) options.step_size_down(config.get<int64_t>("step_size_down", 0));
+    options.mode(config.get<std::string>("mode", options.mode()));
+    options.gamma(config.get<double>("gamma", options.gamma()));
+    options.cycle_momentum(config.get<bool>("cycle_momentum", options.cycle_momentum()));
+    options.base_momentum(config.get<double>("base_momentum", options.base_momentum()));
+    options.max_momentum(config.get<double>("max_momentum", options.max_momentum()));
+    return scheduled(config, [&] {
+      return std::make_shared<CyclicLR>(optimizer, config.require<double>("base_lr"), config.require<double>("max_lr"),
+                                        options);
+    });
+  });
   r.add("LinearWarmup", [](Optimizer& optimizer, const Config& config) {
     return scheduled(config, [&] {
       return std::make_shared<LinearWarmup>(optimizer, config.require<int64_t>("total_iters"),

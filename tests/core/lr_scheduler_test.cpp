@@ -2,6 +2,8 @@
 #include <arc/core/lr_scheduler.h>
 #include <arc/core/optimizer_registry.h>
 
+#include <support/errors.h>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -195,6 +197,126 @@ TEST(LRScheduler, ConfigsNameTheNewSchedulersWithPyTorchsArguments) {
                    "OneCycleLR", c.sgd,
                    Config({{"max_lr", 0.1}, {"total_steps", 10}, {"anneal_strategy", "cosine"}}, "lr_scheduler")),
                Error);
+}
+
+// An SGD of rate 0.1 and momentum 0.9, as PyTorch's values below were taken with
+// (torch.optim.SGD(params, lr=0.1, momentum=0.9), PyTorch 1.13).
+struct MomentumFixture {
+  torch::Tensor w = torch::zeros({1}, torch::requires_grad());
+  torch::optim::SGD sgd{std::vector<torch::Tensor>{w}, torch::optim::SGDOptions(0.1).momentum(0.9)};
+  double lr() const { return sgd.param_groups()[0].options().get_lr(); }
+  double momentum() const {
+    return static_cast<const torch::optim::SGDOptions&>(sgd.param_groups()[0].options()).momentum();
+  }
+};
+
+// The rates (and momenta) before each of `steps` steps and after the last.
+std::pair<std::vector<double>, std::vector<double>> trace(MomentumFixture& f, LRScheduler& scheduler, int steps) {
+  std::vector<double> lrs{f.lr()}, momenta{f.momentum()};
+  for (int i = 0; i < steps; ++i) {
+    scheduler.step();
+    lrs.push_back(f.lr());
+    momenta.push_back(f.momentum());
+  }
+  return {lrs, momenta};
+}
+
+// ConstantLR, MultiplicativeLR and CyclicLR follow PyTorch's arithmetic, so their rates are its
+// bits; ChainedScheduler multiplies closed forms, within 1e-12 of PyTorch's chained steps.
+TEST(LRScheduler, ConstantMultiplicativeAndCyclicAreBitsOfPyTorchs) {
+  MomentumFixture a;
+  ConstantLR constant(a.sgd, 0.25, 3);
+  EXPECT_EQ(trace(a, constant, 5).first, (std::vector<double>{0.025, 0.025, 0.025, 0.1, 0.1, 0.1}));
+  MomentumFixture b;
+  MultiplicativeLR multiplied(b.sgd, [](int64_t e) { return e % 2 ? 0.9 : 0.7; });
+  EXPECT_EQ(trace(b, multiplied, 6).first,
+            (std::vector<double>{0.1, 0.09000000000000001, 0.063, 0.0567, 0.039689999999999996, 0.035720999999999996,
+                                 0.025004699999999994}));
+  EXPECT_EQ(multiplied.lr_at(0.1, 6), 0.025004699999999994);
+  MomentumFixture c;
+  CyclicLR triangular(c.sgd, 0.01, 0.1, CyclicLR::Options().step_size_up(3).step_size_down(2));
+  const auto [lrs, momenta] = trace(c, triangular, 12);
+  EXPECT_EQ(lrs, (std::vector<double>{0.01, 0.039999999999999994, 0.06999999999999999, 0.09999999999999999, 0.055, 0.01,
+                                      0.04000000000000003, 0.06999999999999999, 0.09999999999999999,
+                                      0.05500000000000005, 0.01, 0.04000000000000003, 0.06999999999999999}));
+  EXPECT_EQ(momenta, (std::vector<double>{0.9, 0.8666666666666667, 0.8333333333333334, 0.8, 0.8500000000000001, 0.9,
+                                          0.8666666666666667, 0.8333333333333334, 0.8, 0.85, 0.9, 0.8666666666666667,
+                                          0.8333333333333334}));
+  MomentumFixture d;
+  CyclicLR halving(d.sgd, 0.01, 0.1, CyclicLR::Options().step_size_up(2).mode("triangular2"));
+  EXPECT_EQ(trace(d, halving, 12).first,
+            (std::vector<double>{0.01, 0.05500000000000001, 0.1, 0.05500000000000001, 0.01, 0.0325, 0.05500000000000001,
+                                 0.0325, 0.01, 0.02125, 0.0325, 0.02125, 0.01}));
+  // exp_range on Adam, its beta1 left alone.
+  auto w = torch::zeros({1}, torch::requires_grad());
+  torch::optim::Adam adam({w}, torch::optim::AdamOptions(0.1));
+  CyclicLR ranged(adam, 0.01, 0.1,
+                  CyclicLR::Options().step_size_up(2).mode("exp_range").gamma(0.9).cycle_momentum(false));
+  std::vector<double> seen;
+  for (int i = 0; i < 10; ++i, ranged.step()) seen.push_back(adam.param_groups()[0].options().get_lr());
+  EXPECT_EQ(seen,
+            (std::vector<double>{0.01, 0.05050000000000001, 0.0829, 0.04280500000000001, 0.01, 0.03657205000000001,
+                                 0.05782969000000001, 0.03152336050000001, 0.01, 0.027433922005000007}));
+  EXPECT_EQ(std::get<0>(static_cast<torch::optim::AdamOptions&>(adam.param_groups()[0].options()).betas()), 0.9);
+  MomentumFixture e;
+  auto half = std::make_shared<ConstantLR>(e.sgd, 0.5, 2);
+  auto decay = std::make_shared<ExponentialLR>(e.sgd, 0.9);
+  ChainedScheduler chained(e.sgd, {half, decay});
+  const auto chained_lrs = trace(e, chained, 5).first;
+  const std::vector<double> pytorch = {
+      0.05, 0.045000000000000005, 0.08100000000000002, 0.07290000000000002, 0.06561000000000002, 0.05904900000000002};
+  ASSERT_EQ(chained_lrs.size(), pytorch.size());
+  for (size_t i = 0; i < pytorch.size(); ++i) EXPECT_NEAR(chained_lrs[i], pytorch[i], 1e-12) << "step " << i;
+}
+
+// A resume mid-cycle continues where the run was: rates and momentum.
+TEST(LRScheduler, CyclicAndMultiplicativeResumeFromTheirState) {
+  MomentumFixture a, b;
+  CyclicLR first(a.sgd, 0.01, 0.1, CyclicLR::Options().step_size_up(3));
+  for (int i = 0; i < 4; ++i) first.step();
+  CyclicLR resumed(b.sgd, 0.01, 0.1, CyclicLR::Options().step_size_up(3));
+  resumed.load_state_dict(first.state_dict());
+  EXPECT_EQ(b.lr(), a.lr());
+  EXPECT_EQ(b.momentum(), a.momentum());
+  first.step();
+  resumed.step();
+  EXPECT_EQ(b.lr(), a.lr());
+  MomentumFixture c, d;
+  const auto lambda = [](int64_t e) { return 1.0 - 0.01 * static_cast<double>(e); };
+  MultiplicativeLR stepped(c.sgd, lambda);
+  for (int i = 0; i < 5; ++i) stepped.step();
+  MultiplicativeLR loaded(d.sgd, lambda);
+  loaded.load_state_dict(stepped.state_dict());
+  EXPECT_EQ(d.lr(), c.lr());
+}
+
+TEST(LRScheduler, ConstantAndCyclicFromConfigsAndTheirErrors) {
+  MomentumFixture a;
+  const auto constant = lr_scheduler_registry().create("ConstantLR", a.sgd,
+                                                       Config({{"factor", 0.25}, {"total_iters", 3}}, "lr_scheduler"));
+  EXPECT_EQ(trace(a, *constant->scheduler, 3).first, (std::vector<double>{0.025, 0.025, 0.025, 0.1}));
+  MomentumFixture b;
+  const auto cyclic = lr_scheduler_registry().create(
+      "CyclicLR", b.sgd,
+      Config({{"base_lr", 0.01}, {"max_lr", 0.1}, {"step_size_up", 3}, {"step_size_down", 2}, {"interval", "step"}},
+             "lr_scheduler"));
+  EXPECT_EQ(cyclic->interval, Interval::step);
+  EXPECT_EQ(trace(b, *cyclic->scheduler, 3).first,
+            (std::vector<double>{0.01, 0.039999999999999994, 0.06999999999999999, 0.09999999999999999}));
+  MomentumFixture c;
+  EXPECT_NE(testing::error_of([&] {
+              CyclicLR(c.sgd, 0.01, 0.1, CyclicLR::Options().mode("triangle"));
+            }).find("CyclicLR mode must be \"triangular\", \"triangular2\" or \"exp_range\""),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { ConstantLR(c.sgd, 0.0); }).find("ConstantLR factor must be in (0, 1]"),
+            std::string::npos);
+  auto w = torch::zeros({1}, torch::requires_grad());
+  torch::optim::Adagrad adagrad({w}, torch::optim::AdagradOptions(0.1));
+  EXPECT_NE(testing::error_of([&] { CyclicLR(adagrad, 0.01, 0.1); }).find("CyclicLR cycle_momentum needs an optimizer"),
+            std::string::npos);
+  auto plateau = std::make_shared<ReduceLROnPlateau>(c.sgd);
+  EXPECT_NE(testing::error_of([&] { ChainedScheduler(c.sgd, {plateau}); }).find("ReduceLROnPlateau, TorchLRScheduler"),
+            std::string::npos);
 }
 
 TEST(LRScheduler, ReduceOnPlateauCutsAfterPatience) {
