@@ -372,10 +372,7 @@ int train(const nlohmann::json& config, const std::string& resume) {
   // Ctrl-C (or any failure) during fit saves where the run stopped, to resume from with --resume.
   trainer.callbacks().push_back(std::make_shared<OnExceptionCheckpoint>(trainer.log_dir() + "/checkpoints"));
   trainer.fit(*experiment.module, *experiment.data, resume.empty() ? experiment.ckpt_path : resume);
-  // The report hashes every parameter, which each rank gathers under FULL_SHARD.
-  trainer.strategy().with_whole_parameters([&] {
-    if (trainer.is_global_zero()) print_result(report->report(trainer, *experiment.module));
-  });
+  if (trainer.is_global_zero()) print_result(report->report(trainer, *experiment.module));
   return 0;
 }
 
@@ -398,7 +395,7 @@ int evaluate(const std::string& command, const nlohmann::json& config, const std
   } else if (command == "test") {
     result = trainer.test(*experiment.module, *experiment.data, ckpt, verbose);
   } else {
-    trainer.predict(*experiment.module, *experiment.data, ckpt);
+    trainer.predict(*experiment.module, *experiment.data, ckpt, /*return_predictions=*/false);
     result = count->result();
   }
   if (!trainer.is_global_zero()) return 0;

@@ -1,6 +1,8 @@
 // ModelPruning.
 #include <arc/callbacks/model_pruning.h>
 
+#include <arc/strategies/sharded_unit.h>
+
 #include <arc/base/config.h>
 #include <arc/base/console.h>
 #include <arc/base/error.h>
@@ -98,7 +100,9 @@ bool container(const torch::nn::Module& module) {
 
 // The layer's parameters drawn anew (reset_parameters of a copy), for resample_parameters.
 std::shared_ptr<torch::nn::Module> resampled(const torch::nn::Module& layer, const std::string& name) {
-  auto copy = layer.clone();
+  // An arc::ShardedUnit holds its layer's parameters under their names: the layer draws them.
+  const auto* unit = dynamic_cast<const ShardedUnitBase*>(&layer);
+  auto copy = (unit != nullptr ? unit->wrapped() : layer).clone();
   if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(copy.get())) {
     linear->reset_parameters();
   } else if (auto* conv1 = dynamic_cast<torch::nn::Conv1dImpl*>(copy.get())) {

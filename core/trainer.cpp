@@ -425,23 +425,25 @@ Metrics Trainer::run_evaluation(Stage stage, TrainModule& module, DataModule* da
   return out;
 }
 
-std::vector<torch::Tensor> Trainer::predict(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
-  return run_predict(module, &data, {}, ckpt_path);
+std::vector<torch::Tensor> Trainer::predict(TrainModule& module, DataModule& data, const std::string& ckpt_path,
+                                            bool return_predictions) {
+  return run_predict(module, &data, {}, ckpt_path, return_predictions);
 }
 
-std::vector<torch::Tensor> Trainer::predict(TrainModule& module, DataSources predict_data,
-                                            const std::string& ckpt_path) {
-  return run_predict(module, nullptr, std::move(predict_data), ckpt_path);
+std::vector<torch::Tensor> Trainer::predict(TrainModule& module, DataSources predict_data, const std::string& ckpt_path,
+                                            bool return_predictions) {
+  return run_predict(module, nullptr, std::move(predict_data), ckpt_path, return_predictions);
 }
 
 std::vector<torch::Tensor> Trainer::run_predict(TrainModule& module, DataModule* data, DataSources given,
-                                                const std::string& ckpt_path) {
+                                                const std::string& ckpt_path, bool return_predictions) {
   std::vector<torch::Tensor> out;
   run_stage(Stage::predict, module, data, [&] {
     start_evaluation(module, ckpt_path);
     auto loaders = DataConnector(options_, *strategy_, module, data).predict(given);
     out = EvaluationLoop(*this, *state_, module, Stage::predict)
-              .predict(loaders, limited_batches(loaders, options_.limit_predict_batches(), "limit_predict_batches"));
+              .predict(loaders, limited_batches(loaders, options_.limit_predict_batches(), "limit_predict_batches"),
+                       return_predictions);
   });
   return out;
 }

@@ -76,11 +76,14 @@ class Trainer {
   Metrics test(TrainModule& module, DataModule& data, const std::string& ckpt_path = "", bool verbose = true);
   Metrics test(TrainModule& module, DataSources test_data = {}, const std::string& ckpt_path = "", bool verbose = true);
   ///@}
-  /// predict_step's outputs, batch by batch (loader after loader when there are several).
+  /// predict_step's outputs, batch by batch (loader after loader when there are several); none
+  /// without `return_predictions`, where a callback (PredictionWriter) takes each one and nothing
+  /// keeps them all (Lightning's return_predictions=False).
   ///@{
-  std::vector<torch::Tensor> predict(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
+  std::vector<torch::Tensor> predict(TrainModule& module, DataModule& data, const std::string& ckpt_path = "",
+                                     bool return_predictions = true);
   std::vector<torch::Tensor> predict(TrainModule& module, DataSources predict_data = {},
-                                     const std::string& ckpt_path = "");
+                                     const std::string& ckpt_path = "", bool return_predictions = true);
   ///@}
   /// Sends `metrics` to the loggers at the current global step (rank 0 only).
   void log_to_loggers(const Metrics& metrics);
@@ -96,7 +99,8 @@ class Trainer {
   /// Batches per optimizer step now: the accumulate_grad_batches option, or what
   /// set_accumulate_grad_batches set since.
   int64_t accumulate_grad_batches() const;
-  /// Writes a checkpoint of the running (or last) module; rank 0 writes, other ranks return.
+  /// Writes a checkpoint of the running (or last) module: rank 0 writes; every rank calls it (a
+  /// sharded strategy gathers the optimizer state and parameters for it).
   /// `in_background` (unset: the async_checkpointing option) during fit: rank 0 copies the state
   /// and returns, a background thread writes the file; fit ends only once it is written. Outside fit,
   /// saves are synchronous.
@@ -254,7 +258,7 @@ class Trainer {
   Metrics run_evaluation(Stage stage, TrainModule& module, DataModule* data, DataSources given,
                          const std::string& ckpt_path, bool verbose);
   std::vector<torch::Tensor> run_predict(TrainModule& module, DataModule* data, DataSources given,
-                                         const std::string& ckpt_path);
+                                         const std::string& ckpt_path, bool return_predictions);
   /// What validate, test and predict do first: load the checkpoint's weights (when given) and send
   /// the hyper-parameters to the loggers, as Lightning's every stage does after its restore.
   void start_evaluation(TrainModule& module, const std::string& ckpt_path);

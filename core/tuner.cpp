@@ -185,7 +185,9 @@ DataSource training_data(DataModule& data) {
 class Restore {
  public:
   Restore(TrainModule& module, std::string folder) : folder_(std::move(folder)) {
-    for (const auto& [name, tensor] : named_state(module)) saved_.emplace_back(tensor, tensor.detach().clone());
+    // Under FULL_SHARD a parameter of another rank has no memory here; its owner restores it.
+    for (const auto& [name, tensor] : named_state(module))
+      if (tensor.numel() == 0 || tensor.storage().nbytes() > 0) saved_.emplace_back(tensor, tensor.detach().clone());
   }
   ~Restore() {
     torch::NoGradGuard no_grad;

@@ -63,6 +63,7 @@ void DDPSpawnStrategy::setup_module(torch::nn::Module& module) {
 }
 
 void DDPSpawnStrategy::teardown() {
+  DDPStrategy::teardown();
   if (launcher_ != nullptr) launcher_->set_busy(false, patience_);
 }
 

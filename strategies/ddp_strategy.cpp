@@ -89,6 +89,12 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
   ARC_CHECK(shard_ || sharding == "auto", "sharding_strategy '", sharding, "' is for strategy \"fsdp\", but this ",
             "run's strategy is \"", name(), "\"; set strategy to \"fsdp\", or leave sharding_strategy at \"auto\"");
   if (shard_) sharding_ = sharding == "auto" ? "SHARD_GRAD_OP" : sharding;
+  // A unit's gathers run inside backward, between the gradient reductions: every rank's backward must
+  // reach the same units in the same order.
+  ARC_CHECK(sharding_ != "FULL_SHARD" || !plan.ddp.find_unused_parameters(), "FULL_SHARD gathers each unit's ",
+            "parameters during backward, so every rank's backward must use the same parameters, but ",
+            "find_unused_parameters is on; turn it off (use every parameter in the loss), or use sharding_strategy ",
+            "\"SHARD_GRAD_OP\"");
   reducer_options_ = ReducerOptions()
                          .first_bucket_bytes(static_cast<int64_t>(plan.ddp.first_bucket_mb() * (1 << 20)))
                          .bucket_bytes(static_cast<int64_t>(plan.ddp.bucket_cap_mb() * (1 << 20)))
@@ -131,8 +137,6 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
 
 void DDPStrategy::setup_module(torch::nn::Module& module) {
   Strategy::setup_module(module);
-  // Its units' parameters are whole on their owners only: the module was set up, and stays so.
-  if (reduced_module_ == &module && !units_.empty()) return;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> state;
   for (const auto& p : module.parameters()) state.push_back(p);
@@ -180,8 +184,6 @@ void DDPStrategy::setup_module(torch::nn::Module& module) {
     names_.push_back(item.key());
   }
   ownership_.reset();
-  units_.clear();
-  unit_parameters_.clear();
   if (sharded() && !parameters_.empty()) {
     ownership_ = std::make_unique<ShardLayout>(parameters_, world_size_, rank_, reducer_options_.first_bucket_bytes(),
                                                reducer_options_.bucket_bytes());
@@ -191,16 +193,20 @@ void DDPStrategy::setup_module(torch::nn::Module& module) {
 }
 
 void DDPStrategy::make_units(torch::nn::Module& module) {
-  std::vector<ShardedUnitBase*> found;
+  std::vector<std::shared_ptr<ShardedUnitBase>> found;
   std::unordered_map<const void*, size_t> innermost;
   for (const auto& child : module.modules(false))
-    if (auto* unit = dynamic_cast<ShardedUnitBase*>(child.get())) {
+    if (auto unit = std::dynamic_pointer_cast<ShardedUnitBase>(child)) {
       for (const auto& parameter : unit->parameters()) innermost[parameter.unsafeGetTensorImpl()] = found.size();
-      found.push_back(unit);
+      found.push_back(std::move(unit));
     }
   std::vector<std::vector<size_t>> members(found.size());
   int64_t unit_bytes = 0, all_bytes = 0;
+  std::unordered_map<const void*, size_t> seen;
   for (size_t i = 0; i < parameters_.size(); ++i) {
+    const auto [first, fresh] = seen.emplace(parameters_[i].unsafeGetTensorImpl(), i);
+    ARC_CHECK(fresh, "FULL_SHARD gives each parameter one owner, but '", names_[first->second], "' and '", names_[i],
+              "' are one tensor (tied weights); give each its own tensor, or use sharding_strategy \"SHARD_GRAD_OP\"");
     all_bytes += static_cast<int64_t>(parameters_[i].nbytes());
     const auto unit = innermost.find(parameters_[i].unsafeGetTensorImpl());
     if (unit == innermost.end()) continue;
@@ -220,6 +226,7 @@ void DDPStrategy::make_units(torch::nn::Module& module) {
     }
     units_.push_back(std::make_shared<UnitGather>(parameters, names, owners, world_size_, rank_, *collectives_));
     found[u]->shard_with(units_.back());
+    unit_modules_.push_back(found[u]);
   }
   // Every parameter is whole after the broadcast: each rank frees the units' parameters it does not own.
   for (const auto& unit : units_) unit->release();
@@ -233,6 +240,22 @@ void DDPStrategy::make_units(torch::nn::Module& module) {
     console().info("fsdp: FULL_SHARD over {} units holding {} of the module's {} parameter bytes", units_.size(),
                    unit_bytes, all_bytes);
   }
+}
+
+// Every rank tears down alike: the units' parameters are gathered, and the module is whole again
+// (for use after fit, and for the next stage, which shards it anew).
+void DDPStrategy::teardown() {
+  if (units_.empty()) return;
+  for (const auto& unit : units_) unit->gather();
+  // A module that is gone (a Fabric outliving its model) has no units to detach.
+  for (const auto& unit : unit_modules_)
+    if (const auto alive = unit.lock()) alive->shard_with(nullptr);
+  units_.clear();
+  unit_modules_.clear();
+  unit_parameters_.clear();
+  reducers_.clear();
+  reducing_ = nullptr;
+  reduced_module_ = nullptr;
 }
 
 void DDPStrategy::with_whole_parameters(const std::function<void()>& fn) {
@@ -360,6 +383,9 @@ void DDPStrategy::backward(const torch::Tensor& loss) {
 
 // The vote travels in the gradient all-reduce: a rank that skipped joins it without a backward.
 bool DDPStrategy::agree_on_skip(bool skipped) {
+  ARC_CHECK(!skipped || units_.empty(), "this rank's training_step returned no loss, but under FULL_SHARD the other ",
+            "ranks' backward gathers parameters that a rank without a backward cannot send; return a loss on every ",
+            "rank (multiply it by 0 to skip its effect), or use sharding_strategy \"SHARD_GRAD_OP\"");
   // A rank that skipped joins with the reducer that the others' backward chose.
   if (skipped) reducing_ = reducer();
   if (reducing_ == nullptr) return skipped;

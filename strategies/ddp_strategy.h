@@ -35,6 +35,8 @@ class DDPStrategy : public Strategy {
   bool sharded() const override { return shard_ && sharding_ != "NO_SHARD"; }
   std::vector<int64_t> state_owners(const torch::optim::Optimizer& optimizer) const override;
   bool parameters_sharded() const override { return !units_.empty(); }
+  /// Under FULL_SHARD: gathers every unit's parameters, so that the module is whole after the stage.
+  void teardown() override;
   void with_whole_parameters(const std::function<void()>& fn) override;
   /// Makes this strategy fsdp: sharded as the sharding_strategy option says (SHARD_GRAD_OP by
   /// default), before setup.
@@ -94,6 +96,7 @@ class DDPStrategy : public Strategy {
   std::unique_ptr<ShardLayout> ownership_;
   /// Under FULL_SHARD: the units, and their parameters.
   std::vector<std::shared_ptr<UnitGather>> units_;
+  std::vector<std::weak_ptr<ShardedUnitBase>> unit_modules_;
   std::unordered_set<const void*> unit_parameters_;
   /// The sharding_strategy option, "auto" resolved.
   std::string sharding_ = "NO_SHARD";

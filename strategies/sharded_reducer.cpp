@@ -384,6 +384,8 @@ void UnitGather::release() {
   for (const size_t p : foreign_) free_memory(layout_.parameters()[p]);
   gathered_ = false;
   pending_count_ = 0;
+  // A backward that failed never runs its queued release: the next one queues its own.
+  release_queued_ = false;
 }
 
 void UnitGather::gather_for_backward() {

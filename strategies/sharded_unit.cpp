@@ -27,6 +27,10 @@ void ShardedUnitBase::before_forward() {
   if (sharding_) sharding_->gather();
 }
 
+void ShardedUnitBase::release_after_failure() {
+  if (sharding_) sharding_->release();
+}
+
 void ShardedUnitBase::after_forward(const std::vector<torch::Tensor>& outputs) {
   if (!sharding_) return;
   const std::weak_ptr<UnitSharding> sharding = sharding_;

@@ -53,6 +53,8 @@ class ShardedUnitBase : public torch::nn::Module {
   void before_forward();
   void after_forward(const std::vector<torch::Tensor>& outputs);
   ///@}
+  /// Releases after a wrapped forward that threw (a local step: no rank waits for it).
+  void release_after_failure();
 
  private:
   std::shared_ptr<UnitSharding> sharding_;
@@ -73,13 +75,20 @@ template <typename Impl, typename Forward>
 class ShardedUnitOf;
 
 /// ShardedUnitImpl's forward takes what the wrapped module's forward takes.
-template <typename Impl, typename Result, typename... Args>
-class ShardedUnitOf<Impl, Result (Impl::*)(Args...)> : public ShardedUnitBase {
+template <typename Impl, typename Class, typename Result, typename... Args>
+class ShardedUnitOf<Impl, Result (Class::*)(Args...)> : public ShardedUnitBase {
  public:
   /// Runs the wrapped module's forward with the unit's parameters gathered.
   Result forward(Args... args) {
     before_forward();
-    Result result = module_->forward(std::forward<Args>(args)...);
+    Result result = [&] {
+      try {
+        return module_->forward(std::forward<Args>(args)...);
+      } catch (...) {
+        release_after_failure();
+        throw;
+      }
+    }();
     std::vector<torch::Tensor> outputs;
     collect_tensors(result, outputs);
     after_forward(outputs);

@@ -222,7 +222,7 @@ Metrics EvaluationLoop::run(Loaders& loaders, const std::vector<int64_t>& batche
   return epoch_metrics;
 }
 
-std::vector<torch::Tensor> EvaluationLoop::predict(Loaders& loaders, const std::vector<int64_t>& batches) {
+std::vector<torch::Tensor> EvaluationLoop::predict(Loaders& loaders, const std::vector<int64_t>& batches, bool keep) {
   auto& t = trainer_;
   start(batches);
   std::vector<torch::Tensor> outputs;
@@ -237,15 +237,17 @@ std::vector<torch::Tensor> EvaluationLoop::predict(Loaders& loaders, const std::
                     Hook<Batch&, int64_t>{"on_predict_batch_start", &Callback::on_predict_batch_start,
                                           &TrainModule::on_predict_batch_start},
                     batch, batch_idx);
+               torch::Tensor output;
                {
                  const auto autocast = t.precision().forward_context();
                  ProfileScope scope(t.profiler(), detail::module_action(t.profiler(), module_, "predict_step"));
-                 outputs.push_back(module_.predict_step(batch, batch_idx, index));
+                 output = module_.predict_step(batch, batch_idx, index);
                }
                call(t, module_,
                     Hook<const torch::Tensor&, Batch&, int64_t>{"on_predict_batch_end", &Callback::on_predict_batch_end,
                                                                 &TrainModule::on_predict_batch_end},
-                    outputs.back(), batch, batch_idx);
+                    output, batch, batch_idx);
+               if (keep) outputs.push_back(std::move(output));
              });
   call(t, module_, Hook<>{"on_predict_epoch_end", &Callback::on_predict_epoch_end, &TrainModule::on_predict_epoch_end});
   call(t, module_, Hook<>{"on_predict_end", &Callback::on_predict_end, &TrainModule::on_predict_end});

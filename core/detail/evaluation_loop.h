@@ -38,8 +38,8 @@ class EvaluationLoop {
 
   /// Runs `batches[i]` batches of loader i (fewer if it ends first); the epoch metrics.
   Metrics run(Loaders& loaders, const std::vector<int64_t>& batches);
-  /// predict_step's outputs, loader after loader.
-  std::vector<torch::Tensor> predict(Loaders& loaders, const std::vector<int64_t>& batches);
+  /// predict_step's outputs, loader after loader; none unless `keep` (the hooks see each output).
+  std::vector<torch::Tensor> predict(Loaders& loaders, const std::vector<int64_t>& batches, bool keep);
 
  private:
   void start(const std::vector<int64_t>& batches);

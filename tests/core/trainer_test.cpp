@@ -525,6 +525,24 @@ TEST(Trainer, ValidateTestAndPredictReturnResults) {
   EXPECT_TRUE(module.is_training());
 }
 
+// Lightning's return_predictions=False: predict keeps nothing, and a callback still sees each batch's
+// output.
+TEST(Trainer, PredictWithoutReturningKeepsNothingAndCallbacksSeeEveryOutput) {
+  struct Rows : Callback {
+    int64_t rows = 0;
+    std::string state_key() const override { return "Rows"; }
+    void on_predict_batch_end(Trainer&, TrainModule&, const torch::Tensor& outputs, Batch&, int64_t) override {
+      rows += outputs.size(0);
+    }
+  };
+  TinyModule module;
+  auto rows = std::make_shared<Rows>();
+  Trainer trainer(quiet(), {rows});
+  EXPECT_TRUE(trainer.predict(module, tiny_data(5, 2), "", /*return_predictions=*/false).empty());
+  EXPECT_EQ(rows->rows, 5);
+  EXPECT_EQ(trainer.predict(module, tiny_data(5, 2)).size(), 3u);
+}
+
 // As Lightning's trainer.validate(verbose=True) and trainer.test: a table on standard output after
 // the pass, none after fit's own validation, none with verbose off.
 TEST(Trainer, ValidateAndTestPrintTheirMetricsUnlessToldNotTo) {

@@ -289,6 +289,22 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+// Bytes of the optimizer state `optimizer` holds (SGD's momentum, Adam's and AdamW's moments).
+int64_t state_bytes(torch::optim::Optimizer& optimizer) {
+  int64_t bytes = 0;
+  const auto add = [&](const torch::Tensor& t) { bytes += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; };
+  for (const auto& entry : optimizer.state()) {
+    if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(entry.second.get())) {
+      add(sgd->momentum_buffer());
+    } else if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(entry.second.get())) {
+      add(adam->exp_avg()), add(adam->exp_avg_sq()), add(adam->max_exp_avg_sq());
+    } else if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(entry.second.get())) {
+      add(adamw->exp_avg()), add(adamw->exp_avg_sq()), add(adamw->max_exp_avg_sq());
+    }
+  }
+  return bytes;
+}
+
 class Probe : public arc::TrainModule {
  public:
   explicit Probe(const Args& args) : args_(args) {
@@ -382,6 +398,7 @@ class Probe : public arc::TrainModule {
   arc::ShardedUnit<torch::nn::Linear> fc1{nullptr}, fc2{nullptr};
   std::shared_ptr<arc::LRScheduler> plateau;
   arc::SyncBatchNorm bn{nullptr};
+  std::string held = "0 0 0";
 
  private:
   void maybe_fail() {
@@ -403,6 +420,17 @@ class Probe : public arc::TrainModule {
       untoggle_optimizer(optimizer.optimizer());
     }
     return loss.detach();
+  }
+  // What the rank holds at the end of training (before the strategy's teardown makes a FULL_SHARD
+  // module whole again): "<gradient bytes> <optimizer state bytes> <parameter bytes>".
+  void on_train_end() override {
+    int64_t grad_bytes = 0, optimizer_bytes = 0, parameter_bytes = 0;
+    for (const auto& p : parameters()) {
+      if (p.grad().defined()) grad_bytes += static_cast<int64_t>(p.grad().nbytes());
+      parameter_bytes += static_cast<int64_t>(p.storage().nbytes());
+    }
+    for (const auto& config : trainer().optimizer_configs()) optimizer_bytes += state_bytes(*config.optimizer);
+    held = std::to_string(grad_bytes) + " " + std::to_string(optimizer_bytes) + " " + std::to_string(parameter_bytes);
   }
   // Which start of the job this is: the launcher's restart count (torchrun's or SLURM's).
   int64_t attempt() const { return trainer().strategy().restart_count(); }
@@ -718,32 +746,9 @@ void limit_file_size(int64_t bytes) {
 }
 
 // What every rank saw, after fit (the reports listed at the top).
-// Bytes of the optimizer state `optimizer` holds (SGD's momentum, Adam's and AdamW's moments).
-int64_t state_bytes(torch::optim::Optimizer& optimizer) {
-  int64_t bytes = 0;
-  const auto add = [&](const torch::Tensor& t) { bytes += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; };
-  for (const auto& entry : optimizer.state()) {
-    if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(entry.second.get())) {
-      add(sgd->momentum_buffer());
-    } else if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(entry.second.get())) {
-      add(adam->exp_avg()), add(adam->exp_avg_sq()), add(adam->max_exp_avg_sq());
-    } else if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(entry.second.get())) {
-      add(adamw->exp_avg()), add(adamw->exp_avg_sq()), add(adamw->max_exp_avg_sq());
-    }
-  }
-  return bytes;
-}
-
-void report(const Args& args, arc::Trainer& trainer, Probe& module, const arc::ModelCheckpoint* checkpoints) {
+void report(const Args& args, const arc::Trainer& trainer, Probe& module, const arc::ModelCheckpoint* checkpoints) {
   std::cout << "STOPPED " << trainer.global_rank() << " " << trainer.global_step() << std::endl;
-  int64_t grad_bytes = 0, optimizer_bytes = 0, parameter_bytes = 0;
-  for (const auto& p : module.parameters()) {
-    if (p.grad().defined()) grad_bytes += static_cast<int64_t>(p.grad().nbytes());
-    parameter_bytes += static_cast<int64_t>(p.storage().nbytes());
-  }
-  for (const auto& config : trainer.optimizer_configs()) optimizer_bytes += state_bytes(*config.optimizer);
-  std::cout << "HELD " << trainer.global_rank() << " " << grad_bytes << " " << optimizer_bytes << " " << parameter_bytes
-            << std::endl;
+  std::cout << "HELD " << trainer.global_rank() << " " << module.held << std::endl;
   std::cout << "VALIDATIONS " << trainer.global_rank() << " " << trainer.progress().validation_runs << std::endl;
   if (checkpoints != nullptr)
     std::cout << "BEST " << trainer.global_rank() << " " << checkpoints->best_model_path() << " "
@@ -752,16 +757,14 @@ void report(const Args& args, arc::Trainer& trainer, Probe& module, const arc::M
   if (module.plateau)
     std::cout << "LR " << trainer.global_rank() << " " << std::setprecision(17) << module.plateau->last_lr().at(0)
               << std::endl;
-  // Under FULL_SHARD a rank holds whole only the parameters it owns.
-  trainer.strategy().with_whole_parameters([&] {
-    if (args.out_every_rank) write_parameters(module, args.out + "." + std::to_string(trainer.global_rank()));
-    if (!trainer.is_global_zero()) return;
+  if (args.out_every_rank) write_parameters(module, args.out + "." + std::to_string(trainer.global_rank()));
+  if (trainer.is_global_zero()) {
     nlohmann::json probe = trainer.callback_metrics();
     probe["global_step"] = trainer.global_step();
     probe["world_size"] = trainer.world_size();
     std::cout << "PROBE " << probe.dump() << std::endl;
     write_parameters(module, args.out);
-  });
+  }
 }
 
 }  // namespace

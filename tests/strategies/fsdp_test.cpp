@@ -144,6 +144,15 @@ TEST(FSDP, OptionsItCannotTakeAreErrorsThatSayWhatToDo) {
   EXPECT_NE(lbfgs.status, 0);
   EXPECT_NE(lbfgs.output.find("this optimizer is LBFGS, whose line search needs every gradient"), std::string::npos)
       << lbfgs.output;
+  // Under FULL_SHARD every rank's backward gathers the same units in the same order.
+  const auto skipped =
+      probe("--strategy fsdp --sharding FULL_SHARD --steps 4 --devices 2 --skip.rank 1 --skip.batch 1");
+  EXPECT_NE(skipped.status, 0);
+  EXPECT_NE(skipped.output.find("training_step returned no loss, but under FULL_SHARD"), std::string::npos)
+      << skipped.output;
+  const auto unused = probe("--strategy fsdp --sharding FULL_SHARD --steps 2 --find-unused 1");
+  EXPECT_NE(unused.status, 0);
+  EXPECT_NE(unused.output.find("but find_unused_parameters is on"), std::string::npos) << unused.output;
   const auto hybrid = probe("--strategy fsdp --steps 2 --sharding HYBRID_SHARD");
   EXPECT_NE(hybrid.status, 0);
   EXPECT_NE(hybrid.output.find("use \"FULL_SHARD\""), std::string::npos) << hybrid.output;
