@@ -118,9 +118,10 @@ using impl_of = typename ImplOf<T>::type;
 /// `arc::ShardedUnit<Block> block = register_module("block", arc::ShardedUnit<Block>(Block(...)))`.
 /// Its parameters keep the wrapped module's names ("block.fc.weight"). The wrapped forward must be
 /// one non-const member function returning a tensor, a vector of tensors or a tuple of them.
-/// Parameters of a unit have no memory on the ranks that do not own them outside the unit's
-/// forward and backward: reading them there (an L2 term over module.parameters() in training_step,
-/// say) is an error that the strategy cannot catch; checkpoints gather them.
+/// During a stage (fit, validate, test, predict) a unit's parameters have no memory on the ranks
+/// that do not own them outside the unit's forward and backward: reading them there (an L2 term over
+/// module.parameters() in training_step, say) is an error that the strategy cannot catch;
+/// checkpoints gather them, and the stage's end leaves the module whole.
 template <typename ModuleType>
 class ShardedUnitImpl
     : public detail::ShardedUnitOf<detail::impl_of<ModuleType>, decltype(&detail::impl_of<ModuleType>::forward)> {
