@@ -56,6 +56,7 @@
 #include <arc/fabric/fabric_options.h>
 #include <arc/fabric/grad_scaler.h>
 #include <arc/fabric/precision.h>
+#include <arc/fabric/sharded_checkpoint.h>
 #include <arc/fabric/weights.h>
 #include <arc/loggers/csv_logger.h>
 #include <arc/loggers/folder_logger.h>

@@ -17,6 +17,7 @@
 #include <arc/core/trainer.h>
 #include <arc/core/tuner.h>
 #include <arc/fabric/checkpoint.h>
+#include <arc/fabric/sharded_checkpoint.h>
 #include <arc/fabric/weights.h>
 #include <arc/loggers/logger_registry.h>
 #include <arc/strategies/detail/rank_processes.h>
@@ -49,6 +50,7 @@ const char* kExamples = R"(Examples:
   arc validate --config run.json --ckpt last  one validation pass with the last checkpoint's weights
   arc export --ckpt last --to model.safetensors   the last checkpoint's weights, for PyTorch and Hugging Face
   arc fit --set module.init_weights=model.safetensors   start from pretrained weights
+  arc consolidate --ckpt last.ckpt --to whole.ckpt  a sharded checkpoint (a folder) as one file
   arc lr_find --config run.json --svg lr.svg  the learning-rate range test; prints the suggested rate
   arc scale_batch_size --mode binsearch       the largest data.batch_size whose steps fit in memory
   arc modules                                 list registered modules and data modules, with their keys
@@ -354,6 +356,22 @@ int export_weights(const nlohmann::json& config, const std::string& from, const 
   return 0;
 }
 
+// arc consolidate: a sharded checkpoint as one file; without a name, beside the folder as
+// <name>.consolidated.ckpt (Lightning's consolidate_checkpoint appends .consolidated; the .ckpt keeps
+// it readable by every tool that tells formats by their suffix).
+int consolidate_sharded(const std::string& from, const std::string& to) {
+  ARC_CHECK(std::filesystem::is_directory(from), "arc consolidate --ckpt '", from, "': not a sharded checkpoint's ",
+            "folder; a checkpoint file is already one file");
+  std::string folder = from;
+  while (folder.size() > 1 && folder.back() == '/') folder.pop_back();
+  const std::string stem =
+      std::filesystem::path(folder).extension() == ".ckpt" ? folder.substr(0, folder.size() - 5) : folder;
+  const std::string target = to.empty() ? stem + ".consolidated.ckpt" : to;
+  consolidate_checkpoint(from, target);
+  print_result({{"from", from}, {"to", target}});
+  return 0;
+}
+
 // LightningCLI's verbose belongs to validate and test; `command` is another.
 void refuse_verbose(const std::string& command, const Experiment& experiment) {
   ARC_CHECK(!experiment.verbose, "config key 'verbose' (", *experiment.verbose ? "true" : "false",
@@ -617,6 +635,14 @@ int run(int argc, char** argv) {
                              "largest shard in MiB: above it, Hugging Face's shards and index (0: one file)");
   export_command->add_option("--config,-c", config_paths, "config files, for trainer.default_root_dir");
   export_command->add_option("--set,-s", overrides, "override one key: section.key=value");
+  std::string consolidate_from, consolidate_to;
+  auto* consolidate = app.add_subcommand(
+      "consolidate",
+      "write a sharded checkpoint (a folder: fsdp's state_dict_type \"sharded\") as one checkpoint file, which "
+      "resumes and loads as the folder does");
+  consolidate->add_option("--ckpt,--ckpt_path", consolidate_from, "the sharded checkpoint's folder")->required();
+  consolidate->add_option("--to", consolidate_to,
+                          "the file to write (<name>.consolidated.ckpt beside the folder when not given)");
   auto* modules = app.add_subcommand(
       "modules",
       "list registered modules and data modules, with the config keys each reads, then the callbacks, loggers, "
@@ -639,7 +665,7 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& error) {
     if (error.get_exit_code() == 0) return app.exit(error);  // --help
     std::vector<CLI::App*> commands = configured;
-    commands.insert(commands.end(), {export_command, modules, reference});
+    commands.insert(commands.end(), {export_command, consolidate, modules, reference});
     return fail("error", usage_error(commands, args, error), 2);
   }
   LoadedConfig loaded;
@@ -651,6 +677,7 @@ int run(int argc, char** argv) {
       loaded = load_config(config_paths, overrides);
       return export_weights(loaded.config, ckpt, export_to, max_shard_mb);
     }
+    if (consolidate->parsed()) return consolidate_sharded(consolidate_from, consolidate_to);
     for (auto* command : configured) {
       if (!command->parsed()) continue;
       loaded = load_config(config_paths, overrides);

@@ -6,6 +6,7 @@
 #include <arc/core/metric_store.h>
 #include <arc/core/trainer.h>
 #include <arc/fabric/checkpoint.h>
+#include <arc/fabric/sharded_checkpoint.h>
 #include <arc/strategies/strategy.h>
 
 #include <fmt/format.h>
@@ -41,12 +42,13 @@ std::string ModelCheckpoint::folder(const Trainer& trainer) const {
 
 namespace {
 
-// The .ckpt files in `folder`.
+// The .ckpt files (and sharded checkpoints' folders) in `folder`.
 std::vector<std::string> checkpoints_in(const std::filesystem::path& folder) {
   std::vector<std::string> out;
   std::error_code missing;
   for (const auto& entry : std::filesystem::directory_iterator(folder, missing))
-    if (entry.is_regular_file() && entry.path().extension() == ".ckpt") out.push_back(entry.path().string());
+    if ((entry.is_regular_file() || entry.is_directory()) && entry.path().extension() == ".ckpt")
+      out.push_back(entry.path().string());
   return out;
 }
 
@@ -203,7 +205,7 @@ void ModelCheckpoint::save(Trainer& trainer) {
     if (best_path_.empty() || !kept_.count(best_path_) || !monitored || better(score, kept_.at(best_path_)))
       best_path_ = path;
     trainer.save_checkpoint(path, options_.save_weights_only(), options_.async_checkpointing());
-    if (!worst.empty() && worst != path && trainer.is_global_zero()) std::filesystem::remove(worst);
+    if (!worst.empty() && worst != path && trainer.is_global_zero()) remove_checkpoint(worst);
   } else if (options_.verbose() && monitored) {
     console().info("{}'{}' was not in top {}", epoch_and_step, options_.monitor(), k);
   }

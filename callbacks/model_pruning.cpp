@@ -195,6 +195,9 @@ void ModelPruning::on_fit_start(Trainer& trainer, TrainModule&) {
   ARC_CHECK(!trainer.strategy().parameters_sharded(), "ModelPruning masks the parameters in place between ",
             "steps, but under fsdp's FULL_SHARD the parameters of arc::ShardedUnit submodules are whole only on the ",
             "rank that owns them; use sharding_strategy \"SHARD_GRAD_OP\", which keeps them whole on every rank");
+  ARC_CHECK(!trainer.strategy().sharded_checkpoints(), "ModelPruning writes the pruned weights of every parameter ",
+            "into rank 0's checkpoint, but with fsdp's state_dict_type \"sharded\" each rank writes the parameters ",
+            "it owns; use state_dict_type \"full\"");
   masked_step_ = -1;
   if (restored_) {
     restored_ = false;

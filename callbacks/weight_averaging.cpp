@@ -43,6 +43,9 @@ void WeightAveraging::on_fit_start(Trainer& trainer, TrainModule& module) {
   ARC_CHECK(!trainer.strategy().parameters_sharded(), "weight averaging (EMA, SWA) reads every parameter after each ",
             "step, but under fsdp's FULL_SHARD the parameters of arc::ShardedUnit submodules are whole only on the ",
             "rank that owns them; use sharding_strategy \"SHARD_GRAD_OP\", which keeps them whole on every rank");
+  ARC_CHECK(!trainer.strategy().sharded_checkpoints(), "weight averaging (EMA, SWA) writes the averaged weights of ",
+            "every parameter into rank 0's checkpoint, but with fsdp's state_dict_type \"sharded\" each rank writes ",
+            "the parameters it owns; use state_dict_type \"full\"");
   if (restored_) {
     restored_ = false;
     return;

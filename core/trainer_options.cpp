@@ -500,6 +500,8 @@ const std::vector<OptionField>& option_fields() {
       ARC_DDP_OPTION(sharding_strategy,
                      "fsdp: \"SHARD_GRAD_OP\" (\"auto\"), \"FULL_SHARD\", \"SHARD_OPTIMIZER\" or \"NO_SHARD\": what "
                      "each rank keeps"),
+      ARC_DDP_OPTION(state_dict_type,
+                     "fsdp: \"full\" (one checkpoint file) or \"sharded\" (a folder: each rank writes what it owns)"),
       ARC_SLURM_OPTION(auto_requeue, "under SLURM: save and requeue on requeue_signal"),
       ARC_SLURM_OPTION(requeue_signal, "\"SIGUSR1\", \"SIGUSR2\", \"SIGHUP\" or \"SIGALRM\""),
       ARC_OPTION(elastic_checkpoint_every_n_steps, "strategy elastic: global steps between its checkpoints (0: off)",

@@ -6,6 +6,7 @@
 #include <arc/base/error.h>
 #include <arc/base/output_file.h>
 #include <arc/fabric/detail/read_file.h>
+#include <arc/fabric/sharded_checkpoint.h>
 
 #include <torch/torch.h>
 
@@ -134,6 +135,28 @@ void CheckpointWriter::add(const std::string& name, torch::serialize::OutputArch
 
 void CheckpointWriter::add_json(const std::string& name, nlohmann::json value) { values_[name] = std::move(value); }
 
+void CheckpointWriter::add_entries(const CheckpointReader& reader) {
+  for (const auto& [name, e] : reader.entries_) {
+    if (e.kind == "tensor") {
+      tensors_.emplace_back(name, reader.tensor(name));
+    } else if (e.kind == "archive") {
+      std::string bytes(static_cast<size_t>(e.bytes), '\0');
+      e.file->read_at(static_cast<uint64_t>(e.offset), bytes.data(), bytes.size());
+      archives_.emplace_back(name, std::move(bytes));
+    } else {
+      values_[name] = e.value;
+    }
+  }
+}
+
+nlohmann::json CheckpointWriter::take_json(const std::string& name) {
+  const auto found = values_.find(name);
+  if (found == values_.end()) return nullptr;
+  auto value = std::move(*found);
+  values_.erase(found);
+  return value;
+}
+
 std::vector<std::pair<std::string, torch::Tensor>> named_state(const torch::nn::Module& module) {
   std::vector<std::pair<std::string, torch::Tensor>> state;
   for (const auto& item : module.named_parameters()) state.emplace_back(item.key(), item.value());
@@ -187,14 +210,16 @@ bool CheckpointWriter::same_data(const CheckpointWriter& other) const {
   return true;
 }
 
-void CheckpointWriter::write(const std::string& path, Threads threads) const {
+void CheckpointWriter::write(const std::string& path, Threads threads, bool remove_stale) const {
   const std::filesystem::path target(path);
   const std::string folder = target.has_parent_path() ? target.parent_path().string() : ".";
   std::error_code error;
   std::filesystem::create_directories(folder, error);
   ARC_CHECK(!error, "cannot create the folder of checkpoint '", path, "': ", error.message(),
             "; make its parent writable, or save elsewhere (ModelCheckpoint's dirpath, default_root_dir)");
-  remove_stale_temporaries(folder);
+  ARC_CHECK(!std::filesystem::is_directory(path), "cannot write checkpoint '", path, "': a sharded checkpoint (a ",
+            "folder) has that name; remove it, save elsewhere, or keep the strategy's state_dict_type \"sharded\"");
+  if (remove_stale) remove_stale_temporaries(folder);
   OutputFile file(path, "checkpoint", "ModelCheckpoint's dirpath, default_root_dir",
                   "save smaller checkpoints (save_weights_only)");
   const uint64_t version = kCheckpointFormatVersion;
@@ -275,6 +300,10 @@ CheckpointReader::CheckpointReader(std::string path) : CheckpointReader(std::mov
 
 CheckpointReader::CheckpointReader(std::string path, bool verify_data)
     : path_(std::move(path)), verify_data_(verify_data) {
+  if (std::filesystem::is_directory(path_)) {
+    open_shards();
+    return;
+  }
   open_file();
   read_index();
   if (verify_data_) verify_checksums();
@@ -291,7 +320,18 @@ void CheckpointReader::open_file() {
             " bytes); use an earlier one");
 }
 
-void CheckpointReader::read_at(uint64_t offset, void* into, size_t size) const { file_->read_at(offset, into, size); }
+void CheckpointReader::open_shards() {
+  auto index = read_sharded_index(path_);
+  meta_ = std::move(index.meta);
+  for (const auto& shard : index.shards) {
+    shards_.push_back(std::unique_ptr<CheckpointReader>(new CheckpointReader(shard, verify_data_)));
+    for (auto& [name, e] : shards_.back()->entries_) {
+      ARC_CHECK(entries_.count(name) == 0, "sharded checkpoint '", path_, "' is corrupt: '", name, "' is in two ",
+                "shards; use an earlier one");
+      entries_.emplace(name, std::move(e));
+    }
+  }
+}
 
 // Every data checksum, before anything is loaded. Blobs are summed in pieces of kLoadPiece spread
 // over threads (so that one large tensor is not summed on one), each read in parts small enough to
@@ -319,7 +359,7 @@ void CheckpointReader::verify_checksums() {
     std::vector<uint8_t> part(std::min(kReadPiece, piece.size));
     for (size_t at = 0; at < piece.size; at += kReadPiece) {
       const size_t n = std::min(kReadPiece, piece.size - at);
-      read_at(piece.offset + at, part.data(), n);
+      file_->read_at(piece.offset + at, part.data(), n);
       sums[i].update(part.data(), n);
     }
   });
@@ -332,8 +372,8 @@ void CheckpointReader::verify_checksums() {
 
 void CheckpointReader::read_index() {
   uint8_t header[kHeaderBytes], trailer[kTrailerBytes];
-  read_at(0, header, kHeaderBytes);
-  read_at(file_->size() - kTrailerBytes, trailer, kTrailerBytes);
+  file_->read_at(0, header, kHeaderBytes);
+  file_->read_at(file_->size() - kTrailerBytes, trailer, kTrailerBytes);
   ARC_CHECK(std::memcmp(header, kMagic, 8) == 0, "file '", path_,
             "' is not an Arclight checkpoint, or is truncated or corrupt; pass a file written by ",
             "Trainer::save_checkpoint");
@@ -348,7 +388,7 @@ void CheckpointReader::read_index() {
   uint32_t stored_crc;
   std::memcpy(&stored_crc, trailer + 16, 4);
   std::string index(index_bytes, '\0');
-  read_at(index_offset, index.data(), index_bytes);
+  file_->read_at(index_offset, index.data(), index_bytes);
   ARC_CHECK(crc32c(index.data(), index_bytes) == stored_crc, "checkpoint '", path_,
             "' is corrupt (its index fails its checksum); use an earlier one");
   const auto parsed = nlohmann::json::parse(index, nullptr, false);
@@ -357,6 +397,7 @@ void CheckpointReader::read_index() {
   meta_ = parsed.at("meta");
   for (const auto& [name, json] : parsed.at("entries").items()) {
     Entry e;
+    e.file = file_.get();
     e.kind = json.at("kind").get<std::string>();
     if (e.kind == "json") {
       e.value = json.at("value");
@@ -425,6 +466,7 @@ void CheckpointReader::read_into(const std::string& name, const torch::Tensor& i
 // from the page cache about 1.4x as fast as one); the others through a CPU tensor.
 void CheckpointReader::read_all_into(const std::vector<std::pair<std::string, torch::Tensor>>& targets) const {
   struct Piece {
+    const detail::ReadFile* file;
     uint64_t offset;
     uint8_t* into;
     size_t size;
@@ -444,10 +486,11 @@ void CheckpointReader::read_all_into(const std::vector<std::pair<std::string, to
     auto* bytes = static_cast<uint8_t*>(into.data_ptr());
     bytes_read += static_cast<size_t>(e.bytes);
     for (size_t at = 0; at < static_cast<size_t>(e.bytes); at += kLoadPiece)
-      pieces.push_back(
-          {static_cast<uint64_t>(e.offset) + at, bytes + at, std::min(kLoadPiece, static_cast<size_t>(e.bytes) - at)});
+      pieces.push_back({e.file, static_cast<uint64_t>(e.offset) + at, bytes + at,
+                        std::min(kLoadPiece, static_cast<size_t>(e.bytes) - at)});
   }
-  spread(pieces.size(), bytes_read, [&](size_t i) { read_at(pieces[i].offset, pieces[i].into, pieces[i].size); });
+  spread(pieces.size(), bytes_read,
+         [&](size_t i) { pieces[i].file->read_at(pieces[i].offset, pieces[i].into, pieces[i].size); });
   torch::NoGradGuard no_grad;
   for (const auto* target : converted) target->second.copy_(tensor(target->first));
 }
@@ -455,7 +498,7 @@ void CheckpointReader::read_all_into(const std::vector<std::pair<std::string, to
 torch::serialize::InputArchive CheckpointReader::archive(const std::string& name) const {
   const auto& e = entry(name, "archive");
   std::string bytes(static_cast<size_t>(e.bytes), '\0');
-  read_at(static_cast<uint64_t>(e.offset), bytes.data(), bytes.size());
+  e.file->read_at(static_cast<uint64_t>(e.offset), bytes.data(), bytes.size());
   torch::serialize::InputArchive archive;
   archive.load_from(bytes.data(), bytes.size());
   return archive;

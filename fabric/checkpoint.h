@@ -4,7 +4,8 @@
 // JSON value) and a trailer that locates it. Format 2 stored every optimizer as an archive.
 // Written to a temporary name, fsynced and renamed, so a crash never leaves a half-written file;
 // every checksum is verified before anything is loaded, so a bad file changes nothing and the error
-// says what is wrong.
+// says what is wrong. A sharded checkpoint is a folder of such files, one per rank, and an index
+// (sharded_checkpoint.h); the reader opens either.
 #pragma once
 
 #include <arc/base/output_file.h>
@@ -24,6 +25,7 @@ class Module;
 }
 
 namespace arc {
+class CheckpointReader;
 namespace detail {
 class ReadFile;
 }  // namespace detail
@@ -67,6 +69,10 @@ class CheckpointWriter {
   void add(const std::string& name, torch::serialize::OutputArchive archive);
   /// A small JSON value kept in the index (an optimizer's layout).
   void add_json(const std::string& name, nlohmann::json value);
+  /// Every entry of `reader` (a sharded checkpoint's too), to write them as one file.
+  void add_entries(const CheckpointReader& reader);
+  /// Removes the JSON value added as `name` and returns it (null when there is none).
+  nlohmann::json take_json(const std::string& name);
   /// The parameters and buffers of `module`, as "<prefix>/<name>" ("model/<name>" in a Trainer's).
   void add_module(const torch::nn::Module& module, const std::string& prefix = "model");
   /// Puts `tensor` (of the same shape) in place of the one added as `name`.
@@ -77,8 +83,9 @@ class CheckpointWriter {
   enum class Threads { kOne, kTwo };
   /// Writes through `path.tmp-<pid>`: write, fsync, rename, fsync the folder. A failed write is an
   /// arc::Error naming the file, the cause and the fix, and leaves no temporary file and the
-  /// previous `path` intact. Temporary files of dead writers in that folder are removed first.
-  void write(const std::string& path, Threads threads = Threads::kTwo) const;
+  /// previous `path` intact. Temporary files of dead writers in that folder are removed first,
+  /// unless `remove_stale` is false (where ranks of other machines write into the same folder).
+  void write(const std::string& path, Threads threads = Threads::kTwo, bool remove_stale = true) const;
 
   /// The metadata, which set_meta replaces.
   ///@{
@@ -98,11 +105,13 @@ class CheckpointWriter {
   nlohmann::json values_ = nlohmann::json::object();
 };
 
-/// An opened, fully verified checkpoint. Missing, truncated, corrupt (a checksum differs) and
-/// unknown-version files are arc::Errors that say which.
+/// An opened, fully verified checkpoint: one file, or a sharded checkpoint's folder, whose shards it
+/// reads as one checkpoint. Missing, truncated, corrupt (a checksum differs) and unknown-version
+/// files are arc::Errors that say which.
 class CheckpointReader {
  public:
-  /// Opens the checkpoint at `path` and verifies all of it, data checksums included.
+  /// Opens the checkpoint at `path` (a file or a sharded checkpoint's folder) and verifies all of
+  /// it, data checksums included.
   explicit CheckpointReader(std::string path);
   ~CheckpointReader();
   /// The metadata of a complete checkpoint, without reading its data: header, trailer and index
@@ -147,6 +156,7 @@ class CheckpointReader {
   LoadResult load_module(torch::nn::Module& module, bool strict = true, const std::string& prefix = "model") const;
 
  private:
+  friend class CheckpointWriter;
   struct Entry {
     std::string kind;
     int64_t offset = 0;
@@ -155,11 +165,14 @@ class CheckpointReader {
     std::vector<int64_t> shape;
     std::string checksum;
     nlohmann::json value;
+    // The file that holds it: this reader's, or a shard's.
+    const detail::ReadFile* file = nullptr;
   };
   CheckpointReader(std::string path, bool verify_data);
   const Entry& entry(const std::string& name, const std::string& kind) const;
   void open_file();
-  void read_at(uint64_t offset, void* into, size_t size) const;
+  /// Opens a sharded checkpoint's shards and takes their entries as its own.
+  void open_shards();
   void read_index();
   void verify_checksums();
 
@@ -167,6 +180,7 @@ class CheckpointReader {
   nlohmann::json meta_;
   std::map<std::string, Entry> entries_;
   std::unique_ptr<detail::ReadFile> file_;
+  std::vector<std::unique_ptr<CheckpointReader>> shards_;
   bool verify_data_ = true;
 };
 

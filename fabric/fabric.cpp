@@ -6,6 +6,7 @@
 #include <arc/fabric/detail/connector.h>
 #include <arc/fabric/detail/optimizer_state.h>
 #include <arc/fabric/detail/run_loggers.h>
+#include <arc/fabric/sharded_checkpoint.h>
 #include <arc/strategies/strategy.h>
 #include <arc/strategies/sync_batch_norm.h>
 
@@ -104,6 +105,15 @@ bool Fabric::step(torch::optim::Optimizer& optimizer) {
 }
 
 void Fabric::save(const std::string& path, const FabricState& state) {
+  if (strategy_->sharded_checkpoints()) {
+    CheckpointWriter shard(is_global_zero() ? nlohmann::json{{"accelerator_state", {{"values", state.values}}},
+                                                             {"precision", precision_->state_dict()}}
+                                            : nlohmann::json{{"shard", global_rank()}});
+    for (const auto& [name, module] : state.modules_) add_owned_state(shard, *module, name, *strategy_);
+    for (const auto& [name, optimizer] : state.optimizers_) add_owned_optimizer(shard, name, *optimizer, *strategy_);
+    write_sharded_checkpoint(shard, path, *strategy_->collectives());
+    return;
+  }
   // Whatever stops rank 0 reaches every rank, which would otherwise wait for it.
   std::string failure;
   // Sharded optimizer state comes to rank 0 for the file, which holds it whole.
@@ -152,10 +162,8 @@ LoadResult Fabric::load(const std::string& path, FabricState& state, bool strict
   });
   for (const auto& [name, optimizer] : state.optimizers_)
     if (checkpoint.contains(name)) {
-      load_optimizer(checkpoint, name, *optimizer);
-      // The file holds every rank's state; a sharded rank keeps its own.
-      const auto owners = strategy_->state_owners(*optimizer);
-      if (!owners.empty()) keep_own_optimizer_state(*optimizer, owners, global_rank());
+      // The file holds every rank's state; a sharded rank reads its own.
+      load_optimizer(checkpoint, name, *optimizer, strategy_->state_owners(*optimizer), global_rank());
     }
   const auto parts = checkpoint.meta().value("accelerator_state", nlohmann::json::object());
   state.values = parts.value("values", nlohmann::json::object());

@@ -386,7 +386,8 @@ std::unique_ptr<WeightsReader> open_weights(const std::string& path) {
   }
   // Lightning's checkpoints are torch.save's zip archives; Arclight's are not.
   if (ends_with(path, ".ckpt"))
-    return is_zip(path) ? detail::open_torch_file(path) : std::make_unique<CheckpointWeights>(path);
+    return !std::filesystem::is_directory(path) && is_zip(path) ? detail::open_torch_file(path)
+                                                                : std::make_unique<CheckpointWeights>(path);
   ARC_FAIL("cannot tell the format of weights file '", path, "' by its name; Arclight reads ", kSuffix,
            " files, Hugging Face's sharded ", kIndexSuffix, ", torch.save's .pt (.pth, .bin), Lightning's and ",
            "Arclight's checkpoints (.ckpt)");

@@ -113,4 +113,8 @@ void check_shares(const Collectives& group, const torch::Tensor& share, const to
 /// `text` as rank `src` of `group` has it (its length, then its bytes); every rank calls it.
 std::string broadcast_text(Collectives& group, const std::string& text, int64_t src);
 
+/// Every rank's `text`, in rank order (the lengths, then the bytes padded to the longest); every
+/// rank calls it.
+std::vector<std::string> all_gather_text(Collectives& group, const std::string& text);
+
 }  // namespace arc

@@ -89,6 +89,10 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
   ARC_CHECK(shard_ || sharding == "auto", "sharding_strategy '", sharding, "' is for strategy \"fsdp\", but this ",
             "run's strategy is \"", name(), "\"; set strategy to \"fsdp\", or leave sharding_strategy at \"auto\"");
   if (shard_) sharding_ = sharding == "auto" ? "SHARD_GRAD_OP" : sharding;
+  ARC_CHECK(shard_ || plan.ddp.state_dict_type() == "full", "state_dict_type \"", plan.ddp.state_dict_type(),
+            "\" is for strategy \"fsdp\", but this run's strategy is \"", name(), "\"; set strategy to \"fsdp\", or ",
+            "leave state_dict_type at \"full\"");
+  sharded_checkpoints_ = shard_ && plan.ddp.state_dict_type() == "sharded";
   // A unit's gathers run inside backward, between the gradient reductions: every rank's backward must
   // reach the same units in the same order.
   ARC_CHECK(sharding_ != "FULL_SHARD" || !plan.ddp.find_unused_parameters(), "FULL_SHARD gathers each unit's ",

@@ -46,7 +46,8 @@ class DDPStrategy : public Strategy {
   /// The rank owning `parameter` under sharding, fixed at setup for every parameter of the module
   /// (whatever requires gradients later, so that no optimizer state ever moves); nullopt unless
   /// sharded and one of the module's.
-  std::optional<int64_t> owner_of(const torch::Tensor& parameter) const;
+  std::optional<int64_t> owner_of(const torch::Tensor& parameter) const override;
+  bool sharded_checkpoints() const override { return sharded_checkpoints_; }
   void set_gradient_sync(bool sync) override { sync_ = sync; }
   int64_t world_size() const override { return world_size_; }
   int64_t global_rank() const override { return rank_; }
@@ -100,6 +101,7 @@ class DDPStrategy : public Strategy {
   std::unordered_set<const void*> unit_parameters_;
   /// The sharding_strategy option, "auto" resolved.
   std::string sharding_ = "NO_SHARD";
+  bool sharded_checkpoints_ = false;
   torch::Device device_{torch::kCPU};
   int64_t world_size_ = 1;
   int64_t rank_ = 0;

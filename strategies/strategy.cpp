@@ -165,6 +165,7 @@ void DDPStrategyOptions::validate() const {
             "(parameters sharded over every rank) or \"SHARD_GRAD_OP\"");
   check_choice("sharding_strategy", sharding_strategy_,
                {"auto", "FULL_SHARD", "SHARD_GRAD_OP", "SHARD_OPTIMIZER", "NO_SHARD"});
+  check_choice("state_dict_type", state_dict_type_, {"full", "sharded"});
 }
 
 Registry<Strategy>& strategy_registry() {

@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,11 @@ class DDPStrategyOptions {
   /// on their owner outside the unit's forward and backward; "NO_SHARD": DDP. The other strategies
   /// take "auto" only.
   ARC_ARG(std::string, sharding_strategy) = "auto";
+  /// Strategy "fsdp": how checkpoints hold the model and optimizer state. "full": one file, written
+  /// by rank 0 (which gathers what other ranks own); "sharded": a folder in which every rank writes
+  /// the parameters and optimizer state it owns, at once, and an index; both load at any world size
+  /// (arc::consolidate_checkpoint makes one file of a folder). The other strategies take "full" only.
+  ARC_ARG(std::string, state_dict_type) = "full";
 
  public:
   /// `timeout` and `collective_timeout` (at most `timeout`) as durations.
@@ -144,6 +150,10 @@ class Strategy {
   /// For each parameter of `optimizer`, in group order, the rank that keeps its state (-1: every
   /// rank); empty when nothing is sharded.
   virtual std::vector<int64_t> state_owners(const torch::optim::Optimizer&) const { return {}; }
+  /// The rank that owns `parameter` (one of the module's) under sharding; nullopt unless sharded.
+  virtual std::optional<int64_t> owner_of(const torch::Tensor& /*parameter*/) const { return std::nullopt; }
+  /// Whether checkpoints are sharded: each rank writes what it owns (fsdp's state_dict_type "sharded").
+  virtual bool sharded_checkpoints() const { return false; }
   /// Whether some parameters have memory only on the rank that owns them, outside the forward and
   /// backward of their arc::ShardedUnit (fsdp's FULL_SHARD).
   virtual bool parameters_sharded() const { return false; }

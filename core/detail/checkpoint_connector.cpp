@@ -8,6 +8,7 @@
 #include <arc/data/data_loader.h>
 #include <arc/fabric/checkpoint.h>
 #include <arc/fabric/detail/optimizer_state.h>
+#include <arc/fabric/sharded_checkpoint.h>
 #include <arc/strategies/strategy.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -63,13 +64,15 @@ int64_t hpc_index(const std::string& file_name) {
   return std::stoll(digits);
 }
 
-// Files in `folder` (none when it does not exist) that `keep` accepts by name.
+// Files and sharded checkpoints' folders in `folder` (none when it does not exist) that `keep`
+// accepts by name.
 std::vector<std::filesystem::path> files_in(const std::string& folder,
                                             const std::function<bool(const std::string&)>& keep) {
   std::vector<std::filesystem::path> out;
   std::error_code missing;
   for (const auto& entry : std::filesystem::directory_iterator(folder, missing))
-    if (entry.is_regular_file() && keep(entry.path().filename().string())) out.push_back(entry.path());
+    if ((entry.is_regular_file() || entry.is_directory()) && keep(entry.path().filename().string()))
+      out.push_back(entry.path());
   return out;
 }
 
@@ -88,22 +91,26 @@ std::string hpc_path(const std::string& folder, int64_t index) {
 }  // namespace
 
 void CheckpointConnector::save(TrainModule& module, const std::string& path, bool weights_only, bool in_background) {
+  if (trainer_.strategy().sharded_checkpoints()) {
+    if (in_background && !warned_synchronous_ && trainer_.is_global_zero())
+      console().warn(
+          "async checkpointing: sharded checkpoints are written while training waits (every rank writes "
+          "its own file at once)");
+    warned_synchronous_ = warned_synchronous_ || in_background;
+    save_sharded(module, path, weights_only);
+    return;
+  }
   trainer_.strategy().with_whole_parameters([&] { save_whole(module, path, weights_only, in_background); });
 }
 
-void CheckpointConnector::save_whole(TrainModule& module, const std::string& path, bool weights_only,
-                                     bool in_background) {
-  // Sharded optimizer state comes to rank 0 for the file, which holds it whole.
-  std::vector<std::vector<int64_t>> owners;
-  for (const auto& config : trainer_.optimizer_configs()) {
-    owners.push_back(weights_only ? std::vector<int64_t>() : trainer_.strategy().state_owners(*config.optimizer));
-    if (!owners.back().empty())
-      gather_optimizer_state(*config.optimizer, owners.back(), *trainer_.strategy().collectives());
-  }
-  if (!trainer_.is_global_zero()) return;
+bool CheckpointConnector::mid_accumulation() const {
   const auto& progress = trainer_.progress();
-  const bool mid_accumulation = progress.epoch_batches % trainer_.accumulate_grad_batches() != 0 &&
-                                progress.epoch_batches != trainer_.num_training_batches();
+  return progress.epoch_batches % trainer_.accumulate_grad_batches() != 0 &&
+         progress.epoch_batches != trainer_.num_training_batches();
+}
+
+nlohmann::json CheckpointConnector::checkpoint_meta(TrainModule& module, bool weights_only) const {
+  const auto& progress = trainer_.progress();
   nlohmann::json meta = {{"module", module.name()},
                          {"weights_only", weights_only},
                          {"epoch", progress.current_epoch},
@@ -112,7 +119,7 @@ void CheckpointConnector::save_whole(TrainModule& module, const std::string& pat
                          {"total_batches", progress.total_batches},
                          {"stepped_batches", progress.stepped_batches},
                          {"validation_runs", progress.validation_runs},
-                         {"mid_accumulation", mid_accumulation},
+                         {"mid_accumulation", mid_accumulation()},
                          {"hparams", module.hparams()}};
   if (state_.train_batch_size) meta["train_batch_size"] = *state_.train_batch_size;
   nlohmann::json callbacks = nlohmann::json::object();
@@ -138,19 +145,36 @@ void CheckpointConnector::save_whole(TrainModule& module, const std::string& pat
   meta["callback_metrics"] = metrics_to_json(state_.logging.callback_metrics());
   meta["precision"] = trainer_.precision().state_dict();
   module.on_save_checkpoint(meta);
+  return meta;
+}
 
-  CheckpointWriter writer(std::move(meta));
+// What rank 0 writes last for a resumable checkpoint: the gradients mid-accumulation, the generator.
+void CheckpointConnector::add_resume_state(CheckpointWriter& writer, TrainModule& module) {
+  if (mid_accumulation()) {
+    const auto parameters = trainable(module);
+    for (size_t i = 0; i < parameters.size(); ++i)
+      if (parameters[i].grad().defined()) writer.add("grad/" + std::to_string(i), parameters[i].grad());
+  }
+  writer.add("rng_cpu", cpu_rng_state());
+}
+
+void CheckpointConnector::save_whole(TrainModule& module, const std::string& path, bool weights_only,
+                                     bool in_background) {
+  // Sharded optimizer state comes to rank 0 for the file, which holds it whole.
+  std::vector<std::vector<int64_t>> owners;
+  for (const auto& config : trainer_.optimizer_configs()) {
+    owners.push_back(weights_only ? std::vector<int64_t>() : trainer_.strategy().state_owners(*config.optimizer));
+    if (!owners.back().empty())
+      gather_optimizer_state(*config.optimizer, owners.back(), *trainer_.strategy().collectives());
+  }
+  if (!trainer_.is_global_zero()) return;
+  CheckpointWriter writer(checkpoint_meta(module, weights_only));
   writer.add_module(module);
   for (const auto& callback : trainer_.callbacks()) callback->on_save_checkpoint(trainer_, module, writer);
   if (!weights_only) {
     for (size_t i = 0; i < trainer_.optimizer_configs().size(); ++i)
       save_optimizer(writer, "optimizer_" + std::to_string(i), *trainer_.optimizer_configs()[i].optimizer);
-    if (mid_accumulation) {
-      const auto parameters = trainable(module);
-      for (size_t i = 0; i < parameters.size(); ++i)
-        if (parameters[i].grad().defined()) writer.add("grad/" + std::to_string(i), parameters[i].grad());
-    }
-    writer.add("rng_cpu", cpu_rng_state());
+    add_resume_state(writer, module);
   }
   for (size_t i = 0; i < owners.size(); ++i)
     if (!owners[i].empty()) keep_own_optimizer_state(*trainer_.optimizer_configs()[i].optimizer, owners[i], 0);
@@ -160,6 +184,25 @@ void CheckpointConnector::save_whole(TrainModule& module, const std::string& pat
   }
   state_.checkpoint_writes.wait();
   writer.write(path);
+}
+
+// Each rank writes the parameters it owns and their optimizer state; rank 0 also the metadata, the
+// buffers, what no rank owns and the optimizers' layouts, which it makes whole from every rank's.
+void CheckpointConnector::save_sharded(TrainModule& module, const std::string& path, bool weights_only) {
+  auto& strategy = trainer_.strategy();
+  auto* group = strategy.collectives();
+  ARC_CHECK(group != nullptr, "state_dict_type \"sharded\" needs the ranks' collectives, which this strategy has ",
+            "none of; use state_dict_type \"full\"");
+  const int64_t rank = trainer_.global_rank();
+  CheckpointWriter writer(rank == 0 ? checkpoint_meta(module, weights_only) : nlohmann::json{{"shard", rank}});
+  add_owned_state(writer, module, "model", strategy);
+  if (rank == 0)
+    for (const auto& callback : trainer_.callbacks()) callback->on_save_checkpoint(trainer_, module, writer);
+  for (size_t i = 0; i < trainer_.optimizer_configs().size() && !weights_only; ++i)
+    add_owned_optimizer(writer, "optimizer_" + std::to_string(i), *trainer_.optimizer_configs()[i].optimizer, strategy);
+  if (rank == 0 && !weights_only) add_resume_state(writer, module);
+  state_.checkpoint_writes.wait();
+  write_sharded_checkpoint(writer, path, *group);
 }
 
 std::optional<int64_t> CheckpointConnector::train_batch_size(const std::string& path) {
@@ -193,10 +236,9 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
     if (callbacks.contains(callback->state_key())) callback->load_state_dict(callbacks.at(callback->state_key()));
   for (const auto& callback : trainer_.callbacks()) callback->on_load_checkpoint(trainer_, module, checkpoint);
   for (size_t i = 0; i < configs.size(); ++i) {
-    load_optimizer(checkpoint, "optimizer_" + std::to_string(i), *configs[i].optimizer);
-    // The file holds every rank's state; a sharded rank keeps its own.
-    const auto owners = trainer_.strategy().state_owners(*configs[i].optimizer);
-    if (!owners.empty()) keep_own_optimizer_state(*configs[i].optimizer, owners, trainer_.global_rank());
+    // The file holds every rank's state; a sharded rank reads its own.
+    load_optimizer(checkpoint, "optimizer_" + std::to_string(i), *configs[i].optimizer,
+                   trainer_.strategy().state_owners(*configs[i].optimizer), trainer_.global_rank());
     const auto& schedulers = meta.at("schedulers");
     if (configs[i].lr_scheduler && i < schedulers.size() && !schedulers[i].is_null())
       configs[i].lr_scheduler->scheduler->load_state_dict(schedulers[i]);

@@ -11,6 +11,7 @@
 namespace arc {
 
 class AsyncCheckpointWriter;
+class CheckpointWriter;
 class Trainer;
 class TrainModule;
 
@@ -30,7 +31,8 @@ class CheckpointConnector {
   /// Writes the checkpoint (from rank 0; every rank calls it, as a sharded strategy gathers the
   /// optimizer state and parameters for it), or, `in_background`, copies its state and leaves the
   /// file to the RunState's AsyncCheckpointWriter. A synchronous save first waits for the background
-  /// write in flight.
+  /// write in flight. With the strategy's sharded checkpoints every rank writes its own file, at
+  /// once, `in_background` or not.
   void save(TrainModule& module, const std::string& path, bool weights_only, bool in_background = false);
   /// Restores everything for resuming fit, the loggers' versions included.
   void restore_training(TrainModule& module, const std::string& path);
@@ -58,8 +60,15 @@ class CheckpointConnector {
   std::string automatic_resume_path() const;
 
  private:
-  /// save's work, with every parameter whole.
+  /// Whether the run stands between two batches of one accumulation.
+  bool mid_accumulation() const;
+  /// What the checkpoint's metadata holds: progress, callbacks', loggers' and schedulers' states, ...
+  nlohmann::json checkpoint_meta(TrainModule& module, bool weights_only) const;
+  void add_resume_state(CheckpointWriter& writer, TrainModule& module);
+  /// save's work for a full checkpoint, with every parameter whole.
   void save_whole(TrainModule& module, const std::string& path, bool weights_only, bool in_background);
+  /// save's work for a sharded checkpoint (the strategy's state_dict_type "sharded").
+  void save_sharded(TrainModule& module, const std::string& path, bool weights_only);
   void restore_logger_versions(const nlohmann::json& saved);
   std::string newest_hpc_checkpoint() const;
   /// Where "last" and "best" look without a ModelCheckpoint dirpath, as the errors name it.
@@ -70,6 +79,7 @@ class CheckpointConnector {
 
   Trainer& trainer_;
   detail::RunState& state_;
+  bool warned_synchronous_ = false;
 };
 
 }  // namespace arc

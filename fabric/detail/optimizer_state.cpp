@@ -168,10 +168,11 @@ void check_groups(const CheckpointReader& reader, const std::string& name, const
   }
 }
 
-// Restores a layout of Kind's type into `optimizer`; false when the layout is of another type.
+// Restores a layout of Kind's type into `optimizer`; false when the layout is of another type. The
+// states that `owners` gives to ranks other than `rank` are left out unread.
 template <typename Kind>
 bool load_raw(const CheckpointReader& reader, const std::string& name, const nlohmann::json& layout,
-              Optimizer& optimizer) {
+              Optimizer& optimizer, const std::vector<int64_t>& owners, int64_t rank) {
   using StateType = typename Kind::State;
   if (layout.at("type").get<std::string>() != Kind::type) return false;
   ARC_CHECK(dynamic_cast<typename Kind::OptimizerType*>(&optimizer) != nullptr, "checkpoint '", reader.path(),
@@ -190,7 +191,8 @@ bool load_raw(const CheckpointReader& reader, const std::string& name, const nlo
     });
     for (const auto& parameter : group.params()) {
       const auto& saved = layout.at("states").at(index);
-      if (saved.is_null()) {
+      const bool others = !owners.empty() && owners.at(index) >= 0 && owners.at(index) != rank;
+      if (saved.is_null() || others) {
         compat::set_param_state(optimizer, parameter, nullptr);
         ++index;
         continue;
@@ -357,8 +359,8 @@ struct RawKinds {
     return (save_raw<Kinds>(writer, name, optimizer) || ...);
   }
   static bool load(const CheckpointReader& reader, const std::string& name, const nlohmann::json& layout,
-                   Optimizer& optimizer) {
-    return (load_raw<Kinds>(reader, name, layout, optimizer) || ...);
+                   Optimizer& optimizer, const std::vector<int64_t>& owners, int64_t rank) {
+    return (load_raw<Kinds>(reader, name, layout, optimizer, owners, rank) || ...);
   }
   static bool gather(Optimizer& optimizer, const std::vector<int64_t>& owners, Collectives& group) {
     return (gather_raw<Kinds>(optimizer, owners, group) || ...);
@@ -379,21 +381,38 @@ void save_optimizer(CheckpointWriter& writer, const std::string& name, const Opt
   writer.add(name, std::move(archive));
 }
 
-void load_optimizer(const CheckpointReader& reader, const std::string& name, Optimizer& optimizer) {
+void load_optimizer(const CheckpointReader& reader, const std::string& name, Optimizer& optimizer,
+                    const std::vector<int64_t>& owners, int64_t rank) {
   if (reader.holds_archive(name)) {
     auto archive = reader.archive(name);
     if (!Shipped::load_archive(archive, reader, name, optimizer)) optimizer.load(archive);
+    if (!owners.empty()) keep_own_optimizer_state(optimizer, owners, rank);
     return;
   }
   const auto& layout = reader.json(name);
-  ARC_CHECK(Shipped::load(reader, name, layout, optimizer), "checkpoint '", reader.path(), "' holds ", name, " as a ",
-            layout.at("type").get<std::string>(),
+  ARC_CHECK(Shipped::load(reader, name, layout, optimizer, owners, rank), "checkpoint '", reader.path(), "' holds ",
+            name, " as a ", layout.at("type").get<std::string>(),
             " optimizer, which this Arclight cannot restore; load it with the Arclight that wrote it");
 }
 
 void gather_optimizer_state(Optimizer& optimizer, const std::vector<int64_t>& owners, Collectives& group) {
   ARC_CHECK(Shipped::gather(optimizer, owners, group), "a sharded optimizer's state can be gathered for SGD, ",
             "Adam, AdamW, RMSprop and Adagrad only");
+}
+
+nlohmann::json merge_optimizer_layouts(const std::vector<nlohmann::json>& layouts) {
+  nlohmann::json merged = layouts.at(0);
+  ARC_CHECK(merged.is_object() && merged.contains("states"), "a sharded checkpoint holds the optimizer states of ",
+            "LibTorch's SGD, Adam, AdamW, RMSprop and Adagrad only; use one of them, or state_dict_type \"full\"");
+  auto& states = merged.at("states");
+  for (const auto& layout : layouts) {
+    ARC_CHECK(layout.is_object() && layout.contains("states") && layout.at("states").size() == states.size(),
+              "the ranks' optimizers differ in their parameters; every rank's configure_optimizers() must build ",
+              "the same optimizers");
+    for (size_t i = 0; i < states.size(); ++i)
+      if (states[i].is_null()) states[i] = layout.at("states")[i];
+  }
+  return merged;
 }
 
 void keep_own_optimizer_state(Optimizer& optimizer, const std::vector<int64_t>& owners, int64_t rank) {

@@ -117,11 +117,8 @@ nlohmann::json fsdp_options(const Config& args) {
     ARC_CHECK(value.is_null() || value == false, "FSDPStrategy's ", key, "=", value.dump(),
               " is not taken here: ", instead);
   }
-  const auto state_dict_type = args.get<std::string>("state_dict_type", "full");
-  ARC_CHECK(state_dict_type == "full", "FSDPStrategy's state_dict_type=\"", state_dict_type, "\" is not taken here: ",
-            "Arclight's fsdp writes full checkpoints (rank 0 gathers the optimizer state), which load at any ",
-            "world size; use \"full\"");
-  nlohmann::json options = {{"strategy", "fsdp"}};
+  nlohmann::json options = {{"strategy", "fsdp"},
+                            {"state_dict_type", args.get<std::string>("state_dict_type", "full")}};
   read_ddp_settings(args, options);
   return options;
 }
@@ -152,6 +149,7 @@ nlohmann::json strategy_class(const std::string& name, const Config& init_args) 
   if (contains(kOwnStrategies, cluster::parse_strategy_name(name).name)) {
     nlohmann::json options = {{"strategy", name}};
     read_ddp_settings(init_args, options);
+    if (const auto type = init_args.get_optional<std::string>("state_dict_type")) options["state_dict_type"] = *type;
     return options;
   }
   if (name == "SingleDeviceStrategy") return single_device_options(init_args);

@@ -27,7 +27,7 @@ bool is_strategy_class(const nlohmann::json& value);
 ///   Arclight's own collective_timeout, first_bucket_mb and shared_memory); broadcast_buffers may be
 ///   false only (buffers are broadcast once, at setup);
 /// - FSDPStrategy: {"strategy": "fsdp"} with sharding_strategy and DDP's settings as given;
-///   state_dict_type "full" only, and no wrap policy, offload or mixed-precision objects;
+///   state_dict_type "full" or "sharded", and no wrap policy, offload or mixed-precision objects;
 /// - SingleDeviceStrategy: {"strategy": "single_device"} on its device ("cpu": accelerator cpu;
 ///   "cuda:N" or N: accelerator gpu, devices [N]);
 /// - Arclight's own strategies by name ("ddp_spawn", "ddp", "elastic", "fsdp", "single_device", "auto"):

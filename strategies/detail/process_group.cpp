@@ -316,6 +316,20 @@ std::string broadcast_text(Collectives& group, const std::string& text, int64_t 
   return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
 }
 
+std::vector<std::string> all_gather_text(Collectives& group, const std::string& text) {
+  const auto lengths = group.all_gather(torch::tensor({static_cast<int64_t>(text.size())}));
+  int64_t longest = 1;  // never an empty tensor, which not every backend gathers
+  for (const auto& length : lengths) longest = std::max(longest, length.item<int64_t>());
+  auto bytes = torch::zeros({longest}, torch::kUInt8);
+  std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
+  const auto gathered = group.all_gather(bytes);
+  std::vector<std::string> out;
+  for (size_t r = 0; r < gathered.size(); ++r)
+    out.emplace_back(reinterpret_cast<const char*>(gathered[r].data_ptr<uint8_t>()),
+                     static_cast<size_t>(lengths[r].item<int64_t>()));
+  return out;
+}
+
 StoreServer::StoreServer(const std::string& address, int64_t port, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(port);

@@ -238,7 +238,8 @@ TEST(Cli, LightningCliDottedFlagsAreOverrides) {
 }
 
 // Strategy fsdp trains the canonical MLP to ddp_spawn's bits, by name, as Lightning's FSDPStrategy
-// with optimizer-state sharding, and with FULL_SHARD over the MLP's three layers.
+// with optimizer-state sharding, and with FULL_SHARD over the MLP's three layers (and sharded
+// checkpoints).
 TEST(Cli, FsdpTrainsTheMlpToTheBitsOfDdpSpawn) {
   const std::string common = " --set trainer.devices=2 --set trainer.enable_progress_bar=false";
   const auto ddp = arc("fit --set trainer.strategy=ddp_spawn" + common);
@@ -247,7 +248,28 @@ TEST(Cli, FsdpTrainsTheMlpToTheBitsOfDdpSpawn) {
       arc("fit --set 'trainer.strategy={\"class_path\": \"FSDPStrategy\", \"init_args\": {\"sharding_strategy\": "
           "\"SHARD_OPTIMIZER\"}}'" +
           common);
-  const auto full = arc("fit --set trainer.strategy=fsdp --set trainer.sharding_strategy=FULL_SHARD" + common);
+  // FULL_SHARD writes sharded checkpoints, which `arc consolidate` makes one file of and `arc export` reads.
+  const auto dir = std::filesystem::temp_directory_path() / ("arc_cli_sharded_" + std::to_string(getpid()));
+  const auto full = arc::testing::arc_in(dir,
+                                         "fit --set trainer.strategy=fsdp --set trainer.sharding_strategy=FULL_SHARD "
+                                         "--set trainer.state_dict_type=sharded" +
+                                             common);
+  const auto consolidated =
+      arc::testing::arc_in(dir, "consolidate --ckpt lightning_logs/version_0/checkpoints/last.ckpt/");
+  ASSERT_EQ(consolidated.status, 0) << full.output << consolidated.output;
+  EXPECT_EQ(result_of(consolidated.output)["to"], "lightning_logs/version_0/checkpoints/last.consolidated.ckpt");
+  const auto exported = arc::testing::arc_in(dir, "export --ckpt last --to model.safetensors");
+  ASSERT_EQ(exported.status, 0) << exported.output;
+  EXPECT_EQ(result_of(exported.output)["tensors"], 6);
+  const auto from_file = arc::testing::arc_in(
+      dir, "export --ckpt lightning_logs/version_0/checkpoints/last.consolidated.ckpt --to file.safetensors");
+  ASSERT_EQ(from_file.status, 0) << from_file.output;
+  const auto bytes = [](const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(bytes(dir / "model.safetensors"), bytes(dir / "file.safetensors"));
+  std::filesystem::remove_all(dir);
   for (const auto* run : {&ddp, &fsdp, &zero, &full}) ASSERT_EQ(run->status, 0) << run->output;
   EXPECT_NE(full.output.find("fsdp: FULL_SHARD over 3 units"), std::string::npos) << full.output;
   EXPECT_EQ(result_of(full.output)["final_param_sha256"], result_of(ddp.output)["final_param_sha256"]);
@@ -367,7 +389,7 @@ TEST(Cli, MistypedSubcommandsAndOptionsNameTheWordAndSuggest) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"trian --set trainer.max_epochs=1",
        "arc: error: unknown subcommand 'trian'; did you mean 'train'? known: fit, train, validate, test, predict, "
-       "lr_find, scale_batch_size, export, modules"},
+       "lr_find, scale_batch_size, export, consolidate, modules"},
       {"", "arc: error: no subcommand given; the first argument is one of fit, train"},
       {"fit --confg run.json", "arc: error: arc fit: unknown option '--confg'; did you mean '--config'? known: --help"},
       {"validate --set trainer.limit_val_batches=1 --resume last",

@@ -152,6 +152,29 @@ TEST(OptimizerState, ParametersWithoutStateStayWithout) {
   EXPECT_EQ(restored.state().size(), 0u);
 }
 
+// Under sharding a rank reads the states it owns (-1: every rank's) and leaves the others out.
+TEST(OptimizerState, AShardedRankReadsTheStatesItOwns) {
+  torch::manual_seed(0);
+  torch::nn::Linear model(4, 3);
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+  train(model, adam, 2);
+  const auto path = scratch_file("owned");
+  CheckpointWriter writer(nlohmann::json::object());
+  save_optimizer(writer, "optimizer_0", adam);
+  writer.write(path);
+  for (const std::vector<int64_t>& owners : {std::vector<int64_t>{0, 1}, std::vector<int64_t>{1, -1}}) {
+    torch::optim::Adam restored(model->parameters(), torch::optim::AdamOptions(0.01));
+    load_optimizer(CheckpointReader(path), "optimizer_0", restored, owners, 1);
+    const auto* weight = compat::param_state(restored, model->weight);
+    const auto* bias = compat::param_state(restored, model->bias);
+    EXPECT_EQ(weight != nullptr, owners[0] != 0);
+    ASSERT_NE(bias, nullptr);
+    const auto& saved = static_cast<const torch::optim::AdamParamState&>(*compat::param_state(adam, model->bias));
+    EXPECT_TRUE(torch::equal(static_cast<const torch::optim::AdamParamState*>(bias)->exp_avg(), saved.exp_avg()));
+  }
+  fs::remove(path);
+}
+
 // tests/core/data/format2_adam.ckpt was written by the format-2 writer (Arclight at cb1ee7a) under
 // LibTorch 1.13: the model and the Adam optimizer below, after the same three steps, the optimizer
 // as a LibTorch archive. It loads under LibTorch 2.x too, whose own Optimizer::load pairs a 1.x

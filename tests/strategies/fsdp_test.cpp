@@ -3,14 +3,17 @@
 #include "strategies/ddp_support.h"
 
 #include <arc/fabric/checkpoint.h>
+#include <arc/fabric/sharded_checkpoint.h>
 #include <arc/strategies/sharded_reducer.h>
 
+#include <support/errors.h>
 #include <support/thread_ranks.h>
 
 #include <torch/torch.h>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <regex>
 #include <string>
@@ -99,6 +102,19 @@ TEST(FSDP, EachRankHoldsTheBytesOfWhatItOwns) {
             (Held{{0, {512, 512, 640}}, {1, {396, 396, 396}}}));
 }
 
+// The checkpoint in `folder`'s checkpoints folder (a file, or a sharded one's folder).
+std::string checkpoint_in(const std::string& folder) {
+  for (const auto& entry : std::filesystem::directory_iterator(folder + "/checkpoints")) return entry.path().string();
+  return "";
+}
+
+std::vector<std::string> names_in(const std::string& folder) {
+  std::vector<std::string> out;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) out.push_back(entry.path().filename());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 // A checkpoint of a sharded run holds the whole optimizer state, as DDP's does, to the bit; it
 // resumes at another world size and under DDP as DDP's own checkpoint does.
 TEST(FSDP, CheckpointsAreWholeAndResumeAtAnotherWorldSize) {
@@ -113,11 +129,7 @@ TEST(FSDP, CheckpointsAreWholeAndResumeAtAnotherWorldSize) {
   std::filesystem::remove_all(full_root);
   const auto full = probe("--strategy fsdp --sharding FULL_SHARD" + common + full_root);
   ASSERT_EQ(full.status, 0) << full.output;
-  const auto file_in = [](const std::string& folder) {
-    for (const auto& entry : std::filesystem::directory_iterator(folder + "/checkpoints")) return entry.path().string();
-    return std::string();
-  };
-  const arc::CheckpointReader a(file_in(root)), b(file_in(ddp_root)), c(file_in(full_root));
+  const arc::CheckpointReader a(checkpoint_in(root)), b(checkpoint_in(ddp_root)), c(checkpoint_in(full_root));
   ASSERT_EQ(a.tensor_names(), b.tensor_names());
   ASSERT_EQ(c.tensor_names(), b.tensor_names());
   bool has_moments = false;
@@ -130,13 +142,111 @@ TEST(FSDP, CheckpointsAreWholeAndResumeAtAnotherWorldSize) {
   EXPECT_EQ(a.json("optimizer_0"), b.json("optimizer_0"));
   // On three ranks, from the two-rank files: fsdp from fsdp's, DDP from DDP's.
   const std::string more = " --devices 3 --optimizer adam --steps 10 --ckpt-path ";
-  EXPECT_EQ(trained("--strategy fsdp" + more + file_in(root), "resumed_fsdp"),
-            trained("--strategy ddp_spawn" + more + file_in(ddp_root), "resumed_ddp"));
+  EXPECT_EQ(trained("--strategy fsdp" + more + checkpoint_in(root), "resumed_fsdp"),
+            trained("--strategy ddp_spawn" + more + checkpoint_in(ddp_root), "resumed_ddp"));
   // DDP from fsdp's file; FULL_SHARD from DDP's.
-  const auto ddp_again = trained("--strategy ddp_spawn" + more + file_in(ddp_root), "ddp_again");
-  EXPECT_EQ(trained("--strategy ddp_spawn" + more + file_in(root), "ddp_from_fsdp"), ddp_again);
-  EXPECT_EQ(trained("--strategy fsdp --sharding FULL_SHARD" + more + file_in(ddp_root), "full_from_ddp"), ddp_again);
+  const auto ddp_again = trained("--strategy ddp_spawn" + more + checkpoint_in(ddp_root), "ddp_again");
+  EXPECT_EQ(trained("--strategy ddp_spawn" + more + checkpoint_in(root), "ddp_from_fsdp"), ddp_again);
+  EXPECT_EQ(trained("--strategy fsdp --sharding FULL_SHARD" + more + checkpoint_in(ddp_root), "full_from_ddp"),
+            ddp_again);
   for (const auto& folder : {root, ddp_root, full_root}) std::filesystem::remove_all(folder);
+}
+
+// state_dict_type "sharded": every rank writes what it owns into the checkpoint's folder; together
+// the shards are DDP's file, tensor for tensor; the folder resumes at world 3 under fsdp and DDP as
+// DDP's file does, consolidates into one file, and saving again leaves one set. Fabric's loop saves
+// and resumes through one too.
+TEST(FSDP, ShardedCheckpointsHoldEachRanksShareAndResumeAtAnyWorldSize) {
+  const auto root = scratch_path("sharded_ckpt"), ddp_root = scratch_path("ddp_ckpt");
+  for (const auto& folder : {root, ddp_root}) std::filesystem::remove_all(folder);
+  const std::string sharded_fsdp = "--strategy fsdp --sharding FULL_SHARD --state-dict-type sharded";
+  const std::string common = " --devices 2 --optimizer adam --steps 6 --accumulate 2 --checkpoints.every 3 --root ";
+  const auto sharded = probe(sharded_fsdp + common + root);
+  ASSERT_EQ(sharded.status, 0) << sharded.output;
+  const auto ddp = probe("--strategy ddp_spawn" + common + ddp_root);
+  ASSERT_EQ(ddp.status, 0) << ddp.output;
+  const auto folder = checkpoint_in(root);
+  ASSERT_TRUE(std::filesystem::is_directory(folder)) << folder;
+  // The save at step 3 was replaced by the one at step 6 (save_top_k 1): one set, nothing else.
+  EXPECT_EQ(names_in(root + "/checkpoints").size(), 1u);
+  const auto index = arc::read_sharded_index(folder);
+  ASSERT_EQ(index.shards.size(), 2u);
+  EXPECT_EQ(names_in(folder).size(), 3u);
+  EXPECT_EQ(index.meta.at("global_step"), 6);
+  // Rank 0 owns fc1's weight, rank 1 the rest (as the bytes test says).
+  const arc::CheckpointReader rank0(index.shards[0]), rank1(index.shards[1]);
+  EXPECT_TRUE(rank0.contains("model/fc1.weight") && !rank1.contains("model/fc1.weight"));
+  EXPECT_TRUE(rank1.contains("model/fc2.weight") && !rank0.contains("model/fc2.weight"));
+  EXPECT_TRUE(rank1.contains("optimizer_0/3/exp_avg_sq") && !rank0.contains("optimizer_0/3/exp_avg_sq"));
+  const arc::CheckpointReader whole(folder), ddp_file(checkpoint_in(ddp_root));
+  ASSERT_EQ(whole.tensor_names(), ddp_file.tensor_names());
+  for (const auto& name : whole.tensor_names()) EXPECT_TRUE(torch::equal(whole.tensor(name), ddp_file.tensor(name)));
+  EXPECT_EQ(whole.json("optimizer_0"), ddp_file.json("optimizer_0"));
+  // One file of the folder holds the same.
+  const auto consolidated = root + "/whole.ckpt";
+  arc::consolidate_checkpoint(folder, consolidated);
+  const arc::CheckpointReader one(consolidated);
+  ASSERT_EQ(one.tensor_names(), ddp_file.tensor_names());
+  for (const auto& name : one.tensor_names()) EXPECT_TRUE(torch::equal(one.tensor(name), ddp_file.tensor(name)));
+  EXPECT_EQ(one.meta(), whole.meta());
+  const std::string more = " --devices 3 --optimizer adam --steps 10 --ckpt-path ";
+  const auto ddp_resumed = trained("--strategy ddp_spawn" + more + checkpoint_in(ddp_root), "ddp_resumed");
+  EXPECT_EQ(trained(sharded_fsdp + more + folder, "sharded_resumed"), ddp_resumed);
+  EXPECT_EQ(trained("--strategy ddp_spawn" + more + folder, "ddp_from_sharded"), ddp_resumed);
+  EXPECT_EQ(trained("--strategy fsdp" + more + consolidated, "fsdp_from_consolidated"), ddp_resumed);
+  // Fabric::save and load in a loop of one's own.
+  const auto fabric_state = root + "/fabric.ckpt";
+  const std::string loop = sharded_fsdp + " --loop custom --devices 2 --steps 12";
+  const auto uninterrupted = trained(loop + " --custom.save-at 5 --custom.state " + fabric_state, "uninterrupted");
+  ASSERT_TRUE(std::filesystem::is_directory(fabric_state));
+  EXPECT_EQ(trained(loop + " --custom.resume " + fabric_state, "fabric_resumed"), uninterrupted);
+  for (const auto& folder : {root, ddp_root}) std::filesystem::remove_all(folder);
+}
+
+// A save that fails on one rank is an error on every rank naming it, and leaves the set before;
+// shards of a save killed before its index lie beside the set, which reads as before, and the next
+// save removes them. Without its index a folder is no checkpoint.
+TEST(ShardedCheckpoint, AFailedOrInterruptedSaveLeavesThePreviousSet) {
+  const auto folder = scratch_path("atomic_set");
+  std::filesystem::remove_all(folder);
+  const auto save = [&](int64_t step, int64_t failing_rank) {
+    std::vector<std::string> errors(2);
+    arc::testing::on_ranks(2, {}, [&](int64_t rank, arc::Collectives& group) {
+      arc::CheckpointWriter shard(rank == 0 ? nlohmann::json{{"step", step}} : nlohmann::json{{"shard", rank}});
+      // A tensor without data cannot be written.
+      shard.add("model/w" + std::to_string(rank), rank == failing_rank
+                                                      ? torch::empty({4}, torch::TensorOptions().device(torch::kMeta))
+                                                      : torch::full({4}, static_cast<double>(step + rank)));
+      errors[static_cast<size_t>(rank)] =
+          arc::testing::error_of([&] { arc::write_sharded_checkpoint(shard, folder, group); });
+    });
+    return errors;
+  };
+  const auto expect_set_of_step = [&](int64_t step) {
+    const arc::CheckpointReader reader(folder);
+    EXPECT_EQ(reader.meta().at("step"), step);
+    EXPECT_TRUE(torch::equal(reader.tensor("model/w0"), torch::full({4}, static_cast<double>(step))));
+    EXPECT_TRUE(torch::equal(reader.tensor("model/w1"), torch::full({4}, static_cast<double>(step + 1))));
+  };
+  EXPECT_EQ(save(1, -1), std::vector<std::string>(2));
+  expect_set_of_step(1);
+  for (const auto& error : save(2, 1)) {
+    EXPECT_NE(error.find("was not saved, and the one there before (if any) is intact"), std::string::npos) << error;
+    EXPECT_NE(error.find("rank 1: "), std::string::npos) << error;
+  }
+  expect_set_of_step(1);
+  EXPECT_EQ(names_in(folder).size(), 3u);
+  const auto shards = arc::read_sharded_index(folder).shards;
+  std::filesystem::copy_file(shards[0], folder + "/7.rank0.shard");
+  expect_set_of_step(1);
+  EXPECT_EQ(save(3, -1), std::vector<std::string>(2));
+  expect_set_of_step(3);
+  EXPECT_EQ(names_in(folder).size(), 3u);
+  std::filesystem::remove(folder + "/index.json");
+  EXPECT_NE(arc::testing::error_of([&] { arc::CheckpointReader reader(folder); }).find("has no readable index.json"),
+            std::string::npos);
+  arc::remove_checkpoint(folder);
+  EXPECT_FALSE(std::filesystem::exists(folder));
 }
 
 TEST(FSDP, OptionsItCannotTakeAreErrorsThatSayWhatToDo) {
@@ -153,6 +263,10 @@ TEST(FSDP, OptionsItCannotTakeAreErrorsThatSayWhatToDo) {
   const auto unused = probe("--strategy fsdp --sharding FULL_SHARD --steps 2 --find-unused 1");
   EXPECT_NE(unused.status, 0);
   EXPECT_NE(unused.output.find("but find_unused_parameters is on"), std::string::npos) << unused.output;
+  const auto not_fsdp = probe("--strategy ddp_spawn --steps 2 --state-dict-type sharded");
+  EXPECT_NE(not_fsdp.status, 0);
+  EXPECT_NE(not_fsdp.output.find("state_dict_type \"sharded\" is for strategy \"fsdp\""), std::string::npos)
+      << not_fsdp.output;
   const auto hybrid = probe("--strategy fsdp --steps 2 --sharding HYBRID_SHARD");
   EXPECT_NE(hybrid.status, 0);
   EXPECT_NE(hybrid.output.find("use \"FULL_SHARD\""), std::string::npos) << hybrid.output;
