@@ -1,11 +1,13 @@
 // Sharded data parallel (strategy fsdp) against DDP, in one invocation:
 // - memory: a 12-layer MLP of 4096 units (201M parameters) trained with Adam for 3 steps on 2 and 4
-//   ranks (each layer an arc::ShardedUnit); each rank's peak resident memory (VmHWM, which counts the shared-memory
-//   gradient buckets that a rank maps) and the bytes of parameters, gradients and optimizer state it holds at the end;
+//   ranks (each layer an arc::ShardedUnit, made in the constructor, or for "FULL_SHARD late" in
+//   configure_model, where each unit is sharded as it is made); each rank's peak resident memory (VmHWM, which
+//   counts the shared-memory gradient buckets that a rank maps) and the bytes of parameters, gradients and
+//   optimizer state it holds at the end;
 // - speed: samples/s of the canonical MLP and CNN on 2 ranks, DDP and each sharding in alternated
 //   rounds (fresh commands), against PyTorch DDP where a python3 with torch is found.
 //   arc_bench_sharding [repeats=3] [parts=memory,speed] [worlds=2,4] [models=mlp,cnn]
-// Each memory run is this program again (`--memory-run STRATEGY SHARDING DEVICES`), started fresh.
+// Each memory run is this program again (`--memory-run STRATEGY SHARDING DEVICES LATE`), started fresh.
 #include "bench_util.h"
 
 #include <arc/arc.h>
@@ -33,11 +35,11 @@ int64_t bytes(const torch::Tensor& t) { return t.defined() ? static_cast<int64_t
 // square.
 class DeepMlp : public arc::TrainModule {
  public:
-  DeepMlp() {
-    torch::manual_seed(0);
-    for (int64_t i = 0; i < kLayers; ++i)
-      layers.push_back(register_module("fc" + std::to_string(i),
-                                       arc::ShardedUnit<torch::nn::Linear>(torch::nn::Linear(kWidth, kWidth))));
+  explicit DeepMlp(bool late) : late_(late) {
+    if (!late_) make_layers();
+  }
+  void configure_model() override {
+    if (late_ && layers.empty()) make_layers();
   }
   torch::Tensor training_step(arc::Batch& batch, int64_t) override {
     auto x = batch[0];
@@ -69,15 +71,24 @@ class DeepMlp : public arc::TrainModule {
     std::cout << "RESULT " << nlohmann::json{{"ranks", ranks}}.dump() << std::endl;
   }
   std::vector<arc::ShardedUnit<torch::nn::Linear>> layers;
+
+ private:
+  void make_layers() {
+    torch::manual_seed(0);
+    for (int64_t i = 0; i < kLayers; ++i)
+      layers.push_back(register_module("fc" + std::to_string(i),
+                                       arc::ShardedUnit<torch::nn::Linear>(torch::nn::Linear(kWidth, kWidth))));
+  }
+  bool late_;
 };
 
-int memory_run(const std::string& strategy, const std::string& sharding, int64_t devices) {
+int memory_run(const std::string& strategy, const std::string& sharding, int64_t devices, bool late) {
   arc::TrainerOptions options;
   options.strategy(strategy).devices(arc::Devices::of_count(devices)).accelerator("cpu").max_steps(3).num_threads(1);
   options.ddp().sharding_strategy(sharding);
   options.logger(false).enable_checkpointing(false).enable_progress_bar(false).enable_model_summary(false);
   options.default_root_dir(arc::bench::scratch_root());
-  DeepMlp module;
+  DeepMlp module(late);
   torch::manual_seed(1);
   const auto inputs = torch::randn({kBatch * 3 * devices, kWidth});
   const auto data = std::make_shared<arc::TensorDataset>(std::vector<torch::Tensor>{inputs});
@@ -87,6 +98,7 @@ int memory_run(const std::string& strategy, const std::string& sharding, int64_t
 
 struct Setup {
   std::string name, strategy, sharding;
+  bool late = false;
 };
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
@@ -95,7 +107,8 @@ void memory(const std::string& self, const std::vector<int64_t>& worlds) {
   const std::vector<Setup> setups = {{"DDP (ddp_spawn)", "ddp_spawn", "auto"},
                                      {"fsdp SHARD_OPTIMIZER", "fsdp", "SHARD_OPTIMIZER"},
                                      {"fsdp SHARD_GRAD_OP", "fsdp", "SHARD_GRAD_OP"},
-                                     {"fsdp FULL_SHARD", "fsdp", "FULL_SHARD"}};
+                                     {"fsdp FULL_SHARD", "fsdp", "FULL_SHARD"},
+                                     {"fsdp FULL_SHARD late", "fsdp", "FULL_SHARD", true}};
   const double parameters = static_cast<double>(kLayers * (kWidth * kWidth + kWidth));
   std::cout << "memory: " << kLayers << " layers of " << kWidth << " units, " << std::fixed << std::setprecision(1)
             << parameters / 1e6 << "M parameters, Adam, batch " << kBatch << " per rank, 3 steps\n";
@@ -108,7 +121,7 @@ void memory(const std::string& self, const std::vector<int64_t>& worlds) {
     arc::bench::Summary summary("arc_bench_sharding memory world " + std::to_string(world));
     for (const auto& setup : setups) {
       const auto result = arc::bench::run(self + " --memory-run " + setup.strategy + " " + setup.sharding + " " +
-                                          std::to_string(world));
+                                          std::to_string(world) + (setup.late ? " late" : " constructor"));
       int64_t peak = 0;
       double params = 0, grads = 0, state = 0;
       for (const auto& rank : result.json["ranks"]) {
@@ -125,8 +138,8 @@ void memory(const std::string& self, const std::vector<int64_t>& worlds) {
       if (setup.strategy == "ddp_spawn") {
         summary.add("DDP peak MiB", mib(peak), 0);
       } else {
-        summary.add(setup.sharding + " peak MiB", mib(peak), 0)
-            .add(setup.sharding + " of DDP's", static_cast<double>(peak) / baseline, 3);
+        const auto name = setup.sharding + (setup.late ? " late" : "");
+        summary.add(name + " peak MiB", mib(peak), 0).add(name + " of DDP's", static_cast<double>(peak) / baseline, 3);
       }
     }
     summary.print();
@@ -190,7 +203,8 @@ void speed(int repeats, const std::vector<std::string>& models) {
 
 int main(int argc, char** argv) try {
   using namespace arc::bench;
-  if (argc == 5 && std::string(argv[1]) == "--memory-run") return memory_run(argv[2], argv[3], std::stoll(argv[4]));
+  if (argc == 6 && std::string(argv[1]) == "--memory-run")
+    return memory_run(argv[2], argv[3], std::stoll(argv[4]), std::string(argv[5]) == "late");
   const int repeats = static_cast<int>(whole_arg(argc, argv, 1, "repeats", 3));
   const auto parts = names_arg(argc, argv, 2, "part", {"memory", "speed"}, "memory,speed");
   const auto world_names = names_arg(argc, argv, 3, "world", {"2", "3", "4"}, "2,4");

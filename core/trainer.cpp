@@ -254,7 +254,15 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
     if (data != nullptr) data->setup(stage);
     call_callbacks([&](Callback& c) { c.setup(*this, module, stage); });
     module.setup(stage);
-    module.configure_model();
+    strategy_->build_model([&] { module.configure_model(); });
+    // The precision's conversion makes new tensors of every parameter, which parameters sharded as
+    // they were made cannot take: they must be made in its type.
+    if (const auto dtype = precision_->input_dtype(); dtype && strategy_->parameters_sharded())
+      for (const auto& parameter : module.named_parameters())
+        ARC_CHECK(parameter.value().scalar_type() == *dtype, "the precision converts every parameter to ", *dtype,
+                  ", but '", parameter.key(), "' is ", parameter.value().scalar_type(), " and belongs to an ",
+                  "arc::ShardedUnit that FULL_SHARD sharded as configure_model made it; make the layers in ", *dtype,
+                  " (torch::set_default_dtype before making them), or make them in the module's constructor");
     precision_->convert_module(module);
     strategy_->set_profiler(profiler_.get());
     strategy_->setup_module(module);

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <numeric>
 #include <thread>
 #include <unordered_map>
 
@@ -139,11 +140,106 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
   if (shard_ && rank_ == 0) console().info("fsdp: sharding_strategy {}", sharding_);
 }
 
+namespace {
+
+// Gives the parameters `order` names, largest first (in `order` among equals), each to the rank with
+// the fewest bytes in `loads`, which counts them.
+void give_to_least_loaded(const std::vector<torch::Tensor>& parameters, std::vector<size_t> order,
+                          std::vector<int64_t>& loads, std::vector<int64_t>& owners) {
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return parameters[a].nbytes() > parameters[b].nbytes(); });
+  for (const size_t p : order) {
+    const auto least = std::min_element(loads.begin(), loads.end());
+    owners[p] = least - loads.begin();
+    *least += static_cast<int64_t>(parameters[p].nbytes());
+  }
+}
+
+// FULL_SHARD while the model is built: each unit made gets owners for the parameters that no unit
+// made before it holds (largest first, each to the rank that owns the fewest bytes so far), and the
+// other ranks' are freed at once, so that a rank holds at most one unit whole besides its own.
+class ShardingBuilder : public UnitBuilder {
+ public:
+  ShardingBuilder(int64_t world_size, int64_t rank, Collectives& group, std::vector<std::shared_ptr<UnitGather>>& made)
+      : world_size_(world_size), rank_(rank), group_(group), made_(made), loads_(static_cast<size_t>(world_size), 0) {}
+
+  void built(ShardedUnitBase& unit) override {
+    std::vector<torch::Tensor> parameters;
+    std::vector<std::string> names;
+    for (const auto& item : unit.named_parameters())
+      if (taken_.insert(item.value().unsafeGetTensorImpl()).second) {
+        parameters.push_back(item.value());
+        names.push_back(unit.name() + "." + item.key());
+      }
+    if (parameters.empty()) return;
+    std::vector<size_t> order(parameters.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::vector<int64_t> owners(parameters.size());
+    give_to_least_loaded(parameters, order, loads_, owners);
+    auto gather = std::make_shared<UnitGather>(parameters, names, owners, world_size_, rank_, group_);
+    gather->release();
+    unit.shard_with(gather);
+    made_.push_back(std::move(gather));
+  }
+
+ private:
+  int64_t world_size_, rank_;
+  Collectives& group_;
+  std::vector<std::shared_ptr<UnitGather>>& made_;
+  std::vector<int64_t> loads_;
+  std::unordered_set<const void*> taken_;
+};
+
+// The owners that the module's units sharded before setup (by build_model) gave their parameters.
+std::unordered_map<const void*, int64_t> sharded_before(torch::nn::Module& module) {
+  std::unordered_map<const void*, int64_t> owners;
+  for (const auto& child : module.modules(false))
+    if (const auto unit = std::dynamic_pointer_cast<ShardedUnitBase>(child))
+      if (const auto gather = std::dynamic_pointer_cast<UnitGather>(unit->sharding())) {
+        const auto& layout = gather->layout();
+        for (size_t p = 0; p < layout.parameters().size(); ++p)
+          owners[layout.parameters()[p].unsafeGetTensorImpl()] = layout.owner(p);
+      }
+  return owners;
+}
+
+// Every parameter's owner: those of `given`, and the others, largest first, each to the rank that
+// owns the fewest bytes so far; empty (ShardLayout's own choice) when nothing is given.
+std::vector<int64_t> owners_with(const std::vector<torch::Tensor>& parameters,
+                                 const std::unordered_map<const void*, int64_t>& given, int64_t world_size) {
+  if (given.empty()) return {};
+  std::vector<int64_t> owners(parameters.size(), -1), loads(static_cast<size_t>(world_size), 0);
+  std::vector<size_t> rest;
+  for (size_t i = parameters.size(); i-- > 0;) {
+    const auto found = given.find(parameters[i].unsafeGetTensorImpl());
+    if (found == given.end()) {
+      rest.push_back(i);
+      continue;
+    }
+    owners[i] = found->second;
+    loads[static_cast<size_t>(found->second)] += static_cast<int64_t>(parameters[i].nbytes());
+  }
+  give_to_least_loaded(parameters, rest, loads, owners);
+  return owners;
+}
+
+}  // namespace
+
+void DDPStrategy::build_model(const std::function<void()>& configure) {
+  if (sharding_ != "FULL_SHARD") return configure();
+  ShardingBuilder builder(world_size_, rank_, *collectives_, built_);
+  with_unit_builder(builder, configure);
+}
+
 void DDPStrategy::setup_module(torch::nn::Module& module) {
   Strategy::setup_module(module);
   torch::NoGradGuard no_grad;
+  // Parameters of units that build_model sharded keep their owner's values (every rank made the
+  // same ones where every rank is seeded alike) and have no memory elsewhere.
+  const auto made_sharded = sharded_before(module);
   std::vector<torch::Tensor> state;
-  for (const auto& p : module.parameters()) state.push_back(p);
+  for (const auto& p : module.parameters())
+    if (made_sharded.count(p.unsafeGetTensorImpl()) == 0) state.push_back(p);
   for (const auto& b : module.buffers()) state.push_back(b);
   // Rank 0's bytes, whatever the types: a tensor of 64 MiB or more alone and in place, smaller ones
   // packed together up to that size, so that a large model costs no copy of itself.
@@ -190,13 +286,17 @@ void DDPStrategy::setup_module(torch::nn::Module& module) {
   ownership_.reset();
   if (sharded() && !parameters_.empty()) {
     ownership_ = std::make_unique<ShardLayout>(parameters_, world_size_, rank_, reducer_options_.first_bucket_bytes(),
-                                               reducer_options_.bucket_bytes());
+                                               reducer_options_.bucket_bytes(), 0,
+                                               owners_with(parameters_, made_sharded, world_size_));
     if (sharding_ == "FULL_SHARD") make_units(module);
   }
   reducer();
 }
 
 void DDPStrategy::make_units(torch::nn::Module& module) {
+  units_.clear();
+  unit_modules_.clear();
+  unit_parameters_.clear();
   std::vector<std::shared_ptr<ShardedUnitBase>> found;
   std::unordered_map<const void*, size_t> innermost;
   for (const auto& child : module.modules(false))
@@ -220,6 +320,11 @@ void DDPStrategy::make_units(torch::nn::Module& module) {
   }
   for (size_t u = 0; u < found.size(); ++u) {
     if (members[u].empty()) continue;
+    if (auto made = std::dynamic_pointer_cast<UnitGather>(found[u]->sharding())) {
+      units_.push_back(std::move(made));
+      unit_modules_.push_back(found[u]);
+      continue;
+    }
     std::vector<torch::Tensor> parameters;
     std::vector<std::string> names;
     std::vector<int64_t> owners;
@@ -246,16 +351,26 @@ void DDPStrategy::make_units(torch::nn::Module& module) {
   }
 }
 
-// Every rank tears down alike: the units' parameters are gathered, and the module is whole again
-// (for use after fit, and for the next stage, which shards it anew).
+// Every rank tears down alike: the parameters of the units made whole are gathered, and those are
+// whole again (for use after fit, and for the next stage, which shards them anew); units that
+// build_model sharded stay sharded, as no rank could hold the whole model.
 void DDPStrategy::teardown() {
   if (units_.empty()) return;
-  for (const auto& unit : units_) unit->gather();
-  // A module that is gone (a Fabric outliving its model) has no units to detach.
-  for (const auto& unit : unit_modules_)
-    if (const auto alive = unit.lock()) alive->shard_with(nullptr);
-  units_.clear();
-  unit_modules_.clear();
+  std::vector<std::shared_ptr<UnitGather>> kept;
+  std::vector<std::weak_ptr<ShardedUnitBase>> kept_modules;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (std::find(built_.begin(), built_.end(), units_[u]) != built_.end()) {
+      units_[u]->release();
+      kept.push_back(units_[u]);
+      kept_modules.push_back(unit_modules_[u]);
+      continue;
+    }
+    units_[u]->gather();
+    // A module that is gone (a Fabric outliving its model) has no units to detach.
+    if (const auto alive = unit_modules_[u].lock()) alive->shard_with(nullptr);
+  }
+  units_ = std::move(kept);
+  unit_modules_ = std::move(kept_modules);
   unit_parameters_.clear();
   reducers_.clear();
   reducing_ = nullptr;

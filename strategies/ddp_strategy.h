@@ -34,8 +34,10 @@ class DDPStrategy : public Strategy {
   double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) override;
   bool sharded() const override { return shard_ && sharding_ != "NO_SHARD"; }
   std::vector<int64_t> state_owners(const torch::optim::Optimizer& optimizer) const override;
-  bool parameters_sharded() const override { return !units_.empty(); }
-  /// Under FULL_SHARD: gathers every unit's parameters, so that the module is whole after the stage.
+  bool parameters_sharded() const override { return !units_.empty() || !built_.empty(); }
+  void build_model(const std::function<void()>& configure) override;
+  /// Under FULL_SHARD: gathers the parameters of the units that were made whole, so that those are
+  /// whole after the stage; units that build_model sharded stay sharded.
   void teardown() override;
   void with_whole_parameters(const std::function<void()>& fn) override;
   /// Makes this strategy fsdp: sharded as the sharding_strategy option says (SHARD_GRAD_OP by
@@ -97,6 +99,8 @@ class DDPStrategy : public Strategy {
   std::unique_ptr<ShardLayout> ownership_;
   /// Under FULL_SHARD: the units, and their parameters.
   std::vector<std::shared_ptr<UnitGather>> units_;
+  /// The units' shardings that build_model made (their parameters never whole on one rank).
+  std::vector<std::shared_ptr<UnitGather>> built_;
   std::vector<std::weak_ptr<ShardedUnitBase>> unit_modules_;
   std::unordered_set<const void*> unit_parameters_;
   /// The sharding_strategy option, "auto" resolved.

@@ -173,6 +173,8 @@ class UnitGather : public UnitSharding {
   ///@}
   /// Whether the other ranks' parameters have their memory now.
   bool gathered() const { return gathered_; }
+  /// The unit's parameters and their owners.
+  const ShardLayout& layout() const { return layout_; }
 
  private:
   void accumulated(size_t parameter);

@@ -4,6 +4,20 @@
 #include <ostream>
 
 namespace arc {
+namespace {
+
+thread_local UnitBuilder* current_builder = nullptr;
+
+}  // namespace
+
+void with_unit_builder(UnitBuilder& builder, const std::function<void()>& fn) {
+  struct Restore {
+    UnitBuilder* previous;
+    ~Restore() { current_builder = previous; }
+  } restore{current_builder};
+  current_builder = &builder;
+  fn();
+}
 
 void ShardedUnitBase::train(bool on) {
   torch::nn::Module::train(on);
@@ -21,6 +35,7 @@ void ShardedUnitBase::adopt(torch::nn::Module& module) {
   for (const auto& parameter : module.named_parameters(false))
     register_parameter(parameter.key(), parameter.value(), parameter.value().requires_grad());
   for (const auto& buffer : module.named_buffers(false)) register_buffer(buffer.key(), buffer.value());
+  if (current_builder != nullptr) current_builder->built(*this);
 }
 
 void ShardedUnitBase::before_forward() {

@@ -7,6 +7,7 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -30,6 +31,20 @@ class UnitSharding {
   virtual void gather_for_backward() = 0;
 };
 
+class ShardedUnitBase;
+
+/// Told of each ShardedUnit made on this thread while it is current: strategy fsdp's FULL_SHARD,
+/// while configure_model builds the model (Strategy::build_model), shards each unit as it is made.
+class UnitBuilder {
+ public:
+  virtual ~UnitBuilder() = default;
+  /// `unit` was just made, the wrapped module's parameters initialized.
+  virtual void built(ShardedUnitBase& unit) = 0;
+};
+
+/// Runs `fn` with `builder` told of every ShardedUnit made on this thread meanwhile.
+void with_unit_builder(UnitBuilder& builder, const std::function<void()>& fn);
+
 /// The part of ShardedUnit that does not depend on the wrapped type.
 class ShardedUnitBase : public torch::nn::Module {
  public:
@@ -37,6 +52,8 @@ class ShardedUnitBase : public torch::nn::Module {
   explicit ShardedUnitBase(std::string name) : torch::nn::Module(std::move(name)) {}
   /// Set by strategy fsdp with FULL_SHARD; null (the default) makes the unit its module.
   void shard_with(std::shared_ptr<UnitSharding> sharding) { sharding_ = std::move(sharding); }
+  /// What shards it (null: nothing).
+  const std::shared_ptr<UnitSharding>& sharding() const { return sharding_; }
   /// The wrapped module.
   virtual torch::nn::Module& wrapped() const = 0;
   /// Sets training mode here and in the wrapped module.
@@ -45,7 +62,8 @@ class ShardedUnitBase : public torch::nn::Module {
   void pretty_print(std::ostream& stream) const override;
 
  protected:
-  /// Registers `module`'s submodules, parameters and buffers as this unit's own, under their names.
+  /// Registers `module`'s submodules, parameters and buffers as this unit's own, under their names,
+  /// and tells the thread's UnitBuilder, if any, that the unit is made.
   void adopt(torch::nn::Module& module);
   /// Around the wrapped forward: gathers before, and after it arms the gather for the backward of
   /// `outputs` (those that require gradients) and releases.

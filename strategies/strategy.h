@@ -157,6 +157,11 @@ class Strategy {
   /// Whether some parameters have memory only on the rank that owns them, outside the forward and
   /// backward of their arc::ShardedUnit (fsdp's FULL_SHARD).
   virtual bool parameters_sharded() const { return false; }
+  /// Runs `configure` (the module's configure_model); there fsdp's FULL_SHARD gives each
+  /// arc::ShardedUnit made, from the moment it is made, only the parameters this rank owns, so that
+  /// no rank ever holds the whole model (those units stay sharded after the stage; see
+  /// docs/sharding.md). Elsewhere just `configure`.
+  virtual void build_model(const std::function<void()>& configure) { configure(); }
   /// Runs `fn` with every parameter of the module whole on every rank (a collective: every rank calls
   /// it alike), as saving or loading a checkpoint needs under FULL_SHARD; just `fn` elsewhere.
   virtual void with_whole_parameters(const std::function<void()>& fn) { fn(); }

@@ -111,7 +111,7 @@ struct Args {
     std::string state, resume;
   } custom;
   int64_t stream = 0, combined = 0, gather = 0, finetune = -1;
-  bool batchnorm = false, spare = false, toggle = false, fit_again = false;
+  bool batchnorm = false, spare = false, toggle = false, fit_again = false, build_late = false, validate_after = false;
   std::string plateau, prepare_log;
 };
 
@@ -177,6 +177,8 @@ const std::vector<Flag> kFlags = {
     ARC_PROBE_FLAG("--fail.node", fail.node, integer, "fail: every rank of that node fails"),
     ARC_PROBE_FLAG("--fail.step", fail.step, integer, "fail: at that global step"),
     ARC_PROBE_FLAG("--fail.attempt", fail.attempt, integer, "fail: only in that start of the job (restart count)"),
+    ARC_PROBE_FLAG("--build-late", build_late, flag, "the layers are made in configure_model"),
+    ARC_PROBE_FLAG("--validate-after", validate_after, flag, "validate once more after fit and report"),
     ARC_PROBE_FLAG("--fit-again", fit_again, flag,
                    "after fit failed, fit once more with a new Trainer and print \"probe: fit again: <error>\""),
     ARC_PROBE_FLAG("--stall.rank", stall.rank, integer, "stall: that rank sleeps in one step's training_step"),
@@ -309,13 +311,20 @@ int64_t state_bytes(torch::optim::Optimizer& optimizer) {
 class Probe : public arc::TrainModule {
  public:
   explicit Probe(const Args& args) : args_(args) {
-    torch::manual_seed(0);
-    // Units of FULL_SHARD; under any other strategy the Linear layers themselves.
-    fc1 = register_module("fc1", arc::ShardedUnit<torch::nn::Linear>(torch::nn::Linear(8, 16)));
-    fc2 = register_module("fc2", arc::ShardedUnit<torch::nn::Linear>(torch::nn::Linear(16, 3)));
-    if (args.batchnorm) bn = register_module("bn", arc::SyncBatchNorm(16));
-    if (args.spare) register_module("spare", torch::nn::Linear(3, 3));
+    if (!args.build_late) build();
     if (args.toggle) set_automatic_optimization(false);
+  }
+  // --build-late: the layers are made here, where FULL_SHARD shards each unit as it is made.
+  void configure_model() override {
+    if (!args_.build_late || !fc1.is_empty()) return;
+    build();
+    std::cout << "BUILT " << trainer().global_rank() << " " << resident_bytes() << std::endl;
+  }
+  // The bytes of parameter memory this rank holds now.
+  int64_t resident_bytes() const {
+    int64_t bytes = 0;
+    for (const auto& p : parameters()) bytes += static_cast<int64_t>(p.storage().nbytes());
+    return bytes;
   }
   void setup(arc::Stage) override {
     if (args_.freeze.rank < 0) return;
@@ -402,6 +411,14 @@ class Probe : public arc::TrainModule {
   std::string held = "0 0 0";
 
  private:
+  void build() {
+    torch::manual_seed(0);
+    // Units of FULL_SHARD; under any other strategy the Linear layers themselves.
+    fc1 = register_module("fc1", arc::ShardedUnit<torch::nn::Linear>(torch::nn::Linear(8, 16)));
+    fc2 = register_module("fc2", arc::ShardedUnit<torch::nn::Linear>(torch::nn::Linear(16, 3)));
+    if (args_.batchnorm) bn = register_module("bn", arc::SyncBatchNorm(16));
+    if (args_.spare) register_module("spare", torch::nn::Linear(3, 3));
+  }
   void maybe_fail() {
     const int64_t node = trainer().global_rank() / trainer().strategy().local_world_size();
     const bool on_failing_node = args_.fail.node >= 0 && node == args_.fail.node;
@@ -748,8 +765,9 @@ void limit_file_size(int64_t bytes) {
 }
 
 // What every rank saw, after fit (the reports listed at the top).
-void report(const Args& args, const arc::Trainer& trainer, Probe& module, const arc::ModelCheckpoint* checkpoints) {
+void report(const Args& args, arc::Trainer& trainer, Probe& module, const arc::ModelCheckpoint* checkpoints) {
   std::cout << "STOPPED " << trainer.global_rank() << " " << trainer.global_step() << std::endl;
+  std::cout << "RESIDENT " << trainer.global_rank() << " " << module.resident_bytes() << std::endl;
   std::cout << "HELD " << trainer.global_rank() << " " << module.held << std::endl;
   std::cout << "VALIDATIONS " << trainer.global_rank() << " " << trainer.progress().validation_runs << std::endl;
   if (checkpoints != nullptr)
@@ -759,13 +777,16 @@ void report(const Args& args, const arc::Trainer& trainer, Probe& module, const 
   if (module.plateau)
     std::cout << "LR " << trainer.global_rank() << " " << std::setprecision(17) << module.plateau->last_lr().at(0)
               << std::endl;
-  if (args.out_every_rank) write_parameters(module, args.out + "." + std::to_string(trainer.global_rank()));
+  // Units sharded as they were made stay sharded after fit: every rank gathers them for the files.
+  trainer.strategy().with_whole_parameters([&] {
+    if (args.out_every_rank) write_parameters(module, args.out + "." + std::to_string(trainer.global_rank()));
+    if (trainer.is_global_zero()) write_parameters(module, args.out);
+  });
   if (trainer.is_global_zero()) {
     nlohmann::json probe = trainer.callback_metrics();
     probe["global_step"] = trainer.global_step();
     probe["world_size"] = trainer.world_size();
     std::cout << "PROBE " << probe.dump() << std::endl;
-    write_parameters(module, args.out);
   }
 }
 
@@ -806,6 +827,10 @@ int main(int argc, char** argv) {
       trainer.fit(module, noting);
     }
     report(args, trainer, module, checkpoints.get());
+    if (args.validate_after) {
+      trainer.validate(module, arc::DataSource{samples.all, arc::DataLoaderOptions(args.batch)}, "", false);
+      std::cout << "VALIDATED " << trainer.global_rank() << " " << module.resident_bytes() << std::endl;
+    }
   } catch (const std::exception& error) {
     std::cerr << "probe: error: " << error.what() << std::endl;
     if (args.fit_again) {

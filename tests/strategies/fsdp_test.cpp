@@ -249,6 +249,52 @@ TEST(ShardedCheckpoint, AFailedOrInterruptedSaveLeavesThePreviousSet) {
   EXPECT_FALSE(std::filesystem::exists(folder));
 }
 
+// Each rank's "<tag> <rank> <bytes>" lines, by rank.
+std::map<int, int64_t> bytes_by_rank(const CommandRun& run, const std::string& tag) {
+  std::map<int, int64_t> out;
+  const std::regex line(tag + " (\\d+) (\\d+)");
+  for (std::sregex_iterator it(run.output.begin(), run.output.end(), line), end; it != end; ++it)
+    out[std::stoi((*it)[1])] = std::stoll((*it)[2]);
+  return out;
+}
+
+// Layers made in configure_model, Lightning's hook for models too large to make whole: under
+// FULL_SHARD each unit keeps only this rank's parameters from the moment it is made (rank 0 fc1's
+// weight, 512 bytes; rank 1 the rest, 268), so no rank ever holds the whole model (780). Training
+// gives DDP's weights and checkpoint; the units stay sharded after fit and through a validate after
+// it, and every rank gathers them for the weights rank 0 writes. A precision that converts every parameter cannot take
+// them.
+TEST(FSDP, LayersMadeInConfigureModelAreNeverWholeOnARank) {
+  const auto root = scratch_path("late_fsdp"), ddp_root = scratch_path("late_ddp");
+  const auto out = scratch_path("late_fsdp_weights"), ddp_out = scratch_path("late_ddp_weights");
+  for (const auto& folder : {root, ddp_root}) std::filesystem::remove_all(folder);
+  const std::string common =
+      " --build-late 1 --devices 2 --optimizer adam --steps 12 --accumulate 2 --clip 0.05 --checkpoints.every 12";
+  const auto ddp = probe("--strategy ddp_spawn" + common + " --root " + ddp_root + " --out " + ddp_out);
+  ASSERT_EQ(ddp.status, 0) << ddp.output;
+  const auto full =
+      probe("--strategy fsdp --sharding FULL_SHARD" + common + " --validate-after 1 --root " + root + " --out " + out);
+  ASSERT_EQ(full.status, 0) << full.output;
+  const std::map<int, int64_t> own = {{0, 512}, {1, 268}}, whole = {{0, 780}, {1, 780}};
+  EXPECT_EQ(bytes_by_rank(full, "BUILT"), own) << full.output;
+  EXPECT_EQ(bytes_by_rank(full, "RESIDENT"), own);
+  EXPECT_EQ(bytes_by_rank(full, "VALIDATED"), own);  // a second stage takes the units as they are
+  EXPECT_EQ(bytes_by_rank(ddp, "BUILT"), whole);
+  EXPECT_FALSE(read_floats(out).empty());
+  EXPECT_EQ(read_floats(out), read_floats(ddp_out));
+  const arc::CheckpointReader a(checkpoint_in(root)), b(checkpoint_in(ddp_root));
+  ASSERT_EQ(a.tensor_names(), b.tensor_names());
+  for (const auto& name : a.tensor_names()) EXPECT_TRUE(torch::equal(a.tensor(name), b.tensor(name))) << name;
+  const auto converted =
+      probe("--strategy fsdp --sharding FULL_SHARD --build-late 1 --devices 2 --steps 2 --precision bf16-true");
+  EXPECT_NE(converted.status, 0);
+  EXPECT_NE(converted.output.find("belongs to an arc::ShardedUnit that FULL_SHARD sharded as configure_model made it"),
+            std::string::npos)
+      << converted.output;
+  for (const auto& folder : {root, ddp_root}) std::filesystem::remove_all(folder);
+  for (const auto& file : {out, ddp_out}) std::remove(file.c_str());
+}
+
 TEST(FSDP, OptionsItCannotTakeAreErrorsThatSayWhatToDo) {
   const auto lbfgs = probe("--strategy fsdp --steps 2 --optimizer lbfgs");
   EXPECT_NE(lbfgs.status, 0);
