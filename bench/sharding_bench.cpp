@@ -2,8 +2,8 @@
 // - memory: a 12-layer MLP of 4096 units (201M parameters) trained with Adam for 3 steps on 2 and 4
 //   ranks (each layer an arc::ShardedUnit, made in the constructor, or for "FULL_SHARD late" in
 //   configure_model, where each unit is sharded as it is made); each rank's peak resident memory (VmHWM, which
-//   counts the shared-memory gradient buckets that a rank maps) and the bytes of parameters, gradients and
-//   optimizer state it holds at the end;
+//   counts the shared-memory gradient buckets that a rank maps), its peak up to fit's start (the model made and set
+//   up: "setup") and the bytes of parameters, gradients and optimizer state it holds at the end;
 // - speed: samples/s of the canonical MLP and CNN on 2 ranks, DDP and each sharding in alternated
 //   rounds (fresh commands), against PyTorch DDP where a python3 with torch is found.
 //   arc_bench_sharding [repeats=3] [parts=memory,speed] [worlds=2,4] [models=mlp,cnn]
@@ -52,7 +52,8 @@ class DeepMlp : public arc::TrainModule {
   std::vector<arc::OptimizerConfig> configure_optimizers() override {
     return {std::make_shared<torch::optim::Adam>(parameters(), 1e-4)};
   }
-  // Every rank's peak and held bytes to rank 0, which prints them as the RESULT line.
+  void on_fit_start() override { setup_peak_ = peak_resident_bytes(); }
+  // Every rank's peaks and held bytes to rank 0, which prints them as the RESULT line.
   void on_train_end() override {
     int64_t params = 0, grads = 0, state = 0;
     // A parameter's storage: none under FULL_SHARD where another rank owns it.
@@ -60,13 +61,13 @@ class DeepMlp : public arc::TrainModule {
     for (const auto& entry : trainer().optimizer_configs().front().optimizer->state())
       if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(entry.second.get()))
         state += bytes(adam->exp_avg()) + bytes(adam->exp_avg_sq()) + bytes(adam->max_exp_avg_sq());
-    const auto mine = torch::tensor({peak_resident_bytes(), params, grads, state});
+    const auto mine = torch::tensor({peak_resident_bytes(), params, grads, state, setup_peak_});
     const auto all = trainer().strategy().all_gather(mine);
     if (!trainer().is_global_zero()) return;
     nlohmann::json ranks = nlohmann::json::array();
     for (const auto& rank : all) {
       const auto* v = rank.data_ptr<int64_t>();
-      ranks.push_back({{"peak", v[0]}, {"params", v[1]}, {"grads", v[2]}, {"state", v[3]}});
+      ranks.push_back({{"peak", v[0]}, {"params", v[1]}, {"grads", v[2]}, {"state", v[3]}, {"setup", v[4]}});
     }
     std::cout << "RESULT " << nlohmann::json{{"ranks", ranks}}.dump() << std::endl;
   }
@@ -80,6 +81,7 @@ class DeepMlp : public arc::TrainModule {
                                        arc::ShardedUnit<torch::nn::Linear>(torch::nn::Linear(kWidth, kWidth))));
   }
   bool late_;
+  int64_t setup_peak_ = 0;
 };
 
 int memory_run(const std::string& strategy, const std::string& sharding, int64_t devices, bool late) {
@@ -115,17 +117,18 @@ void memory(const std::string& self, const std::vector<int64_t>& worlds) {
   for (const int64_t world : worlds) {
     std::cout << "\nworld " << world << " (MiB per rank: the largest peak, and the mean of the bytes held)\n"
               << std::left << std::setw(24) << "run" << std::right << std::setw(11) << "peak" << std::setw(8) << "ratio"
-              << std::setw(11) << "params" << std::setw(11) << "grads" << std::setw(11) << "optimizer" << std::setw(11)
-              << "wall s\n";
+              << std::setw(11) << "setup" << std::setw(11) << "params" << std::setw(11) << "grads" << std::setw(11)
+              << "optimizer" << std::setw(11) << "wall s\n";
     double baseline = 0;
     arc::bench::Summary summary("arc_bench_sharding memory world " + std::to_string(world));
     for (const auto& setup : setups) {
       const auto result = arc::bench::run(self + " --memory-run " + setup.strategy + " " + setup.sharding + " " +
                                           std::to_string(world) + (setup.late ? " late" : " constructor"));
-      int64_t peak = 0;
+      int64_t peak = 0, setup_peak = 0;
       double params = 0, grads = 0, state = 0;
       for (const auto& rank : result.json["ranks"]) {
         peak = std::max(peak, rank["peak"].get<int64_t>());
+        setup_peak = std::max(setup_peak, rank["setup"].get<int64_t>());
         params += rank["params"].get<double>() / world;
         grads += rank["grads"].get<double>() / world;
         state += rank["state"].get<double>() / world;
@@ -133,14 +136,16 @@ void memory(const std::string& self, const std::vector<int64_t>& worlds) {
       if (baseline == 0) baseline = static_cast<double>(peak);
       std::cout << std::left << std::setw(24) << setup.name << std::right << std::setprecision(0) << std::setw(11)
                 << mib(peak) << std::setprecision(3) << std::setw(8) << static_cast<double>(peak) / baseline
-                << std::setprecision(0) << std::setw(11) << params / (1 << 20) << std::setw(11) << grads / (1 << 20)
-                << std::setw(11) << state / (1 << 20) << std::setprecision(1) << std::setw(10) << result.wall_s << "\n";
+                << std::setprecision(0) << std::setw(11) << mib(setup_peak) << std::setw(11) << params / (1 << 20)
+                << std::setw(11) << grads / (1 << 20) << std::setw(11) << state / (1 << 20) << std::setprecision(1)
+                << std::setw(10) << result.wall_s << "\n";
+      const auto name = setup.sharding + (setup.late ? " late" : "");
       if (setup.strategy == "ddp_spawn") {
         summary.add("DDP peak MiB", mib(peak), 0);
       } else {
-        const auto name = setup.sharding + (setup.late ? " late" : "");
         summary.add(name + " peak MiB", mib(peak), 0).add(name + " of DDP's", static_cast<double>(peak) / baseline, 3);
       }
+      if (setup.sharding == "FULL_SHARD") summary.add(name + " setup MiB", mib(setup_peak), 0);
     }
     summary.print();
   }
