@@ -55,6 +55,13 @@ void OutputFile::write(const void* data, size_t size) {
   }
 }
 
+void sync_folder(const std::string& folder) {
+  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
 void OutputFile::commit() {
   if (::fsync(fd_) != 0) fail("flush");
   const int closed = ::close(fd_);

@@ -12,6 +12,10 @@ namespace arc {
 /// What a file being written is called until it is complete: `<target>.tmp-<pid>`.
 constexpr const char* kTemporaryInfix = ".tmp-";
 
+/// Flushes `folder`'s entries to disk, so that a file renamed into it stays there after a power
+/// loss; a folder that cannot be opened is left alone.
+void sync_folder(const std::string& folder);
+
 /// `<target>.tmp-<pid>` until commit(); removed unless committed. Every failure is an arc::Error
 /// naming `what` ("checkpoint"), the target, the cause and the fix: `elsewhere` names the settings
 /// that write it somewhere else, `smaller` (optional) how to make it smaller.

@@ -10,7 +10,6 @@
 
 #include <torch/torch.h>
 
-#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 #include <algorithm>
@@ -65,13 +64,6 @@ void spread(size_t count, size_t bytes, const std::function<void(size_t)>& job) 
       if (!error) error = std::current_exception();
     }
   if (error) std::rethrow_exception(error);
-}
-
-void fsync_path(const std::string& path, int flags) {
-  const int fd = ::open(path.c_str(), flags);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
 }
 
 // Zeros up to the next multiple of `alignment`.
@@ -256,7 +248,7 @@ void CheckpointWriter::write(const std::string& path, Threads threads, bool remo
   file.write(index_crc, 8);
   file.write(kTrailerMagic, 8);
   file.commit();
-  fsync_path(folder, O_RDONLY | O_DIRECTORY);
+  sync_folder(folder);
 }
 
 std::vector<std::string> last_checkpoints(const std::string& folder, const std::string& versions_folder) {

@@ -73,6 +73,8 @@ void write_index(const std::string& folder, int64_t generation, int64_t world_si
                   "ModelCheckpoint's dirpath, default_root_dir");
   file.write(text.data(), text.size());
   file.commit();
+  // On disk before the set it replaces is removed.
+  sync_folder(folder);
 }
 
 }  // namespace
