@@ -498,8 +498,8 @@ const std::vector<OptionField>& option_fields() {
       ARC_DDP_OPTION(shared_memory, "DDP: all-reduce through shared memory among the processes of a machine"),
       ARC_DDP_OPTION(process_group_backend, "DDP on GPUs: \"auto\", \"nccl\" or \"gloo\""),
       ARC_DDP_OPTION(sharding_strategy,
-                     "fsdp: \"SHARD_GRAD_OP\" (\"auto\"), \"FULL_SHARD\", \"SHARD_OPTIMIZER\" or \"NO_SHARD\": what "
-                     "each rank keeps"),
+                     "fsdp: \"SHARD_GRAD_OP\" (\"auto\"), \"FULL_SHARD\", \"HYBRID_SHARD\", \"SHARD_OPTIMIZER\" or "
+                     "\"NO_SHARD\": what each rank keeps"),
       ARC_DDP_OPTION(state_dict_type,
                      "fsdp: \"full\" (one checkpoint file) or \"sharded\" (a folder: each rank writes what it owns)"),
       ARC_SLURM_OPTION(auto_requeue, "under SLURM: save and requeue on requeue_signal"),

@@ -163,7 +163,7 @@ LoadResult Fabric::load(const std::string& path, FabricState& state, bool strict
   for (const auto& [name, optimizer] : state.optimizers_)
     if (checkpoint.contains(name)) {
       // The file holds every rank's state; a sharded rank reads its own.
-      load_optimizer(checkpoint, name, *optimizer, strategy_->state_owners(*optimizer), global_rank());
+      load_optimizer(checkpoint, name, *optimizer, strategy_->state_owners(*optimizer), strategy_->owner_rank());
     }
   const auto parts = checkpoint.meta().value("accelerator_state", nlohmann::json::object());
   state.values = parts.value("values", nlohmann::json::object());

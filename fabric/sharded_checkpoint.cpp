@@ -125,9 +125,12 @@ void add_owned_optimizer(CheckpointWriter& shard, const std::string& name, const
     if (strategy.global_rank() == 0) save_optimizer(shard, name, optimizer);
     return;
   }
-  save_optimizer(shard, name, optimizer);
+  // Under HYBRID_SHARD the first node's ranks write the states; the other nodes hold replicas.
+  CheckpointWriter replica(nlohmann::json::object());
+  auto& writer = strategy.owner_rank() == strategy.global_rank() ? shard : replica;
+  save_optimizer(writer, name, optimizer);
   std::vector<nlohmann::json> layouts;
-  for (const auto& text : all_gather_text(*strategy.collectives(), shard.take_json(name).dump()))
+  for (const auto& text : all_gather_text(*strategy.collectives(), writer.take_json(name).dump()))
     layouts.push_back(nlohmann::json::parse(text));
   if (strategy.global_rank() == 0) shard.add_json(name, merge_optimizer_layouts(layouts));
 }

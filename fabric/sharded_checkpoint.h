@@ -40,12 +40,14 @@ struct ShardedCheckpointIndex {
 void write_sharded_checkpoint(const CheckpointWriter& shard, const std::string& path, Collectives& group);
 
 /// Adds the parameters of `module` that `strategy` gives this rank, as "<prefix>/<name>"; rank 0's
-/// shard also takes the buffers and the parameters no rank owns.
+/// shard also takes the buffers and the parameters no rank owns. Under HYBRID_SHARD the first
+/// node's ranks write what they own, and the other nodes' ranks nothing of it (they hold replicas).
 void add_owned_state(CheckpointWriter& shard, const torch::nn::Module& module, const std::string& prefix,
                      const Strategy& strategy);
 
-/// Adds the state of `optimizer` that this rank keeps, as `name`; rank 0's shard also takes its
-/// layout, made whole from every rank's. Every rank calls it, in the same order.
+/// Adds the state of `optimizer` that this rank keeps, as `name` (as add_owned_state, the first
+/// node's ranks under HYBRID_SHARD); rank 0's shard also takes its layout, made whole from every rank's. Every rank
+/// calls it, in the same order.
 void add_owned_optimizer(CheckpointWriter& shard, const std::string& name, const torch::optim::Optimizer& optimizer,
                          Strategy& strategy);
 

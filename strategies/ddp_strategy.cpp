@@ -96,7 +96,7 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
   sharded_checkpoints_ = shard_ && plan.ddp.state_dict_type() == "sharded";
   // A unit's gathers run inside backward, between the gradient reductions: every rank's backward must
   // reach the same units in the same order.
-  ARC_CHECK(sharding_ != "FULL_SHARD" || !plan.ddp.find_unused_parameters(), "FULL_SHARD gathers each unit's ",
+  ARC_CHECK(!full_shard() || !plan.ddp.find_unused_parameters(), sharding_, " gathers each unit's ",
             "parameters during backward, so every rank's backward must use the same parameters, but ",
             "find_unused_parameters is on; turn it off (use every parameter in the loss), or use sharding_strategy ",
             "\"SHARD_GRAD_OP\"");
@@ -119,7 +119,14 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
   fit_shm_to_cores(rendezvous, local_world_size_, plan.threads_per_process);
   rendezvous.store_hosted_elsewhere = environment_->launcher_hosts_store();
   rendezvous.peer_failure = peer_failure();
-  collectives_ = make_collectives(rendezvous, hosted_store());
+  hybrid_.reset();
+  if (sharding_ == "HYBRID_SHARD" && world_size_ > local_world_size_) {
+    auto groups = make_hybrid_collectives(rendezvous, hosted_store(), local_rank_, local_world_size_);
+    collectives_ = std::move(groups.world);
+    hybrid_ = std::move(groups.shard);
+  } else {
+    collectives_ = make_collectives(rendezvous, hosted_store());
+  }
   // A small first bucket only starts the first all-reduce early. Where all-reduces cannot overlap
   // backward, every bucket is one more wait for the slowest rank, so all are of one size; the
   // ranks' buckets must match, so one rank that can overlap keeps the small first bucket for all.
@@ -138,6 +145,9 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
   console().info("{}: rank {} of {} on {} ({} environment, {} at {}:{})", name(), rank_, world_size_, device_.str(),
                  environment_->name(), collectives_->backend(), rendezvous.address, rendezvous.port);
   if (shard_ && rank_ == 0) console().info("fsdp: sharding_strategy {}", sharding_);
+  if (hybrid_ && rank_ == 0)
+    console().info("fsdp: HYBRID_SHARD shards over the {} ranks of each node and replicates across {} nodes ({})",
+                   local_world_size_, world_size_ / local_world_size_, hybrid_->backend());
 }
 
 namespace {
@@ -226,8 +236,9 @@ std::vector<int64_t> owners_with(const std::vector<torch::Tensor>& parameters,
 }  // namespace
 
 void DDPStrategy::build_model(const std::function<void()>& configure) {
-  if (sharding_ != "FULL_SHARD") return configure();
-  ShardingBuilder builder(world_size_, rank_, *collectives_, built_);
+  if (!full_shard()) return configure();
+  auto& group = shard_group();
+  ShardingBuilder builder(group.world_size(), group.rank(), group, built_);
   with_unit_builder(builder, configure);
 }
 
@@ -285,10 +296,11 @@ void DDPStrategy::setup_module(torch::nn::Module& module) {
   }
   ownership_.reset();
   if (sharded() && !parameters_.empty()) {
-    ownership_ = std::make_unique<ShardLayout>(parameters_, world_size_, rank_, reducer_options_.first_bucket_bytes(),
-                                               reducer_options_.bucket_bytes(), 0,
-                                               owners_with(parameters_, made_sharded, world_size_));
-    if (sharding_ == "FULL_SHARD") make_units(module);
+    auto& group = shard_group();
+    ownership_ = std::make_unique<ShardLayout>(parameters_, group.world_size(), group.rank(),
+                                               reducer_options_.first_bucket_bytes(), reducer_options_.bucket_bytes(),
+                                               0, owners_with(parameters_, made_sharded, group.world_size()));
+    if (full_shard()) make_units(module);
   }
   reducer();
 }
@@ -333,7 +345,8 @@ void DDPStrategy::make_units(torch::nn::Module& module) {
       names.push_back(names_[i]);
       owners.push_back(ownership_->owner(i));
     }
-    units_.push_back(std::make_shared<UnitGather>(parameters, names, owners, world_size_, rank_, *collectives_));
+    auto& group = shard_group();
+    units_.push_back(std::make_shared<UnitGather>(parameters, names, owners, group.world_size(), group.rank(), group));
     found[u]->shard_with(units_.back());
     unit_modules_.push_back(found[u]);
   }
@@ -342,11 +355,12 @@ void DDPStrategy::make_units(torch::nn::Module& module) {
   if (rank_ != 0) return;
   if (units_.empty()) {
     console().warn(
-        "fsdp: FULL_SHARD divides the parameters of the module's arc::ShardedUnit submodules, and this module has "
+        "fsdp: {} divides the parameters of the module's arc::ShardedUnit submodules, and this module has "
         "none, so its parameters stay whole on every rank, as under SHARD_GRAD_OP; wrap its blocks in "
-        "arc::ShardedUnit");
+        "arc::ShardedUnit",
+        sharding_);
   } else {
-    console().info("fsdp: FULL_SHARD over {} units holding {} of the module's {} parameter bytes", units_.size(),
+    console().info("fsdp: {} over {} units holding {} of the module's {} parameter bytes", sharding_, units_.size(),
                    unit_bytes, all_bytes);
   }
 }
@@ -436,15 +450,18 @@ DDPStrategy::Reducer DDPStrategy::make_reducer(std::vector<torch::Tensor> parame
     return made;
   }
   // SHARD_GRAD_OP's and FULL_SHARD's first unit carries the skip vote in every share. Owners stay
-  // those of setup.
+  // those of setup. Small units stay in shared memory, all-reduced in place, except under
+  // HYBRID_SHARD, whose gradients are reduced over every rank and parameters shared within the node.
   const bool scatter = sharding_ != "SHARD_OPTIMIZER";
+  auto& group = shard_group();
   std::vector<int64_t> owners;
   for (const auto& parameter : parameters) owners.push_back(*owner_of(parameter));
-  made.layout = std::make_shared<ShardLayout>(parameters, world_size_, rank_, reducer_options_.first_bucket_bytes(),
-                                              reducer_options_.bucket_bytes(), scatter ? 1 : 0, owners);
-  made.layout->keep_small_units(*collectives_);
+  made.layout =
+      std::make_shared<ShardLayout>(parameters, group.world_size(), group.rank(), reducer_options_.first_bucket_bytes(),
+                                    reducer_options_.bucket_bytes(), scatter ? 1 : 0, owners);
+  if (!hybrid_) made.layout->keep_small_units(group);
   made.shared = made.layout;
-  if (sharding_ == "FULL_SHARD") {
+  if (full_shard()) {
     // The units' parameters are gathered by their units; the others go to every rank after a step.
     std::vector<torch::Tensor> outside;
     std::vector<int64_t> outside_owners;
@@ -455,13 +472,14 @@ DDPStrategy::Reducer DDPStrategy::make_reducer(std::vector<torch::Tensor> parame
     }
     made.shared.reset();
     if (!outside.empty()) {
-      made.shared = std::make_shared<ShardLayout>(outside, world_size_, rank_, reducer_options_.first_bucket_bytes(),
+      made.shared = std::make_shared<ShardLayout>(outside, group.world_size(), group.rank(),
+                                                  reducer_options_.first_bucket_bytes(),
                                                   reducer_options_.bucket_bytes(), 0, outside_owners);
-      made.shared->keep_small_units(*collectives_);
+      if (!hybrid_) made.shared->keep_small_units(group);
     }
   }
   if (scatter) {
-    made.reducer = std::make_unique<ShardedGradReducer>(made.layout, names, *collectives_, reducer_options_);
+    made.reducer = std::make_unique<ShardedGradReducer>(made.layout, names, group, reducer_options_);
   } else {
     // SHARD_OPTIMIZER is for memory: buckets of the rank's own, which map none of the others'.
     auto options = reducer_options_;
@@ -552,13 +570,13 @@ bool DDPStrategy::optimizer_step(torch::optim::Optimizer& optimizer, const std::
   for (auto& group : optimizer.param_groups())
     for (auto& parameter : group.params()) {
       const auto owner = owner_of(parameter);
-      if (!owner || *owner == rank_ || !parameter.grad().defined()) continue;
+      if (!owner || *owner == owner_rank() || !parameter.grad().defined()) continue;
       set_aside.emplace_back(parameter, parameter.grad());
       parameter.mutable_grad() = torch::Tensor();
     }
   const bool stepped = step();
   for (auto& [parameter, grad] : set_aside) parameter.mutable_grad() = grad;
-  if (const auto& shared = reducers_.front().shared) shared->share_parameters(*collectives_);
+  if (const auto& shared = reducers_.front().shared) shared->share_parameters(shard_group());
   return stepped;
 }
 
@@ -572,13 +590,13 @@ double DDPStrategy::clip_grad_norm(const std::vector<torch::Tensor>& parameters,
   auto* values = found.data_ptr<double>();
   for (size_t i = 0; i < parameters.size(); ++i) {
     const auto& grad = parameters[i].grad();
-    if (!grad.defined() || owner_of(parameters[i]).value_or(0) != rank_) continue;
+    if (!grad.defined() || owner_of(parameters[i]).value_or(0) != owner_rank()) continue;
     values[2 * i] = 1;
     values[2 * i + 1] = grad.detach().norm(2).item<double>();
   }
   {
     const CollectiveName name("gradient norms");
-    collectives_->all_reduce(found, Reduce::sum).wait();
+    shard_group().all_reduce(found, Reduce::sum).wait();
   }
   std::vector<torch::Tensor> norms;
   for (size_t i = 0; i < parameters.size(); ++i)

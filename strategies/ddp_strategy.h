@@ -49,6 +49,7 @@ class DDPStrategy : public Strategy {
   /// (whatever requires gradients later, so that no optimizer state ever moves); nullopt unless
   /// sharded and one of the module's.
   std::optional<int64_t> owner_of(const torch::Tensor& parameter) const override;
+  int64_t owner_rank() const override { return hybrid_ ? local_rank_ : rank_; }
   bool sharded_checkpoints() const override { return sharded_checkpoints_; }
   void set_gradient_sync(bool sync) override { sync_ = sync; }
   int64_t world_size() const override { return world_size_; }
@@ -67,6 +68,13 @@ class DDPStrategy : public Strategy {
  private:
   std::shared_ptr<cluster::ClusterEnvironment> environment_;
   std::unique_ptr<Collectives> collectives_;
+  /// Under HYBRID_SHARD on several nodes: the group of this node, among which the parameters are
+  /// divided (its reduce_scatter sums over every rank).
+  std::unique_ptr<Collectives> hybrid_;
+  /// The group among which the parameters are divided: hybrid_'s, else every rank's.
+  Collectives& shard_group() const { return hybrid_ ? *hybrid_ : *collectives_; }
+  /// Whether the units' parameters are sharded (FULL_SHARD, HYBRID_SHARD).
+  bool full_shard() const { return sharding_ == "FULL_SHARD" || sharding_ == "HYBRID_SHARD"; }
   /// The reducer for the parameters that require gradients now: the last one while they are the
   /// same, else the one before it (toggle_optimizer alternates between two sets), else one made for
   /// them once the ranks agree on them (a finetuning callback unfroze a backbone); null without any.

@@ -160,11 +160,8 @@ void DDPStrategyOptions::validate() const {
   ARC_CHECK(first_bucket_mb_ > 0, "first_bucket_mb must be > 0, got ", first_bucket_mb_);
   ARC_CHECK(bucket_cap_mb_ > 0, "bucket_cap_mb must be > 0, got ", bucket_cap_mb_);
   check_choice("process_group_backend", process_group_backend_, {"auto", "nccl", "gloo"});
-  ARC_CHECK(sharding_strategy_ != "HYBRID_SHARD", "sharding_strategy 'HYBRID_SHARD' (Lightning's FSDP sharding ",
-            "within a node and replicating across nodes) is not available in Arclight; use \"FULL_SHARD\" ",
-            "(parameters sharded over every rank) or \"SHARD_GRAD_OP\"");
   check_choice("sharding_strategy", sharding_strategy_,
-               {"auto", "FULL_SHARD", "SHARD_GRAD_OP", "SHARD_OPTIMIZER", "NO_SHARD"});
+               {"auto", "FULL_SHARD", "HYBRID_SHARD", "SHARD_GRAD_OP", "SHARD_OPTIMIZER", "NO_SHARD"});
   check_choice("state_dict_type", state_dict_type_, {"full", "sharded"});
 }
 

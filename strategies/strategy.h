@@ -64,8 +64,9 @@ class DDPStrategyOptions {
   /// gradient and optimizer state and steps it (gradients are reduce-scattered);
   /// "SHARD_OPTIMIZER": optimizer state only, gradients all-reduced as DDP's (ZeRO stage 1);
   /// "FULL_SHARD": as SHARD_GRAD_OP, and the parameters of each arc::ShardedUnit have memory only
-  /// on their owner outside the unit's forward and backward; "NO_SHARD": DDP. The other strategies
-  /// take "auto" only.
+  /// on their owner outside the unit's forward and backward; "HYBRID_SHARD": FULL_SHARD among the
+  /// ranks of each node, every node holding a replica; "NO_SHARD": DDP. The other strategies take
+  /// "auto" only.
   ARC_ARG(std::string, sharding_strategy) = "auto";
   /// Strategy "fsdp": how checkpoints hold the model and optimizer state. "full": one file, written
   /// by rank 0 (which gathers what other ranks own); "sharded": a folder in which every rank writes
@@ -151,7 +152,11 @@ class Strategy {
   /// rank); empty when nothing is sharded.
   virtual std::vector<int64_t> state_owners(const torch::optim::Optimizer&) const { return {}; }
   /// The rank that owns `parameter` (one of the module's) under sharding; nullopt unless sharded.
+  /// Under HYBRID_SHARD owners are ranks within a node, and the first node's ranks are numbered so.
   virtual std::optional<int64_t> owner_of(const torch::Tensor& /*parameter*/) const { return std::nullopt; }
+  /// The owner this process is, as owner_of and state_owners number them: its global rank, or
+  /// under HYBRID_SHARD its rank within its node (each node holds what its ranks own, as a replica).
+  virtual int64_t owner_rank() const { return global_rank(); }
   /// Whether checkpoints are sharded: each rank writes what it owns (fsdp's state_dict_type "sharded").
   virtual bool sharded_checkpoints() const { return false; }
   /// Whether some parameters have memory only on the rank that owns them, outside the forward and

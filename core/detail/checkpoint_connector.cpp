@@ -238,7 +238,7 @@ void CheckpointConnector::restore_training(TrainModule& module, const std::strin
   for (size_t i = 0; i < configs.size(); ++i) {
     // The file holds every rank's state; a sharded rank reads its own.
     load_optimizer(checkpoint, "optimizer_" + std::to_string(i), *configs[i].optimizer,
-                   trainer_.strategy().state_owners(*configs[i].optimizer), trainer_.global_rank());
+                   trainer_.strategy().state_owners(*configs[i].optimizer), trainer_.strategy().owner_rank());
     const auto& schedulers = meta.at("schedulers");
     if (configs[i].lr_scheduler && i < schedulers.size() && !schedulers[i].is_null())
       configs[i].lr_scheduler->scheduler->load_state_dict(schedulers[i]);

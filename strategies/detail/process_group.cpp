@@ -386,25 +386,108 @@ void fit_shm_to_cores(RendezvousOptions& options, int64_t local_ranks, int64_t t
   if (threads <= cores) options.shm_spin = std::chrono::milliseconds(1);
 }
 
-std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
-                                              c10::intrusive_ptr<c10d::TCPStore> hosted) {
+namespace {
+
+// The store (`hosted`, or one this rank hosts or joins), and the options with the prefix of this
+// start's keys: a launcher's store outlives the workers it restarts, so each start of a rank gets the
+// keys of its generation, the number of times this rank has joined the store. Agents that restart
+// their workers together agree on it, and so does an agent that replaces a dead one (its restart
+// count is 0 again).
+std::pair<c10::intrusive_ptr<c10d::TCPStore>, RendezvousOptions> open_store(const RendezvousOptions& options,
+                                                                            c10::intrusive_ptr<c10d::TCPStore> hosted) {
   auto store = std::move(hosted);
   if (!store)
     store = options.rank == 0 && !options.store_hosted_elsewhere
                 ? StoreServer(options.address, options.port, options.timeout).store()
                 : connect(options);
   auto group_options = options;
-  // A launcher's store outlives the workers it restarts: each start of a rank gets the keys of its
-  // generation, the number of times this rank has joined the store. Agents that restart their workers
-  // together agree on it, and so does an agent that replaces a dead one (its restart count is 0 again).
   if (options.store_hosted_elsewhere)
     group_options.prefix +=
         "/start_" + std::to_string(store->add(options.prefix + "/starts_of_rank_" + std::to_string(options.rank), 1));
-  auto group = make_untraced(group_options, store);
-  if (options.world_size == 1) return group;
-  return std::make_unique<TracedCollectives>(std::move(group), store, group_options.prefix,
+  return {store, group_options};
+}
+
+std::unique_ptr<Collectives> traced(std::unique_ptr<Collectives> group, const c10::intrusive_ptr<c10d::TCPStore>& store,
+                                    const RendezvousOptions& options) {
+  if (group->world_size() == 1) return group;
+  return std::make_unique<TracedCollectives>(std::move(group), store, options.prefix,
                                              options.collective_timeout.value_or(options.timeout),
                                              options.peer_failure);
+}
+
+// HYBRID_SHARD's group: the ranks of one node, whose reduce_scatter also sums each share across the
+// nodes (among the ranks of the same local rank on every node); its other collectives stay within
+// the node. A mean is summed within the node and across nodes, then divided, as the hierarchical
+// all-reduce does, so that the shares are the all-reduce's to the bit (on two nodes, whose sum is
+// one addition in any order).
+class HybridCollectives : public Collectives {
+ public:
+  HybridCollectives(std::unique_ptr<Collectives> node, std::unique_ptr<Collectives> replicas)
+      : node_(std::move(node)), replicas_(std::move(replicas)) {}
+  int64_t rank() const override { return node_->rank(); }
+  int64_t world_size() const override { return node_->world_size(); }
+  std::string backend() const override {
+    return node_->backend() + " within the node, " + replicas_->backend() + " across nodes";
+  }
+  PendingWork all_reduce(torch::Tensor tensor, Reduce op) override { return node_->all_reduce(tensor, op); }
+  bool all_reduce_overlaps(const torch::TensorOptions& options) const override {
+    return node_->all_reduce_overlaps(options);
+  }
+  void broadcast(torch::Tensor tensor, int64_t src) override { node_->broadcast(tensor, src); }
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override { return node_->all_gather(tensor); }
+  void reduce_scatter(torch::Tensor output, const torch::Tensor& input, Reduce op) override {
+    check_shares(*this, output, input, "reduce_scatter");
+    check_reduction(input, op);
+    const Reduce each = op == Reduce::mean ? Reduce::sum : op;
+    node_->reduce_scatter(output, input, each);
+    replicas_->all_reduce(output, each).wait();
+    const c10::InferenceMode writable(output.is_inference());
+    if (each != op) output.div_(static_cast<double>(world_size() * replicas_->world_size()));
+  }
+  void all_gather_into(torch::Tensor output, const torch::Tensor& input) override {
+    node_->all_gather_into(output, input);
+  }
+  void barrier() override { node_->barrier(); }
+  double blocked_seconds() const override { return node_->blocked_seconds() + replicas_->blocked_seconds(); }
+
+ private:
+  std::unique_ptr<Collectives> node_;
+  std::unique_ptr<Collectives> replicas_;
+};
+
+}  // namespace
+
+std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
+                                              c10::intrusive_ptr<c10d::TCPStore> hosted) {
+  auto [store, group_options] = open_store(options, std::move(hosted));
+  return traced(make_untraced(group_options, store), store, group_options);
+}
+
+HybridGroups make_hybrid_collectives(const RendezvousOptions& options, c10::intrusive_ptr<c10d::TCPStore> hosted,
+                                     int64_t local_rank, int64_t local_world_size) {
+  ARC_CHECK(local_world_size > 0 && options.world_size % local_world_size == 0 &&
+                options.rank % local_world_size == local_rank,
+            "HYBRID_SHARD shards within each node and needs the ranks numbered node by node, every node with ",
+            local_world_size, " ranks, but rank ", options.rank, " of ", options.world_size, " is local rank ",
+            local_rank, "; start the same number of ranks on every node, ranked by node (torchrun and srun's block ",
+            "distribution do), or use sharding_strategy \"FULL_SHARD\"");
+  auto [store, group_options] = open_store(options, std::move(hosted));
+  HybridGroups groups;
+  groups.world = traced(make_untraced(group_options, store), store, group_options);
+  const int64_t node = options.rank / local_world_size;
+  auto within = group_options;
+  within.rank = local_rank;
+  within.world_size = local_world_size;
+  within.prefix += "/hybrid_node_" + std::to_string(node);
+  auto across = group_options;
+  across.rank = node;
+  across.world_size = options.world_size / local_world_size;
+  across.prefix += "/hybrid_replicas_" + std::to_string(local_rank);
+  across.shared_memory = false;
+  auto hybrid = std::make_unique<HybridCollectives>(make_untraced(within, store), make_untraced(across, store));
+  within.prefix += "/trace";
+  groups.shard = traced(std::move(hybrid), store, within);
+  return groups;
 }
 
 std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options) {

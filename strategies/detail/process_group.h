@@ -84,6 +84,22 @@ std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options,
 /// The same, with rank 0 hosting its own store.
 std::unique_ptr<Collectives> make_collectives(const RendezvousOptions& options);
 
+/// The groups of a HYBRID_SHARD run, whose ranks are numbered node by node.
+struct HybridGroups {
+  /// make_collectives's group of every rank.
+  std::unique_ptr<Collectives> world;
+  /// The ranks of this node (each its local rank), among which sharded training divides the
+  /// parameters: its reduce_scatter sums each share over every rank, within the node and then among
+  /// the ranks of this local rank on every node (Marian's local sharding); its other collectives
+  /// run within the node.
+  std::unique_ptr<Collectives> shard;
+};
+
+/// Joins the group as make_collectives does, and makes HYBRID_SHARD's group of this rank's node
+/// beside it; throws unless every node has `local_world_size` ranks, numbered node by node.
+HybridGroups make_hybrid_collectives(const RendezvousOptions& options, c10::intrusive_ptr<c10d::TCPStore> hosted,
+                                     int64_t local_rank, int64_t local_world_size);
+
 /// Whether this build has c10d's NCCL process group: LibTorch with CUDA, and NCCL found at build time.
 bool nccl_available();
 

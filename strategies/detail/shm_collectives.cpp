@@ -70,11 +70,16 @@ std::string text_of(const std::vector<uint8_t>& bytes) { return {bytes.begin(), 
 
 class ShmCollectives : public Collectives {
  public:
+  /// `replicas`, where every node has as many ranks: this local rank's group on every node (its rank
+  /// the node's index), and `by_local_rank` the ranks ordered by local rank, then node.
   ShmCollectives(std::unique_ptr<ShmSegment> segment, std::unique_ptr<Collectives> global,
-                 std::unique_ptr<Collectives> leaders, int64_t nodes, const ShmGroupOptions& options)
+                 std::unique_ptr<Collectives> leaders, std::unique_ptr<Collectives> replicas,
+                 std::vector<int64_t> by_local_rank, int64_t nodes, const ShmGroupOptions& options)
       : segment_(std::move(segment)),
         global_(std::move(global)),
         leaders_(std::move(leaders)),
+        replicas_(std::move(replicas)),
+        by_local_rank_(torch::tensor(by_local_rank)),
         nodes_(nodes),
         timeout_(options.timeout),
         barrier_timeout_(options.barrier_timeout),
@@ -126,13 +131,26 @@ class ShmCollectives : public Collectives {
     return gathered;
   }
 
-  // Across nodes, both go through the all-reduce and all-gather above (the defaults).
+  // Across nodes of as many ranks each, hierarchically: the shares are ordered by local rank, then
+  // node, and reduce-scattered within the node, so that each rank holds its node's sum of the shares
+  // of its local rank on every node; those are reduce-scattered among the ranks of that local rank
+  // (Gloo), and a mean is divided last, as the hierarchical all-reduce does (its bits on two nodes).
+  // Across nodes of different sizes, through the all-reduce (the default); all-gathers through the
+  // all-gather.
   void reduce_scatter(torch::Tensor output, const torch::Tensor& input, Reduce op) override {
-    if (nodes_ > 1 || !input.device().is_cpu() || !shm_reducible(input.scalar_type()))
+    const bool hierarchical = nodes_ == 1 || replicas_;
+    if (!hierarchical || !input.device().is_cpu() || !shm_reducible(input.scalar_type()))
       return Collectives::reduce_scatter(output, input, op);
     check_shares(*this, output, input, "reduce_scatter");
     check_reduction(input, op);
-    worker_.call([&] { reduce_scatter_node(output, input, op); });
+    if (nodes_ == 1) return worker_.call([&] { reduce_scatter_node(output, input, op); });
+    const Reduce each = op == Reduce::mean ? Reduce::sum : op;
+    const auto ordered = input.view({world_size(), -1}).index_select(0, by_local_rank_).view(-1);
+    auto mine = torch::empty({output.numel() * nodes_}, output.options());
+    worker_.call([&] { reduce_scatter_node(mine, ordered, each); });
+    replicas_->reduce_scatter(output, mine, each);
+    const c10::InferenceMode writable(output.is_inference());
+    if (each != op) output.div_(static_cast<double>(world_size()));
   }
 
   void all_gather_into(torch::Tensor output, const torch::Tensor& input) override {
@@ -391,6 +409,8 @@ class ShmCollectives : public Collectives {
   std::unique_ptr<ShmSegment> segment_;
   std::unique_ptr<Collectives> global_;
   std::unique_ptr<Collectives> leaders_;
+  std::unique_ptr<Collectives> replicas_;
+  torch::Tensor by_local_rank_;
   int64_t nodes_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds barrier_timeout_;
@@ -413,13 +433,16 @@ std::unique_ptr<Collectives> make_shm_collectives(c10d::Store& store, const ShmG
   store.set("node/" + std::to_string(options.rank), bytes_of(options.node));
   std::vector<int64_t> members;
   std::vector<int64_t> leaders;
-  std::map<std::string, int64_t> size_of;
+  std::map<std::string, std::vector<int64_t>> ranks_of;
+  std::vector<std::string> node_names;
   for (int64_t r = 0; r < options.world_size; ++r) {
     const auto node = text_of(store.get("node/" + std::to_string(r)));
-    if (size_of[node]++ == 0) leaders.push_back(r);
+    auto& ranks = ranks_of[node];
+    if (ranks.empty()) leaders.push_back(r), node_names.push_back(node);
+    ranks.push_back(r);
     if (node == options.node) members.push_back(r);
   }
-  const auto nodes = static_cast<int64_t>(size_of.size());
+  const auto nodes = static_cast<int64_t>(ranks_of.size());
   if (nodes == options.world_size) return global;
   const auto local_index = std::find(members.begin(), members.end(), options.rank) - members.begin();
   const auto local_world = static_cast<int64_t>(members.size());
@@ -438,6 +461,18 @@ std::unique_ptr<Collectives> make_shm_collectives(c10d::Store& store, const ShmG
   std::unique_ptr<Collectives> leader_group;
   const auto leader_index = std::find(leaders.begin(), leaders.end(), options.rank) - leaders.begin();
   if (nodes > 1 && local_index == 0) leader_group = make_leaders("leaders", leader_index, nodes);
+  // Where every node has as many ranks, each local rank's group on every node, and the ranks in
+  // order of local rank, then node: the hierarchical reduce-scatter's.
+  std::unique_ptr<Collectives> replicas;
+  std::vector<int64_t> by_local_rank;
+  const bool even = std::all_of(ranks_of.begin(), ranks_of.end(),
+                                [&](const auto& node) { return node.second.size() == members.size(); });
+  if (nodes > 1 && even) {
+    const auto node_index = std::find(node_names.begin(), node_names.end(), options.node) - node_names.begin();
+    replicas = make_leaders("replicas_" + std::to_string(local_index), node_index, nodes);
+    for (size_t l = 0; l < members.size(); ++l)
+      for (const auto& name : node_names) by_local_rank.push_back(ranks_of[name][l]);
+  }
   const std::string waits =
       segment ? fmt::format("; a rank waits {:g} ms for the others before it sleeps",
                             std::chrono::duration<double, std::milli>(segment->spin_before_sleeping()).count())
@@ -446,8 +481,8 @@ std::unique_ptr<Collectives> make_shm_collectives(c10d::Store& store, const ShmG
                  options.helper_thread ? "a helper thread, overlapping backward"
                                        : "the training thread (no core is free for a helper)",
                  waits);
-  return std::make_unique<ShmCollectives>(std::move(segment), std::move(global), std::move(leader_group), nodes,
-                                          options);
+  return std::make_unique<ShmCollectives>(std::move(segment), std::move(global), std::move(leader_group),
+                                          std::move(replicas), std::move(by_local_rank), nodes, options);
 }
 
 }  // namespace arc

@@ -1,6 +1,7 @@
 // Collectives for ranks that share a host: all-reduce, broadcast, all-gather and barrier through
 // one POSIX shared-memory segment per node; across nodes a hierarchical all-reduce (within the
-// node through shared memory, then Gloo among the node leaders, then back through shared memory).
+// node through shared memory, then Gloo among the node leaders, then back through shared memory)
+// and reduce-scatter (within the node, then each share among the ranks of one local rank).
 #pragma once
 
 #include <arc/strategies/collectives.h>

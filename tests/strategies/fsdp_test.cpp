@@ -313,9 +313,9 @@ TEST(FSDP, OptionsItCannotTakeAreErrorsThatSayWhatToDo) {
   EXPECT_NE(not_fsdp.status, 0);
   EXPECT_NE(not_fsdp.output.find("state_dict_type \"sharded\" is for strategy \"fsdp\""), std::string::npos)
       << not_fsdp.output;
-  const auto hybrid = probe("--strategy fsdp --steps 2 --sharding HYBRID_SHARD");
-  EXPECT_NE(hybrid.status, 0);
-  EXPECT_NE(hybrid.output.find("use \"FULL_SHARD\""), std::string::npos) << hybrid.output;
+  const auto misspelled = probe("--strategy fsdp --steps 2 --sharding HYBRID_SHARDS");
+  EXPECT_NE(misspelled.status, 0);
+  EXPECT_NE(misspelled.output.find("did you mean 'HYBRID_SHARD'?"), std::string::npos) << misspelled.output;
   const auto ddp = probe("--strategy ddp_spawn --steps 2 --sharding SHARD_GRAD_OP");
   EXPECT_NE(ddp.status, 0);
   EXPECT_NE(ddp.output.find("sharding_strategy 'SHARD_GRAD_OP' is for strategy \"fsdp\""), std::string::npos)

@@ -7,7 +7,11 @@
 #include "support/slurm_cluster.h"
 #include "support/terminal.h"
 
+#include <arc/fabric/checkpoint.h>
+#include <arc/fabric/sharded_checkpoint.h>
+
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -19,6 +23,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -221,8 +226,8 @@ TEST(Launchers, TwoTorchrunNodesOfTwoRanksTrainToTheSameBitsOnEveryRank) {
 }
 
 // Strategy fsdp under the launchers runs as ddp does: under torchrun and mpirun to ddp_spawn's bits;
-// on two torchrun nodes (shared memory within each, Gloo across, where the reduce-scatter is composed
-// from the all-reduce) to the same bits on every rank, twice.
+// on two torchrun nodes (shared memory within each, Gloo across, the reduce-scatter hierarchical) to
+// the same bits on every rank, twice.
 TEST(Launchers, FsdpRunsUnderTorchrunMpirunAndOnTwoNodes) {
   const std::string dir = fresh_folder("fsdp_launchers");
   const std::string args = " --strategy fsdp --steps 30 --optimizer adam --root " + dir + " --out " + dir + "/w.bin";
@@ -242,6 +247,67 @@ TEST(Launchers, FsdpRunsUnderTorchrunMpirunAndOnTwoNodes) {
     ASSERT_EQ(run.status, 0) << run.output;
     EXPECT_EQ(read_file(dir + "/w.bin"), reference);
   }
+  std::filesystem::remove_all(dir);
+}
+
+// HYBRID_SHARD on two torchrun nodes of two ranks: FULL_SHARD among the ranks of each node, every
+// node a replica. With the layers made in configure_model, each rank holds what a rank of FULL_SHARD
+// over two ranks holds (rank 0 fc1's weight, 512 bytes; rank 1 the rest, 268), on both nodes. With
+// Adam, accumulation and clipping, every rank ends with the weights of DDP on the same nodes; the
+// sharded checkpoint holds the first node's shares only and DDP's tensors, and resumes as DDP's file.
+TEST(Launchers, HybridShardShardsWithinEachNodeAndTrainsToDdpsBits) {
+  if (!installed("torchrun")) GTEST_SKIP() << "torchrun is not installed (Debian package python3-torch)";
+  const std::string dir = fresh_folder("hybrid_shard");
+  const std::string hybrid_fsdp = "--strategy fsdp --sharding HYBRID_SHARD --state-dict-type sharded";
+  const auto train = [&](const std::string& args, const std::string& name) {
+    const auto run = run_command(two_nodes(dir, "",
+                                           args +
+                                               " --build-late 1 --optimizer adam --accumulate 2 --clip 0.05 "
+                                               "--out-every-rank 1 --root " +
+                                               dir + "/" + name + " --out " + dir + "/" + name + ".bin"));
+    EXPECT_EQ(run.status, 0) << run.output << read_file(dir + "/node1.log");
+    return run.output + read_file(dir + "/node1.log");
+  };
+  const auto checkpoint_of = [&](const std::string& name) {
+    for (const auto& entry : std::filesystem::directory_iterator(dir + "/" + name + "/checkpoints"))
+      return entry.path().string();
+    return std::string();
+  };
+  train("--strategy ddp --steps 12 --checkpoints.every 12", "ddp");
+  const auto output = train(hybrid_fsdp + " --steps 12 --checkpoints.every 12", "hybrid");
+  EXPECT_NE(output.find("fsdp: HYBRID_SHARD shards over the 2 ranks of each node and replicates across 2 nodes"),
+            std::string::npos)
+      << output;
+  const auto bytes = [&](const std::string& tag) {
+    std::map<int, int64_t> by_rank;
+    const std::regex line(tag + " (\\d+) (\\d+)");
+    for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it)
+      by_rank[std::stoi((*it)[1])] = std::stoll((*it)[2]);
+    return by_rank;
+  };
+  const std::map<int, int64_t> own = {{0, 512}, {1, 268}, {2, 512}, {3, 268}};
+  EXPECT_EQ(bytes("BUILT"), own) << output;
+  EXPECT_EQ(bytes("RESIDENT"), own);
+  const auto reference = read_file(dir + "/ddp.bin.0");
+  EXPECT_FALSE(reference.empty());
+  for (const auto& weights : weights_of_ranks(dir + "/hybrid.bin")) EXPECT_EQ(weights, reference);
+  const auto folder = checkpoint_of("hybrid");
+  const auto index = arc::read_sharded_index(folder);
+  ASSERT_EQ(index.shards.size(), 4u);
+  EXPECT_TRUE(arc::CheckpointReader(index.shards[0]).contains("model/fc1.weight"));
+  EXPECT_TRUE(arc::CheckpointReader(index.shards[1]).contains("model/fc2.weight"));
+  for (const size_t replica : {2, 3})
+    EXPECT_TRUE(arc::CheckpointReader(index.shards[replica]).tensor_names().empty()) << replica;
+  const arc::CheckpointReader whole(folder), ddp_file(checkpoint_of("ddp"));
+  ASSERT_EQ(whole.tensor_names(), ddp_file.tensor_names());
+  for (const auto& name : whole.tensor_names()) EXPECT_TRUE(torch::equal(whole.tensor(name), ddp_file.tensor(name)));
+  EXPECT_EQ(whole.json("optimizer_0"), ddp_file.json("optimizer_0"));
+  // Every rank of the second node reads the states its rank of the node owns.
+  train("--strategy ddp --steps 16 --ckpt-path " + checkpoint_of("ddp"), "ddp_resumed");
+  train(hybrid_fsdp + " --steps 16 --ckpt-path " + folder, "hybrid_resumed");
+  const auto resumed = read_file(dir + "/ddp_resumed.bin.0");
+  EXPECT_NE(resumed, reference);
+  for (const auto& weights : weights_of_ranks(dir + "/hybrid_resumed.bin")) EXPECT_EQ(weights, resumed);
   std::filesystem::remove_all(dir);
 }
 

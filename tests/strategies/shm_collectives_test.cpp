@@ -303,6 +303,47 @@ TEST(ShmCollectives, ReduceScatterThroughGlooAndAcrossNodes) {
   expect_scatters_and_gathers(4, Group{true, {"a", "a", "b", "b"}}, gloo_types);
 }
 
+// HYBRID_SHARD's group of a node: its reduce_scatter gives each rank its node-local share of what
+// the all-reduce over every rank gives, bit for bit on two nodes; its other collectives stay within
+// the node. Ranks numbered otherwise than node by node are an error that says so.
+TEST(ShmCollectives, HybridGroupsReduceScatterOverEveryRankAndGatherWithinTheNode) {
+  Group nodes{true, {"a", "a", "b", "b"}};
+  nodes.ranks_per_node = 2;
+  on_ranks(4, nodes, [&](int64_t rank, Collectives& world, Collectives& shard) {
+    EXPECT_EQ(shard.backend(), "shared memory within the node, gloo across nodes");
+    ASSERT_EQ(shard.world_size(), 2);
+    ASSERT_EQ(shard.rank(), rank % 2);
+    for (const auto type : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kLong})
+      for (const int64_t share : {1, 70'001, 300'007})
+        for (const auto op : {Reduce::sum, Reduce::max, Reduce::min, Reduce::mean}) {
+          if (op == Reduce::mean && !torch::isFloatingType(type)) continue;
+          const auto what = "rank " + std::to_string(rank) + " " + c10::toString(type) + " x " + std::to_string(share) +
+                            " op " + std::to_string(static_cast<int>(op));
+          const auto mine = input(rank, share * 2, type);
+          auto all = mine.clone();
+          world.all_reduce(all, op).wait();
+          auto out = torch::full({share}, 7, type);
+          shard.reduce_scatter(out, mine, op);
+          ASSERT_TRUE(torch::equal(out, all.narrow(0, shard.rank() * share, share))) << what;
+        }
+    auto whole = torch::zeros({4}, torch::kLong);
+    shard.all_gather_into(whole, torch::full({2}, rank, torch::kLong));
+    const int64_t first = rank - rank % 2;
+    EXPECT_TRUE(torch::equal(whole, torch::tensor({first, first, first + 1, first + 1})));
+    auto value = torch::full({1}, static_cast<double>(rank));
+    shard.all_reduce(value, Reduce::sum).wait();
+    EXPECT_EQ(value.item<double>(), static_cast<double>(2 * first + 1));
+  });
+  RendezvousOptions interleaved;
+  interleaved.rank = 1;
+  interleaved.world_size = 4;
+  const auto message = testing::error_of([&] { make_hybrid_collectives(interleaved, {}, 0, 2); });
+  EXPECT_NE(message.find("HYBRID_SHARD shards within each node and needs the ranks numbered node by node, every node "
+                         "with 2 ranks, but rank 1 of 4 is local rank 0"),
+            std::string::npos)
+      << message;
+}
+
 TEST(ShmCollectives, ReduceScatterAndAllGatherIntoCheckTheirShapes) {
   on_ranks(2, {}, [&](int64_t, Collectives& group) {
     const auto message =

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace arc::testing {
@@ -24,9 +25,12 @@ struct Group {
   bool helper_thread = true;
   std::optional<std::chrono::milliseconds> collective_timeout = std::nullopt;
   std::optional<std::chrono::microseconds> spin = std::nullopt;
+  /// Ranks per node, numbered node by node, for fn(rank, world, shard): HYBRID_SHARD's groups.
+  int64_t ranks_per_node = 1;
 };
 
-/// Runs fn(rank, collectives) on `world` threads joined into one group; rethrows a rank's error.
+/// Runs fn(rank, collectives) on `world` threads joined into one group, or fn(rank, world, shard)
+/// with make_hybrid_collectives's groups; rethrows a rank's error.
 template <typename Fn>
 void on_ranks(int64_t world, const Group& group, Fn fn) {
   StoreServer server("127.0.0.1", 0, group.timeout);
@@ -45,8 +49,14 @@ void on_ranks(int64_t world, const Group& group, Fn fn) {
         options.shm_helper_thread = group.helper_thread;
         options.shm_spin = group.spin;
         options.node = group.nodes.empty() ? "one" : group.nodes[static_cast<size_t>(r)];
-        auto collectives = make_collectives(options, r == 0 ? server.store() : c10::intrusive_ptr<c10d::TCPStore>());
-        fn(r, *collectives);
+        const auto hosted = r == 0 ? server.store() : c10::intrusive_ptr<c10d::TCPStore>();
+        if constexpr (std::is_invocable_v<Fn, int64_t, Collectives&, Collectives&>) {
+          auto groups = make_hybrid_collectives(options, hosted, r % group.ranks_per_node, group.ranks_per_node);
+          fn(r, *groups.world, *groups.shard);
+        } else {
+          auto collectives = make_collectives(options, hosted);
+          fn(r, *collectives);
+        }
       } catch (...) {
         errors[static_cast<size_t>(r)] = std::current_exception();
       }
