@@ -64,6 +64,10 @@
 #include <arc/loggers/logger.h>
 #include <arc/loggers/logger_registry.h>
 #include <arc/loggers/tensorboard_logger.h>
+#include <arc/metrics/aggregation.h>
+#include <arc/metrics/classification.h>
+#include <arc/metrics/metric.h>
+#include <arc/metrics/regression.h>
 #include <arc/profilers/advanced_profiler.h>
 #include <arc/profilers/profiler.h>
 #include <arc/profilers/simple_profiler.h>

@@ -5,7 +5,7 @@ include(CMakePackageConfigHelpers)
 set(ARC_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Arclight)
 
 # Public headers only: internals (loops, connectors, shared memory) live in detail/ folders.
-foreach(dir base data accelerators strategies loggers core fabric callbacks profilers)
+foreach(dir base data accelerators strategies metrics loggers core fabric callbacks profilers)
   install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/arc/${dir}
           FILES_MATCHING PATTERN "*.h" PATTERN "detail" EXCLUDE)
 endforeach()

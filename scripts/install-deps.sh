@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Arclight needs to build and train; with --tests, also those the
 # test suite needs: GoogleTest and the real launchers its tests start (SLURM's slurm-wlm, mpirun's
-# openmpi-bin, and python3-torch for torchrun and the PyTorch side of the benchmarks), and Doxygen,
-# whose API reference the suite checks.
+# openmpi-bin, and python3-torch for torchrun and the PyTorch side of the benchmarks), scikit-learn,
+# which the metrics are checked against, and Doxygen, whose API reference the suite checks.
 # OpenBLAS's OpenMP build matters: it follows torch::set_num_threads (the pthread build does
 # not), and Debian's default reference BLAS makes the MLP about 15x slower.
 set -euo pipefail
@@ -15,7 +15,7 @@ packages=(
 )
 case "${1:-}" in
   "") ;;
-  --tests) packages+=(libgtest-dev libgmock-dev slurm-wlm openmpi-bin python3-torch doxygen) ;;
+  --tests) packages+=(libgtest-dev libgmock-dev slurm-wlm openmpi-bin python3-torch python3-sklearn doxygen) ;;
   *)
     echo "install-deps.sh: unknown argument '$1'; use no argument (build and train) or --tests" >&2
     exit 2
