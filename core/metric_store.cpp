@@ -2,6 +2,7 @@
 #include <arc/core/metric_store.h>
 
 #include <arc/base/error.h>
+#include <arc/metrics/metric.h>
 
 #include <algorithm>
 #include <cmath>
@@ -9,9 +10,8 @@
 
 namespace arc {
 
-void MetricStore::log(const std::string& name, const torch::Tensor& value, const LogOptions& options, bool training,
-                      int64_t batch_size, std::optional<int64_t> dataloader_idx) {
-  ARC_CHECK(value.numel() == 1, "log('", name, "') needs a single value, got a tensor of shape ", value.sizes());
+MetricStore::Entry& MetricStore::entry_for(const std::string& name, const LogOptions& options, bool training,
+                                           std::optional<int64_t> dataloader_idx) {
   // One loader (every training step): the name as it is, no string built.
   std::string suffix = dataloader_idx ? "/dataloader_idx_" + std::to_string(*dataloader_idx) : std::string();
   auto& entry = suffix.empty() ? entries_[name] : entries_[name + suffix];
@@ -22,6 +22,30 @@ void MetricStore::log(const std::string& name, const torch::Tensor& value, const
   entry.logger = options.logger();
   entry.sync_dist = options.sync_dist();
   entry.reduce = options.reduce();
+  return entry;
+}
+
+void MetricStore::log(const std::string& name, metrics::Metric& metric, const LogOptions& options, bool training,
+                      std::optional<int64_t> dataloader_idx) {
+  auto& entry = entry_for(name, options, training, dataloader_idx);
+  ARC_CHECK(entry.metric == nullptr || entry.metric == &metric, "log('", name, "') was given two metric objects ",
+            "in one epoch; log each under its own name");
+  entry.metric = &metric;
+  entry.sync_dist = false;
+  if (entry.on_step) {
+    entry.step_value = metric.batch_value().detach().to(torch::kDouble);
+    ARC_CHECK(entry.step_value.numel() == 1, "log('", name, "') logs one value, but ", metric.name(),
+              " computes a tensor of shape ", entry.step_value.sizes(), "; log its elements under names of their own");
+  }
+  if (entry.on_epoch) entry.count = 1;
+}
+
+void MetricStore::log(const std::string& name, const torch::Tensor& value, const LogOptions& options, bool training,
+                      int64_t batch_size, std::optional<int64_t> dataloader_idx) {
+  ARC_CHECK(value.numel() == 1, "log('", name, "') needs a single value, got a tensor of shape ", value.sizes());
+  auto& entry = entry_for(name, options, training, dataloader_idx);
+  ARC_CHECK(entry.metric == nullptr, "log('", name, "') was given a metric object and a value in one epoch; log ",
+            "each under its own name");
   const torch::Tensor detached = value.detach();
   if (entry.on_step) {
     entry.step_value = detached;
@@ -81,6 +105,9 @@ Metrics metrics_from_json(const nlohmann::json& json) {
 nlohmann::json MetricStore::state_dict() const {
   nlohmann::json state = nlohmann::json::object();
   for (const auto& [name, e] : entries_) {
+    // A metric object's state is its own: a run resumed mid-epoch computes it over the updates
+    // after the resume.
+    if (e.metric != nullptr) continue;
     state[name] = {{"on_step", e.on_step},
                    {"on_epoch", e.on_epoch},
                    {"prog_bar", e.prog_bar},
@@ -266,9 +293,34 @@ Metrics MetricStore::callback_metrics() const {
   return out;
 }
 
+// In name order, so that every rank computes the same metrics in the same order (each a collective).
+void MetricStore::compute_metrics(const GatherFn& gather, Metrics& out) {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : entries_)
+    if (entry.metric != nullptr && entry.on_epoch && entry.count > 0) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  for (const auto& name : names) {
+    auto& entry = entries_.at(name);
+    const auto value = entry.metric->compute(gather);
+    ARC_CHECK(value.numel() == 1, "log('", name, "') logs one value, but ", entry.metric->name(),
+              " computes a tensor of shape ", value.sizes(), "; log its elements under names of their own");
+    entry.epoch_value = value.item<double>();
+    entry.count = 0;
+    if (entry.logger) out[epoch_name(name, entry)] = *entry.epoch_value;
+  }
+  // Every metric logged in the epoch starts the next one afresh, as Lightning resets them.
+  for (auto& [name, entry] : entries_) {
+    if (entry.metric == nullptr) continue;
+    entry.metric->reset();
+    entry.metric = nullptr;
+  }
+}
+
 Metrics MetricStore::end_epoch(const GatherFn& gather) {
   if (gather) sync_epoch(gather);
   Metrics out;
+  // Metrics first: their entries have no aggregate left after.
+  compute_metrics(gather, out);
   for (auto& [name, entry] : entries_) {
     if (!entry.on_epoch || entry.count == 0) continue;
     entry.epoch_value = aggregate(entry);

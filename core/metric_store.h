@@ -18,6 +18,10 @@
 
 namespace arc {
 
+namespace metrics {
+class Metric;
+}
+
 /// Options of TrainModule::log, as Lightning's self.log: `log("val_loss", loss,
 /// LogOptions().prog_bar(true).sync_dist(true))`. Unset on_step/on_epoch take Lightning's defaults:
 /// per step in training, per epoch in validation and test.
@@ -71,6 +75,12 @@ class MetricStore {
   /// `dataloader_idx` keeps the value apart from other loaders' under "<name>/dataloader_idx_N".
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options, bool training,
            int64_t batch_size, std::optional<int64_t> dataloader_idx = std::nullopt);
+  /// Records `metric` logged at the current step, as Lightning logs a torchmetrics object: on_step
+  /// its value over the step's update (Metric::batch_value), on_epoch its value over every rank's
+  /// updates, computed when the epoch ends, after which it is reset. `metric` must outlive the
+  /// stage; it combines its own state, so sync_dist and reduce do not apply to it.
+  void log(const std::string& name, metrics::Metric& metric, const LogOptions& options, bool training,
+           std::optional<int64_t> dataloader_idx = std::nullopt);
 
   /// Reduces across ranks the on_step values logged with sync_dist since the last call, in one
   /// collective (none when there are none), as Lightning syncs each at its log call: every rank must
@@ -85,7 +95,8 @@ class MetricStore {
   /// Step and epoch values under every name callbacks may monitor.
   Metrics callback_metrics() const;
   /// Closes the epoch: aggregates epoch values and returns them for loggers. With `gather`,
-  /// sync_dist values are reduced across ranks with one collective (every rank must call).
+  /// sync_dist values are reduced across ranks with one collective, and logged metrics computed over
+  /// every rank's states (every rank must call).
   Metrics end_epoch(const GatherFn& gather = nullptr);
   /// The accumulated values, for checkpoints: a run resumed mid-epoch ends the epoch with the
   /// same aggregates as one never interrupted.
@@ -117,6 +128,8 @@ class MetricStore {
     std::optional<double> epoch_value;
     /// "/dataloader_idx_N", or "": the end of the entry's key, which the metric names end with.
     std::string suffix;
+    /// A logged metric object (logged this epoch when count is 1), computed at the epoch's end.
+    metrics::Metric* metric = nullptr;
   };
 
   static std::string step_name(const std::string& name, const Entry& entry);
@@ -124,6 +137,9 @@ class MetricStore {
   static double aggregate(const Entry& entry);
   void sync_epoch(const GatherFn& gather);
   std::vector<std::string> synced_names(bool epoch) const;
+  Entry& entry_for(const std::string& name, const LogOptions& options, bool training,
+                   std::optional<int64_t> dataloader_idx);
+  void compute_metrics(const GatherFn& gather, Metrics& out);
 
   std::unordered_map<std::string, Entry> entries_;
 };

@@ -119,6 +119,10 @@ void TrainModule::log(const std::string& name, double value, const LogOptions& o
   trainer().log_from_module(name, torch::scalar_tensor(value, torch::kDouble), options);
 }
 
+void TrainModule::log(const std::string& name, metrics::Metric& metric, const LogOptions& options) {
+  trainer().log_from_module(name, metric, options);
+}
+
 void TrainModule::log_dict(const std::map<std::string, torch::Tensor>& values, const LogOptions& options) {
   trainer().log_from_module(values, options);
 }

@@ -270,6 +270,12 @@ class TrainModule : public torch::nn::Module, public DataHooks {
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options = {});
   void log(const std::string& name, double value, const LogOptions& options = {});
   ///@}
+  /// Logs an arc::metrics metric as Lightning logs a torchmetrics object: on_step its value over its
+  /// last update (the step's), on_epoch its value over every rank's updates of the epoch, computed
+  /// when the epoch ends (every rank's state combined; sync_dist and reduce do not apply), after
+  /// which the Trainer resets it. Defaults as for values: per step in training, per epoch in
+  /// validation and test. `metric` must outlive the stage (a member of the module).
+  void log(const std::string& name, metrics::Metric& metric, const LogOptions& options = {});
   /// log() of each value; where a hook logs them with sync_dist, they are synced in one collective.
   void log_dict(const std::map<std::string, torch::Tensor>& values, const LogOptions& options = {});
   /// Lightning's all_gather: `tensor` from every rank, stacked along a new first dimension in rank

@@ -466,6 +466,15 @@ void Trainer::log_from_module(const std::map<std::string, torch::Tensor>& values
   if (recorded) sync_logged(options);
 }
 
+void Trainer::log_from_module(const std::string& name, metrics::Metric& metric, const LogOptions& options) {
+  ARC_CHECK(!options.rank_zero_only(), "log('", name, "'): a metric object combines every rank's updates, so ",
+            "every rank logs it; drop rank_zero_only");
+  if (options_.barebones()) return;
+  const bool several = !state_->training && state_->num_dataloaders > 1 && options.add_dataloader_idx();
+  logged_store(*state_).log(name, metric, options, state_->training,
+                            several ? std::optional<int64_t>(state_->dataloader_idx) : std::nullopt);
+}
+
 bool Trainer::record_logged(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
   ARC_CHECK(!options.rank_zero_only() || !options.sync_dist(), "log('", name, "'): rank_zero_only and sync_dist ",
             "contradict each other (a value from rank 0 alone has nothing to synchronize); drop one");

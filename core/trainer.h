@@ -214,6 +214,8 @@ class Trainer {
   /// Called by TrainModule::log_dict: where a hook logs them with sync_dist, the values are synced
   /// in one collective.
   void log_from_module(const std::map<std::string, torch::Tensor>& values, const LogOptions& options);
+  /// Called by TrainModule::log of a metric object.
+  void log_from_module(const std::string& name, metrics::Metric& metric, const LogOptions& options);
   /// Called by TrainModule::manual_backward and the automatic loop.
   void backward(TrainModule& module, const torch::Tensor& loss);
   /// The precision plugin ("32-true", "bf16-mixed", ...).

@@ -37,10 +37,11 @@ MeanMetric::MeanMetric(AggregationOptions options) : Aggregator(std::move(option
 }
 
 void MeanMetric::update(const torch::Tensor& value, const torch::Tensor& weight) {
-  const auto [values, weights] = values_of(value, weight);
-  state(sum_) += (values * weights).sum();
-  state(weight_) += weights.sum();
-  updated_now();
+  add_batch([&] {
+    const auto [values, weights] = values_of(value, weight);
+    state(sum_) += (values * weights).sum();
+    state(weight_) += weights.sum();
+  });
 }
 
 void MeanMetric::update(const torch::Tensor& value, double weight) {
@@ -60,8 +61,7 @@ SumMetric::SumMetric(AggregationOptions options) : Aggregator(std::move(options)
 }
 
 void SumMetric::update(const torch::Tensor& value) {
-  state(sum_) += values_of(value, ones()).first.sum();
-  updated_now();
+  add_batch([&] { state(sum_) += values_of(value, ones()).first.sum(); });
 }
 
 torch::Tensor SumMetric::compute_from(const std::vector<torch::Tensor>& s) const { return s[sum_]; }
@@ -72,9 +72,10 @@ MaxMetric::MaxMetric(AggregationOptions options) : Aggregator(std::move(options)
 }
 
 void MaxMetric::update(const torch::Tensor& value) {
-  const auto values = values_of(value, ones()).first;
-  if (values.numel() > 0) state(max_) = torch::maximum(state(max_), values.max());
-  updated_now();
+  add_batch([&] {
+    const auto values = values_of(value, ones()).first;
+    if (values.numel() > 0) state(max_) = torch::maximum(state(max_), values.max());
+  });
 }
 
 torch::Tensor MaxMetric::compute_from(const std::vector<torch::Tensor>& s) const { return s[max_]; }
@@ -85,9 +86,10 @@ MinMetric::MinMetric(AggregationOptions options) : Aggregator(std::move(options)
 }
 
 void MinMetric::update(const torch::Tensor& value) {
-  const auto values = values_of(value, ones()).first;
-  if (values.numel() > 0) state(min_) = torch::minimum(state(min_), values.min());
-  updated_now();
+  add_batch([&] {
+    const auto values = values_of(value, ones()).first;
+    if (values.numel() > 0) state(min_) = torch::minimum(state(min_), values.min());
+  });
 }
 
 torch::Tensor MinMetric::compute_from(const std::vector<torch::Tensor>& s) const { return s[min_]; }
@@ -97,8 +99,7 @@ CatMetric::CatMetric(AggregationOptions options) : Aggregator(std::move(options)
 }
 
 void CatMetric::update(const torch::Tensor& value) {
-  append(values_, values_of(value, ones()).first);
-  updated_now();
+  add_batch([&] { append(values_, values_of(value, ones()).first); });
 }
 
 torch::Tensor CatMetric::compute_from(const std::vector<torch::Tensor>& s) const { return s[values_]; }

@@ -90,12 +90,13 @@ StatScores::StatScores(ClassificationOptions options, const std::string& metric)
 }
 
 void StatScores::update(const torch::Tensor& preds, const torch::Tensor& target) {
-  const auto [predicted, actual] = one_hot_pairs(name(), options_, preds.detach().cpu(), target.detach().cpu());
-  state(tp_) += (predicted & actual).sum(0);
-  state(fp_) += (predicted & ~actual).sum(0);
-  state(tn_) += (~predicted & ~actual).sum(0);
-  state(fn_) += (~predicted & actual).sum(0);
-  updated_now();
+  add_batch([&] {
+    const auto [predicted, actual] = one_hot_pairs(name(), options_, preds.detach().cpu(), target.detach().cpu());
+    state(tp_) += (predicted & actual).sum(0);
+    state(fp_) += (predicted & ~actual).sum(0);
+    state(tn_) += (~predicted & ~actual).sum(0);
+    state(fn_) += (~predicted & actual).sum(0);
+  });
 }
 
 torch::Tensor StatScores::reduce(const torch::Tensor& numerator, const torch::Tensor& denominator,
@@ -132,23 +133,25 @@ ConfusionMatrix::ConfusionMatrix(ClassificationOptions options) : options_(std::
 }
 
 void ConfusionMatrix::update(const torch::Tensor& preds, const torch::Tensor& target) {
-  const int64_t classes = options_.classes();
-  torch::Tensor predicted, actual;
-  if (options_.task() == "binary") {
-    predicted = binary_predictions(preds.detach().cpu(), options_.threshold()).reshape({-1});
-    actual = target.detach().cpu().reshape({-1}).to(torch::kLong);
-    ARC_CHECK(preds.numel() == target.numel(), "ConfusionMatrix: binary preds and target must have one shape, but got ",
-              preds.sizes(), " and ", target.sizes());
-  } else {
-    const auto options = ClassificationOptions(options_).top_k(1);
-    const auto pairs = one_hot_pairs(name(), options, preds.detach().cpu(), target.detach().cpu());
-    predicted = pairs.first.to(torch::kLong).argmax(1);
-    actual = pairs.second.to(torch::kLong).argmax(1);
-  }
-  check_labels(name(), predicted, classes, "preds");
-  check_labels(name(), actual, classes, "target");
-  state(matrix_) += torch::bincount(actual * classes + predicted, {}, classes * classes).view({classes, classes});
-  updated_now();
+  add_batch([&] {
+    const int64_t classes = options_.classes();
+    torch::Tensor predicted, actual;
+    if (options_.task() == "binary") {
+      predicted = binary_predictions(preds.detach().cpu(), options_.threshold()).reshape({-1});
+      actual = target.detach().cpu().reshape({-1}).to(torch::kLong);
+      ARC_CHECK(preds.numel() == target.numel(),
+                "ConfusionMatrix: binary preds and target must have one shape, but got ", preds.sizes(), " and ",
+                target.sizes());
+    } else {
+      const auto options = ClassificationOptions(options_).top_k(1);
+      const auto pairs = one_hot_pairs(name(), options, preds.detach().cpu(), target.detach().cpu());
+      predicted = pairs.first.to(torch::kLong).argmax(1);
+      actual = pairs.second.to(torch::kLong).argmax(1);
+    }
+    check_labels(name(), predicted, classes, "preds");
+    check_labels(name(), actual, classes, "target");
+    state(matrix_) += torch::bincount(actual * classes + predicted, {}, classes * classes).view({classes, classes});
+  });
 }
 
 torch::Tensor ConfusionMatrix::compute_from(const std::vector<torch::Tensor>& s) const {
@@ -171,24 +174,25 @@ RankingMetric::RankingMetric(ClassificationOptions options, const std::string& m
 }
 
 void RankingMetric::update(const torch::Tensor& preds, const torch::Tensor& target) {
-  auto scores = preds.detach().cpu().to(torch::kDouble);
-  const auto labels = target.detach().cpu().reshape({-1});
-  if (options_.task() == "binary") {
-    ARC_CHECK(preds.numel() == target.numel(), name(), ": binary preds and target must have one shape, but got ",
-              preds.sizes(), " and ", target.sizes());
-    scores = scores.reshape({-1});
-    check_labels(name(), labels, 2, "target");
-    if (((scores < 0) | (scores > 1)).any().item<bool>()) scores = torch::sigmoid(scores);
-  } else {
-    ARC_CHECK(scores.dim() == 2 && scores.size(0) == labels.size(0) && scores.size(1) == options_.num_classes(), name(),
-              ": multiclass scores must be (N, num_classes) = (", labels.size(0), ", ", options_.num_classes(),
-              "), but got shape ", preds.sizes());
-    check_labels(name(), labels, options_.num_classes(), "target");
-    if (((scores < 0) | (scores > 1)).any().item<bool>()) scores = torch::softmax(scores, 1);
-  }
-  append(preds_, scores);
-  append(target_, labels);
-  updated_now();
+  add_batch([&] {
+    auto scores = preds.detach().cpu().to(torch::kDouble);
+    const auto labels = target.detach().cpu().reshape({-1});
+    if (options_.task() == "binary") {
+      ARC_CHECK(preds.numel() == target.numel(), name(), ": binary preds and target must have one shape, but got ",
+                preds.sizes(), " and ", target.sizes());
+      scores = scores.reshape({-1});
+      check_labels(name(), labels, 2, "target");
+      if (((scores < 0) | (scores > 1)).any().item<bool>()) scores = torch::sigmoid(scores);
+    } else {
+      ARC_CHECK(scores.dim() == 2 && scores.size(0) == labels.size(0) && scores.size(1) == options_.num_classes(),
+                name(), ": multiclass scores must be (N, num_classes) = (", labels.size(0), ", ",
+                options_.num_classes(), "), but got shape ", preds.sizes());
+      check_labels(name(), labels, options_.num_classes(), "target");
+      if (((scores < 0) | (scores > 1)).any().item<bool>()) scores = torch::softmax(scores, 1);
+    }
+    append(preds_, scores);
+    append(target_, labels);
+  });
 }
 
 torch::Tensor RankingMetric::one_vs_rest(const std::vector<torch::Tensor>& s,

@@ -12,6 +12,32 @@
 
 namespace arc::metrics {
 
+namespace {
+
+// Elements per row of a cat state.
+int64_t row_numel(const torch::Tensor& initial) {
+  int64_t n = 1;
+  for (const auto size : initial.sizes().slice(1)) n *= size;
+  return n;
+}
+
+torch::Tensor combine(torch::Tensor a, const torch::Tensor& b, StateReduce reduce) {
+  if (reduce == StateReduce::sum) return a + b;
+  return reduce == StateReduce::min ? torch::minimum(a, b) : torch::maximum(a, b);
+}
+
+// `values` from every rank, through `gather`, as tensors.
+std::vector<torch::Tensor> gather_tensors(const GatherValues& gather, const torch::Tensor& values) {
+  const auto flat = values.contiguous();
+  const double* data = flat.data_ptr<double>();
+  std::vector<torch::Tensor> out;
+  for (const auto& rank : gather(std::vector<double>(data, data + flat.numel())))
+    out.push_back(torch::tensor(rank, torch::kDouble));
+  return out;
+}
+
+}  // namespace
+
 size_t Metric::add_state(const std::string& name, torch::Tensor initial, StateReduce reduce) {
   ARC_CHECK(reduce != StateReduce::cat || (initial.dim() > 0 && initial.size(0) == 0), "a metric's cat state '", name,
             "' must start with zero rows, but it starts with shape ", initial.sizes());
@@ -33,7 +59,39 @@ void Metric::reset() {
     if (state.reduce != StateReduce::cat) state.value = state.initial.clone();
     state.rows.clear();
   }
+  last_batch_.clear();
   updates_ = 0;
+}
+
+void Metric::add_batch(const std::function<void()>& add) {
+  std::vector<State> before = states_;
+  const int64_t updates_before = updates_;
+  auto last_before = last_batch_;
+  reset();
+  try {
+    add();
+  } catch (...) {
+    states_ = std::move(before);
+    updates_ = updates_before;
+    last_batch_ = std::move(last_before);
+    throw;
+  }
+  last_batch_ = local_states();
+  for (size_t i = 0; i < states_.size(); ++i) {
+    auto& state = states_[i];
+    const auto& earlier = before[i];
+    if (state.reduce == StateReduce::cat) {
+      state.rows.insert(state.rows.begin(), earlier.rows.begin(), earlier.rows.end());
+    } else {
+      state.value = combine(earlier.value, state.value, state.reduce);
+    }
+  }
+  updates_ = updates_before + 1;
+}
+
+torch::Tensor Metric::batch_value() const {
+  ARC_CHECK(!last_batch_.empty(), "metric ", name(), " has no batch since its last reset; update it first");
+  return compute_from(last_batch_);
 }
 
 std::vector<torch::Tensor> Metric::local_states() const {
@@ -48,29 +106,30 @@ std::vector<torch::Tensor> Metric::local_states() const {
   return out;
 }
 
+GatherValues gather_values(Collectives& group) {
+  return [&group](const std::vector<double>& values) {
+    const CollectiveName name("metric sync");
+    std::vector<std::vector<double>> out;
+    for (const auto& rank : group.all_gather(torch::tensor(values, torch::kDouble))) {
+      const double* data = rank.data_ptr<double>();
+      out.emplace_back(data, data + rank.numel());
+    }
+    return out;
+  };
+}
+
 torch::Tensor Metric::compute() {
+  if (group_ == nullptr || group_->world_size() == 1) return compute(nullptr);
+  return compute(gather_values(*group_));
+}
+
+torch::Tensor Metric::compute(const GatherValues& gather) {
   const auto local = local_states();
-  if (group_ == nullptr || group_->world_size() == 1) return compute_from(local);
-  return compute_from(synced_states(*group_, local));
+  return compute_from(gather ? synced_states(gather, local) : local);
 }
 
-namespace {
-
-// Elements per row of a cat state.
-int64_t row_numel(const torch::Tensor& initial) {
-  int64_t n = 1;
-  for (const auto size : initial.sizes().slice(1)) n *= size;
-  return n;
-}
-
-torch::Tensor combine(torch::Tensor a, const torch::Tensor& b, StateReduce reduce) {
-  if (reduce == StateReduce::sum) return a + b;
-  return reduce == StateReduce::min ? torch::minimum(a, b) : torch::maximum(a, b);
-}
-
-}  // namespace
-
-std::vector<torch::Tensor> Metric::synced_states(Collectives& group, const std::vector<torch::Tensor>& local) const {
+std::vector<torch::Tensor> Metric::synced_states(const GatherValues& gather,
+                                                 const std::vector<torch::Tensor>& local) const {
   // Every fixed state and each cat state's row count, as doubles (which hold the counts and float
   // values exactly), behind a header that tells ranks with other metrics apart.
   std::vector<torch::Tensor> parts;
@@ -82,7 +141,7 @@ std::vector<torch::Tensor> Metric::synced_states(Collectives& group, const std::
     layout.push_back(states_[i].name + " " + c10::str(local[i].sizes().slice(cat ? 1 : 0)));
   }
   parts.insert(parts.begin(), torch::tensor({names_hash(layout)}, torch::kDouble));
-  const auto gathered = group.all_gather(torch::cat(parts));
+  const auto gathered = gather_tensors(gather, torch::cat(parts));
   for (size_t r = 0; r < gathered.size(); ++r)
     ARC_CHECK(gathered[r].numel() == gathered[0].numel() && gathered[r][0].item<double>() == names_hash(layout),
               "metric ", name(), ": rank ", r, "'s states differ from this rank's (", join(layout, ", "),
@@ -122,7 +181,7 @@ std::vector<torch::Tensor> Metric::synced_states(Collectives& group, const std::
       mine.narrow(0, at, local[i].numel()).copy_(local[i].to(torch::kDouble).reshape({-1}));
       at += local[i].numel();
     }
-  const auto rows = group.all_gather(mine);
+  const auto rows = gather_tensors(gather, mine);
   for (size_t r = 0; r < rows.size(); ++r) {
     int64_t from = 0;
     for (size_t i = 0, c = 0; i < states_.size(); ++i) {

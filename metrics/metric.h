@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,13 @@ namespace arc {
 class Collectives;
 
 namespace metrics {
+
+/// Gathers one vector of numbers (of one length on every rank) from every rank, in rank order: a
+/// collective every rank calls.
+using GatherValues = std::function<std::vector<std::vector<double>>(const std::vector<double>&)>;
+
+/// GatherValues through `group`'s all_gather ("metric sync" in the report of one that times out).
+GatherValues gather_values(Collectives& group);
 
 /// How a state combines across ranks: added, concatenated along dim 0 in rank order, or the
 /// elementwise minimum or maximum.
@@ -28,6 +36,12 @@ class Metric {
   /// The value over everything updated since the last reset: over the ranks of the group set with
   /// sync_on (every rank of it calls compute, in the same order), else over this rank's updates.
   torch::Tensor compute();
+  /// The value over every rank's updates, their states combined through `gather` (null: this
+  /// rank's alone); how the Trainer computes a logged metric at the epoch's end.
+  torch::Tensor compute(const GatherValues& gather);
+  /// The value over the last update alone, on this rank (torchmetrics' forward): what a metric
+  /// logged on_step logs.
+  torch::Tensor batch_value() const;
   /// Every state back to its initial value.
   void reset();
   /// The ranks whose states compute() combines (null: this rank's alone); the Trainer sets it for the
@@ -46,8 +60,10 @@ class Metric {
   torch::Tensor& state(size_t index) { return states_[index].value; }
   /// Adds `rows` to a cat state.
   void append(size_t index, const torch::Tensor& rows);
-  /// Counts an update (every subclass's update() calls it).
-  void updated_now() { ++updates_; }
+  /// Runs `add`, which adds one batch to the states, on fresh states, keeps them as the batch's
+  /// (batch_value), and adds them to the states before; every subclass's update() goes through it.
+  /// When `add` throws, the states are as before.
+  void add_batch(const std::function<void()>& add);
   /// The value from `states`, in the order they were added (this rank's, or every rank's combined;
   /// cat states concatenated).
   virtual torch::Tensor compute_from(const std::vector<torch::Tensor>& states) const = 0;
@@ -61,9 +77,10 @@ class Metric {
     std::vector<torch::Tensor> rows;
   };
   std::vector<torch::Tensor> local_states() const;
-  std::vector<torch::Tensor> synced_states(Collectives& group, const std::vector<torch::Tensor>& local) const;
+  std::vector<torch::Tensor> synced_states(const GatherValues& gather, const std::vector<torch::Tensor>& local) const;
 
   std::vector<State> states_;
+  std::vector<torch::Tensor> last_batch_;
   Collectives* group_ = nullptr;
   int64_t updates_ = 0;
 };

@@ -27,10 +27,11 @@ MeanSquaredError::MeanSquaredError(bool squared) : squared_(squared) {
 }
 
 void MeanSquaredError::update(const torch::Tensor& preds, const torch::Tensor& target) {
-  const auto [p, t] = flat_pair(name(), preds, target);
-  state(sum_) += (p - t).square().sum();
-  state(count_) += p.numel();
-  updated_now();
+  add_batch([&] {
+    const auto [p, t] = flat_pair(name(), preds, target);
+    state(sum_) += (p - t).square().sum();
+    state(count_) += p.numel();
+  });
 }
 
 torch::Tensor MeanSquaredError::compute_from(const std::vector<torch::Tensor>& s) const {
@@ -44,10 +45,11 @@ MeanAbsoluteError::MeanAbsoluteError() {
 }
 
 void MeanAbsoluteError::update(const torch::Tensor& preds, const torch::Tensor& target) {
-  const auto [p, t] = flat_pair(name(), preds, target);
-  state(sum_) += (p - t).abs().sum();
-  state(count_) += p.numel();
-  updated_now();
+  add_batch([&] {
+    const auto [p, t] = flat_pair(name(), preds, target);
+    state(sum_) += (p - t).abs().sum();
+    state(count_) += p.numel();
+  });
 }
 
 torch::Tensor MeanAbsoluteError::compute_from(const std::vector<torch::Tensor>& s) const {
@@ -62,12 +64,13 @@ R2Score::R2Score() {
 }
 
 void R2Score::update(const torch::Tensor& preds, const torch::Tensor& target) {
-  const auto [p, t] = flat_pair(name(), preds, target);
-  state(observed_) += t.sum();
-  state(observed_squares_) += t.square().sum();
-  state(residual_squares_) += (t - p).square().sum();
-  state(count_) += t.numel();
-  updated_now();
+  add_batch([&] {
+    const auto [p, t] = flat_pair(name(), preds, target);
+    state(observed_) += t.sum();
+    state(observed_squares_) += t.square().sum();
+    state(residual_squares_) += (t - p).square().sum();
+    state(count_) += t.numel();
+  });
 }
 
 torch::Tensor R2Score::compute_from(const std::vector<torch::Tensor>& s) const {

@@ -2,6 +2,7 @@
 #include <arc/core/detail/logger_connector.h>
 
 #include <arc/core/trainer.h>
+#include <arc/metrics/metric.h>
 #include <arc/profilers/profiler.h>
 #include <arc/strategies/strategy.h>
 
@@ -34,16 +35,7 @@ void LoggerConnector::send(const Metrics& metrics, const Progress& progress, std
 GatherFn LoggerConnector::gather() const {
   auto* group = strategy_.collectives();
   if (group == nullptr || group->world_size() == 1) return nullptr;
-  return [group](const std::vector<double>& values) {
-    const auto local = torch::tensor(values, torch::kDouble);
-    const CollectiveName name("metric sync");
-    std::vector<std::vector<double>> out;
-    for (const auto& rank : group->all_gather(local)) {
-      const double* data = rank.data_ptr<double>();
-      out.emplace_back(data, data + rank.numel());
-    }
-    return out;
-  };
+  return metrics::gather_values(*group);
 }
 
 void LoggerConnector::sync_step_values(MetricStore& store, const GatherFn& gather, Profiler* profiler) {

@@ -1,5 +1,8 @@
 // arc::metrics against scikit-learn on the same predictions, and across two ranks with uneven
 // shares against one process over all the data.
+#include <arc/core/metric_store.h>
+#include <arc/core/trainer.h>
+#include <arc/data/dataset.h>
 #include <arc/metrics/aggregation.h>
 #include <arc/metrics/classification.h>
 #include <arc/metrics/regression.h>
@@ -249,6 +252,7 @@ TEST(Metrics, ResetStartsOverAndBadInputSaysWhatToDo) {
               accuracy.update(torch::tensor({4}), torch::tensor({1}));
             }).find("Accuracy: preds hold labels from 4 to 4, but the task has 4 classes (0 to 3)"),
             std::string::npos);
+  EXPECT_DOUBLE_EQ(accuracy.compute().item<double>(), 1.0);  // the failed update changed nothing
   EXPECT_NE(testing::error_of([] {
               Accuracy without_classes{ClassificationOptions()};
             }).find("Accuracy: a multiclass task needs num_classes >= 2, got 0; set num_classes"),
@@ -263,6 +267,83 @@ TEST(Metrics, ResetStartsOverAndBadInputSaysWhatToDo) {
   MeanMetric lenient(AggregationOptions().nan_strategy("ignore"));
   lenient.update(torch::tensor({1.0, std::nan(""), 3.0}));
   EXPECT_DOUBLE_EQ(lenient.compute().item<double>(), 2.0);
+}
+
+// A metric logged on_step gives the value of its last update; on_epoch its value over the epoch,
+// computed when the epoch ends, after which it starts afresh.
+TEST(Metrics, TheStoreLogsABatchsValueAtEachStepAndTheEpochsAtItsEnd) {
+  MetricStore store;
+  MeanMetric mean;
+  for (const auto& batch : {torch::tensor({1.0, 2.0}), torch::tensor({6.0})}) {
+    mean.update(batch);
+    store.log("m", mean, LogOptions().on_step(true).on_epoch(true), true);
+  }
+  EXPECT_DOUBLE_EQ(store.step_logger_metrics().at("m_step"), 6.0);
+  const auto epoch = store.end_epoch();
+  EXPECT_DOUBLE_EQ(epoch.at("m_epoch"), 3.0);
+  EXPECT_DOUBLE_EQ(store.callback_metrics().at("m"), 3.0);
+  EXPECT_FALSE(mean.updated());
+  ConfusionMatrix matrix(binary());
+  matrix.update(torch::tensor({1}), torch::tensor({1}));
+  EXPECT_NE(testing::error_of([&] {
+              store.log("cm", matrix, LogOptions().on_step(true), true);
+            }).find("log('cm') logs one value, but ConfusionMatrix computes a tensor of shape [2, 2]"),
+            std::string::npos);
+}
+
+// Two ranks' stores close the epoch with the metric over both ranks' updates (uneven shares).
+TEST(Metrics, TheStoreComputesALoggedMetricOverEveryRank) {
+  const auto& c = cases().front();
+  const double alone = computed(c).item<double>();
+  testing::on_ranks(2, testing::Group{}, [&](int64_t rank, Collectives& group) {
+    MetricStore store;
+    auto metric = c.make();
+    if (rank == 0) c.add(*metric, 0, 37);
+    if (rank == 1) c.add(*metric, 37, kSamples);
+    store.log("val_acc", *metric, {}, false);
+    const auto epoch = store.end_epoch(gather_values(group));
+    EXPECT_DOUBLE_EQ(epoch.at("val_acc"), alone) << "rank " << rank;
+  });
+}
+
+// A module that logs metric objects: the training accuracy per step, the validation accuracy per
+// epoch.
+class Scored : public TrainModule {
+ public:
+  Scored() : TrainModule("Scored"), net(register_module("net", torch::nn::Linear(4, 3))) {}
+  torch::Tensor training_step(Batch& batch, int64_t) override {
+    const auto scores = net(batch[0]);
+    train_accuracy.update(scores, batch[1]);
+    log("train_acc", train_accuracy);
+    step_values.push_back(train_accuracy.batch_value().item<double>());
+    return torch::nn::functional::cross_entropy(scores, batch[1]);
+  }
+  void validation_step(Batch& batch, int64_t) override {
+    val_accuracy.update(net(batch[0]), batch[1]);
+    log("val_acc", val_accuracy);
+  }
+  std::vector<OptimizerConfig> configure_optimizers() override {
+    return {std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1))};
+  }
+  torch::nn::Linear net;
+  Accuracy train_accuracy{multiclass("micro").num_classes(3)};
+  Accuracy val_accuracy{multiclass("micro").num_classes(3)};
+  std::vector<double> step_values;
+};
+
+TEST(Metrics, AModuleLogsMetricObjectsAsLightningDoes) {
+  torch::manual_seed(3);
+  const auto x = torch::randn({90, 4}), y = x.narrow(1, 0, 3).argmax(1);
+  auto data = std::make_shared<TensorDataset>(std::vector<torch::Tensor>{x, y});
+  Scored module;
+  Trainer trainer(TrainerOptions().max_epochs(2).logger(false).enable_checkpointing(false).enable_progress_bar(false));
+  trainer.fit(module, {data, DataLoaderOptions(20)}, {{data, DataLoaderOptions(25)}});
+  EXPECT_EQ(trainer.callback_metrics().at("train_acc"), module.step_values.back());
+  const auto validated = trainer.validate(module, {{data, DataLoaderOptions(25)}}, "", false);
+  torch::NoGradGuard no_grad;
+  const double direct = (module.net(x).argmax(1) == y).to(torch::kDouble).mean().item<double>();
+  EXPECT_DOUBLE_EQ(validated.at("val_acc"), direct);
+  EXPECT_FALSE(module.val_accuracy.updated());  // reset at the epoch's end
 }
 
 }  // namespace
