@@ -44,8 +44,8 @@ class Metric {
   torch::Tensor batch_value() const;
   /// Every state back to its initial value.
   void reset();
-  /// The ranks whose states compute() combines (null: this rank's alone); the Trainer sets it for the
-  /// metrics a module logs.
+  /// The ranks whose states compute() combines (null: this rank's alone), for metrics used outside
+  /// the Trainer, which computes the metrics a module logs over every rank itself.
   void sync_on(Collectives* group) { group_ = group; }
   /// Whether update() was called since the last reset.
   bool updated() const { return updates_ > 0; }
