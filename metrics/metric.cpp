@@ -63,30 +63,35 @@ void Metric::reset() {
   updates_ = 0;
 }
 
+// The states before move aside (no copy of a cat state's rows, which grow all epoch), the batch
+// fills fresh ones, and its rows are appended to theirs.
 void Metric::add_batch(const std::function<void()>& add) {
-  std::vector<State> before = states_;
-  const int64_t updates_before = updates_;
-  auto last_before = last_batch_;
-  reset();
+  std::vector<State> before = std::move(states_);
+  states_.clear();
+  for (const auto& state : before)
+    states_.push_back({state.name,
+                       state.initial,
+                       state.reduce,
+                       state.reduce == StateReduce::cat ? torch::Tensor() : state.initial.clone(),
+                       {}});
   try {
     add();
   } catch (...) {
     states_ = std::move(before);
-    updates_ = updates_before;
-    last_batch_ = std::move(last_before);
     throw;
   }
   last_batch_ = local_states();
   for (size_t i = 0; i < states_.size(); ++i) {
     auto& state = states_[i];
-    const auto& earlier = before[i];
+    auto& earlier = before[i];
     if (state.reduce == StateReduce::cat) {
-      state.rows.insert(state.rows.begin(), earlier.rows.begin(), earlier.rows.end());
+      earlier.rows.insert(earlier.rows.end(), state.rows.begin(), state.rows.end());
+      state.rows = std::move(earlier.rows);
     } else {
       state.value = combine(earlier.value, state.value, state.reduce);
     }
   }
-  updates_ = updates_before + 1;
+  ++updates_;
 }
 
 torch::Tensor Metric::batch_value() const {
