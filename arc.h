@@ -35,6 +35,8 @@
 #include <arc/callbacks/throughput_monitor.h>
 #include <arc/callbacks/timer.h>
 #include <arc/callbacks/weight_averaging.h>
+#include <arc/cli/cli.h>
+#include <arc/cli/config_file.h>
 #include <arc/core/callback.h>
 #include <arc/core/load_from_checkpoint.h>
 #include <arc/core/lr_scheduler.h>

@@ -1,7 +1,7 @@
 // The `arc` tool's launcher.
 #include <arc/apps/tool_launcher.h>
 
-#include <arc/apps/cli.h>
+#include <arc/cli/config_file.h>
 #include <arc/base/devices.h>
 #include <arc/base/error.h>
 #include <arc/strategies/cluster/cluster_environment.h>

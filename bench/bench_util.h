@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include <arc/apps/cli.h>
+#include <arc/cli/config_file.h>
 #include <arc/base/error.h>
 
 #include "support/python.h"

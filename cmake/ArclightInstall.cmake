@@ -5,7 +5,7 @@ include(CMakePackageConfigHelpers)
 set(ARC_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Arclight)
 
 # Public headers only: internals (loops, connectors, shared memory) live in detail/ folders.
-foreach(dir base data accelerators strategies metrics loggers core fabric callbacks profilers)
+foreach(dir base data accelerators strategies metrics loggers core fabric callbacks profilers cli)
   install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/arc/${dir}
           FILES_MATCHING PATTERN "*.h" PATTERN "detail" EXCLUDE)
 endforeach()
@@ -17,6 +17,10 @@ get_property(ARC_LAYER_TARGETS GLOBAL PROPERTY ARC_LAYERS)
 install(TARGETS arclight ${ARC_LAYER_TARGETS} arc_deps EXPORT ArclightTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The `arc` tool: its launcher and the engine it starts from the same folder.
+if(TARGET arc)
+  install(TARGETS arc arc_engine RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
 install(EXPORT ArclightTargets NAMESPACE arc:: DESTINATION ${ARC_CMAKE_DIR})
 
 configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/ArclightConfig.cmake.in

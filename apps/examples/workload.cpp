@@ -1,8 +1,6 @@
 // Canonical workload generation.
 #include <arc/apps/examples/workload.h>
 
-#include <arc/base/sha256.h>
-
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -95,15 +93,6 @@ void init_parameters(torch::nn::Module& module) {
     parameter.copy_(values);
     ++p;
   }
-}
-
-std::string parameter_sha256(const torch::nn::Module& module) {
-  Sha256 hash;
-  for (const auto& parameter : module.parameters()) {
-    const auto values = parameter.detach().to(torch::kCPU, torch::kFloat).contiguous();
-    hash.update(values.data_ptr<float>(), static_cast<size_t>(values.numel()) * sizeof(float));
-  }
-  return hash.hex_digest();
 }
 
 }  // namespace arc::workload

@@ -32,7 +32,4 @@ std::vector<int64_t> epoch_order(int64_t size, int64_t epoch);
 /// 2000 + p. Weights give fan_in = numel / out; a bias takes its layer's weight's fan_in.
 void init_parameters(torch::nn::Module& module);
 
-/// SHA-256 of all parameters' float32 little-endian bytes, concatenated in order.
-std::string parameter_sha256(const torch::nn::Module& module);
-
 }  // namespace arc::workload

@@ -1,6 +1,6 @@
 // The `arc` tool's launcher: which command lines it starts every rank for, and what happens to
 // the ranks when one of them dies or the tool is told to stop.
-#include <arc/apps/cli.h>
+#include <arc/cli/config_file.h>
 #include <arc/apps/tool_launcher.h>
 #include <arc/base/error.h>
 #include <arc/strategies/detail/rank_processes.h>

@@ -1,6 +1,7 @@
 // The canonical workload is generated bit for bit: WORKLOAD.md's digests.
 #include <arc/apps/examples/classifier.h>
 #include <arc/apps/examples/workload.h>
+#include <arc/cli/detail/run_report.h>
 
 #include <arc/base/sha256.h>
 
@@ -22,9 +23,9 @@ TEST(Workload, DataMatchesPublishedDigests) {
 
 TEST(Workload, InitialParametersMatchPublishedDigests) {
   examples::MlpClassifier mlp(Config(nlohmann::json::object(), "module"));
-  EXPECT_EQ(workload::parameter_sha256(mlp), "6b5e2f8b84d1952b3a070b88c3d3d143131cec73a50bd27e2e8d77c35ad7cf7f");
+  EXPECT_EQ(cli::parameter_sha256(mlp), "6b5e2f8b84d1952b3a070b88c3d3d143131cec73a50bd27e2e8d77c35ad7cf7f");
   examples::CnnClassifier cnn(Config(nlohmann::json::object(), "module"));
-  EXPECT_EQ(workload::parameter_sha256(cnn), "e78c977236d4ec1ee3ceb6041e0ba4081fb00bad23057242aca48c2a2f26293a");
+  EXPECT_EQ(cli::parameter_sha256(cnn), "e78c977236d4ec1ee3ceb6041e0ba4081fb00bad23057242aca48c2a2f26293a");
   int64_t count = 0;
   for (const auto& p : mlp.parameters()) count += p.numel();
   EXPECT_EQ(count, 269322);

@@ -4,6 +4,7 @@
 #include <arc/apps/examples/classifier.h>
 #include <arc/apps/examples/hand_loop.h>
 #include <arc/apps/examples/workload.h>
+#include <arc/cli/detail/run_report.h>
 #include "support/tiny_module.h"
 
 #include <gtest/gtest.h>
@@ -36,7 +37,7 @@ Outcome train_with_trainer(int64_t batches) {
     options.limit_train_batches(BatchAmount::count(batches)).limit_val_batches(BatchAmount::fraction(0.0));
   Trainer trainer(options, {recorder});
   trainer.fit(module, data);
-  return {recorder->losses, workload::parameter_sha256(module), trainer.callback_metrics()};
+  return {recorder->losses, cli::parameter_sha256(module), trainer.callback_metrics()};
 }
 
 template <typename Module>
@@ -49,7 +50,7 @@ Outcome train_by_hand(int64_t batches) {
   const auto losses = examples::train_by_hand(
       module, [&](const torch::Tensor& x) { return module.forward(x); }, all.x.slice(0, 0, workload::kTrainSamples),
       all.y.slice(0, 0, workload::kTrainSamples), order, 64, 0.05, 0.9);
-  return {losses, workload::parameter_sha256(module), {}};
+  return {losses, cli::parameter_sha256(module), {}};
 }
 
 TEST(Parity, MlpEpochMatchesHandWrittenLoopBitForBitAndLearns) {

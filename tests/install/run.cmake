@@ -1,7 +1,9 @@
-# Installs Arclight into a scratch prefix, then configures, builds and runs a consumer project
-# that uses find_package(Arclight) and target arc::arclight, together with every C++ block of
-# README.md and of the pages under docs/, each a complete program that must build and run to the end.
-cmake_minimum_required(VERSION 3.18)
+# Installs Arclight into a scratch prefix, runs the installed `arc`, then configures, builds and runs
+# a consumer project that uses find_package(Arclight) and target arc::arclight: its program, its own
+# command line (consumer_cli, from a YAML config on two processes), and every C++ block of README.md
+# and of the pages under docs/, each a complete program that must build and run to the end. A block
+# with a line "// $ <program> <arguments>" runs with those arguments.
+cmake_minimum_required(VERSION 3.19)
 file(REMOVE_RECURSE ${WORK_DIR})
 set(PREFIX ${WORK_DIR}/prefix)
 set(SNIPPETS ${WORK_DIR}/snippets)
@@ -53,6 +55,11 @@ if(NOT snippets)
 endif()
 
 step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX})
+# The installed tool, its engine beside it.
+step(${PREFIX}/bin/arc modules)
+if(NOT STEP_OUTPUT MATCHES "mlp_classifier")
+  message(FATAL_ERROR "the installed arc lists no mlp_classifier: ${STEP_OUTPUT}")
+endif()
 step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/build -DCMAKE_PREFIX_PATH=${PREFIX}
      -DCMAKE_BUILD_TYPE=Release -DARC_SNIPPETS=${SNIPPETS})
 step(${CMAKE_COMMAND} --build ${WORK_DIR}/build -j 2)
@@ -61,11 +68,55 @@ if(NOT STEP_OUTPUT MATCHES "consumer trained: loss [0-9.]+ -> [0-9.]+ decreased"
   message(FATAL_ERROR "the consumer did not train: ${STEP_OUTPUT}")
 endif()
 message(STATUS "${STEP_OUTPUT}")
+
+# `field` of the RESULT line of the last step, into `out`.
+function(result_field field out)
+  if(NOT STEP_OUTPUT MATCHES "RESULT ([^\n]*)")
+    message(FATAL_ERROR "no RESULT line in:\n${STEP_OUTPUT}")
+  endif()
+  string(JSON value GET "${CMAKE_MATCH_1}" ${field})
+  set(${out} ${value} PARENT_SCOPE)
+endfunction()
+
+# The consumer's own command line: the config's module and data are its classes, which it names to
+# arc::cli::main; fit runs on two processes (ddp_spawn) and validate loads the last checkpoint.
+set(CLI ${WORK_DIR}/build/consumer_cli)
+set(CLI_CONFIG ${SOURCE_DIR}/tests/install/consumer/cli.yaml)
+step(${CLI} --help)
+if(NOT STEP_OUTPUT MATCHES "consumer_cli fit --config run.yaml")
+  message(FATAL_ERROR "consumer_cli --help does not name the program in its examples:\n${STEP_OUTPUT}")
+endif()
+step(${CLI} fit --config ${CLI_CONFIG} --print_config)
+if(NOT STEP_OUTPUT MATCHES "name: \"Regression\"" OR NOT STEP_OUTPUT MATCHES "name: \"RegressionData\""
+   OR NOT STEP_OUTPUT MATCHES "samples: 256")
+  message(FATAL_ERROR "consumer_cli --print_config lacks its classes and their defaults:\n${STEP_OUTPUT}")
+endif()
+step(${CLI} validate --config ${CLI_CONFIG})
+result_field(val_loss untrained)
+step(${CLI} fit --config ${CLI_CONFIG})
+result_field(world_size world)
+result_field(steps steps)
+if(NOT world EQUAL 2 OR steps LESS 1)
+  message(FATAL_ERROR "consumer_cli fit did not train on two processes:\n${STEP_OUTPUT}")
+endif()
+step(${CLI} validate --config ${CLI_CONFIG} --ckpt last)
+result_field(val_loss trained)
+if(NOT trained LESS untrained)
+  message(FATAL_ERROR "consumer_cli's validation loss did not fall (${untrained} -> ${trained}):\n${STEP_OUTPUT}")
+endif()
+message(STATUS "consumer_cli trained on two processes: validation loss ${untrained} -> ${trained}")
 # Each program runs in a folder of its own, where it writes what it writes.
 foreach(snippet ${snippets})
   string(REGEX REPLACE "\\.cpp$" "" name "${snippet}")
   file(MAKE_DIRECTORY ${WORK_DIR}/run_${name})
-  execute_process(COMMAND ${WORK_DIR}/build/${name} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err
+  file(STRINGS ${SNIPPETS}/${snippet} command_line REGEX "^// \\$ [^ ]+")
+  set(arguments)
+  if(command_line)
+    list(GET command_line 0 command_line)
+    string(REGEX REPLACE "^// \\$ [^ ]+ ?" "" command_line "${command_line}")
+    separate_arguments(arguments UNIX_COMMAND "${command_line}")
+  endif()
+  execute_process(COMMAND ${WORK_DIR}/build/${name} ${arguments} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err
                   WORKING_DIRECTORY ${WORK_DIR}/run_${name} TIMEOUT 300)
   if(NOT status EQUAL 0)
     message(FATAL_ERROR "the C++ block ${name} (${snippet} of README.md or docs/) failed (${status}):\n${out}\n${err}")

@@ -5,7 +5,7 @@
 #include "support/command.h"
 #include "support/scratch.h"
 
-#include <arc/apps/cli.h>
+#include <arc/cli/config_file.h>
 
 #include <unistd.h>
 #include <filesystem>

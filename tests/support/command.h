@@ -3,7 +3,7 @@
 // background run writes (their RESULT and PROBE lines go through cli::read_report).
 #pragma once
 
-#include <arc/apps/cli.h>
+#include <arc/cli/config_file.h>
 
 #include <nlohmann/json.hpp>
 

@@ -1,5 +1,5 @@
-// What the `arc` tool prints about the keys a config may set (apps/cli_help.h).
-#include <arc/apps/cli_help.h>
+// What the command line prints about the keys a config may set (cli_help.h).
+#include <arc/cli/detail/cli_help.h>
 
 #include <arc/base/class_path.h>
 #include <arc/base/config.h>
@@ -85,15 +85,15 @@ std::vector<ClassKey> class_keys() {
 }
 
 // The entry of class_keys() for `key` (LightningCLI's "model" is also Arclight's "module").
-ClassKey class_key(const std::string& key) {
+ClassKey class_key(const std::string& program, const std::string& key) {
   std::vector<std::string> keys;
   for (auto& known : class_keys()) {
     if (known.key == key || (key == "module" && known.key == "model")) return known;
     keys.push_back(known.key);
   }
   throw Error("--" + key + ".help: '" + key + "' names no class; --<key>.help <class> lists the init_args of a class " +
-              "that one of these keys names: " + join(keys) +
-              " (`arc fit --help` lists the trainer's keys, `arc modules` the modules')");
+              "that one of these keys names: " + join(keys) + " (`" + program +
+              " fit --help` lists the trainer's keys, `" + program + " modules` the modules')");
 }
 
 // `text` with the characters that would end a Markdown table's cell escaped.
@@ -134,12 +134,12 @@ std::string trainer_keys_help() {
 
 // The modules and data modules with the keys each reads, then the other classes a config can name,
 // each kind with the flag that lists one's init_args.
-int list_modules() {
+int list_modules(const std::string& program) {
   for (const auto& known : class_keys()) {
     std::cout << known.plural()
               << (known.key == "model" ? " (the config keys each reads, with their defaults)"
                   : known.keyed()      ? ""
-                                       : " (arc fit --" + known.key + ".help <class> lists one's init_args)")
+                                  : " (" + program + " fit --" + known.key + ".help <class> lists one's init_args)")
               << ":\n";
     if (!known.keyed()) {
       std::cout << "  " << join(known.names) << "\n";
@@ -157,10 +157,10 @@ int list_modules() {
 
 // jsonargparse's `--<key>.help <class>` (`request` is "trainer.callbacks=ModelCheckpoint"): the init_args
 // the class reads, with their defaults, and how a command line and a config give them.
-int class_help(const std::string& request) {
+int class_help(const std::string& program, const std::string& request) {
   const size_t equals = request.find('=');
   const std::string key = request.substr(0, equals), class_path = request.substr(equals + 1);
-  const auto known = class_key(key);
+  const auto known = class_key(program, key);
   ARC_CHECK(!class_path.empty(), "--", key, ".help needs a class: --", key, ".help <class>, one of ",
             join(known.names));
   const std::string name = detail::registered_name(class_path);

@@ -1,5 +1,5 @@
-// What the `arc` tool prints about the keys a config may set: the trainer keys of `arc fit --help`,
-// `arc modules`, jsonargparse's `--<key>.help <class>`, and `arc reference`.
+// What the command line prints about the keys a config may set: the trainer keys of `fit --help`,
+// `modules`, jsonargparse's `--<key>.help <class>`, and `reference`.
 #pragma once
 
 #include <string>
@@ -10,13 +10,13 @@ namespace arc::cli {
 /// may name: the footer of `arc fit --help`.
 std::string trainer_keys_help();
 
-/// `arc modules`: the registered modules and data modules with the keys each reads, then the other
+/// `<program> modules`: the registered modules and data modules with the keys each reads, then the other
 /// classes a config can name. Returns the exit status.
-int list_modules();
+int list_modules(const std::string& program);
 
 /// `--<key>.help <class>` (`request` is "trainer.callbacks=ModelCheckpoint"): the init_args the class
 /// reads, with their defaults. Returns the exit status.
-int class_help(const std::string& request);
+int class_help(const std::string& program, const std::string& request);
 
 /// `arc reference`: every key a config may set, with its default, as the Markdown page
 /// docs/reference/options.md. Returns the exit status.

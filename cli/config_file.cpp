@@ -1,6 +1,6 @@
 // The `arc` tool's config: JSON or YAML files, deep-merged in order, then --set overrides; and which
 // file each key came from, for messages. No LibTorch here: the tool's launcher reads it too.
-#include <arc/apps/cli.h>
+#include <arc/cli/config_file.h>
 
 #include <arc/base/config.h>
 #include <arc/base/detail/yaml.h>

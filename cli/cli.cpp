@@ -1,8 +1,6 @@
-// The `arc` command line tool.
-#include <arc/apps/cli.h>
+// The command line that `arc` and programs of their own (arc::cli::run, arc::cli::main) run.
+#include <arc/cli/cli.h>
 
-#include <arc/apps/cli_help.h>
-#include <arc/apps/examples/run_report.h>
 #include <arc/base/class_path.h>
 #include <arc/base/config.h>
 #include <arc/base/console.h>
@@ -11,6 +9,9 @@
 #include <arc/callbacks/callback_registry.h>
 #include <arc/callbacks/on_exception_checkpoint.h>
 #include <arc/callbacks/prediction_writer.h>
+#include <arc/cli/config_file.h>
+#include <arc/cli/detail/cli_help.h>
+#include <arc/cli/detail/run_report.h>
 #include <arc/core/callback.h>
 #include <arc/core/module_registry.h>
 #include <arc/core/optimizer_registry.h>
@@ -27,6 +28,8 @@
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -39,35 +42,19 @@
 namespace arc::cli {
 namespace {
 
-const char* kExamples = R"(Examples:
-  arc fit                                     train mlp_classifier one epoch on the canonical data
-  arc fit --config run.json                   train what run.json describes
-  arc fit --set module.name=cnn_classifier --set trainer.max_epochs=3
-  arc fit --set data.batch_size=128 --set trainer.limit_train_batches=0.1
-  arc fit --trainer.max_epochs=3 --data.batch_size 128   LightningCLI's flags: the same as --set
-  arc fit --model=cnn_classifier --optimizer=Adam --optimizer.lr=0.001 --seed_everything 42
-  arc fit --resume last                       continue from the newest last.ckpt, exactly (none: start afresh)
-  arc validate --config run.json --ckpt last  one validation pass with the last checkpoint's weights
-  arc export --ckpt last --to model.safetensors   the last checkpoint's weights, for PyTorch and Hugging Face
-  arc fit --set module.init_weights=model.safetensors   start from pretrained weights
-  arc consolidate --ckpt last.ckpt --to whole.ckpt  a sharded checkpoint (a folder) as one file
-  arc lr_find --config run.json --svg lr.svg  the learning-rate range test; prints the suggested rate
-  arc scale_batch_size --mode binsearch       the largest data.batch_size whose steps fit in memory
-  arc modules                                 list registered modules and data modules, with their keys
-  arc reference                               every config key with its default, as Markdown
-  arc fit --trainer.callbacks.help ModelCheckpoint   a class's init_args with their defaults (jsonargparse's
-                                              --<key>.help; also trainer.logger, model, data, optimizer, lr_scheduler,
-                                              trainer.strategy, trainer.profiler, trainer.plugins)
-  (`arc train` is `arc fit` under its earlier name; `arc fit --help` lists every trainer key.)
-
-A config (JSON, or YAML for .yaml and .yml) has three sections:
-  {"module": {"name": "mlp_classifier", "hidden": 256},
-   "data": {"batch_size": 64},
-   "trainer": {"max_epochs": 1, "accelerator": "cpu",
-               "callbacks": [{"class_path": "EarlyStopping", "init_args": {"monitor": "val_loss"}}]}}
-  As in LightningCLI, the module's section may be called "model", and the module and data may be
-  given as {"class_path": "mlp_classifier", "init_args": {"hidden": 256}}.
-)";
+// The end of --help for a program that gives no examples of its own (CliOptions::examples).
+std::string default_examples(const std::string& program, const std::string& module) {
+  const std::string p = "  " + program;
+  return "Examples:\n" + p + " fit --config run.yaml            train what run.yaml describes\n" + p +
+         " fit --print_config > run.yaml    the resolved config, every default written out, to edit\n" + p +
+         " fit --trainer.max_epochs=3 --data.batch_size 128   LightningCLI's flags (the same as --set)\n" + p +
+         " fit --trainer.strategy=ddp_spawn --trainer.devices=2   two processes on this machine\n" + p +
+         " validate --config run.yaml --ckpt last   one validation pass with the last checkpoint's weights\n" + p +
+         " modules                          the registered modules and data modules, with their keys\n\n" +
+         "A config (JSON, or YAML for .yaml and .yml) has the sections model (or module), data, trainer,\n" +
+         "optimizer and lr_scheduler, as LightningCLI's" +
+         (module.empty() ? std::string(".\n") : "; the model section's keys are " + module + "'s.\n");
+}
 
 // What a config section names, built and checked.
 // The module section's init_weights: the file, the config key that named it, and the options.
@@ -154,9 +141,12 @@ std::shared_ptr<T> from_section(const Registry<T, const Config&>& registry, cons
         *section, path,
         [&](const std::string& class_name, const Config& init_args) { return registry.create(class_name, init_args); },
         &resolved);
+  const bool named = section != nullptr && section->is_object() && section->contains("name");
+  ARC_CHECK(named || !fallback.empty(), "the config names no ", path == "data" ? "data module" : "module",
+            " and the program chooses none: give ", path, ".name (--", path, "=<name>) or a class_path, one of ",
+            join(registry.names()));
   Config options(section ? *section : nlohmann::json::object(), path);
-  const auto name =
-      fallback.empty() ? options.require<std::string>("name") : options.get<std::string>("name", fallback);
+  const auto name = options.get<std::string>("name", fallback);
   auto built = registry.create(name, options);
   options.finish();
   resolved = section ? *section : nlohmann::json::object();
@@ -221,7 +211,15 @@ std::string class_named(const nlohmann::json& resolved) {
   return detail::registered_name(resolved.value("class_path", resolved.value("name", std::string())));
 }
 
-Experiment build(const nlohmann::json& config_json) {
+// The module a config builds when it names none: the program's, else the only one registered, else
+// none ("": the config must name one).
+std::string default_module(const CliOptions& cli) {
+  if (!cli.module().empty()) return cli.module();
+  const auto names = module_registry().names();
+  return names.size() == 1 ? names.front() : "";
+}
+
+Experiment build(const nlohmann::json& config_json, const CliOptions& cli) {
   Config root(config_json, "");
   Experiment out;
   // LightningCLI calls the module's section "model".
@@ -235,13 +233,14 @@ Experiment build(const nlohmann::json& config_json) {
   nlohmann::json module_section = model_json ? *model_json : module_json ? *module_json : nlohmann::json();
   const auto init_weights = take_init_weights(module_section);
   out.module = from_section(module_registry(), module_section.is_null() ? nullptr : &module_section, module_key,
-                            "mlp_classifier", module_resolved);
+                            default_module(cli), module_resolved);
   if (!init_weights.is_null()) {
     out.init_weights = read_init_weights(init_weights, module_key + ".init_weights");
     module_resolved["init_weights"] = init_weights;
   }
   const auto* data_json = root.find("data");
-  out.data = from_section(data_module_registry(), data_json, "data", default_data_module(class_named(module_resolved)),
+  out.data = from_section(data_module_registry(), data_json, "data",
+                          cli.data().empty() ? default_data_module(class_named(module_resolved)) : cli.data(),
                           out.resolved["data"]);
   const auto* trainer_json = root.find("trainer");
   const auto* seed_everything = root.find("seed_everything");
@@ -324,13 +323,14 @@ void print_result(const nlohmann::json& result) { std::cout << "RESULT " << resu
 // arc export: the module weights of a checkpoint (or of another weights file) written as
 // safetensors for other tools. "last" is the newest last.ckpt under the config's
 // trainer.default_root_dir, where fit's default checkpointing keeps it.
-int export_weights(const nlohmann::json& config, const std::string& from, const std::string& to, double max_shard_mb) {
+int export_weights(const std::string& program, const nlohmann::json& config, const std::string& from,
+                   const std::string& to, double max_shard_mb) {
   std::string source = from;
   if (from == "last") {
     const auto trainer = config.value("trainer", nlohmann::json::object());
     const auto root = trainer.is_object() ? trainer.value("default_root_dir", std::string(".")) : std::string(".");
     auto found = last_checkpoints(root + "/checkpoints", root + "/lightning_logs");
-    ARC_CHECK(!found.empty(), "arc export --ckpt last: no last.ckpt in '", root, "/lightning_logs/version_*/",
+    ARC_CHECK(!found.empty(), program, " export --ckpt last: no last.ckpt in '", root, "/lightning_logs/version_*/",
               "checkpoints' or '", root, "/checkpoints' (trainer.default_root_dir); pass the checkpoint's path");
     source = newest_first(std::move(found)).front();
   }
@@ -359,9 +359,9 @@ int export_weights(const nlohmann::json& config, const std::string& from, const 
 // arc consolidate: a sharded checkpoint as one file; without a name, beside the folder as
 // <name>.consolidated.ckpt (Lightning's consolidate_checkpoint appends .consolidated; the .ckpt keeps
 // it readable by every tool that tells formats by their suffix).
-int consolidate_sharded(const std::string& from, const std::string& to) {
-  ARC_CHECK(std::filesystem::is_directory(from), "arc consolidate --ckpt '", from, "': not a sharded checkpoint's ",
-            "folder; a checkpoint file is already one file");
+int consolidate_sharded(const std::string& program, const std::string& from, const std::string& to) {
+  ARC_CHECK(std::filesystem::is_directory(from), program, " consolidate --ckpt '", from,
+            "': not a sharded checkpoint's ", "folder; a checkpoint file is already one file");
   std::string folder = from;
   while (folder.size() > 1 && folder.back() == '/') folder.pop_back();
   const std::string stem =
@@ -378,11 +378,11 @@ void refuse_verbose(const std::string& command, const Experiment& experiment) {
             ") is validate's and test's (whether they print their table); ", command, " has none: remove it");
 }
 
-int train(const nlohmann::json& config, const std::string& resume) {
-  auto experiment = build(config);
+int train(const CliOptions& cli, const nlohmann::json& config, const std::string& resume) {
+  auto experiment = build(config, cli);
   load_init_weights(experiment);
   refuse_verbose("fit", experiment);
-  auto report = std::make_shared<examples::RunReport>();
+  auto report = std::make_shared<RunReport>();
   auto callbacks = experiment.callbacks;
   callbacks.push_back(report);
   callbacks.push_back(std::make_shared<SaveConfig>(experiment.resolved));
@@ -395,9 +395,9 @@ int train(const nlohmann::json& config, const std::string& resume) {
 }
 
 // `given_verbose`: --verbose, which wins over the config's.
-int evaluate(const std::string& command, const nlohmann::json& config, const std::string& given_ckpt,
-             std::optional<bool> given_verbose) {
-  auto experiment = build(config);
+int evaluate(const CliOptions& cli, const std::string& command, const nlohmann::json& config,
+             const std::string& given_ckpt, std::optional<bool> given_verbose) {
+  auto experiment = build(config, cli);
   load_init_weights(experiment);
   const std::string& ckpt = given_ckpt.empty() ? experiment.ckpt_path : given_ckpt;
   const bool verbose = given_verbose.value_or(experiment.verbose.value_or(true));
@@ -420,9 +420,9 @@ int evaluate(const std::string& command, const nlohmann::json& config, const std
   // The module is built fresh from the config, so without a checkpoint its weights are untrained.
   if (ckpt.empty())
     console().warn(
-        "arc {} ran without --ckpt, so with the module's initial, untrained weights; give --ckpt last (or "
+        "{} {} ran without --ckpt, so with the module's initial, untrained weights; give --ckpt last (or "
         "a checkpoint file) to load trained ones",
-        command);
+        cli.program(), command);
   const auto writes = [](const auto& callback) { return dynamic_cast<BasePredictionWriter*>(callback.get()); };
   if (command == "predict" && std::none_of(callbacks.begin(), callbacks.end(), writes))
     console().info(
@@ -452,8 +452,8 @@ TrainerOptions single_process(TrainerOptions options) {
   return devices.indices.empty() ? options.devices(1) : options.devices(Devices({devices.indices.front()}));
 }
 
-int tune(const std::string& command, const nlohmann::json& config, const TuneArgs& args) {
-  auto experiment = build(config);
+int tune(const CliOptions& cli, const std::string& command, const nlohmann::json& config, const TuneArgs& args) {
+  auto experiment = build(config, cli);
   load_init_weights(experiment);
   // The trials run without callbacks or loggers, and leave no log folder.
   Trainer trainer(single_process(experiment.options).logger(false));
@@ -473,10 +473,10 @@ int tune(const std::string& command, const nlohmann::json& config, const TuneArg
   return 0;
 }
 
-// Prints "arc: <kind>: <message>" and returns `code`; a rank that the `arc` tool started hands it
-// to the tool instead (kSpawnErrorPipeVariable), which prints each distinct error of its ranks once.
-int fail(const std::string& kind, const std::string& message, int code) {
-  if (!report_to_launcher(kind, message)) std::cerr << "arc: " << kind << ": " << message << std::endl;
+// Prints "<program>: <kind>: <message>" and returns `code`; a rank that the `arc` tool started hands
+// it to the tool instead (kSpawnErrorPipeVariable), which prints each distinct error of its ranks once.
+int fail(const std::string& program, const std::string& kind, const std::string& message, int code) {
+  if (!report_to_launcher(kind, message)) std::cerr << program << ": " << kind << ": " << message << std::endl;
   return code;
 }
 
@@ -494,8 +494,8 @@ std::vector<std::string> option_names(const CLI::App& command) {
 // CLI11's usage errors ("A subcommand is required", "The following arguments were not expected:
 // x --confg", exit codes 106 and 109), said as the tool's other errors are: the word that is wrong,
 // the nearest right one, and where the right ones are listed.
-std::string usage_error(const std::vector<CLI::App*>& commands, const std::vector<std::string>& args,
-                        const CLI::ParseError& error) {
+std::string usage_error(const std::string& program, const std::vector<CLI::App*>& commands,
+                        const std::vector<std::string>& args, const CLI::ParseError& error) {
   std::vector<std::string> names;
   for (const auto* command : commands) {
     names.push_back(command->get_name());
@@ -503,12 +503,12 @@ std::string usage_error(const std::vector<CLI::App*>& commands, const std::vecto
   }
   if (args.empty() || args[0].rfind('-', 0) == 0)
     return "no subcommand given" + (args.empty() ? std::string() : " before '" + args[0] + "'") +
-           "; the first argument is one of " + join(names) + " (arc --help says what each does)";
+           "; the first argument is one of " + join(names) + " (" + program + " --help says what each does)";
   const auto found = std::find_if(commands.begin(), commands.end(),
                                   [&](const CLI::App* command) { return command->check_name(args[0]); });
   if (found == commands.end())
-    return unknown_name_message("subcommand", args[0], names) + " (arc --help says what each does)";
-  const std::string command = "arc " + args[0];
+    return unknown_name_message("subcommand", args[0], names) + " (" + program + " --help says what each does)";
+  const std::string command = program + " " + args[0];
   const auto options = option_names(**found);
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string name = args[i].substr(0, args[i].find('='));
@@ -530,12 +530,32 @@ std::string usage_error(const std::vector<CLI::App*>& commands, const std::vecto
 }
 
 }  // namespace
+}  // namespace arc::cli
 
-int run(int argc, char** argv) {
-  CLI::App app("arc: train LibTorch modules with Arclight", "arc");
-  app.footer(kExamples);
+namespace arc::detail {
+
+std::string class_name(const std::type_info& type) {
+  int status = 0;
+  const std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(type.name(), nullptr, nullptr, &status),
+                                                         std::free);
+  std::string name = status == 0 && demangled ? demangled.get() : type.name();
+  // Template arguments keep their namespaces: only the class's own are dropped.
+  const auto scope = name.rfind("::", name.find('<'));
+  return scope == std::string::npos ? name : name.substr(scope + 2);
+}
+
+}  // namespace arc::detail
+
+namespace arc::cli {
+
+int run(int argc, char** argv, const CliOptions& options) {
+  CliOptions cli = options;
+  if (cli.program().empty()) cli.program(argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "arc");
+  const auto& program = cli.program();
+  CLI::App app(program + ": train LibTorch modules with Arclight", program);
+  app.footer(cli.examples().empty() ? default_examples(program, cli.module()) : cli.examples());
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("arc (Arclight) ") + version(), "print the version and exit");
+  app.set_version_flag("--version", program + " (Arclight) " + version(), "print the version and exit");
   std::string ckpt;
   std::optional<bool> verbose;
   std::vector<std::string> config_paths, overrides;
@@ -656,7 +676,7 @@ int run(int argc, char** argv) {
   try {
     args = with_dotted_flags({argv + 1, argv + argc});
   } catch (const Error& error) {
-    return fail("error", error.what(), 2);
+    return fail(program, "error", error.what(), 2);
   }
   std::vector<char*> rewritten = {argv[0]};
   for (auto& arg : args) rewritten.push_back(arg.data());
@@ -666,33 +686,33 @@ int run(int argc, char** argv) {
     if (error.get_exit_code() == 0) return app.exit(error);  // --help
     std::vector<CLI::App*> commands = configured;
     commands.insert(commands.end(), {export_command, consolidate, modules, reference});
-    return fail("error", usage_error(commands, args, error), 2);
+    return fail(program, "error", usage_error(program, commands, args, error), 2);
   }
   LoadedConfig loaded;
   try {
-    if (modules->parsed()) return list_modules();
+    if (modules->parsed()) return list_modules(program);
     if (reference->parsed()) return print_reference();
-    if (!class_help_request.empty()) return class_help(class_help_request);
+    if (!class_help_request.empty()) return class_help(program, class_help_request);
     if (export_command->parsed()) {
       loaded = load_config(config_paths, overrides);
-      return export_weights(loaded.config, ckpt, export_to, max_shard_mb);
+      return export_weights(program, loaded.config, ckpt, export_to, max_shard_mb);
     }
-    if (consolidate->parsed()) return consolidate_sharded(consolidate_from, consolidate_to);
+    if (consolidate->parsed()) return consolidate_sharded(program, consolidate_from, consolidate_to);
     for (auto* command : configured) {
       if (!command->parsed()) continue;
       loaded = load_config(config_paths, overrides);
       if (print_config) {
-        std::cout << to_yaml(build(loaded.config).resolved);
+        std::cout << to_yaml(build(loaded.config, cli).resolved);
         return 0;
       }
       const auto name = command->get_name();
-      if (command == lr_find || command == scale_batch_size) return tune(name, loaded.config, tune_args);
-      return name == "fit" ? train(loaded.config, ckpt) : evaluate(name, loaded.config, ckpt, verbose);
+      if (command == lr_find || command == scale_batch_size) return tune(cli, name, loaded.config, tune_args);
+      return name == "fit" ? train(cli, loaded.config, ckpt) : evaluate(cli, name, loaded.config, ckpt, verbose);
     }
   } catch (const Error& error) {
-    return fail("error", loaded.locate(error.what()), 2);
+    return fail(program, "error", loaded.locate(error.what()), 2);
   } catch (const std::exception& error) {
-    return fail("failed", message_of(error), 1);
+    return fail(program, "failed", message_of(error), 1);
   }
   return 0;
 }

@@ -8,7 +8,11 @@
 #include <chrono>
 #include <vector>
 
-namespace arc::examples {
+namespace arc::cli {
+
+/// SHA-256 of all parameters' float32 little-endian bytes, concatenated in order (WORKLOAD.md §6's
+/// final_param_sha256).
+std::string parameter_sha256(const torch::nn::Module& module);
 
 /// Times the training steps and keeps the losses; report() gives the RESULT fields.
 class RunReport : public Callback {
@@ -39,4 +43,4 @@ class RunReport : public Callback {
   double loss_last100_ = 0;
 };
 
-}  // namespace arc::examples
+}  // namespace arc::cli

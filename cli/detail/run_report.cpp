@@ -1,7 +1,7 @@
-// RunReport.
-#include <arc/apps/examples/run_report.h>
+// RunReport, and the parameter digest of its RESULT line.
+#include <arc/cli/detail/run_report.h>
 
-#include <arc/apps/examples/workload.h>
+#include <arc/base/sha256.h>
 #include <arc/core/trainer.h>
 #include <arc/strategies/strategy.h>
 
@@ -13,7 +13,7 @@
 #include <numeric>
 #include <sstream>
 
-namespace arc::examples {
+namespace arc::cli {
 namespace {
 
 double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
@@ -35,6 +35,15 @@ double process_start_unix() {
 }
 
 }  // namespace
+
+std::string parameter_sha256(const torch::nn::Module& module) {
+  Sha256 hash;
+  for (const auto& parameter : module.parameters()) {
+    const auto values = parameter.detach().to(torch::kCPU, torch::kFloat).contiguous();
+    hash.update(values.data_ptr<float>(), static_cast<size_t>(values.numel()) * sizeof(float));
+  }
+  return hash.hex_digest();
+}
 
 double RunReport::command_start_unix() {
   for (const char* name : {"BENCH_T0", "ARC_COMMAND_START"})
@@ -96,11 +105,11 @@ nlohmann::json RunReport::report(const Trainer& trainer, const TrainModule& modu
     const auto found = metrics.find(name);
     out[name] = found == metrics.end() ? nlohmann::json(nullptr) : nlohmann::json(found->second);
   }
-  out["final_param_sha256"] = workload::parameter_sha256(module);
+  out["final_param_sha256"] = parameter_sha256(module);
   out["world_size"] = trainer.world_size();
   out["threads"] = torch::get_num_threads();
   out["steps"] = step_ends_.size();
   return out;
 }
 
-}  // namespace arc::examples
+}  // namespace arc::cli

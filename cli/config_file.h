@@ -1,5 +1,6 @@
-// The `arc` command line tool: train, validate, test and predict registered modules from a
-// JSON config, and list what is registered.
+// A command line's config: JSON or YAML files deep-merged in order, LightningCLI's dotted flags as
+// overrides, and which file set each key, for messages. No LibTorch here: the `arc` launcher reads
+// configs too.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@ namespace arc::cli {
 
 /// A run's config and where each of its keys came from.
 struct LoadedConfig {
+  /// The merged config: files in order, then the overrides.
   nlohmann::json config;
   /// Key path ("trainer.max_epochs", "trainer.callbacks[1].init_args.mode") → the file that set it last, or "--set".
   std::map<std::string, std::string> origins;
@@ -31,11 +33,9 @@ LoadedConfig load_config(const std::vector<std::string>& config_paths, const std
 /// ModelCheckpoint" as ("--class_help", "trainer.callbacks=ModelCheckpoint"); every other argument as it was.
 std::vector<std::string> with_dotted_flags(const std::vector<std::string>& args);
 
-/// Runs the command line; returns the exit status. Errors are printed, not thrown.
-int run(int argc, char** argv);
-
-/// The JSON on the first "<tag> {...}" line of `output` (rank 0's "RESULT" line of `arc` and of the
-/// example programs), or null when there is none: the one reader of those lines, for tests and benchmarks.
+/// The JSON on the first "<tag> {...}" line of `output` (rank 0's "RESULT" line of a command line
+/// and of the example programs), or null when there is none: the one reader of those lines, for
+/// tests and benchmarks.
 inline nlohmann::json read_report(const std::string& output, const std::string& tag = "RESULT") {
   const auto at = output.find(tag + " ");
   if (at == std::string::npos) return nullptr;
