@@ -224,6 +224,7 @@ void Trainer::attach(TrainModule& module) {
 void Trainer::detach() {
   if (module_ != nullptr) module_->trainer_ = nullptr;
   module_ = nullptr;
+  state_->data_module = nullptr;
 }
 
 void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, const std::function<void()>& body) {
@@ -235,6 +236,7 @@ void Trainer::run_stage(Stage stage, TrainModule& module, DataModule* data, cons
     throw;
   }
   state_->stage = stage;
+  state_->data_module = data;
   state_->stage_start = std::chrono::steady_clock::now();
   state_->agreed_seconds = 0;
   if (profiler_) profiler_->setup(to_string(stage), log_dir(), global_rank());
@@ -350,6 +352,7 @@ void Trainer::run_fit(TrainModule& module, DataModule* data, DataSource train, D
     // Each fit's BatchSizeFinder chooses anew; a resumed one trains at the size of the run it continues,
     // known before its data is loaded and its optimizers count the batches.
     state_->train_batch_size = resume.empty() ? std::nullopt : CheckpointConnector::train_batch_size(resume);
+    if (!resume.empty()) CheckpointConnector::restore_data_module(data, resume);
     FitLoop(*this, *state_, module, std::move(fit_data), resume).run();
   });
 }
@@ -359,6 +362,7 @@ void Trainer::start_evaluation(TrainModule& module, const std::string& ckpt_path
     CheckpointConnector checkpoints(*this, *state_);
     const std::string path = checkpoints.resolve(ckpt_path);
     checkpoints.restore_weights(module, path);
+    CheckpointConnector::restore_data_module(state_->data_module, path);
     // As Lightning's "Loaded model weights from the checkpoint at ...": which file "best" or "last" was.
     console().info("loaded the weights of '{}'{}", path,
                    path == ckpt_path ? "" : fmt::format(" (ckpt_path=\"{}\")", ckpt_path));

@@ -5,6 +5,8 @@
 #include <arc/data/dataset.h>
 #include <arc/data/sampler.h>
 
+#include <nlohmann/json.hpp>
+
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -189,6 +191,14 @@ class DataHooks {
 /// Owns the data of an experiment, as Lightning's LightningDataModule: its hooks are the
 /// DataHooks, which a TrainModule has too. Each runs before the module's, and the data module's
 /// loaders take precedence over the module's.
-class DataModule : public DataHooks {};
+class DataModule : public DataHooks {
+ public:
+  /// What the Trainer's checkpoints keep of the data module (a curriculum's stage, a tokenizer's
+  /// vocabulary), as Lightning's state_dict: null, the default, keeps nothing.
+  virtual nlohmann::json state_dict() const { return nullptr; }
+  /// Gets back what state_dict() gave, when a stage starts from a checkpoint that has it (fit's
+  /// resume; validate, test and predict with a ckpt_path), after setup and before the loaders are asked for.
+  virtual void load_state_dict(const nlohmann::json&) {}
+};
 
 }  // namespace arc

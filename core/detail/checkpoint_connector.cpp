@@ -144,6 +144,8 @@ nlohmann::json CheckpointConnector::checkpoint_meta(TrainModule& module, bool we
   meta["train_metrics"] = state_.logging.train_metrics.state_dict();
   meta["callback_metrics"] = metrics_to_json(state_.logging.callback_metrics());
   meta["precision"] = trainer_.precision().state_dict();
+  if (state_.data_module != nullptr)
+    if (auto state = state_.data_module->state_dict(); !state.is_null()) meta["data_module"] = std::move(state);
   module.on_save_checkpoint(meta);
   return meta;
 }
@@ -209,6 +211,12 @@ std::optional<int64_t> CheckpointConnector::train_batch_size(const std::string& 
   const auto meta = CheckpointReader::read_meta(path);
   if (!meta.contains("train_batch_size")) return std::nullopt;
   return meta.at("train_batch_size").get<int64_t>();
+}
+
+void CheckpointConnector::restore_data_module(DataModule* data, const std::string& path) {
+  if (data == nullptr) return;
+  const auto meta = CheckpointReader::read_meta(path);
+  if (const auto state = meta.find("data_module"); state != meta.end()) data->load_state_dict(*state);
 }
 
 void CheckpointConnector::restore_weights(TrainModule& module, const std::string& path) {

@@ -1,5 +1,6 @@
 // CheckpointConnector: what a checkpoint holds for the Trainer (model, optimizers, schedulers,
-// progress, gradients mid-accumulation, RNG, callback states) and how a run resumes from one.
+// progress, gradients mid-accumulation, RNG, callback and data module states) and how a run
+// resumes from one.
 #pragma once
 
 #include <torch/types.h>
@@ -12,6 +13,7 @@ namespace arc {
 
 class AsyncCheckpointWriter;
 class CheckpointWriter;
+class DataModule;
 class Trainer;
 class TrainModule;
 
@@ -39,6 +41,8 @@ class CheckpointConnector {
   /// The training batch size BatchSizeFinder chose for the run that wrote `path`; none when it chose
   /// none.
   static std::optional<int64_t> train_batch_size(const std::string& path);
+  /// Gives `data` (when there is one) the state that the checkpoint at `path` keeps of it, if any.
+  static void restore_data_module(DataModule* data, const std::string& path);
   /// Restores only the module's weights (validate, test, predict).
   void restore_weights(TrainModule& module, const std::string& path);
   /// "last" and "best" through the ModelCheckpoint callback ("last": the newest last.ckpt, among

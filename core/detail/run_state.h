@@ -54,6 +54,8 @@ struct RunState {
   std::optional<int64_t> train_batch_size;
   /// The training stream's position in the checkpoint a fit resumes from (DataLoader::state_dict).
   nlohmann::json resumed_train_data;
+  /// The data module of the stage running (null when it has none), whose state checkpoints keep.
+  DataModule* data_module = nullptr;
   int64_t num_val_batches = 0;
   /// The evaluation stage's loaders, and which one runs.
   int64_t num_dataloaders = 1;

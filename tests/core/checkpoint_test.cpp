@@ -345,6 +345,46 @@ TEST(Checkpoint, SavedBetweenEpochsResumesAtTheNextEpochsFirstBatch) {
   fs::remove_all(dir);
 }
 
+// A data module whose state is a curriculum's level; it notes the level whenever its loaders are asked for.
+struct Curriculum : DataModule {
+  explicit Curriculum(int64_t start, bool stateful = true) : level(start), stateful(stateful) {}
+  nlohmann::json state_dict() const override { return stateful ? nlohmann::json{{"level", level}} : nullptr; }
+  void load_state_dict(const nlohmann::json& state) override { level = state.at("level").get<int64_t>(); }
+  DataSource train_dataloader() override { return noted(); }
+  DataSource val_dataloader() override { return noted(); }
+  DataSource predict_dataloader() override { return noted(); }
+  DataSource noted() {
+    levels_seen.push_back(level);
+    return tiny_data(4, 2);
+  }
+  int64_t level;
+  bool stateful;
+  std::vector<int64_t> levels_seen;
+};
+
+TEST(Checkpoint, ADataModulesStateIsSavedAndGivenBackBeforeItsLoadersAreAskedFor) {
+  const auto dir = fresh_folder("data_state");
+  TinyModule first;
+  Curriculum data(3);
+  Trainer(quiet().max_epochs(2), {std::make_shared<StopAfter>(3, dir + "/mid.ckpt")}).fit(first, data);
+  ASSERT_EQ(CheckpointReader::read_meta(dir + "/mid.ckpt").at("data_module"), (nlohmann::json{{"level", 3}}));
+  // A resumed fit, a validation and a prediction from the checkpoint each see the saved level.
+  TinyModule resumed;
+  Curriculum again(0);
+  Trainer(quiet().max_epochs(2)).fit(resumed, again, dir + "/mid.ckpt");
+  EXPECT_EQ(again.levels_seen, (std::vector<int64_t>{3, 3}));
+  Curriculum evaluated(0);
+  Trainer(quiet()).validate(resumed, evaluated, dir + "/mid.ckpt", false);
+  Trainer(quiet()).predict(resumed, evaluated, dir + "/mid.ckpt");
+  EXPECT_EQ(evaluated.levels_seen, (std::vector<int64_t>{3, 3}));
+  // Without a checkpoint nothing is given back, and a null state is not saved.
+  Curriculum fresh(5, /*stateful=*/false);
+  Trainer(quiet().max_epochs(1), {std::make_shared<StopAfter>(1, dir + "/none.ckpt")}).fit(resumed, fresh);
+  EXPECT_EQ(fresh.levels_seen, (std::vector<int64_t>{5, 5}));
+  EXPECT_FALSE(CheckpointReader::read_meta(dir + "/none.ckpt").contains("data_module"));
+  fs::remove_all(dir);
+}
+
 // Inside a SLURM job the requeue signal is caught; when scontrol cannot requeue (here it is not
 // on PATH), the checkpoint is still saved and the error says how to resume.
 TEST(Checkpoint, RequeueSignalInASlurmJobSavesAndSaysWhatToDoWhenRequeueFails) {
