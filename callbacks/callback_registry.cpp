@@ -48,6 +48,7 @@ std::shared_ptr<Callback> model_checkpoint(const Config& config) {
   ARC_READ(verbose);
   ARC_READ(save_on_train_epoch_end);
   ARC_READ(enable_version_counter);
+  ARC_READ(save_on_exception);
   return std::make_shared<ModelCheckpoint>(options);
 }
 

@@ -17,6 +17,20 @@
 
 namespace arc {
 
+SaveLast::SaveLast(const std::string& mode) : on_(true), link_(true) {
+  ARC_CHECK(mode == "link", "ModelCheckpoint save_last must be true, false or \"link\", got \"", mode, "\"");
+}
+
+void to_json(nlohmann::json& json, const SaveLast& save_last) {
+  json = save_last.link() ? nlohmann::json("link") : nlohmann::json(static_cast<bool>(save_last));
+}
+
+void from_json(const nlohmann::json& json, SaveLast& save_last) {
+  ARC_CHECK(json.is_boolean() || json.is_string() || json.is_null(),
+            "ModelCheckpoint save_last must be true, false or \"link\", got ", json.dump());
+  save_last = json.is_string() ? SaveLast(json.get<std::string>()) : SaveLast(json.is_boolean() && json.get<bool>());
+}
+
 ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std::move(options)) {
   ARC_CHECK(options_.mode() == "min" || options_.mode() == "max",
             "ModelCheckpoint mode must be \"min\" or \"max\", got \"", options_.mode(), "\"");
@@ -88,6 +102,41 @@ std::vector<std::string> ModelCheckpoint::checkpoint_files(const std::string& ki
 void ModelCheckpoint::on_fit_start(Trainer& trainer, TrainModule&) {
   dirpath_ = folder(trainer);
   last_save_seconds_ = trainer.agreed_elapsed_seconds();
+  step_at_train_start_.reset();
+  exception_path_.clear();
+}
+
+// After the checkpoint fit resumes from (if any) is restored, and after the sanity check.
+void ModelCheckpoint::on_train_start(Trainer& trainer, TrainModule&) { step_at_train_start_ = trainer.global_step(); }
+
+// As Lightning's save_on_exception: a file named as the saves are, which the top k leave alone, and
+// last.ckpt; nothing when this step was saved already, or no step was taken since training started
+// (a fit that failed to resume, or at its first step, has nothing new to keep).
+void ModelCheckpoint::on_exception(Trainer& trainer, TrainModule&, const std::exception& error) {
+  if (!options_.save_on_exception() || !step_at_train_start_ || trainer.global_step() == *step_at_train_start_ ||
+      trainer.stage() != Stage::fit || trainer.options().fast_dev_run() > 0 ||
+      trainer.global_step() == last_saved_step_)
+    return;
+  try {
+    // Ranks that stopped together (Ctrl-C, SIGTERM) agree on the name; an error may be one rank's
+    // alone, whose peers take part in no collective now: its own values name the file, which rank 0
+    // writes (a sharded save is collective, and needs every rank there).
+    const bool together = dynamic_cast<const Interrupted*>(&error) != nullptr;
+    auto metrics = together ? trainer.agreed_metrics() : trainer.callback_metrics();
+    metrics["epoch"] = static_cast<double>(trainer.current_epoch());
+    metrics["step"] = static_cast<double>(trainer.global_step());
+    const auto path = free_name(trainer, dirpath_ + "/" + format_name(metrics), "", together);
+    trainer.save_checkpoint(path, options_.save_weights_only(), false);
+    last_saved_step_ = trainer.global_step();
+    exception_path_ = path;
+    save_last(trainer, path, false);
+    // An interrupted fit names the file in its own last line.
+    if (trainer.is_global_zero() && dynamic_cast<const Interrupted*>(&error) == nullptr)
+      console().warn("fit failed ({}); ModelCheckpoint saved '{}' to resume from", error.what(), path);
+  } catch (const std::exception& failure) {
+    console().error("fit failed ({}) and ModelCheckpoint's save_on_exception could not save: {}", error.what(),
+                    failure.what());
+  }
 }
 
 // An epoch resumed mid-way keeps the count of its start from the checkpoint: a validation before the
@@ -205,17 +254,31 @@ void ModelCheckpoint::save(Trainer& trainer) {
     if (best_path_.empty() || !kept_.count(best_path_) || !monitored || better(score, kept_.at(best_path_)))
       best_path_ = path;
     trainer.save_checkpoint(path, options_.save_weights_only(), options_.async_checkpointing());
-    if (!worst.empty() && worst != path && trainer.is_global_zero()) remove_checkpoint(worst);
-  } else if (options_.verbose() && monitored) {
+    save_last(trainer, path, options_.async_checkpointing());
+    // Once the file that takes its place is written (and last.ckpt no longer links to it).
+    if (!worst.empty() && worst != path && trainer.is_global_zero())
+      trainer.after_checkpoint_writes([worst] { remove_checkpoint(worst); });
+    return;
+  }
+  if (options_.verbose() && monitored)
     console().info("{}'{}' was not in top {}", epoch_and_step, options_.monitor(), k);
-  }
-  if (options_.save_last()) {
-    last_path_ = dirpath_ + "/last.ckpt";
-    trainer.save_checkpoint(last_path_, options_.save_weights_only(), options_.async_checkpointing());
-  }
+  save_last(trainer, "", options_.async_checkpointing());
 }
 
-std::string ModelCheckpoint::free_name(Trainer& trainer, const std::string& path, const std::string& replaced) const {
+void ModelCheckpoint::save_last(Trainer& trainer, const std::string& saved, std::optional<bool> in_background) {
+  if (!options_.save_last()) return;
+  last_path_ = dirpath_ + "/last.ckpt";
+  if (!options_.save_last().link() || saved.empty()) {
+    trainer.save_checkpoint(last_path_, options_.save_weights_only(), in_background);
+    return;
+  }
+  // Once `saved` is written: a link never points at a file that is not there yet.
+  if (trainer.is_global_zero())
+    trainer.after_checkpoint_writes([saved, last = last_path_] { link_checkpoint(saved, last); });
+}
+
+std::string ModelCheckpoint::free_name(Trainer& trainer, const std::string& path, const std::string& replaced,
+                                       bool agree) const {
   if (!options_.enable_version_counter()) return path;
   // Rank 0 decides, from the files it sees, and every rank takes its name.
   std::string name = path;
@@ -224,7 +287,7 @@ std::string ModelCheckpoint::free_name(Trainer& trainer, const std::string& path
     for (int64_t version = 1; name != replaced && std::filesystem::exists(name); ++version)
       name = stem + "-v" + std::to_string(version) + ".ckpt";
   }
-  return trainer.strategy().broadcast(name, 0);
+  return agree ? trainer.strategy().broadcast(name, 0) : name;
 }
 
 nlohmann::json ModelCheckpoint::state_dict() const {

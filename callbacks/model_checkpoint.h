@@ -11,6 +11,32 @@
 
 namespace arc {
 
+/// ModelCheckpoint's save_last: false, true (last.ckpt written at every save) or "link" (last.ckpt a
+/// symbolic link to the file the save wrote, written as with true when it wrote none).
+class SaveLast {
+ public:
+  /// false or true.
+  SaveLast(bool on = false) : on_(on) {}
+  /// "link"; any other text is an error.
+  SaveLast(const std::string& mode);
+  /// The same as from a std::string.
+  SaveLast(const char* mode) : SaveLast(std::string(mode)) {}
+  /// Whether last.ckpt is kept.
+  explicit operator bool() const { return on_; }
+  /// Whether last.ckpt links to the file of each save.
+  bool link() const { return link_; }
+
+ private:
+  bool on_ = false;
+  bool link_ = false;
+};
+
+/// save_last in configs: true, false, "link" (null: false).
+///@{
+void to_json(nlohmann::json& json, const SaveLast& save_last);
+void from_json(const nlohmann::json& json, SaveLast& save_last);
+///@}
+
 /// ModelCheckpoint's settings (Lightning's names and defaults).
 class ModelCheckpointOptions {
  public:
@@ -24,8 +50,9 @@ class ModelCheckpointOptions {
   ARC_ARG(std::string, mode) = "min";
   /// How many to keep: -1 all, 0 none (last.ckpt still written when save_last).
   ARC_ARG(int64_t, save_top_k) = 1;
-  /// Also write last.ckpt at every save, replacing the previous one.
-  ARC_ARG(bool, save_last) = false;
+  /// Also write last.ckpt at every save, replacing the previous one; "link": make it a link to the
+  /// file the save wrote.
+  ARC_ARG(SaveLast, save_last) = false;
   /// Save every N optimizer steps (0: off).
   ARC_ARG(int64_t, every_n_train_steps) = 0;
   /// Save every N epochs, after validation if it ran (0: off; off too with every_n_train_steps or
@@ -50,6 +77,9 @@ class ModelCheckpointOptions {
   /// ".ckpt" instead of replacing it, as Lightning's; last.ckpt is replaced, so that
   /// ckpt_path="last" finds it.
   ARC_ARG(bool, enable_version_counter) = true;
+  /// When fit fails after a step was trained (an error in a step, Ctrl-C, SIGTERM), save where it
+  /// stopped: a file named by `filename` (and last.ckpt under save_last), kept beside the top k.
+  ARC_ARG(bool, save_on_exception) = false;
 };
 
 /// Writes checkpoints through Trainer::save_checkpoint. Every rank runs it and takes the same
@@ -66,6 +96,9 @@ class ModelCheckpoint : public Callback {
                           int64_t batch_idx) override;
   void on_validation_end(Trainer& trainer, TrainModule& module) override;
   void on_train_epoch_end(Trainer& trainer, TrainModule& module) override;
+  void on_train_start(Trainer& trainer, TrainModule& module) override;
+  void on_exception(Trainer& trainer, TrainModule& module, const std::exception& error) override;
+  std::string exception_checkpoint() const override { return exception_path_; }
   nlohmann::json state_dict() const override;
   void load_state_dict(const nlohmann::json& state) override;
   /// "best": the best file of this fit or, without one, the best that the newest checkpoint with
@@ -97,8 +130,13 @@ class ModelCheckpoint : public Callback {
   bool saves_by_step_or_time() const {
     return options_.every_n_train_steps() > 0 || options_.train_time_interval() > 0;
   }
-  /// `path`, or with "-vN" where a file has that name already (not `replaced`), as rank 0 sees it.
-  std::string free_name(Trainer& trainer, const std::string& path, const std::string& replaced) const;
+  /// `path`, or with "-vN" where a file has that name already (not `replaced`), as rank 0 sees it
+  /// (`agree`: every rank takes rank 0's name; else each its own, with no collective).
+  std::string free_name(Trainer& trainer, const std::string& path, const std::string& replaced,
+                        bool agree = true) const;
+  /// last.ckpt under save_last: a link to `saved` (the file this save kept, "" for none) under
+  /// "link", else a file of its own, written `in_background` as save_checkpoint takes it.
+  void save_last(Trainer& trainer, const std::string& saved, std::optional<bool> in_background);
 
   ModelCheckpointOptions options_;
   std::string dirpath_;
@@ -110,6 +148,11 @@ class ModelCheckpoint : public Callback {
   int64_t validations_at_epoch_start_ = 0;
   /// Trainer::agreed_elapsed_seconds at the last save (or at the fit's start).
   double last_save_seconds_ = 0;
+  /// The global step when this fit's training started (none before): save_on_exception saves only
+  /// what was trained since.
+  std::optional<int64_t> step_at_train_start_;
+  /// The file save_on_exception wrote; "" before.
+  std::string exception_path_;
 };
 
 }  // namespace arc

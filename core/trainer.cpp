@@ -405,6 +405,10 @@ void Trainer::save_checkpoint(const std::string& path, bool weights_only, std::o
   CheckpointConnector(*this, *state_).save(*module, path, weights_only, background);
 }
 
+void Trainer::after_checkpoint_writes(std::function<void()> action) {
+  state_->checkpoint_writes.then(std::move(action));
+}
+
 Metrics Trainer::validate(TrainModule& module, DataModule& data, const std::string& ckpt_path, bool verbose) {
   return run_evaluation(Stage::validate, module, &data, {}, ckpt_path, verbose);
 }

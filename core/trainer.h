@@ -106,6 +106,12 @@ class Trainer {
   /// saves are synchronous.
   void save_checkpoint(const std::string& path, bool weights_only = false,
                        std::optional<bool> in_background = std::nullopt);
+  /// Runs `action` once every checkpoint this process asked to save is written: at once when none
+  /// is being written in the background (an error it throws comes back here), else on the writing
+  /// thread after them (an error it throws fails fit as a failed write); not at all when one of
+  /// those writes failed. For file work that must wait for a file: a link to it, the removal of the
+  /// file it replaces. The action must not save checkpoints or use collectives.
+  void after_checkpoint_writes(std::function<void()> action);
 
   /// The options, with fast_dev_run's and overfit_batches' limits applied and what set_max_epochs and
   /// set_max_steps changed.

@@ -25,7 +25,7 @@ void AsyncCheckpointWriter::save(CheckpointWriter checkpoint, const std::string&
   std::unique_lock<std::mutex> lock(mutex_);
   // The worker reads data_ too, but changes only its metadata, which same_data leaves aside.
   if (busy_ && data_->same_data(checkpoint)) {
-    files_.emplace_back(path, checkpoint.meta());
+    files_.push_back({path, checkpoint.meta(), nullptr});
     last_blocked_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return;
   }
@@ -42,7 +42,7 @@ void AsyncCheckpointWriter::save(CheckpointWriter checkpoint, const std::string&
   checkpoint.copy_tensors_to(buffer_);
   lock.lock();
   data_.emplace(std::move(checkpoint));
-  files_.emplace_back(path, data_->meta());
+  files_.push_back({path, data_->meta(), nullptr});
   current_path_ = path;  // until the worker takes the file: it may not have run yet when the next save asks
   busy_ = true;
   if (!worker_.joinable()) worker_ = std::thread([this] { run(); });
@@ -56,24 +56,45 @@ void AsyncCheckpointWriter::run() {
   while (true) {
     changed_.wait(lock, [this] { return stopping_ || !files_.empty(); });
     if (files_.empty()) return;
-    auto [path, meta] = std::move(files_.front());
+    auto job = std::move(files_.front());
     files_.pop_front();
-    current_path_ = path;
+    const bool after_failure = failed_since_idle_;
+    if (!job.action) current_path_ = job.path;
     lock.unlock();
     std::string error;
     try {
-      data_->set_meta(std::move(meta));
-      data_->write(path, CheckpointWriter::Threads::kOne);
+      if (!job.action) {
+        data_->set_meta(std::move(job.meta));
+        data_->write(job.path, CheckpointWriter::Threads::kOne);
+      } else if (!after_failure) {
+        job.action();
+      }
     } catch (const std::exception& e) {
       error = e.what();
     }
     lock.lock();
     if (!error.empty() && failure_.empty()) failure_ = error;
+    failed_since_idle_ = failed_since_idle_ || !error.empty();
     if (files_.empty()) {
       busy_ = false;
+      failed_since_idle_ = false;
       changed_.notify_all();
     }
   }
+}
+
+void AsyncCheckpointWriter::then(std::function<void()> action) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (busy_) {
+      files_.push_back({"", nullptr, std::move(action)});
+      return;
+    }
+    // The last write failed, and its error is not taken yet.
+    if (!failure_.empty()) return;
+  }
+  // Nothing pending: the worker is idle until the next save, which this thread would make.
+  action();
 }
 
 void AsyncCheckpointWriter::wait() {

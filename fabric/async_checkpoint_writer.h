@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -29,6 +30,11 @@ class AsyncCheckpointWriter {
   /// finds a write in flight waits for it first (and says so, once), unless it holds the same data
   /// (a second file of the same step, such as last.ckpt): that file is written from the same copy.
   void save(CheckpointWriter checkpoint, const std::string& path);
+  /// Runs `action` once every file asked for before is written: on the writing thread (an error it
+  /// throws is a failed write), or at once on this one when none is pending (its error comes back
+  /// here). Not at all once a write failed, so that what it would replace or remove stays. It must
+  /// not save (save() would wait for it).
+  void then(std::function<void()> action);
   /// Waits until every file asked for is written (or failed).
   void wait();
   /// Whether a file is being written now.
@@ -49,9 +55,17 @@ class AsyncCheckpointWriter {
   std::condition_variable changed_;
   std::thread worker_;
   bool stopping_ = false;
-  /// The files still to write from data_, with their metadata; busy_ while one is written or due.
-  std::deque<std::pair<std::string, nlohmann::json>> files_;
+  /// A file to write from data_ with its metadata, or an action of then().
+  struct Job {
+    std::string path;
+    nlohmann::json meta;
+    std::function<void()> action;
+  };
+  /// What is still to do; busy_ while a job runs or is due.
+  std::deque<Job> files_;
   bool busy_ = false;
+  /// Whether a write failed since the worker was last idle: the actions queued behind it are skipped.
+  bool failed_since_idle_ = false;
   std::optional<CheckpointWriter> data_;
   std::string current_path_;
   std::string failure_;

@@ -251,6 +251,24 @@ void CheckpointWriter::write(const std::string& path, Threads threads, bool remo
   sync_folder(folder);
 }
 
+void link_checkpoint(const std::string& target, const std::string& link) {
+  namespace fs = std::filesystem;
+  const auto relative = fs::path(target).lexically_relative(fs::path(link).parent_path());
+  const std::string temporary = link + kTemporaryInfix + std::to_string(::getpid());
+  std::error_code error;
+  fs::remove(temporary, error);
+  fs::create_symlink(relative.empty() ? fs::path(target) : relative, temporary, error);
+  // A sharded last.ckpt is a folder, which a rename cannot replace.
+  if (!error && fs::is_directory(fs::symlink_status(link))) remove_checkpoint(link);
+  if (!error) fs::rename(temporary, link, error);
+  if (error) {
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
+    throw Error("cannot make '" + link + "' a link to checkpoint '" + target + "': " + error.message() +
+                "; make the folder writable, or set ModelCheckpoint's save_last to true for a copy");
+  }
+}
+
 std::vector<std::string> last_checkpoints(const std::string& folder, const std::string& versions_folder) {
   std::vector<std::string> out;
   if (std::filesystem::exists(folder + "/last.ckpt")) out.push_back(folder + "/last.ckpt");

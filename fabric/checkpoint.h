@@ -39,6 +39,11 @@ constexpr int64_t kOldestReadableCheckpointFormat = 2;
 /// Removes the temporary files in `folder` that writers which died (a crash, SIGKILL) left behind.
 void remove_stale_temporaries(const std::string& folder);
 
+/// Makes `link` a symbolic link to the checkpoint `target` (a file, or a sharded checkpoint's
+/// folder), relative to the link's folder, replacing what `link` was in one step (ModelCheckpoint's
+/// save_last "link").
+void link_checkpoint(const std::string& target, const std::string& link);
+
 /// The last.ckpt files that ckpt_path="last" chooses among: `folder`'s, and, when `versions_folder` is
 /// given (checkpoints in the default `<log_dir>/checkpoints`), that of every version_*/checkpoints in it.
 std::vector<std::string> last_checkpoints(const std::string& folder, const std::string& versions_folder);

@@ -88,6 +88,8 @@ void write_sharded_checkpoint(const CheckpointWriter& shard, const std::string& 
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
             .count());
     failure = failure_of([&] {
+      // A link (ModelCheckpoint's save_last "link") is replaced, never written through.
+      if (std::filesystem::is_symlink(path)) std::filesystem::remove(path);
       ARC_CHECK(!std::filesystem::exists(path) || std::filesystem::is_directory(path), "cannot write sharded ",
                 "checkpoint '", path, "': a checkpoint file has that name; remove it, save elsewhere, or set the ",
                 "strategy's state_dict_type to \"full\"");
@@ -167,7 +169,8 @@ ShardedCheckpointIndex read_sharded_index(const std::string& folder) {
 
 void remove_checkpoint(const std::string& path) {
   std::error_code ignored;
-  if (!std::filesystem::is_directory(path)) {
+  // A link goes, not what it links to.
+  if (std::filesystem::is_symlink(path) || !std::filesystem::is_directory(path)) {
     std::filesystem::remove(path, ignored);
     return;
   }

@@ -314,5 +314,107 @@ TEST(ModelCheckpoint, ANanScoreRanksLastAndItsCheckpointResumes) {
   fs::remove_all(root);
 }
 
+// What last.ckpt is after each epoch's save: the name it links to, or "file".
+struct LastSeen : Callback {
+  explicit LastSeen(std::string last) : last(std::move(last)) {}
+  std::string state_key() const override { return "LastSeen"; }
+  void on_train_epoch_end(Trainer&, TrainModule&) override {
+    seen.push_back(fs::is_symlink(last) ? fs::read_symlink(last).string() : "file");
+  }
+  std::string last;
+  std::vector<std::string> seen;
+};
+
+// save_last "link": last.ckpt links to the file each save kept (relative, so the folder can move),
+// and is a file of its own when a save kept none; the replaced files go. The same with the saves
+// written in the background.
+TEST(ModelCheckpoint, SaveLastLinkPointsAtEachKeptFileAndIsAFileWhenNoneWasKept) {
+  const auto dir = fresh_folder("link");
+  struct Scripted : TinyModule {
+    std::vector<double> scores{3.0, 1.0, 4.0, 2.0, 0.5};
+    void validation_step(Batch&, int64_t) override { log("score", scores[static_cast<size_t>(current_epoch())]); }
+  };
+  for (const bool async : {false, true}) {
+    fs::remove_all(dir);
+    Scripted module;
+    auto seen = std::make_shared<LastSeen>(dir + "/last.ckpt");
+    const auto options = ModelCheckpointOptions().dirpath(dir).monitor("score").save_top_k(2).save_last("link");
+    auto checkpoint = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions(options).filename("{epoch}"));
+    Trainer trainer(quiet().max_epochs(5).enable_checkpointing(true).num_sanity_val_steps(0).async_checkpointing(async),
+                    {checkpoint, seen});
+    trainer.fit(module, tiny_data(4, 2), tiny_data(2, 2));
+    // With saves in the background, an epoch's end may come before its link: the link waits for its file.
+    if (!async) {
+      EXPECT_EQ(seen->seen,
+                (std::vector<std::string>{"epoch=0.ckpt", "epoch=1.ckpt", "file", "epoch=3.ckpt", "epoch=4.ckpt"}));
+    }
+    std::set<std::string> files;
+    for (const auto& entry : fs::directory_iterator(dir)) files.insert(entry.path().filename().string());
+    EXPECT_EQ(files, (std::set<std::string>{"epoch=1.ckpt", "epoch=4.ckpt", "last.ckpt"})) << "async " << async;
+    ASSERT_TRUE(fs::is_symlink(dir + "/last.ckpt"));
+    EXPECT_EQ(fs::read_symlink(dir + "/last.ckpt"), "epoch=4.ckpt");
+    // "last" resumes through the link.
+    TinyModule resumed;
+    Trainer again(quiet().max_epochs(6).enable_checkpointing(true).num_sanity_val_steps(0),
+                  {std::make_shared<ModelCheckpoint>(options)});
+    again.fit(resumed, tiny_data(4, 2), tiny_data(2, 2), "last");
+    EXPECT_EQ(again.current_epoch(), 6);
+  }
+  // In a config: true, false or "link".
+  const auto built = callbacks_from_json(
+      nlohmann::json::parse(R"([{"class_path": "ModelCheckpoint", "init_args": {"save_last": "link"}}])"), "callbacks");
+  EXPECT_TRUE(std::dynamic_pointer_cast<ModelCheckpoint>(built.at(0))->options().save_last().link());
+  const auto wrong = error_of([] {
+    callbacks_from_json(
+        nlohmann::json::parse(R"([{"class_path": "ModelCheckpoint", "init_args": {"save_last": "linked"}}])"),
+        "callbacks");
+  });
+  EXPECT_NE(wrong.find("ModelCheckpoint save_last must be true, false or \"link\", got \"linked\""), std::string::npos)
+      << wrong;
+  fs::remove_all(dir);
+}
+
+// save_on_exception: a fit that fails after training a step leaves a checkpoint of where it stopped,
+// named as the saves are, beside the top k (and last.ckpt), which a fit resumes from; one that fails
+// before a step was trained, or without the option, leaves none.
+TEST(ModelCheckpoint, SaveOnExceptionSavesWhereTheFitFailed) {
+  const auto dir = fresh_folder("on_exception");
+  struct FailsAt : TinyModule {
+    explicit FailsAt(int64_t at) : at(at) {}
+    torch::Tensor training_step(Batch& batch, int64_t index) override {
+      if (global_step() == at) throw Error("step failed");
+      return TinyModule::training_step(batch, index);
+    }
+    int64_t at;
+  };
+  const auto options = ModelCheckpointOptions().dirpath(dir).filename("{step}").save_last(true);
+  const auto fail = [&](int64_t at, ModelCheckpointOptions chosen) {
+    FailsAt module(at);
+    auto checkpoint = std::make_shared<ModelCheckpoint>(chosen);
+    Trainer trainer(quiet().max_epochs(3).enable_checkpointing(true).num_sanity_val_steps(0), {checkpoint});
+    EXPECT_NE(error_of([&] { trainer.fit(module, tiny_data(4, 2)); }).find("step failed"), std::string::npos);
+    return checkpoint;
+  };
+  const auto saved = fail(3, ModelCheckpointOptions(options).save_on_exception(true));
+  EXPECT_EQ(saved->exception_checkpoint(), dir + "/step=3.ckpt");
+  std::set<std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir)) files.insert(entry.path().filename().string());
+  EXPECT_EQ(files, (std::set<std::string>{"step=2.ckpt", "step=3.ckpt", "last.ckpt"}));
+  EXPECT_EQ(CheckpointReader::read_meta(dir + "/last.ckpt").at("global_step"), 3);
+  TinyModule resumed;
+  Trainer again(quiet().max_epochs(3));
+  again.fit(resumed, tiny_data(4, 2), {}, dir + "/step=3.ckpt");
+  EXPECT_EQ(resumed.counts["training_step"], 3) << "the batches after step 3";
+  fs::remove_all(dir);
+  // The callback's own saves in the background: the exception's are written at once all the same.
+  fail(3, ModelCheckpointOptions(options).save_on_exception(true).async_checkpointing(true));
+  EXPECT_EQ(CheckpointReader::read_meta(dir + "/last.ckpt").at("global_step"), 3);
+  fs::remove_all(dir);
+  EXPECT_EQ(fail(3, options)->exception_checkpoint(), "");
+  EXPECT_EQ(fail(0, ModelCheckpointOptions(options).save_on_exception(true))->exception_checkpoint(), "")
+      << "a fit that failed at its first step has nothing trained to keep";
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace arc

@@ -199,6 +199,47 @@ TEST(AsyncCheckpoint, OneWriteInFlightAndAFileOfTheSameDataJoinsIt) {
   fs::remove_all(dir);
 }
 
+// then(): an action runs once the files asked for before it are written (on the writing thread, or at
+// once when none is pending), and not at all behind a write that failed; link_checkpoint makes the
+// relative link that ModelCheckpoint's save_last "link" keeps.
+TEST(AsyncCheckpoint, ActionsWaitForTheWritesBeforeThemAndSkipThoseBehindAFailure) {
+  const auto dir = fresh_folder("then");
+  const auto weights = torch::full({4 << 20}, 1.0f);  // 16 MB
+  const auto checkpoint = [&] {
+    CheckpointWriter writer(nlohmann::json::object());
+    writer.add("w", weights);
+    return writer;
+  };
+  AsyncCheckpointWriter background;
+  std::vector<bool> existed;
+  background.then([&] { existed.push_back(true); });  // nothing pending: at once
+  EXPECT_EQ(existed, std::vector<bool>{true});
+  background.save(checkpoint(), dir + "/a.ckpt");
+  background.then([&] {
+    existed.push_back(fs::exists(dir + "/a.ckpt"));
+    link_checkpoint(dir + "/a.ckpt", dir + "/last.ckpt");
+  });
+  background.wait();
+  EXPECT_EQ(existed, (std::vector<bool>{true, true}));
+  EXPECT_EQ(fs::read_symlink(dir + "/last.ckpt"), "a.ckpt");
+  EXPECT_TRUE(torch::equal(CheckpointReader(dir + "/last.ckpt").tensor("w"), weights));
+  // A link replaces a file at once, and a file the link.
+  CheckpointWriter(checkpoint()).write(dir + "/b.ckpt");
+  link_checkpoint(dir + "/b.ckpt", dir + "/last.ckpt");
+  EXPECT_EQ(fs::read_symlink(dir + "/last.ckpt"), "b.ckpt");
+  CheckpointWriter(checkpoint()).write(dir + "/last.ckpt");
+  EXPECT_FALSE(fs::is_symlink(dir + "/last.ckpt"));
+  EXPECT_TRUE(fs::exists(dir + "/b.ckpt"));
+  // Behind a write that fails (its folder would be a file), the action is skipped.
+  bool ran = false;
+  background.save(checkpoint(), dir + "/b.ckpt/c.ckpt");
+  background.then([&] { ran = true; });
+  background.wait();
+  EXPECT_FALSE(ran);
+  EXPECT_TRUE(background.take_failure().has_value());
+  fs::remove_all(dir);
+}
+
 // SIGKILL while a background write is under way, many times: the file at the path is always a
 // complete checkpoint of one generation, never of the weights overwritten after the save returned.
 TEST(AsyncCheckpoint, KilledDuringABackgroundWriteLeavesThePreviousCheckpointLoadable) {

@@ -203,6 +203,34 @@ TEST(FSDP, ShardedCheckpointsHoldEachRanksShareAndResumeAtAnyWorldSize) {
   for (const auto& folder : {root, ddp_root}) std::filesystem::remove_all(folder);
 }
 
+// ModelCheckpoint's save_last "link" makes last.ckpt a link to a kept set: a sharded save at that
+// name replaces the link and leaves the set it linked to as it was, and removing the link removes
+// only the link.
+TEST(ShardedCheckpoint, ASaveAtALinksNameReplacesTheLinkNotTheSetItLinksTo) {
+  const auto root = scratch_path("linked_set");
+  std::filesystem::remove_all(root);
+  const auto save = [&](const std::string& path, double value) {
+    arc::testing::on_ranks(2, {}, [&](int64_t rank, arc::Collectives& group) {
+      arc::CheckpointWriter shard(rank == 0 ? nlohmann::json{{"value", value}} : nlohmann::json{{"shard", rank}});
+      shard.add("model/w" + std::to_string(rank), torch::full({4}, value));
+      arc::write_sharded_checkpoint(shard, path, group);
+    });
+  };
+  save(root + "/kept.ckpt", 1.0);
+  arc::link_checkpoint(root + "/kept.ckpt", root + "/last.ckpt");
+  EXPECT_EQ(arc::CheckpointReader(root + "/last.ckpt").meta().at("value"), 1.0);
+  save(root + "/last.ckpt", 2.0);
+  EXPECT_FALSE(std::filesystem::is_symlink(root + "/last.ckpt"));
+  EXPECT_EQ(arc::CheckpointReader(root + "/last.ckpt").meta().at("value"), 2.0);
+  EXPECT_EQ(arc::CheckpointReader(root + "/kept.ckpt").meta().at("value"), 1.0);
+  arc::link_checkpoint(root + "/kept.ckpt", root + "/last.ckpt");  // a folder's place taken by a link
+  EXPECT_EQ(std::filesystem::read_symlink(root + "/last.ckpt"), "kept.ckpt");
+  arc::remove_checkpoint(root + "/last.ckpt");
+  EXPECT_FALSE(std::filesystem::exists(root + "/last.ckpt"));
+  EXPECT_TRUE(torch::equal(arc::CheckpointReader(root + "/kept.ckpt").tensor("model/w1"), torch::full({4}, 1.0)));
+  std::filesystem::remove_all(root);
+}
+
 // A save that fails on one rank is an error on every rank naming it, and leaves the set before;
 // shards of a save killed before its index lie beside the set, which reads as before, and the next
 // save removes them. Without its index a folder is no checkpoint.
