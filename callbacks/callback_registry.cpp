@@ -286,7 +286,9 @@ Registry<Callback, const Config&> shipped_callbacks() {
     return std::make_shared<DeviceStatsMonitor>(config.get_optional<bool>("cpu_stats"));
   });
   r.add("ThroughputMonitor", [](const Config& config) {
-    return std::make_shared<ThroughputMonitor>(config.get<int64_t>("every_n_steps", 50));
+    return std::make_shared<ThroughputMonitor>(config.get<int64_t>("every_n_steps", 50),
+                                               config.get<double>("flops_per_sample", 0),
+                                               config.get<double>("available_flops", 0));
   });
   r.add("ProgressBar", [](const Config& config) {
     return std::make_shared<ProgressBar>(config.get_optional<int64_t>("refresh_rate"), config.get<bool>("leave", true));

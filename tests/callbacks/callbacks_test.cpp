@@ -417,6 +417,31 @@ TEST(Callbacks, ThroughputMonitorLogsSamplesPerSecond) {
   ASSERT_EQ(rates.size(), 2u);
   EXPECT_GT(rates.front(), 0.0);
   EXPECT_GT(monitor->last_samples_per_sec(), 0.0);
+  EXPECT_TRUE(recorder->values("throughput/flops_per_sec").empty()) << "no FLOPs without flops_per_sample";
+  EXPECT_EQ(recorder->values("throughput/device/samples_per_sec"), rates) << "one rank: the device is all";
+}
+
+// Told the FLOPs of a sample and a device's peak, it logs FLOPs per second and the model FLOPs
+// utilization, as Lightning's (one rank here: the device's figures are the run's).
+TEST(Callbacks, ThroughputMonitorLogsFlopsAndMfuWhenToldTheModelsFlops) {
+  auto recorder = std::make_shared<Recorder>();
+  const auto options = nlohmann::json::parse(
+      R"([{"class_path": "ThroughputMonitor", "init_args": {"every_n_steps": 2, "flops_per_sample": 48, "available_flops": 1e6}}])");
+  TinyModule module;
+  Trainer(quiet().max_epochs(1), callbacks_from_json(options, "callbacks"), {recorder}).fit(module, tiny_data(8, 2));
+  const auto samples = recorder->values("throughput/samples_per_sec");
+  const auto flops = recorder->values("throughput/flops_per_sec");
+  const auto device = recorder->values("throughput/device/flops_per_sec");
+  const auto mfu = recorder->values("throughput/device/mfu");
+  ASSERT_EQ(samples.size(), 2u);
+  ASSERT_EQ(flops.size(), 2u);
+  ASSERT_EQ(mfu.size(), 2u);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    EXPECT_DOUBLE_EQ(flops[i], samples[i] * 48);
+    EXPECT_DOUBLE_EQ(device[i], flops[i]);
+    EXPECT_DOUBLE_EQ(mfu[i], device[i] / 1e6);
+  }
+  EXPECT_NE(error_of([] { ThroughputMonitor(50, 0, 1e12); }).find("give both, or neither"), std::string::npos);
 }
 
 TEST(Callbacks, GradientAccumulationSchedulerChangesTheFactorByEpoch) {
