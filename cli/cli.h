@@ -40,6 +40,12 @@ class CliOptions {
   ARC_ARG(std::string, program);
   /// The examples at the end of --help. Empty: a few commands of the program's own.
   ARC_ARG(std::string, examples);
+  /// LightningCLI's default_env: environment variables give defaults that config files and flags
+  /// override: `<env_prefix>_CONFIG` a config file, `<env_prefix>_TRAINER__MAX_EPOCHS=3` the key
+  /// trainer.max_epochs (capitals, "__" for each dot).
+  ARC_ARG(bool, default_env) = false;
+  /// The variables' prefix (LightningCLI's "PL").
+  ARC_ARG(std::string, env_prefix) = "PL";
 };
 
 /// Runs the command line (argv[1] is a subcommand: fit, validate, test, predict, lr_find,

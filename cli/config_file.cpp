@@ -6,6 +6,9 @@
 #include <arc/base/detail/yaml.h>
 #include <arc/base/error.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <set>
@@ -21,9 +24,10 @@ bool is_yaml(const std::string& path) {
   return false;
 }
 
-nlohmann::json read_file(const std::string& path) {
+// `given_by`: what named the file (--config, or an environment variable).
+nlohmann::json read_file(const std::string& path, const std::string& given_by) {
   std::ifstream in(path);
-  ARC_CHECK(in.good(), "cannot read config file '", path, "'; check the path given to --config");
+  ARC_CHECK(in.good(), "cannot read config file '", path, "'; check the path given to ", given_by);
   std::stringstream text;
   text << in.rdbuf();
   const auto file = is_yaml(path) ? from_yaml(text.str(), path) : parse_json(text.str(), path);
@@ -76,6 +80,8 @@ bool holds(const nlohmann::json& config, const std::string& path) {
 
 // The top-level keys that LightningCLI's flags set whole.
 const std::set<std::string> kWholeKeys = {"model", "module", "data", "optimizer", "lr_scheduler", "seed_everything"};
+// The other top-level keys of a config.
+const std::set<std::string> kSectionKeys = {"trainer", "ckpt_path", "verbose"};
 
 // `message`, when it says that a key is missing from the config ("missing config key
 // 'trainer.logger[0].init_args.save_dir'; add it to the config", Config::require's words), with the
@@ -139,24 +145,54 @@ std::vector<std::string> with_dotted_flags(const std::vector<std::string>& args)
   return out;
 }
 
-LoadedConfig load_config(const std::vector<std::string>& config_paths, const std::vector<std::string>& overrides) {
+EnvironmentDefaults environment_defaults(const std::string& prefix) {
+  EnvironmentDefaults out;
+  const std::string head = prefix + "_";
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string variable = *entry;
+    const auto equals = variable.find('=');
+    const std::string name = variable.substr(0, equals), value = variable.substr(equals + 1);
+    if (name.rfind(head, 0) != 0 || equals == std::string::npos) continue;
+    std::string key = name.substr(head.size());
+    if (key == "CONFIG") {
+      out.config_file = value;
+      out.config_variable = name;
+      continue;
+    }
+    for (auto& c : key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (size_t at = key.find("__"); at != std::string::npos; at = key.find("__", at + 1)) key.replace(at, 2, ".");
+    // Only keys of the config's sections: the prefix's other variables (PL_GLOBAL_SEED) are not keys.
+    if (kWholeKeys.count(key.substr(0, key.find('.'))) > 0 || kSectionKeys.count(key.substr(0, key.find('.'))) > 0)
+      out.overrides.emplace_back(key + "=" + value, name);
+  }
+  std::sort(out.overrides.begin(), out.overrides.end(),
+            [](const auto& a, const auto& b) { return a.second < b.second; });
+  return out;
+}
+
+LoadedConfig load_config(const std::vector<std::string>& config_paths, const std::vector<std::string>& overrides,
+                         const EnvironmentDefaults& environment) {
   LoadedConfig out;
   // With no config, `arc fit` trains mlp_classifier for one epoch.
   out.config = {{"trainer", {{"max_epochs", 1}}}};
-  for (const auto& path : config_paths) {
-    const auto file = read_file(path);
-    deep_merge(out.config, file);
-    record(file, "", path, out.origins);
-  }
-  for (const auto& item : overrides) {
+  const auto apply = [&out](const std::string& item, const std::string& source) {
     const auto equals = item.find('=');
     ARC_CHECK(equals != std::string::npos, "--set needs key=value, e.g. trainer.max_epochs=3, got '", item, "'");
     const std::string path = set_dotted(out.config, item.substr(0, equals), item.substr(equals + 1));
     // Keys a file set inside a value that this one replaced are gone, and no message is the file's.
     for (auto it = out.origins.lower_bound(path); it != out.origins.end() && it->first.rfind(path, 0) == 0;)
       it = it->first.size() > path.size() && !holds(out.config, it->first) ? out.origins.erase(it) : std::next(it);
-    out.origins[path] = "--set";
-  }
+    out.origins[path] = source;
+  };
+  const auto merge = [&out](const std::string& path, const std::string& given_by) {
+    const auto file = read_file(path, given_by);
+    deep_merge(out.config, file);
+    record(file, "", path, out.origins);
+  };
+  if (!environment.config_file.empty()) merge(environment.config_file, environment.config_variable);
+  for (const auto& [item, variable] : environment.overrides) apply(item, variable);
+  for (const auto& path : config_paths) merge(path, "--config");
+  for (const auto& item : overrides) apply(item, "--set");
   return out;
 }
 

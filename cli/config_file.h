@@ -22,9 +22,27 @@ struct LoadedConfig {
   std::string locate(const std::string& message) const;
 };
 
+/// What LightningCLI's default_env takes from the environment: the config file `<prefix>_CONFIG`
+/// names, and a key of each `<prefix>_<KEY>` whose KEY is a dotted path of a config section in
+/// capitals with "__" for each dot (PL_TRAINER__MAX_EPOCHS=3 is trainer.max_epochs=3).
+struct EnvironmentDefaults {
+  /// `<prefix>_CONFIG`, or "" when unset.
+  std::string config_file;
+  /// That variable's name, for messages.
+  std::string config_variable;
+  /// ("trainer.max_epochs=3", "PL_TRAINER__MAX_EPOCHS"): each override and the variable that gave it,
+  /// by the variables' names.
+  std::vector<std::pair<std::string, std::string>> overrides;
+};
+
+/// The environment's defaults for variables that begin with `prefix` and "_".
+EnvironmentDefaults environment_defaults(const std::string& prefix);
+
 /// Reads `config_paths` (JSON, or YAML for .yaml and .yml) in order, each deep-merged over the ones
-/// before, as LightningCLI does, then applies each "dotted.key=value" override.
-LoadedConfig load_config(const std::vector<std::string>& config_paths, const std::vector<std::string>& overrides);
+/// before, as LightningCLI does, then applies each "dotted.key=value" override. `environment`, from
+/// environment_defaults, comes first: the files and the overrides win over it.
+LoadedConfig load_config(const std::vector<std::string>& config_paths, const std::vector<std::string>& overrides,
+                         const EnvironmentDefaults& environment = EnvironmentDefaults());
 
 /// `args` (without the program) with LightningCLI's dotted flags ("--trainer.max_epochs=3",
 /// "--trainer.max_epochs 3", "--module.lr 0.1") and its flags of a whole top-level key

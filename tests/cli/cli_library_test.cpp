@@ -1,9 +1,14 @@
 // The command line as a library: arc::cli::run with CliOptions, and what arc::cli::main registers.
+#include "support/scratch.h"
+
 #include <arc/cli/cli.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -85,6 +90,43 @@ TEST(CliLibrary, TheProgramsModuleAndDataAreWhatAConfigBuildsWhenItNamesNone) {
   const auto none = run_cli({"fit", "--print_config"}, arc::cli::CliOptions());
   EXPECT_EQ(none.status, 2);
   EXPECT_NE(none.err.find("module.name"), std::string::npos) << none.err;
+}
+
+// LightningCLI's default_env: <prefix>_CONFIG and <prefix>_<SECTION>__<KEY> give defaults, which
+// config files and flags override; the prefix's variables that name no config key are left alone.
+TEST(CliLibrary, EnvironmentVariablesGiveDefaultsThatConfigsAndFlagsOverride) {
+  const auto dir = arc::testing::fresh_folder("default_env");
+  std::ofstream(dir + "/env.yaml") << "trainer:\n  max_epochs: 4\n  max_steps: 9\n";
+  std::ofstream(dir + "/run.yaml") << "trainer:\n  max_steps: 7\n";
+  setenv("MY_CLI_CONFIG", (dir + "/env.yaml").c_str(), 1);
+  setenv("MY_CLI_TRAINER__MAX_EPOCHS", "3", 1);
+  setenv("MY_CLI_MODEL__HIDDEN", "32", 1);
+  setenv("MY_CLI_GLOBAL_SEED", "5", 1);  // no config key: left alone
+  const auto options = arc::cli::CliOptions().module("mlp_classifier").default_env(true).env_prefix("MY_CLI");
+  const auto printed = [&](std::vector<std::string> args, const arc::cli::CliOptions& chosen) {
+    args.insert(args.begin(), {"fit", "--print_config"});
+    const auto ran = run_cli(args, chosen);
+    EXPECT_EQ(ran.status, 0) << ran.err;
+    return ran.out;
+  };
+  const auto from_environment = printed({}, options);
+  EXPECT_NE(from_environment.find("max_epochs: 3"), std::string::npos) << from_environment;
+  EXPECT_NE(from_environment.find("max_steps: 9"), std::string::npos) << from_environment;
+  EXPECT_NE(from_environment.find("hidden: 32"), std::string::npos) << from_environment;
+  const auto overridden = printed({"--config", dir + "/run.yaml", "--trainer.max_epochs=5"}, options);
+  EXPECT_NE(overridden.find("max_epochs: 5"), std::string::npos) << overridden;
+  EXPECT_NE(overridden.find("max_steps: 7"), std::string::npos) << overridden;
+  const auto without = printed({}, arc::cli::CliOptions().module("mlp_classifier"));
+  EXPECT_NE(without.find("max_epochs: 1"), std::string::npos) << without;
+  EXPECT_NE(without.find("hidden: 256"), std::string::npos) << without;
+  // An error in a variable's value names the variable.
+  setenv("MY_CLI_TRAINER__MAX_EPOCHS", "three", 1);
+  const auto wrong = run_cli({"fit", "--print_config"}, options);
+  EXPECT_EQ(wrong.status, 2);
+  EXPECT_EQ(wrong.err.rfind("tool: error: MY_CLI_TRAINER__MAX_EPOCHS: ", 0), 0u) << wrong.err;
+  for (const char* name : {"MY_CLI_CONFIG", "MY_CLI_TRAINER__MAX_EPOCHS", "MY_CLI_MODEL__HIDDEN", "MY_CLI_GLOBAL_SEED"})
+    unsetenv(name);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
