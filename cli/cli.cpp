@@ -219,6 +219,82 @@ std::string default_module(const CliOptions& cli) {
   return names.size() == 1 ? names.front() : "";
 }
 
+// LightningCLI's link_arguments: each target key takes its source's value, as the config gave it or
+// as its class's default. Sources are keys of the module and data sections; targets keys of the
+// module, data and trainer sections, which the config may not set.
+class Links {
+ public:
+  Links(const CliOptions& cli, const std::string& module_key, const nlohmann::json& config) {
+    for (const auto& [source, target] : cli.link_arguments()) {
+      links_.push_back({split(source, module_key, "source"), split(target, module_key, "target")});
+      const auto& [section, key] = links_.back().target;
+      const auto& from = links_.back().source.first;
+      ARC_CHECK(from == module_key || from == "data", "link_arguments source '", source,
+                "' is not a key of the model or data section");
+      ARC_CHECK(section == module_key || section == "data" || section == "trainer", "link_arguments target '", target,
+                "' is not a key of the model, data or trainer section");
+      const auto& given = config.value(section, nlohmann::json::object());
+      const bool set = given.is_object() &&
+                       (given.contains(key) || given.value("init_args", nlohmann::json::object()).contains(key));
+      ARC_CHECK(!set, "config key '", section, ".", key, "' takes the value of '", source,
+                "' (the program links them, as LightningCLI's link_arguments); set ", source, " instead");
+    }
+  }
+
+  /// Whether the data section is built first: a module key takes a data key's value.
+  bool data_first(const std::string& module_key) const {
+    bool from_data = false, from_module = false;
+    for (const auto& link : links_) {
+      from_data = from_data || (link.source.first == "data" && link.target.first == module_key);
+      from_module = from_module || (link.source.first == module_key && link.target.first == "data");
+    }
+    ARC_CHECK(!(from_data && from_module), "link_arguments link the model and data sections both ways; one section ",
+              "must be built before the other: link them one way");
+    return from_data;
+  }
+
+  /// Sets the targets whose source is in `section`, from its `resolved` config, into `sections`.
+  void apply(const std::string& section, const nlohmann::json& resolved,
+             std::map<std::string, nlohmann::json*> sections) const {
+    for (const auto& [source, target] : links_) {
+      if (source.first != section) continue;
+      const auto& values = resolved.contains("init_args") ? resolved.at("init_args") : resolved;
+      ARC_CHECK(values.contains(source.second), "link_arguments source '", source.first, ".", source.second,
+                "' is not a key that ", class_named(resolved), " reads (it reads: ", join(keys_of(values)), ")");
+      auto& into = *sections.at(target.first);
+      if (into.is_null()) into = nlohmann::json::object();
+      if (into.is_string()) into = {{"class_path", into}};
+      (into.contains("class_path") ? into["init_args"] : into)[target.second] = values.at(source.second);
+    }
+  }
+
+ private:
+  using Key = std::pair<std::string, std::string>;  // section, key
+  struct Link {
+    Key source, target;
+  };
+  static Key split(const std::string& path, const std::string& module_key, const char* what) {
+    const auto dot = path.find('.');
+    ARC_CHECK(dot != std::string::npos && dot + 1 < path.size() && path.find('.', dot + 1) == std::string::npos,
+              "link_arguments ", what, " '", path, "' must be <section>.<key>, such as data.batch_size");
+    const std::string section = path.substr(0, dot);
+    return {section == "model" || section == "module" ? module_key : section, path.substr(dot + 1)};
+  }
+  static std::vector<std::string> keys_of(const nlohmann::json& values) {
+    std::vector<std::string> out;
+    for (const auto& [key, value] : values.items()) out.push_back(key);
+    return out;
+  }
+  std::vector<Link> links_;
+};
+
+// The class a module section names before it is built: its class_path or name, else the program's default.
+std::string module_class(const nlohmann::json& section, const CliOptions& cli) {
+  if (section.is_string() || (section.is_object() && (section.contains("class_path") || section.contains("name"))))
+    return class_named(section.is_string() ? nlohmann::json{{"class_path", section}} : section);
+  return default_module(cli);
+}
+
 Experiment build(const nlohmann::json& config_json, const CliOptions& cli) {
   Config root(config_json, "");
   Experiment out;
@@ -228,27 +304,43 @@ Experiment build(const nlohmann::json& config_json, const CliOptions& cli) {
   ARC_CHECK(module_json == nullptr || model_json == nullptr,
             "the config has both 'module' and 'model' (LightningCLI's name for the same section); keep one of them");
   const std::string module_key = model_json != nullptr ? "model" : "module";
+  const Links links(cli, module_key, config_json);
   out.resolved = config_json;
   auto& module_resolved = out.resolved[module_key];
   nlohmann::json module_section = model_json ? *model_json : module_json ? *module_json : nlohmann::json();
+  const auto* data_json = root.find("data");
+  const auto* trainer_json = root.find("trainer");
+  nlohmann::json data_section = data_json ? *data_json : nlohmann::json();
+  nlohmann::json trainer_section = trainer_json ? *trainer_json : nlohmann::json::object();
+  const std::map<std::string, nlohmann::json*> sections = {
+      {module_key, &module_section}, {"data", &data_section}, {"trainer", &trainer_section}};
   const auto init_weights = take_init_weights(module_section);
-  out.module = from_section(module_registry(), module_section.is_null() ? nullptr : &module_section, module_key,
-                            default_module(cli), module_resolved);
+  const auto build_module = [&] {
+    out.module = from_section(module_registry(), module_section.is_null() ? nullptr : &module_section, module_key,
+                              default_module(cli), module_resolved);
+    links.apply(module_key, module_resolved, sections);
+  };
+  const auto build_data = [&] {
+    const auto fallback = cli.data().empty() ? default_data_module(module_class(module_section, cli)) : cli.data();
+    out.data = from_section(data_module_registry(), data_section.is_null() ? nullptr : &data_section, "data", fallback,
+                            out.resolved["data"]);
+    links.apply("data", out.resolved["data"], sections);
+  };
+  if (links.data_first(module_key)) {
+    build_data();
+    build_module();
+  } else {
+    build_module();
+    build_data();
+  }
   if (!init_weights.is_null()) {
     out.init_weights = read_init_weights(init_weights, module_key + ".init_weights");
     module_resolved["init_weights"] = init_weights;
   }
-  const auto* data_json = root.find("data");
-  out.data = from_section(data_module_registry(), data_json, "data",
-                          cli.data().empty() ? default_data_module(class_named(module_resolved)) : cli.data(),
-                          out.resolved["data"]);
-  const auto* trainer_json = root.find("trainer");
   const auto* seed_everything = root.find("seed_everything");
   out.resolved["trainer"] = nlohmann::json::object();  // take_objects puts the callbacks and loggers there
   out.options = TrainerOptions::from_json(
-      take_objects(with_seed_everything(trainer_json ? *trainer_json : nlohmann::json::object(),
-                                        seed_everything ? *seed_everything : nlohmann::json()),
-                   out));
+      take_objects(with_seed_everything(trainer_section, seed_everything ? *seed_everything : nlohmann::json()), out));
   // LightningCLI's optimizer and lr_scheduler sections, for modules that take them (configured_optimizer).
   const auto* optimizer = root.find("optimizer");
   const auto* lr_scheduler = root.find("lr_scheduler");

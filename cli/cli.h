@@ -11,6 +11,8 @@
 #include <string>
 #include <type_traits>
 #include <typeinfo>
+#include <utility>
+#include <vector>
 
 namespace arc::detail {
 /// The name of the class `type` without its namespaces ("MyModel" for my_project::MyModel).
@@ -27,6 +29,9 @@ std::string register_class(Registry<T, const Config&>& registry) {
 }  // namespace arc::detail
 
 namespace arc::cli {
+
+/// A (source, target) pair of config keys that link_arguments links.
+using ArgumentLink = std::pair<std::string, std::string>;
 
 /// What a program's command line builds when its config does not say, and how it names itself.
 class CliOptions {
@@ -46,11 +51,17 @@ class CliOptions {
   ARC_ARG(bool, default_env) = false;
   /// The variables' prefix (LightningCLI's "PL").
   ARC_ARG(std::string, env_prefix) = "PL";
+  /// LightningCLI's link_arguments: (source, target) pairs of config keys such as
+  /// {"data.batch_size", "model.batch_size"}. The target takes the source's value, as the config
+  /// gave it or as its class's default, and a config may not set it. Sources are keys of the model
+  /// and data sections, targets of the model, data and trainer sections.
+  ARC_ARG(std::vector<ArgumentLink>, link_arguments);
 };
 
 /// Runs the command line (argv[1] is a subcommand: fit, validate, test, predict, lr_find,
 /// scale_batch_size, export, consolidate, modules, reference) over the registered modules and data
-/// modules; returns the exit status (0; 2 for a usage or config error; 1 when the run failed).
+/// modules; returns the exit status (0; 2 for a usage error or an arc::Error, such as a config's;
+/// 1 for another failure of the run).
 /// Errors are printed, not thrown.
 int run(int argc, char** argv, const CliOptions& options = CliOptions());
 

@@ -129,4 +129,34 @@ TEST(CliLibrary, EnvironmentVariablesGiveDefaultsThatConfigsAndFlagsOverride) {
   std::filesystem::remove_all(dir);
 }
 
+// LightningCLI's link_arguments: a target takes its source's value, given or its class's default,
+// across sections in either order; a config that sets a target, or a source no class reads, is an error.
+TEST(CliLibrary, LinkedArgumentsTakeTheirSourcesValues) {
+  const auto printed = [](std::vector<std::string> args, std::vector<arc::cli::ArgumentLink> links) {
+    args.insert(args.begin(), {"fit", "--print_config"});
+    return run_cli(args, arc::cli::CliOptions().module("mlp_classifier").data("canonical").link_arguments(links));
+  };
+  const std::vector<arc::cli::ArgumentLink> batch_to_hidden = {{"data.batch_size", "model.hidden"}};
+  const auto given = printed({"--data.batch_size=32"}, batch_to_hidden);
+  ASSERT_EQ(given.status, 0) << given.err;
+  EXPECT_NE(given.out.find("hidden: 32"), std::string::npos) << given.out;
+  const auto by_default = printed({}, batch_to_hidden);
+  ASSERT_EQ(by_default.status, 0) << by_default.err;
+  EXPECT_NE(by_default.out.find("hidden: 64"), std::string::npos) << "canonical's batch_size\n" << by_default.out;
+  const auto to_trainer = printed({"--model.hidden=7"}, {{"model.hidden", "trainer.max_steps"}});
+  ASSERT_EQ(to_trainer.status, 0) << to_trainer.err;
+  EXPECT_NE(to_trainer.out.find("max_steps: 7"), std::string::npos) << to_trainer.out;
+  const auto target_set = printed({"--model.hidden=5"}, batch_to_hidden);
+  EXPECT_EQ(target_set.status, 2);
+  EXPECT_NE(target_set.err.find("config key 'model.hidden' takes the value of 'data.batch_size' (the program links "
+                                "them, as LightningCLI's link_arguments); set data.batch_size instead"),
+            std::string::npos)
+      << target_set.err;
+  const auto unread = printed({}, {{"data.batch", "model.hidden"}});
+  EXPECT_EQ(unread.status, 2);
+  EXPECT_NE(unread.err.find("link_arguments source 'data.batch' is not a key that canonical reads (it reads: "),
+            std::string::npos)
+      << unread.err;
+}
+
 }  // namespace
