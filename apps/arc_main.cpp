@@ -37,5 +37,11 @@ A config (JSON, or YAML for .yaml and .yml) has three sections:
 }  // namespace
 
 int main(int argc, char** argv) {
-  return arc::cli::run(argc, argv, arc::cli::CliOptions().program("arc").module("mlp_classifier").examples(kExamples));
+  // With no config, `arc fit` trains mlp_classifier for one epoch.
+  return arc::cli::run(argc, argv,
+                       arc::cli::CliOptions()
+                           .program("arc")
+                           .module("mlp_classifier")
+                           .examples(kExamples)
+                           .trainer_defaults({{"max_epochs", 1}}));
 }

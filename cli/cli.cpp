@@ -783,17 +783,20 @@ int run(int argc, char** argv, const CliOptions& options) {
   LoadedConfig loaded;
   try {
     const auto environment = cli.default_env() ? environment_defaults(cli.env_prefix()) : EnvironmentDefaults();
+    ARC_CHECK(cli.trainer_defaults().is_object(), "CliOptions trainer_defaults must be an object of trainer keys, got ",
+              cli.trainer_defaults().dump());
+    const nlohmann::json base = {{"trainer", cli.trainer_defaults()}};
     if (modules->parsed()) return list_modules(program);
     if (reference->parsed()) return print_reference();
     if (!class_help_request.empty()) return class_help(program, class_help_request);
     if (export_command->parsed()) {
-      loaded = load_config(config_paths, overrides, environment);
+      loaded = load_config(config_paths, overrides, environment, base);
       return export_weights(program, loaded.config, ckpt, export_to, max_shard_mb);
     }
     if (consolidate->parsed()) return consolidate_sharded(program, consolidate_from, consolidate_to);
     for (auto* command : configured) {
       if (!command->parsed()) continue;
-      loaded = load_config(config_paths, overrides, environment);
+      loaded = load_config(config_paths, overrides, environment, base);
       if (print_config) {
         std::cout << to_yaml(build(loaded.config, cli).resolved);
         return 0;

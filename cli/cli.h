@@ -4,8 +4,10 @@
 #pragma once
 
 #include <arc/base/arg.h>
+
 #include <arc/base/config.h>
 #include <arc/core/module_registry.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <string>
@@ -51,6 +53,9 @@ class CliOptions {
   ARC_ARG(bool, default_env) = false;
   /// The variables' prefix (LightningCLI's "PL").
   ARC_ARG(std::string, env_prefix) = "PL";
+  /// LightningCLI's trainer_defaults: trainer keys with the values a run takes when no config,
+  /// variable or flag sets them (the `arc` tool's {"max_epochs": 1}); the Trainer's defaults otherwise.
+  ARC_ARG(nlohmann::json, trainer_defaults) = nlohmann::json::object();
   /// LightningCLI's link_arguments: (source, target) pairs of config keys such as
   /// {"data.batch_size", "model.batch_size"}. The target takes the source's value, as the config
   /// gave it or as its class's default, and a config may not set it. Sources are keys of the model

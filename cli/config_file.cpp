@@ -171,10 +171,9 @@ EnvironmentDefaults environment_defaults(const std::string& prefix) {
 }
 
 LoadedConfig load_config(const std::vector<std::string>& config_paths, const std::vector<std::string>& overrides,
-                         const EnvironmentDefaults& environment) {
+                         const EnvironmentDefaults& environment, const nlohmann::json& base) {
   LoadedConfig out;
-  // With no config, `arc fit` trains mlp_classifier for one epoch.
-  out.config = {{"trainer", {{"max_epochs", 1}}}};
+  out.config = base;
   const auto apply = [&out](const std::string& item, const std::string& source) {
     const auto equals = item.find('=');
     ARC_CHECK(equals != std::string::npos, "--set needs key=value, e.g. trainer.max_epochs=3, got '", item, "'");

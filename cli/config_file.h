@@ -39,10 +39,12 @@ struct EnvironmentDefaults {
 EnvironmentDefaults environment_defaults(const std::string& prefix);
 
 /// Reads `config_paths` (JSON, or YAML for .yaml and .yml) in order, each deep-merged over the ones
-/// before, as LightningCLI does, then applies each "dotted.key=value" override. `environment`, from
-/// environment_defaults, comes first: the files and the overrides win over it.
+/// before, as LightningCLI does, then applies each "dotted.key=value" override. `base` (the
+/// program's trainer_defaults) and then `environment`, from environment_defaults, come first: the
+/// files and the overrides win over them.
 LoadedConfig load_config(const std::vector<std::string>& config_paths, const std::vector<std::string>& overrides,
-                         const EnvironmentDefaults& environment = EnvironmentDefaults());
+                         const EnvironmentDefaults& environment = EnvironmentDefaults(),
+                         const nlohmann::json& base = nlohmann::json::object());
 
 /// `args` (without the program) with LightningCLI's dotted flags ("--trainer.max_epochs=3",
 /// "--trainer.max_epochs 3", "--module.lr 0.1") and its flags of a whole top-level key

@@ -117,7 +117,7 @@ TEST(CliLibrary, EnvironmentVariablesGiveDefaultsThatConfigsAndFlagsOverride) {
   EXPECT_NE(overridden.find("max_epochs: 5"), std::string::npos) << overridden;
   EXPECT_NE(overridden.find("max_steps: 7"), std::string::npos) << overridden;
   const auto without = printed({}, arc::cli::CliOptions().module("mlp_classifier"));
-  EXPECT_NE(without.find("max_epochs: 1"), std::string::npos) << without;
+  EXPECT_EQ(without.find("max_epochs: 3"), std::string::npos) << without;
   EXPECT_NE(without.find("hidden: 256"), std::string::npos) << without;
   // An error in a variable's value names the variable.
   setenv("MY_CLI_TRAINER__MAX_EPOCHS", "three", 1);
@@ -127,6 +127,23 @@ TEST(CliLibrary, EnvironmentVariablesGiveDefaultsThatConfigsAndFlagsOverride) {
   for (const char* name : {"MY_CLI_CONFIG", "MY_CLI_TRAINER__MAX_EPOCHS", "MY_CLI_MODEL__HIDDEN", "MY_CLI_GLOBAL_SEED"})
     unsetenv(name);
   std::filesystem::remove_all(dir);
+}
+
+// LightningCLI's trainer_defaults: what a run takes where nothing sets the key; the Trainer's own
+// defaults without them.
+TEST(CliLibrary, TrainerDefaultsGiveWayToConfigsAndFlags) {
+  const auto max_epochs = [](std::vector<std::string> args, const arc::cli::CliOptions& options) {
+    args.insert(args.begin(), {"fit", "--print_config"});
+    const auto ran = run_cli(args, options);
+    EXPECT_EQ(ran.status, 0) << ran.err;
+    const auto at = ran.out.find("max_epochs: ");
+    return at == std::string::npos ? std::string() : ran.out.substr(at + 12, ran.out.find('\n', at) - at - 12);
+  };
+  const auto options = arc::cli::CliOptions().module("mlp_classifier");
+  EXPECT_EQ(max_epochs({}, options), "null") << "the Trainer's default: 1000 epochs unless max_steps is set";
+  EXPECT_EQ(max_epochs({}, arc::cli::CliOptions(options).trainer_defaults({{"max_epochs", 2}})), "2");
+  EXPECT_EQ(max_epochs({"--trainer.max_epochs=5"}, arc::cli::CliOptions(options).trainer_defaults({{"max_epochs", 2}})),
+            "5");
 }
 
 // LightningCLI's link_arguments: a target takes its source's value, given or its class's default,
