@@ -234,7 +234,11 @@ class Links {
       ARC_CHECK(section == module_key || section == "data" || section == "trainer", "link_arguments target '", target,
                 "' is not a key of the model, data or trainer section");
       const auto& given = config.value(section, nlohmann::json::object());
-      const bool set = given.is_object() &&
+      // A trainer_defaults value that nothing replaced is the program's, not the config's.
+      const auto& defaults = cli.trainer_defaults();
+      const bool defaulted = section == "trainer" && defaults.contains(key) && given.is_object() &&
+                             given.value(key, nlohmann::json()) == defaults.at(key);
+      const bool set = !defaulted && given.is_object() &&
                        (given.contains(key) || given.value("init_args", nlohmann::json::object()).contains(key));
       ARC_CHECK(!set, "config key '", section, ".", key, "' takes the value of '", source,
                 "' (the program links them, as LightningCLI's link_arguments); set ", source, " instead");
@@ -255,7 +259,7 @@ class Links {
 
   /// Sets the targets whose source is in `section`, from its `resolved` config, into `sections`.
   void apply(const std::string& section, const nlohmann::json& resolved,
-             std::map<std::string, nlohmann::json*> sections) const {
+             const std::map<std::string, nlohmann::json*>& sections) const {
     for (const auto& [source, target] : links_) {
       if (source.first != section) continue;
       const auto& values = resolved.contains("init_args") ? resolved.at("init_args") : resolved;

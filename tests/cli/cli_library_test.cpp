@@ -163,6 +163,14 @@ TEST(CliLibrary, LinkedArgumentsTakeTheirSourcesValues) {
   const auto to_trainer = printed({"--model.hidden=7"}, {{"model.hidden", "trainer.max_steps"}});
   ASSERT_EQ(to_trainer.status, 0) << to_trainer.err;
   EXPECT_NE(to_trainer.out.find("max_steps: 7"), std::string::npos) << to_trainer.out;
+  // A trainer_defaults value is the program's: a link replaces it, as a config's key may not be.
+  const auto over_default = run_cli({"fit", "--print_config", "--model.hidden=7"},
+                                    arc::cli::CliOptions()
+                                        .module("mlp_classifier")
+                                        .trainer_defaults({{"max_epochs", 1}})
+                                        .link_arguments({{"model.hidden", "trainer.max_epochs"}}));
+  ASSERT_EQ(over_default.status, 0) << over_default.err;
+  EXPECT_NE(over_default.out.find("max_epochs: 7"), std::string::npos) << over_default.out;
   const auto target_set = printed({"--model.hidden=5"}, batch_to_hidden);
   EXPECT_EQ(target_set.status, 2);
   EXPECT_NE(target_set.err.find("config key 'model.hidden' takes the value of 'data.batch_size' (the program links "
