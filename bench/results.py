@@ -50,10 +50,11 @@ BENCHES = {
     "arc_bench_precision": (["1"], ["1"],
                             "One epoch in bf16-mixed against 32-true on the CPU, one thread, with each "
                             "validation accuracy."),
-    "arc_bench_sharding": (["3"], ["3"],
+    "arc_bench_sharding": (["3", "memory,speed,prefetch"], ["3", "memory,speed,prefetch"],
                            "Strategy fsdp against DDP: each rank's peak resident memory (VmHWM) for a "
                            "201M-parameter MLP with Adam, and samples/s of the canonical workloads on 2 "
-                           "ranks in alternated rounds (weights bit-identical to DDP's)."),
+                           "ranks in alternated rounds (weights bit-identical to DDP's); FULL_SHARD over "
+                           "Gloo with its gathers started ahead against none."),
     "arc_bench_launchers": (["5"], ["5"],
                             "From a command's start to rank 0's first training step under each launcher (2 "
                             "processes), and how long a failure keeps training away."),

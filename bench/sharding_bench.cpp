@@ -6,6 +6,8 @@
 //   up: "setup") and the bytes of parameters, gradients and optimizer state it holds at the end;
 // - speed: samples/s of the canonical MLP and CNN on 2 ranks, DDP and each sharding in alternated
 //   rounds (fresh commands), against PyTorch DDP where a python3 with torch is found.
+// - prefetch: samples/s of FULL_SHARD over Gloo with its gathers started ahead or not
+//   (backward_prefetch, forward_prefetch), against none, in alternated rounds.
 //   arc_bench_sharding [repeats=3] [parts=memory,speed] [worlds=2,4] [models=mlp,cnn]
 // Each memory run is this program again (`--memory-run STRATEGY SHARDING DEVICES LATE`), started fresh.
 #include "bench_util.h"
@@ -151,17 +153,46 @@ void memory(const std::string& self, const std::vector<int64_t>& worlds) {
   }
 }
 
+// Prints `rows` (alternated rounds' medians) with their ratios to the first and the first 16 hex
+// digits of each row's final weights' digest.
+void print_rows(const std::string& title, const std::vector<arc::bench::Row>& rows) {
+  std::cout << "\n"
+            << title << "\n"
+            << std::left << std::setw(34) << "run" << std::right << std::setw(12) << "samples/s" << std::setw(8)
+            << "spread" << std::setw(8) << "ratio"
+            << "  final params sha256\n";
+  for (const auto& row : rows) {
+    if (row.runs.empty()) continue;
+    std::cout << std::left << std::setw(34) << row.name << std::right << std::fixed << std::setprecision(0)
+              << std::setw(12) << row.sps() << std::setw(7) << 100 * row.sps_spread() << "%" << std::setprecision(3)
+              << std::setw(8) << row.sps() / rows[0].sps() << "  "
+              << row.runs.front().json["final_param_sha256"].get<std::string>().substr(0, 16) << "\n";
+  }
+}
+
+// Whether row `r`'s final weights are the first row's.
+std::string same_weights(const std::vector<arc::bench::Row>& rows, size_t r) {
+  return rows[r].runs.front().json["final_param_sha256"] == rows[0].runs.front().json["final_param_sha256"]
+             ? "bit-identical"
+             : "DIFFERENT";
+}
+
+// An `arc train` of `module` on 2 ranks under `strategy` with `init_args` (YAML flow mapping entries).
+std::string spawn(const std::string& module, const std::string& strategy, const std::string& init_args) {
+  return arc::bench::arc_train() + " --set module.name=" + module +
+         " --set trainer.devices=2 --set 'trainer.strategy={class_path: " + strategy + ", init_args: {" + init_args +
+         "}}'";
+}
+
+std::string module_of(const std::string& model) { return model == "mlp" ? "mlp_classifier" : "cnn_classifier"; }
+
 void speed(int repeats, const std::vector<std::string>& models) {
   using namespace arc::bench;
-  const std::string arc = arc_train();
   const std::string script = std::string(ARC_SOURCE_DIR) + "/bench/python/torch_workload.py";
   const std::string python = arc::testing::python_with_torch();
   for (const auto& model : models) {
-    const std::string module = model == "mlp" ? "mlp_classifier" : "cnn_classifier";
-    const auto spawn = [&](const std::string& strategy, const std::string& sharding) {
-      return arc + " --set module.name=" + module +
-             " --set trainer.devices=2 --set 'trainer.strategy={class_path: " + strategy +
-             ", init_args: {sharding_strategy: " + sharding + "}}'";
+    const auto sharded = [&](const std::string& strategy, const std::string& sharding) {
+      return spawn(module_of(model), strategy, "sharding_strategy: " + sharding);
     };
     std::vector<Row> rows = {{"DDP (ddp_spawn x2, shm)", {}},
                              {"fsdp SHARD_GRAD_OP x2", {}},
@@ -169,30 +200,19 @@ void speed(int repeats, const std::vector<std::string>& models) {
                              {"fsdp FULL_SHARD x2", {}},
                              {"PyTorch DDP x2 (torchrun)", {}}};
     for (int r = 0; r < repeats; ++r) {
-      rows[0].runs.push_back(run(spawn("ddp_spawn", "auto")));
-      rows[1].runs.push_back(run(spawn("fsdp", "SHARD_GRAD_OP")));
-      rows[2].runs.push_back(run(spawn("fsdp", "SHARD_OPTIMIZER")));
-      rows[3].runs.push_back(run(spawn("fsdp", "FULL_SHARD")));
+      rows[0].runs.push_back(run(sharded("ddp_spawn", "auto")));
+      rows[1].runs.push_back(run(sharded("fsdp", "SHARD_GRAD_OP")));
+      rows[2].runs.push_back(run(sharded("fsdp", "SHARD_OPTIMIZER")));
+      rows[3].runs.push_back(run(sharded("fsdp", "FULL_SHARD")));
       if (!python.empty())
         rows[4].runs.push_back(run("TORCH_THREADS=1 " + python + " -m torch.distributed.run --nproc_per_node 2 " +
                                    "-r 9:1 -t 9:1 --log_dir " + scratch_root() + "/torchrun " + script + " --model " +
                                    model));
     }
-    std::cout << "\nspeed, " << model << " (" << repeats << " alternated rounds, median; ratio against DDP)\n"
-              << std::left << std::setw(28) << "run" << std::right << std::setw(12) << "samples/s" << std::setw(8)
-              << "spread" << std::setw(8) << "ratio"
-              << "  final params sha256\n";
-    for (const auto& row : rows) {
-      if (row.runs.empty()) continue;
-      std::cout << std::left << std::setw(28) << row.name << std::right << std::fixed << std::setprecision(0)
-                << std::setw(12) << row.sps() << std::setw(7) << 100 * row.sps_spread() << "%" << std::setprecision(3)
-                << std::setw(8) << row.sps() / rows[0].sps() << "  "
-                << row.runs.front().json["final_param_sha256"].get<std::string>().substr(0, 16) << "\n";
-    }
-    const auto sha = [&](size_t row) { return rows[row].runs.front().json["final_param_sha256"]; };
-    std::cout << "final weights as DDP's: SHARD_GRAD_OP " << (sha(1) == sha(0) ? "bit-identical" : "DIFFERENT")
-              << ", SHARD_OPTIMIZER " << (sha(2) == sha(0) ? "bit-identical" : "DIFFERENT") << ", FULL_SHARD "
-              << (sha(3) == sha(0) ? "bit-identical" : "DIFFERENT") << "\n";
+    print_rows("speed, " + model + " (" + std::to_string(repeats) + " alternated rounds, median; ratio against DDP)",
+               rows);
+    std::cout << "final weights as DDP's: SHARD_GRAD_OP " << same_weights(rows, 1) << ", SHARD_OPTIMIZER "
+              << same_weights(rows, 2) << ", FULL_SHARD " << same_weights(rows, 3) << "\n";
     const bool torch_rows = !rows[4].runs.empty();
     Summary("arc_bench_sharding speed " + model)
         .add("SHARD_GRAD_OP of DDP", rows[1].sps() / rows[0].sps(), 3)
@@ -204,6 +224,35 @@ void speed(int repeats, const std::vector<std::string>& models) {
   }
 }
 
+// FULL_SHARD's gathers started ahead or not, over Gloo (whose collectives run on its own threads;
+// shared memory has no helper thread where the ranks take every core).
+void prefetch(int repeats, const std::vector<std::string>& models) {
+  using namespace arc::bench;
+  const std::vector<std::pair<std::string, std::string>> settings = {
+      {"FULL_SHARD gloo, NONE", "backward_prefetch: NONE"},
+      {"FULL_SHARD gloo, BACKWARD_PRE", "backward_prefetch: BACKWARD_PRE"},
+      {"FULL_SHARD gloo, BACKWARD_POST", "backward_prefetch: BACKWARD_POST"},
+      {"FULL_SHARD gloo, PRE + forward", "backward_prefetch: BACKWARD_PRE, forward_prefetch: true"}};
+  for (const auto& model : models) {
+    std::vector<Row> rows;
+    for (const auto& setting : settings) rows.push_back({setting.first, {}});
+    for (int r = 0; r < repeats; ++r)
+      for (size_t s = 0; s < settings.size(); ++s)
+        rows[s].runs.push_back(run(spawn(
+            module_of(model), "fsdp", "sharding_strategy: FULL_SHARD, shared_memory: false, " + settings[s].second)));
+    print_rows("gathers started ahead, " + model + " (" + std::to_string(repeats) +
+                   " alternated rounds, median; ratio against NONE)",
+               rows);
+    std::cout << "final weights as NONE's: BACKWARD_PRE " << same_weights(rows, 1) << ", BACKWARD_POST "
+              << same_weights(rows, 2) << ", PRE + forward " << same_weights(rows, 3) << "\n";
+    Summary("arc_bench_sharding prefetch " + model)
+        .add("BACKWARD_PRE of NONE", rows[1].sps() / rows[0].sps(), 3)
+        .add("BACKWARD_POST of NONE", rows[2].sps() / rows[0].sps(), 3)
+        .add("PRE + forward of NONE", rows[3].sps() / rows[0].sps(), 3)
+        .print();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -211,14 +260,16 @@ int main(int argc, char** argv) try {
   if (argc == 6 && std::string(argv[1]) == "--memory-run")
     return memory_run(argv[2], argv[3], std::stoll(argv[4]), std::string(argv[5]) == "late");
   const int repeats = static_cast<int>(whole_arg(argc, argv, 1, "repeats", 3));
-  const auto parts = names_arg(argc, argv, 2, "part", {"memory", "speed"}, "memory,speed");
+  const auto parts = names_arg(argc, argv, 2, "part", {"memory", "speed", "prefetch"}, "memory,speed");
   const auto world_names = names_arg(argc, argv, 3, "world", {"2", "3", "4"}, "2,4");
   std::vector<int64_t> worlds;
   for (const auto& name : world_names) worlds.push_back(std::stoll(name));
   torch::set_num_threads(1);
   print_header("Sharded data parallel (fsdp) against DDP");
   if (has(parts, "memory")) memory(std::filesystem::read_symlink("/proc/self/exe").string(), worlds);
-  if (has(parts, "speed")) speed(repeats, names_arg(argc, argv, 4, "model", {"mlp", "cnn"}, "mlp,cnn"));
+  const auto models = names_arg(argc, argv, 4, "model", {"mlp", "cnn"}, "mlp,cnn");
+  if (has(parts, "speed")) speed(repeats, models);
+  if (has(parts, "prefetch")) prefetch(repeats, models);
   return 0;
 } catch (const std::exception& error) {
   return arc::bench::failed("arc_bench_sharding", error);

@@ -502,6 +502,10 @@ const std::vector<OptionField>& option_fields() {
                      "\"NO_SHARD\": what each rank keeps"),
       ARC_DDP_OPTION(state_dict_type,
                      "fsdp: \"full\" (one checkpoint file) or \"sharded\" (a folder: each rank writes what it owns)"),
+      ARC_DDP_OPTION(forward_prefetch, "fsdp FULL_SHARD: start the next unit's gather as a unit's forward starts"),
+      ARC_DDP_OPTION(backward_prefetch,
+                     "fsdp FULL_SHARD: \"BACKWARD_PRE\", \"BACKWARD_POST\" or \"NONE\": when the previous unit's "
+                     "gather starts in backward"),
       ARC_SLURM_OPTION(auto_requeue, "under SLURM: save and requeue on requeue_signal"),
       ARC_SLURM_OPTION(requeue_signal, "\"SIGUSR1\", \"SIGUSR2\", \"SIGHUP\" or \"SIGALRM\""),
       ARC_OPTION(elastic_checkpoint_every_n_steps, "strategy elastic: global steps between its checkpoints (0: off)",

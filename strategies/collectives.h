@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace arc {
@@ -82,8 +83,11 @@ class Collectives {
   /// caller's work goes on while it runs (Gloo's and NCCL's own threads do; the shared-memory
   /// group without a helper thread reduces within the call).
   virtual bool all_reduce_overlaps(const torch::TensorOptions& /*options*/) const { return true; }
+  /// Starts overwriting `tensor` with rank `src`'s; `tensor` is the collective's until the work's
+  /// wait() returns (a unit's parameters gathered ahead of its forward).
+  virtual PendingWork start_broadcast(torch::Tensor tensor, int64_t src) = 0;
   /// Overwrites `tensor` with rank `src`'s.
-  virtual void broadcast(torch::Tensor tensor, int64_t src) = 0;
+  void broadcast(torch::Tensor tensor, int64_t src) { start_broadcast(std::move(tensor), src).wait(); }
   /// Every rank's `tensor`, in rank order.
   virtual std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) = 0;
   /// This rank's share of the reduction of `input` over ranks: with n = output.numel() and
@@ -94,8 +98,12 @@ class Collectives {
   virtual void reduce_scatter(torch::Tensor output, const torch::Tensor& input, Reduce op);
   /// Every rank's `input` (of one size on every rank), concatenated in rank order into `output`,
   /// which holds world_size() times as many elements (sharded parameters gathered whole).
-  /// Default: through all_gather.
-  virtual void all_gather_into(torch::Tensor output, const torch::Tensor& input);
+  void all_gather_into(torch::Tensor output, const torch::Tensor& input) {
+    start_all_gather_into(std::move(output), input).wait();
+  }
+  /// Starts all_gather_into; both tensors are the collective's until the work's wait() returns.
+  /// Default: all_gather's, finished before it returns.
+  virtual PendingWork start_all_gather_into(torch::Tensor output, torch::Tensor input);
   /// Waits until every rank got there.
   virtual void barrier() = 0;
   /// Seconds this process has spent blocked in the group's collectives so far (0: not counted), so

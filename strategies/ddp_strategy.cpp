@@ -94,6 +94,12 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
             "\" is for strategy \"fsdp\", but this run's strategy is \"", name(), "\"; set strategy to \"fsdp\", or ",
             "leave state_dict_type at \"full\"");
   sharded_checkpoints_ = shard_ && plan.ddp.state_dict_type() == "sharded";
+  ARC_CHECK(shard_ || (!plan.ddp.forward_prefetch() && plan.ddp.backward_prefetch() == "BACKWARD_PRE"),
+            "forward_prefetch=", plan.ddp.forward_prefetch() ? "true" : "false", " and backward_prefetch \"",
+            plan.ddp.backward_prefetch(), "\" are for strategy \"fsdp\", but this run's strategy is \"", name(),
+            "\"; set strategy to \"fsdp\", or leave them at false and \"BACKWARD_PRE\"");
+  forward_prefetch_ = plan.ddp.forward_prefetch();
+  backward_prefetch_ = plan.ddp.backward_prefetch();
   // A unit's gathers run inside backward, between the gradient reductions: every rank's backward must
   // reach the same units in the same order.
   ARC_CHECK(!full_shard() || !plan.ddp.find_unused_parameters(), sharding_, " gathers each unit's ",
@@ -352,6 +358,11 @@ void DDPStrategy::make_units(torch::nn::Module& module) {
   }
   // Every parameter is whole after the broadcast: each rank frees the units' parameters it does not own.
   for (const auto& unit : units_) unit->release();
+  unit_order_.reset();
+  if (!units_.empty() && (forward_prefetch_ || backward_prefetch_ != "NONE") &&
+      shard_group().all_reduce_overlaps(torch::TensorOptions().device(device_)))
+    unit_order_ = std::make_shared<UnitOrder>(forward_prefetch_, backward_prefetch_);
+  for (const auto& unit : units_) unit->prefetch_with(unit_order_);
   if (rank_ != 0) return;
   if (units_.empty()) {
     console().warn(
@@ -360,8 +371,8 @@ void DDPStrategy::make_units(torch::nn::Module& module) {
         "arc::ShardedUnit",
         sharding_);
   } else {
-    console().info("fsdp: {} over {} units holding {} of the module's {} parameter bytes", sharding_, units_.size(),
-                   unit_bytes, all_bytes);
+    console().info("fsdp: {} over {} units holding {} of the module's {} parameter bytes{}", sharding_, units_.size(),
+                   unit_bytes, all_bytes, unit_order_ ? "; gathers start ahead" : "");
   }
 }
 
@@ -383,6 +394,8 @@ void DDPStrategy::teardown() {
     // A module that is gone (a Fabric outliving its model) has no units to detach.
     if (const auto alive = unit_modules_[u].lock()) alive->shard_with(nullptr);
   }
+  for (const auto& unit : kept) unit->prefetch_with(nullptr);
+  unit_order_.reset();
   units_ = std::move(kept);
   unit_modules_ = std::move(kept_modules);
   unit_parameters_.clear();
@@ -515,6 +528,7 @@ void DDPStrategy::check_ranks_train_alike(const std::vector<bool>& trainable) {
 void DDPStrategy::backward(const torch::Tensor& loss) {
   reducing_ = sync_ ? reducer() : nullptr;
   if (reducing_ != nullptr) reducing_->prepare_for_backward(profiler());
+  if (unit_order_) unit_order_->release_unused();
   loss.backward();
 }
 
@@ -566,6 +580,7 @@ bool DDPStrategy::optimizer_step(torch::optim::Optimizer& optimizer, const std::
   const auto* layout = shard_layout();
   if (layout == nullptr) return step();
   check_shardable(optimizer);
+  if (unit_order_) unit_order_->release_unused();
   std::vector<std::pair<torch::Tensor, torch::Tensor>> set_aside;
   for (auto& group : optimizer.param_groups())
     for (auto& parameter : group.params()) {

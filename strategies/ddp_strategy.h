@@ -109,6 +109,10 @@ class DDPStrategy : public Strategy {
   std::vector<std::shared_ptr<UnitGather>> units_;
   /// The units' shardings that build_model made (their parameters never whole on one rank).
   std::vector<std::shared_ptr<UnitGather>> built_;
+  /// The units' order, where their gathers start ahead (null: they do not).
+  std::shared_ptr<UnitOrder> unit_order_;
+  bool forward_prefetch_ = false;
+  std::string backward_prefetch_ = "BACKWARD_PRE";
   std::vector<std::weak_ptr<ShardedUnitBase>> unit_modules_;
   std::unordered_set<const void*> unit_parameters_;
   /// The sharding_strategy option, "auto" resolved.

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 namespace arc {
 
@@ -90,10 +91,6 @@ torch::Tensor ShardLayout::place(size_t p, const torch::Tensor& whole) const {
   return whole.narrow(0, start, parameters_[p].numel()).view(parameters_[p].sizes());
 }
 
-// A kept unit by one all-reduce in place; another whose gathered layout takes at most 4 MiB in one
-// all_gather_into (one collective); a larger
-// one from each owner in turn, a tensor of 1 MiB or more broadcast in place and the smaller ones
-// packed into one broadcast, so that no buffer of the unit's gathered size is needed.
 void ShardLayout::keep_small_units(Collectives& group) {
   constexpr int64_t kKeptUnitBytes = 4 << 20, kKeptBytes = 16 << 20;
   int64_t kept = 0;
@@ -111,58 +108,75 @@ void ShardLayout::keep_small_units(Collectives& group) {
 torch::Tensor ShardLayout::kept(size_t u) const { return u < kept_.size() ? kept_[u] : torch::Tensor(); }
 
 void ShardLayout::share_parameters(Collectives& group) const {
-  if (world_size_ == 1) return;
+  for (size_t u = 0; u < units_.size(); ++u) start_sharing(u, group).wait();
+}
+
+// A kept unit by one all-reduce in place; another whose gathered layout takes at most 4 MiB in one
+// all_gather_into (one collective); a larger one from each owner in turn, a tensor of 1 MiB or more
+// broadcast in place and the smaller ones packed into one broadcast, so that no buffer of the unit's
+// gathered size is needed. The values of other ranks are copied out when the work is waited for.
+PendingWork ShardLayout::start_sharing(size_t u, Collectives& group) const {
+  if (world_size_ == 1) return {};
   constexpr int64_t kGatheredBytes = 4 << 20, kInPlaceBytes = 1 << 20;
   torch::NoGradGuard no_grad;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const auto& unit = units_[u];
-    const CollectiveName name("parameter unit", static_cast<int64_t>(u));
-    const auto options = parameters_[unit.parameters.front()].options().requires_grad(false);
-    if (const auto whole = kept(u); whole.defined()) {
-      // Each rank's values where it owns, -0.0 elsewhere: a sum in any order gives every value
-      // exactly (x + -0.0 is x, -0.0 and +0.0 included), in place.
-      whole.fill_(-0.0);
-      for (const size_t p : unit.parameters)
-        if (owns(p)) place(p, whole).copy_(parameters_[p].detach());
-      group.all_reduce(whole, Reduce::sum).wait();
-      for (const size_t p : unit.parameters)
+  const auto& unit = units_[u];
+  const CollectiveName name("parameter unit", static_cast<int64_t>(u));
+  const auto options = parameters_[unit.parameters.front()].options().requires_grad(false);
+  // Copies the values of the unit's parameters that other ranks own out of `whole` once `work` is done.
+  const auto copied_out = [this, u](PendingWork work, torch::Tensor whole) {
+    return PendingWork([this, u, work, whole]() mutable {
+      work.wait();
+      torch::NoGradGuard no_grad;
+      for (const size_t p : units_[u].parameters)
         if (!owns(p)) parameters_[p].variable_data().copy_(place(p, whole));
-      continue;
-    }
-    if (unit.share * world_size_ * static_cast<int64_t>(options.dtype().itemsize()) <= kGatheredBytes) {
-      auto share = torch::zeros({unit.share}, options);
-      for (const size_t p : unit.parameters)
-        if (owns(p)) share.narrow(0, offset_[p], parameters_[p].numel()).copy_(parameters_[p].detach().reshape({-1}));
-      auto whole = torch::empty({unit.share * world_size_}, options);
-      group.all_gather_into(whole, share);
-      for (const size_t p : unit.parameters)
-        if (!owns(p)) parameters_[p].variable_data().copy_(place(p, whole));
-      continue;
-    }
-    for (int64_t r = 0; r < world_size_; ++r) {
-      std::vector<torch::Tensor> packed;
-      int64_t numel = 0;
-      for (const size_t p : unit.parameters) {
-        if (owner_[p] != r) continue;
-        const auto& parameter = parameters_[p];
-        if (parameter.is_contiguous() && static_cast<int64_t>(parameter.nbytes()) >= kInPlaceBytes) {
-          group.broadcast(parameter.variable_data(), r);
-        } else {
-          packed.push_back(parameter.variable_data());
-          numel += parameter.numel();
-        }
-      }
-      if (packed.empty()) continue;
-      auto buffer = torch::empty({numel}, options);
-      int64_t offset = 0;
-      if (r == rank_)
-        for (const auto& t : packed) buffer.narrow(0, offset, t.numel()).copy_(t.reshape({-1})), offset += t.numel();
-      group.broadcast(buffer, r);
-      offset = 0;
-      if (r != rank_)
-        for (auto& t : packed) t.copy_(buffer.narrow(0, offset, t.numel()).view(t.sizes())), offset += t.numel();
-    }
+    });
+  };
+  if (const auto whole = kept(u); whole.defined()) {
+    // Each rank's values where it owns, -0.0 elsewhere: a sum in any order gives every value
+    // exactly (x + -0.0 is x, -0.0 and +0.0 included), in place.
+    whole.fill_(-0.0);
+    for (const size_t p : unit.parameters)
+      if (owns(p)) place(p, whole).copy_(parameters_[p].detach());
+    return copied_out(group.all_reduce(whole, Reduce::sum), whole);
   }
+  if (unit.share * world_size_ * static_cast<int64_t>(options.dtype().itemsize()) <= kGatheredBytes) {
+    auto share = torch::zeros({unit.share}, options);
+    for (const size_t p : unit.parameters)
+      if (owns(p)) share.narrow(0, offset_[p], parameters_[p].numel()).copy_(parameters_[p].detach().reshape({-1}));
+    auto whole = torch::empty({unit.share * world_size_}, options);
+    return copied_out(group.start_all_gather_into(whole, share), whole);
+  }
+  std::vector<PendingWork> works;
+  std::vector<std::pair<torch::Tensor, std::vector<torch::Tensor>>> unpacked;  // a buffer, what it fills
+  for (int64_t r = 0; r < world_size_; ++r) {
+    std::vector<torch::Tensor> packed;
+    int64_t numel = 0;
+    for (const size_t p : unit.parameters) {
+      if (owner_[p] != r) continue;
+      const auto& parameter = parameters_[p];
+      if (parameter.is_contiguous() && static_cast<int64_t>(parameter.nbytes()) >= kInPlaceBytes) {
+        works.push_back(group.start_broadcast(parameter.variable_data(), r));
+      } else {
+        packed.push_back(parameter.variable_data());
+        numel += parameter.numel();
+      }
+    }
+    if (packed.empty()) continue;
+    auto buffer = torch::empty({numel}, options);
+    int64_t offset = 0;
+    if (r == rank_)
+      for (const auto& t : packed) buffer.narrow(0, offset, t.numel()).copy_(t.reshape({-1})), offset += t.numel();
+    works.push_back(group.start_broadcast(buffer, r));
+    if (r != rank_) unpacked.emplace_back(buffer, std::move(packed));
+  }
+  return PendingWork([works, unpacked]() mutable {
+    for (auto& work : works) work.wait();
+    torch::NoGradGuard no_grad;
+    for (auto& [buffer, packed] : unpacked) {
+      int64_t offset = 0;
+      for (auto& t : packed) t.copy_(buffer.narrow(0, offset, t.numel()).view(t.sizes())), offset += t.numel();
+    }
+  });
 }
 
 ShardedGradReducer::ShardedGradReducer(std::shared_ptr<const ShardLayout> layout, std::vector<std::string> names,
@@ -370,17 +384,53 @@ UnitGather::UnitGather(std::vector<torch::Tensor> parameters, const std::vector<
   accumulators_ = add_ready_hooks(trainable, alive_, [this, index](size_t i) { accumulated(index[i]); });
 }
 
-UnitGather::~UnitGather() { *alive_ = false; }
+UnitGather::~UnitGather() {
+  *alive_ = false;
+  prefetch_with(nullptr);
+  // A gather in flight writes into the parameters' memory; its failure is of no one's concern now.
+  try {
+    in_flight_.wait();
+  } catch (const std::exception&) {
+  }
+}
 
-void UnitGather::gather() {
+void UnitGather::prefetch_with(std::shared_ptr<UnitOrder> order) {
+  if (order_ && place_ >= 0) order_->units_[static_cast<size_t>(place_)] = nullptr;
+  order_ = std::move(order);
+  place_ = -1;
+}
+
+void UnitGather::prefetch() {
   if (gathered_) return;
   for (const size_t p : foreign_) give_memory(layout_.parameters()[p]);
   gathered_ = true;
-  layout_.share_parameters(group_);
+  std::vector<PendingWork> works;
+  for (size_t u = 0; u < layout_.units().size(); ++u) works.push_back(layout_.start_sharing(u, group_));
+  in_flight_ = PendingWork([works]() mutable {
+    for (auto& work : works) work.wait();
+  });
+}
+
+void UnitGather::gather() {
+  prefetch();
+  std::exchange(in_flight_, PendingWork()).wait();
+}
+
+void UnitGather::gather_for_forward() {
+  gather();
+  if (!order_) return;
+  auto& units = order_->units_;
+  if (place_ < 0) {
+    place_ = static_cast<int64_t>(units.size());
+    units.push_back(this);
+  }
+  const auto next = static_cast<size_t>(place_ + 1);
+  if (order_->forward_ && next < units.size() && units[next] != nullptr) units[next]->prefetch();
 }
 
 void UnitGather::release() {
   if (!gathered_) return;
+  gather();  // a gather in flight writes into the memory freed here
   for (const size_t p : foreign_) free_memory(layout_.parameters()[p]);
   gathered_ = false;
   pending_count_ = 0;
@@ -388,15 +438,32 @@ void UnitGather::release() {
   release_queued_ = false;
 }
 
+UnitGather* UnitGather::previous() const {
+  return order_ && place_ > 0 ? order_->units_[static_cast<size_t>(place_ - 1)] : nullptr;
+}
+
+// A gather started ahead of a backward is released at the backward's end if the unit never ran.
+void UnitGather::prefetch_previous(const char* when) {
+  auto* unit = previous();
+  if (unit == nullptr || unit->gathered_ || order_->backward_ != when) return;
+  unit->prefetch();
+  unit->release_after_backward();
+}
+
 void UnitGather::gather_for_backward() {
-  if (!gathered_) {
+  if (!gathered()) {
     gather();
     pending_count_ = 0;
     for (size_t p = 0; p < pending_.size(); ++p) {
       pending_[p] = layout_.parameters()[p].requires_grad();
       pending_count_ += pending_[p] ? 1 : 0;
     }
+    prefetch_previous("BACKWARD_PRE");
   }
+  release_after_backward();
+}
+
+void UnitGather::release_after_backward() {
   if (release_queued_) return;
   release_queued_ = true;
   torch::autograd::Engine::get_default_engine().queue_callback([this, alive = std::weak_ptr<bool>(alive_)] {
@@ -410,7 +477,14 @@ void UnitGather::gather_for_backward() {
 void UnitGather::accumulated(size_t parameter) {
   if (pending_count_ == 0 || !pending_[parameter]) return;
   pending_[parameter] = false;
-  if (--pending_count_ == 0) release();
+  if (--pending_count_ > 0) return;
+  release();
+  prefetch_previous("BACKWARD_POST");
+}
+
+void UnitOrder::release_unused() {
+  for (auto* unit : units_)
+    if (unit != nullptr && unit->prefetching()) unit->release();
 }
 
 }  // namespace arc

@@ -77,6 +77,9 @@ class ShardLayout {
   /// unit by unit: a kept unit by one all-reduce in place, another small one by one all_gather_into,
   /// a large one by broadcasts from each owner (large tensors in place, the others packed).
   void share_parameters(Collectives& group) const;
+  /// Starts share_parameters' collectives for unit `u` alone; the work's wait() finishes them and
+  /// gives every rank the values. The unit's parameters are the collectives' until then.
+  PendingWork start_sharing(size_t u, Collectives& group) const;
 
  private:
   std::vector<torch::Tensor> parameters_;
@@ -152,8 +155,32 @@ class ShardedGradReducer : public GradientReduction {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
 };
 
+class UnitGather;
+
+/// The order in which a model's FULL_SHARD units run their forwards, as each records itself at its
+/// first, and the gathers it starts ahead (PyTorch FSDP's forward_prefetch and backward_prefetch):
+/// as a unit's forward starts, the next unit's (`forward`); as a unit's backward starts
+/// ("BACKWARD_PRE") or once it has its gradients ("BACKWARD_POST"), the previous unit's. A gather
+/// started ahead runs while the unit computes where the collectives run apart from the calling
+/// thread. Every rank's units must run in the same order, as their gathers must anyway.
+class UnitOrder {
+ public:
+  /// `backward`: "BACKWARD_PRE", "BACKWARD_POST" or "NONE".
+  UnitOrder(bool forward, std::string backward) : forward_(forward), backward_(std::move(backward)) {}
+  /// Releases the units whose gather started ahead but that have not run since: a step is about to
+  /// change the values they hold.
+  void release_unused();
+
+ private:
+  friend class UnitGather;
+  bool forward_;
+  std::string backward_;
+  /// The units by their first forward (null: destroyed since).
+  std::vector<UnitGather*> units_;
+};
+
 /// FULL_SHARD's UnitSharding of one ShardedUnit: each owner keeps its parameters of the unit; the
-/// others' have memory only from gather() to release() (for the unit's forward, and its backward
+/// others' have memory only from a gather to release() (for the unit's forward, and its backward
 /// until the gradients of its parameters are accumulated or the backward ends).
 class UnitGather : public UnitSharding {
  public:
@@ -168,22 +195,42 @@ class UnitGather : public UnitSharding {
   /// UnitSharding's: see there.
   ///@{
   void gather() override;
+  void gather_for_forward() override;
   void release() override;
   void gather_for_backward() override;
   ///@}
-  /// Whether the other ranks' parameters have their memory now.
-  bool gathered() const { return gathered_; }
+  /// Starts the gather without waiting for it (a collective: every rank calls it alike); gather()
+  /// finishes it, release() waits for it and frees. Nothing where gathered or started already.
+  void prefetch();
+  /// Starts gathers ahead as `order` says, recording this unit in it at its first forward.
+  void prefetch_with(std::shared_ptr<UnitOrder> order);
+  /// Whether the other ranks' parameters have their memory and values now (a gather started ahead
+  /// and not yet finished does not count).
+  bool gathered() const { return gathered_ && !in_flight_.started(); }
+  /// Whether a gather started by prefetch() is still to be finished.
+  bool prefetching() const { return in_flight_.started(); }
   /// The unit's parameters and their owners.
   const ShardLayout& layout() const { return layout_; }
 
  private:
   void accumulated(size_t parameter);
+  /// Releases at the end of the running backward.
+  void release_after_backward();
+  /// The unit before this one in the order, if any.
+  UnitGather* previous() const;
+  /// Starts the previous unit's gather if the order's backward prefetch is `when`.
+  void prefetch_previous(const char* when);
 
   ShardLayout layout_;
   Collectives& group_;
   /// Indices of the parameters other ranks own.
   std::vector<size_t> foreign_;
   bool gathered_ = true;
+  /// The gather that prefetch() started.
+  PendingWork in_flight_;
+  std::shared_ptr<UnitOrder> order_;
+  /// This unit's place in order_ (-1: not run yet).
+  int64_t place_ = -1;
   /// In a backward: the unit's parameters whose gradients are still to come, and whether a release
   /// at the backward's end is queued.
   std::vector<bool> pending_;

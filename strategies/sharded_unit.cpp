@@ -39,7 +39,7 @@ void ShardedUnitBase::adopt(torch::nn::Module& module) {
 }
 
 void ShardedUnitBase::before_forward() {
-  if (sharding_) sharding_->gather();
+  if (sharding_) sharding_->gather_for_forward();
 }
 
 void ShardedUnitBase::release_after_failure() {

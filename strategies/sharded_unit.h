@@ -24,6 +24,8 @@ class UnitSharding {
   /// Gives the unit's parameters of other ranks their memory and values (a collective: every rank
   /// calls it alike); nothing where they are whole already.
   virtual void gather() = 0;
+  /// Called before the unit's forward: gathers (and may start gathering the next unit's).
+  virtual void gather_for_forward() { gather(); }
   /// Frees the memory of the unit's parameters of other ranks.
   virtual void release() = 0;
   /// Called when a backward reaches the unit's outputs: gathers, and releases again once the

@@ -163,6 +163,7 @@ void DDPStrategyOptions::validate() const {
   check_choice("sharding_strategy", sharding_strategy_,
                {"auto", "FULL_SHARD", "HYBRID_SHARD", "SHARD_GRAD_OP", "SHARD_OPTIMIZER", "NO_SHARD"});
   check_choice("state_dict_type", state_dict_type_, {"full", "sharded"});
+  check_choice("backward_prefetch", backward_prefetch_, {"BACKWARD_PRE", "BACKWARD_POST", "NONE"});
 }
 
 Registry<Strategy>& strategy_registry() {

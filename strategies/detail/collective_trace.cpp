@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <algorithm>
+#include <utility>
 
 namespace arc {
 namespace {
@@ -135,10 +136,10 @@ auto TracedCollectives::traced(int64_t seq, Fn&& fn) -> decltype(fn()) {
   }
 }
 
-PendingWork TracedCollectives::all_reduce(torch::Tensor tensor, Reduce op) {
-  check_reduction(tensor, op);
-  const int64_t seq = begin("all_reduce", tensor.numel() * static_cast<int64_t>(tensor.element_size()));
-  auto work = traced(seq, [&] { return inner_->all_reduce(tensor, op); });
+template <typename Start>
+PendingWork TracedCollectives::started(const char* kind, const torch::Tensor& tensor, Start&& start) {
+  const int64_t seq = begin(kind, tensor.numel() * static_cast<int64_t>(tensor.element_size()));
+  auto work = traced(seq, std::forward<Start>(start));
   set_waiting(seq, false);
   return PendingWork([this, seq, work]() mutable {
     set_waiting(seq, true);
@@ -147,10 +148,13 @@ PendingWork TracedCollectives::all_reduce(torch::Tensor tensor, Reduce op) {
   });
 }
 
-void TracedCollectives::broadcast(torch::Tensor tensor, int64_t src) {
-  const int64_t seq = begin("broadcast", tensor.numel() * static_cast<int64_t>(tensor.element_size()));
-  traced(seq, [&] { inner_->broadcast(tensor, src); });
-  end(seq);
+PendingWork TracedCollectives::all_reduce(torch::Tensor tensor, Reduce op) {
+  check_reduction(tensor, op);
+  return started("all_reduce", tensor, [&] { return inner_->all_reduce(tensor, op); });
+}
+
+PendingWork TracedCollectives::start_broadcast(torch::Tensor tensor, int64_t src) {
+  return started("broadcast", tensor, [&] { return inner_->start_broadcast(tensor, src); });
 }
 
 std::vector<torch::Tensor> TracedCollectives::all_gather(const torch::Tensor& tensor) {
@@ -166,10 +170,8 @@ void TracedCollectives::reduce_scatter(torch::Tensor output, const torch::Tensor
   end(seq);
 }
 
-void TracedCollectives::all_gather_into(torch::Tensor output, const torch::Tensor& input) {
-  const int64_t seq = begin("all_gather", input.numel() * static_cast<int64_t>(input.element_size()));
-  traced(seq, [&] { inner_->all_gather_into(output, input); });
-  end(seq);
+PendingWork TracedCollectives::start_all_gather_into(torch::Tensor output, torch::Tensor input) {
+  return started("all_gather", input, [&] { return inner_->start_all_gather_into(output, input); });
 }
 
 void TracedCollectives::barrier() {

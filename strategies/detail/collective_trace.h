@@ -44,10 +44,10 @@ class TracedCollectives : public Collectives {
   bool all_reduce_overlaps(const torch::TensorOptions& options) const override {
     return inner_->all_reduce_overlaps(options);
   }
-  void broadcast(torch::Tensor tensor, int64_t src) override;
+  PendingWork start_broadcast(torch::Tensor tensor, int64_t src) override;
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override;
   void reduce_scatter(torch::Tensor output, const torch::Tensor& input, Reduce op) override;
-  void all_gather_into(torch::Tensor output, const torch::Tensor& input) override;
+  PendingWork start_all_gather_into(torch::Tensor output, torch::Tensor input) override;
   void barrier() override;
   double blocked_seconds() const override;
 
@@ -72,6 +72,10 @@ class TracedCollectives : public Collectives {
   /// Runs `fn` as collective `seq`; a failure becomes an error with every rank's whereabouts.
   template <typename Fn>
   auto traced(int64_t seq, Fn&& fn) -> decltype(fn());
+  /// Starts collective `kind` of `tensor`'s bytes with `start` (which returns its work): the work
+  /// returned waits for it as that collective.
+  template <typename Start>
+  PendingWork started(const char* kind, const torch::Tensor& tensor, Start&& start);
   [[noreturn]] void fail(int64_t seq, const std::string& cause);
   /// This rank's state as the store keeps it (JSON text).
   std::string state_locked() const;

@@ -58,11 +58,12 @@ std::optional<double> read_timedelta(const Config& args) {
 
 // The settings of DDPStrategyOptions that `args` gives, into `options`.
 void read_ddp_settings(const Config& args, nlohmann::json& options) {
-  for (const char* key : {"find_unused_parameters", "static_graph", "gradient_as_bucket_view", "shared_memory"})
+  for (const char* key :
+       {"find_unused_parameters", "static_graph", "gradient_as_bucket_view", "shared_memory", "forward_prefetch"})
     if (const auto value = args.get_optional<bool>(key)) options[key] = *value;
   for (const char* key : {"bucket_cap_mb", "first_bucket_mb", "collective_timeout"})
     if (const auto value = args.get_optional<double>(key)) options[key] = *value;
-  for (const char* key : {"process_group_backend", "sharding_strategy"})
+  for (const char* key : {"process_group_backend", "sharding_strategy", "backward_prefetch"})
     if (const auto value = args.get_optional<std::string>(key)) options[key] = *value;
   if (const auto seconds = read_timedelta(args)) options["timeout"] = *seconds;
 }

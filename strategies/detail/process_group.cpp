@@ -113,12 +113,15 @@ class C10dCollectives : public Collectives {
     });
   }
 
-  void broadcast(torch::Tensor tensor, int64_t src) override {
+  PendingWork start_broadcast(torch::Tensor tensor, int64_t src) override {
     std::vector<torch::Tensor> tensors{writable(tensor)};
     c10d::BroadcastOptions options;
     options.rootRank = src;
-    wait(*group_->broadcast(tensors, options), "broadcast");
-    copy_back(tensors[0], tensor);
+    auto work = group_->broadcast(tensors, options);
+    return PendingWork([this, work, tensors, tensor]() mutable {
+      wait(*work, "broadcast");
+      copy_back(tensors[0], tensor);
+    });
   }
 
   // NCCL reduces and gathers flat buffers natively; LibTorch 1.13's Gloo has no such calls, and
@@ -134,11 +137,24 @@ class C10dCollectives : public Collectives {
     if (op == Reduce::mean) output.div_(static_cast<double>(world_size()));
   }
 
-  void all_gather_into(torch::Tensor output, const torch::Tensor& input) override {
-    if (backend_ != "nccl") return Collectives::all_gather_into(output, input);
+  // Gloo gathers into a tensor per rank, each copied into its place once the work is done.
+  PendingWork start_all_gather_into(torch::Tensor output, torch::Tensor input) override {
     check_shares(*this, input, output, "all_gather_into");
-    auto in = input;
-    wait(*group_->_allgather_base(output, in), "all_gather_into");
+    if (backend_ == "nccl") {
+      auto work = group_->_allgather_base(output, input);
+      return PendingWork([this, work, output, input] { wait(*work, "all_gather_into"); });
+    }
+    std::vector<torch::Tensor> inputs{writable(input.view(-1))};
+    std::vector<std::vector<torch::Tensor>> outputs(1);
+    const c10::InferenceMode normal_tensors(false);
+    for (int64_t r = 0; r < world_size(); ++r) outputs[0].push_back(torch::empty_like(inputs[0]));
+    auto work = group_->allgather(outputs, inputs);
+    return PendingWork([this, work, inputs, outputs, output]() mutable {
+      wait(*work, "all_gather_into");
+      const c10::InferenceMode writable(output.is_inference());
+      for (int64_t r = 0; r < world_size(); ++r)
+        output.view(-1).narrow(0, r * inputs[0].numel(), inputs[0].numel()).copy_(outputs[0][static_cast<size_t>(r)]);
+    });
   }
 
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override {
@@ -245,13 +261,15 @@ class ByDevice : public Collectives {
   bool all_reduce_overlaps(const torch::TensorOptions& options) const override {
     return (options.device().is_cuda() ? *cuda_ : *cpu_).all_reduce_overlaps(options);
   }
-  void broadcast(torch::Tensor tensor, int64_t src) override { of(tensor).broadcast(tensor, src); }
+  PendingWork start_broadcast(torch::Tensor tensor, int64_t src) override {
+    return of(tensor).start_broadcast(tensor, src);
+  }
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override { return of(tensor).all_gather(tensor); }
   void reduce_scatter(torch::Tensor output, const torch::Tensor& input, Reduce op) override {
     of(input).reduce_scatter(output, input, op);
   }
-  void all_gather_into(torch::Tensor output, const torch::Tensor& input) override {
-    of(input).all_gather_into(output, input);
+  PendingWork start_all_gather_into(torch::Tensor output, torch::Tensor input) override {
+    return of(input).start_all_gather_into(output, input);
   }
   void barrier() override { cpu_->barrier(); }
 
@@ -281,12 +299,13 @@ void Collectives::reduce_scatter(torch::Tensor output, const torch::Tensor& inpu
   output.view(-1).copy_(reduced.view(-1).narrow(0, rank() * output.numel(), output.numel()));
 }
 
-void Collectives::all_gather_into(torch::Tensor output, const torch::Tensor& input) {
+PendingWork Collectives::start_all_gather_into(torch::Tensor output, torch::Tensor input) {
   check_shares(*this, input, output, "all_gather_into");
   const auto gathered = all_gather(input.reshape(-1));
   const c10::InferenceMode writable(output.is_inference());
   for (int64_t r = 0; r < world_size(); ++r)  // each straight into its place: no concatenated copy
     output.view(-1).narrow(0, r * input.numel(), input.numel()).copy_(gathered[static_cast<size_t>(r)]);
+  return {};
 }
 
 void check_shares(const Collectives& group, const torch::Tensor& share, const torch::Tensor& whole, const char* what) {
@@ -433,7 +452,9 @@ class HybridCollectives : public Collectives {
   bool all_reduce_overlaps(const torch::TensorOptions& options) const override {
     return node_->all_reduce_overlaps(options);
   }
-  void broadcast(torch::Tensor tensor, int64_t src) override { node_->broadcast(tensor, src); }
+  PendingWork start_broadcast(torch::Tensor tensor, int64_t src) override {
+    return node_->start_broadcast(tensor, src);
+  }
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override { return node_->all_gather(tensor); }
   void reduce_scatter(torch::Tensor output, const torch::Tensor& input, Reduce op) override {
     check_shares(*this, output, input, "reduce_scatter");
@@ -444,8 +465,8 @@ class HybridCollectives : public Collectives {
     const c10::InferenceMode writable(output.is_inference());
     if (each != op) output.div_(static_cast<double>(world_size() * replicas_->world_size()));
   }
-  void all_gather_into(torch::Tensor output, const torch::Tensor& input) override {
-    node_->all_gather_into(output, input);
+  PendingWork start_all_gather_into(torch::Tensor output, torch::Tensor input) override {
+    return node_->start_all_gather_into(output, input);
   }
   void barrier() override { node_->barrier(); }
   double blocked_seconds() const override { return node_->blocked_seconds() + replicas_->blocked_seconds(); }

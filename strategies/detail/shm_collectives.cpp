@@ -95,11 +95,10 @@ class ShmCollectives : public Collectives {
   PendingWork all_reduce(torch::Tensor tensor, Reduce op) override {
     if (!tensor.device().is_cpu() || !shm_reducible(tensor.scalar_type())) return global_->all_reduce(tensor, op);
     check_reduction(tensor, op);
-    auto done = worker_.submit([this, tensor, op]() mutable {
+    return submit([this, tensor, op]() mutable {
       if (const auto [file, region] = shared_buffer_of(tensor); file) return reduce_in_place(*file, region, tensor, op);
       all_reduce_now(tensor, op);
     });
-    return PendingWork([done, spin = worker_.spin()] { OrderedWorker::wait(done, spin); });
   }
 
   torch::Tensor reduce_buffer(int64_t numel, const torch::TensorOptions& options) override {
@@ -117,9 +116,9 @@ class ShmCollectives : public Collectives {
     return worker_.threaded();
   }
 
-  void broadcast(torch::Tensor tensor, int64_t src) override {
-    if (nodes_ > 1 || !tensor.device().is_cpu()) return global_->broadcast(tensor, src);
-    worker_.call([&] { broadcast_node(tensor, src); });
+  PendingWork start_broadcast(torch::Tensor tensor, int64_t src) override {
+    if (nodes_ > 1 || !tensor.device().is_cpu()) return global_->start_broadcast(tensor, src);
+    return submit([this, tensor, src]() mutable { broadcast_node(tensor, src); });
   }
 
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override {
@@ -153,13 +152,13 @@ class ShmCollectives : public Collectives {
     if (each != op) output.div_(static_cast<double>(world_size()));
   }
 
-  void all_gather_into(torch::Tensor output, const torch::Tensor& input) override {
-    if (nodes_ > 1 || !input.device().is_cpu()) return Collectives::all_gather_into(output, input);
+  PendingWork start_all_gather_into(torch::Tensor output, torch::Tensor input) override {
+    if (nodes_ > 1 || !input.device().is_cpu()) return global_->start_all_gather_into(output, input);
     check_shares(*this, input, output, "all_gather_into");
     std::vector<torch::Tensor> shares;
     for (int64_t s = 0; s < local_world(); ++s)
       shares.push_back(output.view(-1).narrow(0, s * input.numel(), input.numel()));
-    worker_.call([&] { all_gather_node(input, shares); });
+    return submit([this, input, shares] { all_gather_node(input, shares); });
   }
 
   void barrier() override {
@@ -172,6 +171,11 @@ class ShmCollectives : public Collectives {
 
  private:
   int64_t local_world() const { return segment_ ? segment_->local_world() : 1; }
+  // Runs `job` on the worker after the collectives started before it.
+  PendingWork submit(std::function<void()> job) {
+    return PendingWork(
+        [done = worker_.submit(std::move(job)), spin = worker_.spin()] { OrderedWorker::wait(done, spin); });
+  }
   // Collectives alternate between the two sets of slots, so that a rank may fill one while a
   // slower one still reads the other; each use ends with every rank past a barrier, which is what
   // frees the set for the use after next.

@@ -54,7 +54,9 @@ struct Args {
   int64_t devices = 2, batch = 16, steps = 30, accumulate = 1, num_nodes = 1, log_every = 0, elastic_every = 0;
   int64_t step_ms = 0;
   double timeout = 30, collective_timeout = 300, max_time = 0, clip = 0, bucket_mb = 0;
-  std::string optimizer = "sgd", clip_algorithm = "norm", sharding = "auto", state_dict_type = "full";
+  std::string optimizer = "sgd", clip_algorithm = "norm", sharding = "auto", state_dict_type = "full",
+              backward_prefetch = "BACKWARD_PRE";
+  bool forward_prefetch = false;
   bool shared_memory = true, static_graph = false, find_unused = false, sync_batchnorm = false;
   bool async_checkpoint = false, out_every_rank = false, root_per_rank = false;
   std::string out, root, precision = "32-true", loggers, ckpt_path, even_batches = "error", loop = "trainer";
@@ -153,6 +155,8 @@ const std::vector<Flag> kFlags = {
     ARC_PROBE_FLAG("--static-graph", static_graph, flag, "DDP's static_graph"),
     ARC_PROBE_FLAG("--sharding", sharding, text, "fsdp's sharding_strategy"),
     ARC_PROBE_FLAG("--state-dict-type", state_dict_type, text, "fsdp's state_dict_type: full or sharded"),
+    ARC_PROBE_FLAG("--forward-prefetch", forward_prefetch, flag, "fsdp's forward_prefetch"),
+    ARC_PROBE_FLAG("--backward-prefetch", backward_prefetch, text, "fsdp's backward_prefetch"),
     ARC_PROBE_FLAG("--bucket-mb", bucket_mb, number, "first_bucket_mb and bucket_cap_mb (0: their defaults)"),
     ARC_PROBE_FLAG("--optimizer", optimizer, text,
                    "sgd (momentum 0.9, the default), adam, adamw (weight decay) or lbfgs"),
@@ -603,7 +607,9 @@ arc::TrainerOptions trainer_options(const Args& args) {
                   .static_graph(args.static_graph)
                   .find_unused_parameters(args.find_unused)
                   .sharding_strategy(args.sharding)
-                  .state_dict_type(args.state_dict_type));
+                  .state_dict_type(args.state_dict_type)
+                  .forward_prefetch(args.forward_prefetch)
+                  .backward_prefetch(args.backward_prefetch));
   if (args.bucket_mb > 0) options.ddp().first_bucket_mb(args.bucket_mb).bucket_cap_mb(args.bucket_mb);
   if (args.clip > 0) options.gradient_clip_val(args.clip).gradient_clip_algorithm(args.clip_algorithm);
   options.accumulate_grad_batches(args.accumulate).num_threads(1);

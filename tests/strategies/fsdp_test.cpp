@@ -78,6 +78,20 @@ TEST(FSDP, FinetuningTogglingMixedPrecisionAndFabricMatchDdp) {
   }
 }
 
+// With the units' gathers started ahead (Gloo runs collectives on its own threads; shared memory
+// here has no helper thread), in forward and at either point of backward: DDP's bits still.
+TEST(FSDP, GathersStartedAheadKeepDdpsBits) {
+  const std::string common = " --steps 12 --optimizer adam --clip 0.05 --devices 2 --shared-memory 0";
+  const auto ddp = trained("--strategy ddp_spawn" + common, "ddp");
+  for (const std::string ahead : {" --forward-prefetch 1", " --backward-prefetch BACKWARD_POST"}) {
+    const auto run =
+        probe("--strategy fsdp --sharding FULL_SHARD" + common + ahead + " --out " + scratch_path("ahead"));
+    ASSERT_EQ(run.status, 0) << run.output;
+    EXPECT_NE(run.output.find("gathers start ahead"), std::string::npos) << run.output;
+    EXPECT_EQ(read_floats(scratch_path("ahead")), ddp) << ahead;
+  }
+}
+
 // What each rank holds after training, to the byte: the probe's model is fc1 (8x16 weight, 16 bias)
 // and fc2 (16x3, 3), 195 floats, each layer an arc::ShardedUnit; rank 0 owns fc1's weight (128
 // floats), rank 1 the rest (67). DDP holds every parameter, gradient and state on each rank;
@@ -341,6 +355,11 @@ TEST(FSDP, OptionsItCannotTakeAreErrorsThatSayWhatToDo) {
   EXPECT_NE(not_fsdp.status, 0);
   EXPECT_NE(not_fsdp.output.find("state_dict_type \"sharded\" is for strategy \"fsdp\""), std::string::npos)
       << not_fsdp.output;
+  const auto ahead = probe("--strategy ddp_spawn --steps 2 --forward-prefetch 1");
+  EXPECT_NE(ahead.status, 0);
+  EXPECT_NE(ahead.output.find("forward_prefetch=true and backward_prefetch \"BACKWARD_PRE\" are for strategy \"fsdp\""),
+            std::string::npos)
+      << ahead.output;
   const auto misspelled = probe("--strategy fsdp --steps 2 --sharding HYBRID_SHARDS");
   EXPECT_NE(misspelled.status, 0);
   EXPECT_NE(misspelled.output.find("did you mean 'HYBRID_SHARD'?"), std::string::npos) << misspelled.output;
@@ -450,6 +469,90 @@ TEST(ShardedGradReducer, EveryReductionAndSharingPathGivesDdpsBits) {
   arc::testing::Group gloo;
   gloo.shared_memory = false;
   expect_sharded_steps_match_ddp(2, gloo, false);
+}
+
+// A unit's gathers started ahead, on thread ranks over shared memory with a helper thread and over
+// Gloo: three linear units, each layer's weight and bias owned by different ranks. As a unit's
+// forward starts, the next unit's gather is in flight (forward_prefetch, once the first forward has
+// recorded the order); as the last unit's backward starts (BACKWARD_PRE) or once it has its gradients
+// (BACKWARD_POST), the middle unit's. Outputs and gradients are the whole model's, bit for bit, over
+// two steps between which the owners change their values; a gather started ahead and then unused
+// is released, not kept with values a step has made old.
+TEST(UnitGather, GathersStartedAheadGiveTheWholeModelsValues) {
+  using Unit = arc::ShardedUnit<torch::nn::Linear>;
+  arc::testing::Group gloo;
+  gloo.shared_memory = false;
+  for (const auto& group : {arc::testing::Group(), gloo})
+    for (const bool forward : {false, true})
+      for (const std::string backward : {"BACKWARD_PRE", "BACKWARD_POST", "NONE"})
+        arc::testing::on_ranks(2, group, [&](int64_t rank, arc::Collectives& collectives) {
+          SCOPED_TRACE((group.shared_memory ? "shared memory, " : "gloo, ") + std::string(forward ? "forward, " : "") +
+                       backward);
+          torch::NoGradGuard no_grad;
+          const auto order = std::make_shared<arc::UnitOrder>(forward, backward);
+          std::vector<Unit> units;
+          std::vector<std::shared_ptr<arc::UnitGather>> gathers;
+          std::vector<torch::Tensor> whole;  // the same model's parameters, never sharded
+          for (int64_t u = 0; u < 3; ++u) {
+            torch::nn::Linear layer(8, 8);
+            layer->weight.copy_(values(10 * u, 64).view({8, 8}));
+            layer->bias.copy_(values(10 * u + 1, 8));
+            whole.push_back(layer->weight.detach().clone().requires_grad_());
+            whole.push_back(layer->bias.detach().clone().requires_grad_());
+            units.emplace_back(layer);
+            gathers.push_back(std::make_shared<arc::UnitGather>(
+                std::vector<torch::Tensor>{layer->weight, layer->bias}, std::vector<std::string>{"weight", "bias"},
+                std::vector<int64_t>{u % 2, (u + 1) % 2}, 2, rank, collectives));
+            gathers.back()->release();
+            gathers.back()->prefetch_with(order);
+            units.back()->shard_with(gathers.back());
+          }
+          for (int64_t step = 0; step < 2; ++step) {
+            const torch::AutoGradMode grad_mode(true);
+            const auto x = values(100 + step, 32).view({4, 8});
+            auto expected = x;
+            for (int64_t u = 0; u < 3; ++u) expected = torch::addmm(whole[2 * u + 1], expected, whole[2 * u].t());
+            const auto h0 = units[0](x);
+            EXPECT_EQ(gathers[1]->prefetching(), forward && step > 0);
+            const auto h1 = units[1](h0) * 1;  // its gradient's hook runs before the middle unit's backward
+            EXPECT_EQ(gathers[2]->prefetching(), forward && step > 0);
+            const auto out = units[2](h1);
+            ASSERT_TRUE(torch::equal(out, expected));
+            bool checked = false;
+            h1.register_hook([&](const torch::Tensor&) {
+              EXPECT_EQ(gathers[1]->prefetching(), backward != "NONE");
+              checked = true;
+            });
+            out.pow(2).sum().backward();
+            expected.pow(2).sum().backward();
+            EXPECT_TRUE(checked);
+            for (int64_t u = 0; u < 3; ++u) {
+              EXPECT_FALSE(gathers[u]->gathered() || gathers[u]->prefetching()) << "unit " << u;
+              const auto& layer = units[u]->module();
+              ASSERT_TRUE(torch::equal(layer.weight.grad(), whole[2 * u].grad())) << "unit " << u;
+              ASSERT_TRUE(torch::equal(layer.bias.grad(), whole[2 * u + 1].grad())) << "unit " << u;
+            }
+            // A step of the owners; the others' values are gathered anew.
+            const torch::NoGradGuard step_without_grad;
+            for (int64_t u = 0; u < 3; ++u) {
+              auto& layer = units[u]->module();
+              for (auto* parameter : {&layer.weight, &layer.bias}) {
+                const bool owned = gathers[u]->layout().owns(parameter == &layer.weight ? 0 : 1);
+                if (owned) parameter->add_(parameter->grad(), -0.1);
+                parameter->mutable_grad() = torch::Tensor();
+              }
+            }
+            for (auto& parameter : whole) {
+              parameter.add_(parameter.grad(), -0.1);
+              parameter.mutable_grad() = torch::Tensor();
+            }
+          }
+          // A forward that stops after the first unit leaves the second's gather started ahead.
+          units[0](values(7, 32).view({4, 8}));
+          EXPECT_EQ(gathers[1]->prefetching(), forward);
+          order->release_unused();
+          EXPECT_FALSE(gathers[1]->gathered() || gathers[1]->prefetching());
+        });
 }
 
 }  // namespace
