@@ -159,7 +159,8 @@ void ModelPruning::setup(Trainer&, TrainModule& module, Stage stage) {
   for (const auto& item : module.named_modules("", /*include_self=*/false))
     modules.emplace_back(item.key(), item.value().get());
   const auto add = [&](const std::string& path, torch::nn::Module* owner, const std::string& name) {
-    const auto* parameter = owner->named_parameters(/*recurse=*/false).find(name);
+    const auto parameters = owner->named_parameters(/*recurse=*/false);  // find points into it
+    const auto* parameter = parameters.find(name);
     if (parameter == nullptr) return false;
     targets_.push_back({path.empty() ? name : path + "." + name, owner, *parameter, {}, {}});
     return true;

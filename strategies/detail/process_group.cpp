@@ -330,8 +330,10 @@ std::string broadcast_text(Collectives& group, const std::string& text, int64_t 
   auto length = torch::tensor({static_cast<int64_t>(text.size())});
   group.broadcast(length, src);
   auto bytes = torch::zeros({length.item<int64_t>()}, torch::kUInt8);
-  if (group.rank() == src) std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
+  // An empty tensor has no memory: its data pointer is null, which memcpy may not take even for 0 bytes.
+  if (group.rank() == src && !text.empty()) std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
   group.broadcast(bytes, src);
+  if (bytes.numel() == 0) return {};
   return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
 }
 
