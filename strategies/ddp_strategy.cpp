@@ -94,10 +94,11 @@ void DDPStrategy::setup(const StrategyPlan& plan) {
             "\" is for strategy \"fsdp\", but this run's strategy is \"", name(), "\"; set strategy to \"fsdp\", or ",
             "leave state_dict_type at \"full\"");
   sharded_checkpoints_ = shard_ && plan.ddp.state_dict_type() == "sharded";
-  ARC_CHECK(shard_ || (!plan.ddp.forward_prefetch() && plan.ddp.backward_prefetch() == "BACKWARD_PRE"),
+  ARC_CHECK(full_shard() || (!plan.ddp.forward_prefetch() && plan.ddp.backward_prefetch() == "BACKWARD_PRE"),
             "forward_prefetch=", plan.ddp.forward_prefetch() ? "true" : "false", " and backward_prefetch \"",
-            plan.ddp.backward_prefetch(), "\" are for strategy \"fsdp\", but this run's strategy is \"", name(),
-            "\"; set strategy to \"fsdp\", or leave them at false and \"BACKWARD_PRE\"");
+            plan.ddp.backward_prefetch(), "\" are for strategy \"fsdp\" with sharding_strategy \"FULL_SHARD\" or ",
+            "\"HYBRID_SHARD\", whose units gather parameters, but this run's strategy is \"",
+            shard_ ? "fsdp\" with \"" + sharding_ : name(), "\"; leave them at false and \"BACKWARD_PRE\"");
   forward_prefetch_ = plan.ddp.forward_prefetch();
   backward_prefetch_ = plan.ddp.backward_prefetch();
   // A unit's gathers run inside backward, between the gradient reductions: every rank's backward must
@@ -358,10 +359,18 @@ void DDPStrategy::make_units(torch::nn::Module& module) {
   }
   // Every parameter is whole after the broadcast: each rank frees the units' parameters it does not own.
   for (const auto& unit : units_) unit->release();
+  // Gathers start ahead where collectives run apart from the training thread. Every rank must issue
+  // the same collectives in the same order, so the ranks vote: one that can overlap decides for all
+  // (elsewhere a gather started early costs memory, not order).
   unit_order_.reset();
-  if (!units_.empty() && (forward_prefetch_ || backward_prefetch_ != "NONE") &&
-      shard_group().all_reduce_overlaps(torch::TensorOptions().device(device_)))
-    unit_order_ = std::make_shared<UnitOrder>(forward_prefetch_, backward_prefetch_);
+  if (!units_.empty() && (forward_prefetch_ || backward_prefetch_ != "NONE")) {
+    auto votes = torch::tensor({shard_group().all_reduce_overlaps(torch::TensorOptions().device(device_)) ? 1L : 0L});
+    {
+      const CollectiveName name("unit prefetch");
+      collectives_->all_reduce(votes, Reduce::max).wait();
+    }
+    if (votes.item<int64_t>() != 0) unit_order_ = std::make_shared<UnitOrder>(forward_prefetch_, backward_prefetch_);
+  }
   for (const auto& unit : units_) unit->prefetch_with(unit_order_);
   if (rank_ != 0) return;
   if (units_.empty()) {

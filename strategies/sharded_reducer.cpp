@@ -107,6 +107,26 @@ void ShardLayout::keep_small_units(Collectives& group) {
 
 torch::Tensor ShardLayout::kept(size_t u) const { return u < kept_.size() ? kept_[u] : torch::Tensor(); }
 
+namespace {
+
+// Waits for every work, even after one failed, then throws the first failure: no collective is left
+// writing into memory that the caller frees on the error.
+PendingWork all_of(std::vector<PendingWork> works) {
+  return PendingWork([works = std::move(works)]() mutable {
+    std::exception_ptr failure;
+    for (auto& work : works) {
+      try {
+        work.wait();
+      } catch (...) {
+        if (!failure) failure = std::current_exception();
+      }
+    }
+    if (failure) std::rethrow_exception(failure);
+  });
+}
+
+}  // namespace
+
 void ShardLayout::share_parameters(Collectives& group) const {
   for (size_t u = 0; u < units_.size(); ++u) start_sharing(u, group).wait();
 }
@@ -148,29 +168,42 @@ PendingWork ShardLayout::start_sharing(size_t u, Collectives& group) const {
   }
   std::vector<PendingWork> works;
   std::vector<std::pair<torch::Tensor, std::vector<torch::Tensor>>> unpacked;  // a buffer, what it fills
-  for (int64_t r = 0; r < world_size_; ++r) {
-    std::vector<torch::Tensor> packed;
-    int64_t numel = 0;
-    for (const size_t p : unit.parameters) {
-      if (owner_[p] != r) continue;
-      const auto& parameter = parameters_[p];
-      if (parameter.is_contiguous() && static_cast<int64_t>(parameter.nbytes()) >= kInPlaceBytes) {
-        works.push_back(group.start_broadcast(parameter.variable_data(), r));
-      } else {
-        packed.push_back(parameter.variable_data());
-        numel += parameter.numel();
+  // From each owner in turn: its large tensors in place, the others packed into one buffer.
+  const auto start_broadcasts = [&] {
+    for (int64_t r = 0; r < world_size_; ++r) {
+      std::vector<torch::Tensor> packed;
+      int64_t numel = 0;
+      for (const size_t p : unit.parameters) {
+        if (owner_[p] != r) continue;
+        const auto& parameter = parameters_[p];
+        if (parameter.is_contiguous() && static_cast<int64_t>(parameter.nbytes()) >= kInPlaceBytes) {
+          works.push_back(group.start_broadcast(parameter.variable_data(), r));
+        } else {
+          packed.push_back(parameter.variable_data());
+          numel += parameter.numel();
+        }
       }
+      if (packed.empty()) continue;
+      auto buffer = torch::empty({numel}, options);
+      int64_t offset = 0;
+      if (r == rank_)
+        for (const auto& t : packed) buffer.narrow(0, offset, t.numel()).copy_(t.reshape({-1})), offset += t.numel();
+      works.push_back(group.start_broadcast(buffer, r));
+      if (r != rank_) unpacked.emplace_back(buffer, std::move(packed));
     }
-    if (packed.empty()) continue;
-    auto buffer = torch::empty({numel}, options);
-    int64_t offset = 0;
-    if (r == rank_)
-      for (const auto& t : packed) buffer.narrow(0, offset, t.numel()).copy_(t.reshape({-1})), offset += t.numel();
-    works.push_back(group.start_broadcast(buffer, r));
-    if (r != rank_) unpacked.emplace_back(buffer, std::move(packed));
+  };
+  try {
+    start_broadcasts();
+  } catch (...) {
+    try {
+      all_of(std::move(works)).wait();
+    } catch (const std::exception&) {  // the first failure is the one to report
+    }
+    throw;
   }
-  return PendingWork([works, unpacked]() mutable {
-    for (auto& work : works) work.wait();
+  auto all = all_of(std::move(works));
+  return PendingWork([all, unpacked]() mutable {
+    all.wait();
     torch::NoGradGuard no_grad;
     for (auto& [buffer, packed] : unpacked) {
       int64_t offset = 0;
@@ -360,6 +393,11 @@ void give_memory(const torch::Tensor& parameter) {
   storage->set_nbytes(bytes);
 }
 
+// The memory of the layout's parameters at `foreign`.
+void release_memory(const ShardLayout& layout, const std::vector<size_t>& foreign) {
+  for (const size_t p : foreign) free_memory(layout.parameters()[p]);
+}
+
 }  // namespace
 
 UnitGather::UnitGather(std::vector<torch::Tensor> parameters, const std::vector<std::string>& names,
@@ -384,14 +422,11 @@ UnitGather::UnitGather(std::vector<torch::Tensor> parameters, const std::vector<
   accumulators_ = add_ready_hooks(trainable, alive_, [this, index](size_t i) { accumulated(index[i]); });
 }
 
+// A gather still in flight is not waited for (its group may be gone): what it writes into, the
+// parameters' storage, stays alive as long as the collective holds it.
 UnitGather::~UnitGather() {
   *alive_ = false;
   prefetch_with(nullptr);
-  // A gather in flight writes into the parameters' memory; its failure is of no one's concern now.
-  try {
-    in_flight_.wait();
-  } catch (const std::exception&) {
-  }
 }
 
 void UnitGather::prefetch_with(std::shared_ptr<UnitOrder> order) {
@@ -405,15 +440,31 @@ void UnitGather::prefetch() {
   for (const size_t p : foreign_) give_memory(layout_.parameters()[p]);
   gathered_ = true;
   std::vector<PendingWork> works;
-  for (size_t u = 0; u < layout_.units().size(); ++u) works.push_back(layout_.start_sharing(u, group_));
-  in_flight_ = PendingWork([works]() mutable {
-    for (auto& work : works) work.wait();
-  });
+  try {
+    for (size_t u = 0; u < layout_.units().size(); ++u) works.push_back(layout_.start_sharing(u, group_));
+  } catch (...) {
+    try {
+      all_of(std::move(works)).wait();
+    } catch (const std::exception&) {  // the first failure is the one to report
+    }
+    release_memory(layout_, foreign_);
+    gathered_ = false;
+    throw;
+  }
+  in_flight_ = all_of(std::move(works));
 }
 
+// A failed gather (all_of has waited for every collective of it) leaves the unit released.
 void UnitGather::gather() {
   prefetch();
-  std::exchange(in_flight_, PendingWork()).wait();
+  auto work = std::exchange(in_flight_, PendingWork());
+  try {
+    work.wait();
+  } catch (...) {
+    release_memory(layout_, foreign_);
+    gathered_ = false;
+    throw;
+  }
 }
 
 void UnitGather::gather_for_forward() {
@@ -425,13 +476,19 @@ void UnitGather::gather_for_forward() {
     units.push_back(this);
   }
   const auto next = static_cast<size_t>(place_ + 1);
-  if (order_->forward_ && next < units.size() && units[next] != nullptr) units[next]->prefetch();
+  if (!order_->forward_ || next >= units.size() || units[next] == nullptr) return;
+  try {
+    units[next]->prefetch();
+  } catch (...) {
+    release();  // the forward that gathered it does not run
+    throw;
+  }
 }
 
 void UnitGather::release() {
   if (!gathered_) return;
   gather();  // a gather in flight writes into the memory freed here
-  for (const size_t p : foreign_) free_memory(layout_.parameters()[p]);
+  release_memory(layout_, foreign_);
   gathered_ = false;
   pending_count_ = 0;
   // A backward that failed never runs its queued release: the next one queues its own.

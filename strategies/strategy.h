@@ -75,15 +75,16 @@ class DDPStrategyOptions {
   ARC_ARG(std::string, state_dict_type) = "full";
   /// Strategy "fsdp" with FULL_SHARD or HYBRID_SHARD: as a unit's forward starts, start gathering
   /// the next unit's parameters (PyTorch FSDP's forward_prefetch), which then arrive while the unit
-  /// computes, at the memory of one more unit gathered. The other strategies take false only.
+  /// computes, at the memory of one more unit gathered. Other strategies and shardings take false
+  /// only.
   ARC_ARG(bool, forward_prefetch) = false;
   /// Strategy "fsdp" with FULL_SHARD or HYBRID_SHARD: when the gather of the unit before in the
   /// forward starts during backward (PyTorch FSDP's backward_prefetch): "BACKWARD_PRE" (as a unit's
   /// backward starts, the default), "BACKWARD_POST" (once a unit has its gradients and is freed,
-  /// less memory) or "NONE" (when that unit's backward reaches it). Gathers start ahead only where
-  /// the collectives run apart from the training thread (Gloo, NCCL, shared memory with a helper
-  /// thread); elsewhere they would only hold memory longer. The other strategies take
-  /// "BACKWARD_PRE" only.
+  /// less memory) or "NONE" (when that unit's backward reaches it). Gathers start ahead where a
+  /// rank's collectives run apart from its training thread (Gloo alone, NCCL, shared memory with a
+  /// helper thread; one such rank decides for all); elsewhere they would only hold memory longer.
+  /// Other strategies and shardings take "BACKWARD_PRE" only.
   ARC_ARG(std::string, backward_prefetch) = "BACKWARD_PRE";
 
  public:

@@ -360,6 +360,10 @@ TEST(FSDP, OptionsItCannotTakeAreErrorsThatSayWhatToDo) {
   EXPECT_NE(ahead.output.find("forward_prefetch=true and backward_prefetch \"BACKWARD_PRE\" are for strategy \"fsdp\""),
             std::string::npos)
       << ahead.output;
+  const auto whole_units = probe("--strategy fsdp --steps 2 --backward-prefetch NONE");
+  EXPECT_NE(whole_units.status, 0);
+  EXPECT_NE(whole_units.output.find("but this run's strategy is \"fsdp\" with \"SHARD_GRAD_OP\""), std::string::npos)
+      << whole_units.output;
   const auto misspelled = probe("--strategy fsdp --steps 2 --sharding HYBRID_SHARDS");
   EXPECT_NE(misspelled.status, 0);
   EXPECT_NE(misspelled.output.find("did you mean 'HYBRID_SHARD'?"), std::string::npos) << misspelled.output;
