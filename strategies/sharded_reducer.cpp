@@ -125,6 +125,14 @@ PendingWork all_of(std::vector<PendingWork> works) {
   });
 }
 
+// Waits for every work after a failure that the caller reports: theirs would only repeat it.
+void drain(std::vector<PendingWork> works) {
+  try {
+    all_of(std::move(works)).wait();
+  } catch (const std::exception&) {
+  }
+}
+
 }  // namespace
 
 void ShardLayout::share_parameters(Collectives& group) const {
@@ -195,10 +203,7 @@ PendingWork ShardLayout::start_sharing(size_t u, Collectives& group) const {
   try {
     start_broadcasts();
   } catch (...) {
-    try {
-      all_of(std::move(works)).wait();
-    } catch (const std::exception&) {  // the first failure is the one to report
-    }
+    drain(std::move(works));
     throw;
   }
   auto all = all_of(std::move(works));
@@ -443,10 +448,7 @@ void UnitGather::prefetch() {
   try {
     for (size_t u = 0; u < layout_.units().size(); ++u) works.push_back(layout_.start_sharing(u, group_));
   } catch (...) {
-    try {
-      all_of(std::move(works)).wait();
-    } catch (const std::exception&) {  // the first failure is the one to report
-    }
+    drain(std::move(works));
     release_memory(layout_, foreign_);
     gathered_ = false;
     throw;
