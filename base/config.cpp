@@ -119,6 +119,7 @@ std::optional<nlohmann::json> flow_collection(const std::string& text) {
 }  // namespace
 
 std::string set_dotted(nlohmann::json& root, const std::string& key, const std::string& text) {
+  check_utf8(key + "=" + text, "--set");
   const bool append = !key.empty() && key.back() == '+';
   const std::string path = append ? key.substr(0, key.size() - 1) : key;
   ARC_CHECK(!path.empty() && path.front() != '.' && path.back() != '.',

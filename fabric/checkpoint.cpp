@@ -2,6 +2,7 @@
 // that are still in cache; the reader checks the trailer, version, index and every checksum first.
 #include <arc/fabric/checkpoint.h>
 
+#include <arc/base/console.h>
 #include <arc/base/detail/crc32c.h>
 #include <arc/base/error.h>
 #include <arc/base/output_file.h>
@@ -109,6 +110,13 @@ uint64_t read_u64(const uint8_t* at) {
 }
 
 }  // namespace
+
+namespace detail {
+void fail_unreadable_checkpoint(const std::string& path, const std::exception& error) {
+  ARC_FAIL("checkpoint '", path, "' does not hold what Arclight writes (", message_of(error),
+           "); it is corrupt or was written by another program: use an earlier one");
+}
+}  // namespace detail
 
 void CheckpointWriter::add(const std::string& name, const torch::Tensor& tensor) {
   tensors_.emplace_back(name, tensor.detach());
@@ -392,8 +400,10 @@ void CheckpointReader::read_index() {
             "' has format version ", version, ", but this Arclight reads versions ", kOldestReadableCheckpointFormat,
             " to ", kCheckpointFormatVersion, "; load it with the Arclight that wrote it, or retrain");
   const uint64_t index_offset = read_u64(trailer), index_bytes = read_u64(trailer + 8);
+  // Each bound on its own, so that no sum of the file's numbers can wrap around.
   ARC_CHECK(std::memcmp(trailer + 24, kTrailerMagic, 8) == 0 && index_offset >= kHeaderBytes &&
-                index_offset + index_bytes + kTrailerBytes == file_->size(),
+                index_offset <= file_->size() - kTrailerBytes &&
+                index_bytes == file_->size() - kTrailerBytes - index_offset,
             "checkpoint '", path_, "' is truncated or corrupt (its end marker is missing); use an earlier one");
   uint32_t stored_crc;
   std::memcpy(&stored_crc, trailer + 16, 4);
@@ -402,29 +412,43 @@ void CheckpointReader::read_index() {
   ARC_CHECK(crc32c(index.data(), index_bytes) == stored_crc, "checkpoint '", path_,
             "' is corrupt (its index fails its checksum); use an earlier one");
   const auto parsed = nlohmann::json::parse(index, nullptr, false);
-  ARC_CHECK(!parsed.is_discarded() && parsed.contains("meta") && parsed.contains("entries"), "checkpoint '", path_,
-            "' is corrupt (unreadable index); use an earlier one");
+  ARC_CHECK(!parsed.is_discarded() && parsed.is_object() && parsed.contains("meta") && parsed.at("meta").is_object() &&
+                parsed.contains("entries") && parsed.at("entries").is_object(),
+            "checkpoint '", path_, "' is corrupt (unreadable index); use an earlier one");
   meta_ = parsed.at("meta");
-  for (const auto& [name, json] : parsed.at("entries").items()) {
-    Entry e;
-    e.file = file_.get();
-    e.kind = json.at("kind").get<std::string>();
-    if (e.kind == "json") {
-      e.value = json.at("value");
-      entries_[name] = std::move(e);
-      continue;
-    }
-    e.offset = json.at("offset").get<int64_t>();
-    e.bytes = json.at("bytes").get<int64_t>();
-    ARC_CHECK(e.offset >= 0 && e.bytes >= 0 && static_cast<uint64_t>(e.offset + e.bytes) <= index_offset,
-              "checkpoint '", path_, "' is corrupt ('", name, "' lies outside the file); use an earlier one");
-    e.checksum = json.at("checksum").get<std::string>();
-    if (e.kind == "tensor") {
-      e.dtype = scalar_type_named(json.at("dtype").get<std::string>(), path_);
-      e.shape = json.at("shape").get<std::vector<int64_t>>();
-    }
+  reading_checkpoint(path_, [&] {
+    for (const auto& [name, json] : parsed.at("entries").items()) read_entry(name, json, index_offset);
+  });
+}
+
+// One entry of the index. Its data must lie inside the file before the index, and a tensor's shape
+// must need exactly its bytes, so that nothing is allocated for more than the file holds.
+void CheckpointReader::read_entry(const std::string& name, const nlohmann::json& json, uint64_t data_end) {
+  Entry e;
+  e.file = file_.get();
+  e.kind = json.at("kind").get<std::string>();
+  if (e.kind == "json") {
+    e.value = json.at("value");
     entries_[name] = std::move(e);
+    return;
   }
+  ARC_CHECK(e.kind == "tensor" || e.kind == "archive", "checkpoint '", path_, "' is corrupt ('", name,
+            "' is of unknown kind '", e.kind, "'); use an earlier one");
+  e.offset = json.at("offset").get<int64_t>();
+  e.bytes = json.at("bytes").get<int64_t>();
+  ARC_CHECK(e.offset >= 0 && e.bytes >= 0 && static_cast<uint64_t>(e.offset) <= data_end &&
+                static_cast<uint64_t>(e.bytes) <= data_end - static_cast<uint64_t>(e.offset),
+            "checkpoint '", path_, "' is corrupt ('", name, "' lies outside the file); use an earlier one");
+  e.checksum = json.at("checksum").get<std::string>();
+  if (e.kind == "tensor") {
+    e.dtype = scalar_type_named(json.at("dtype").get<std::string>(), path_);
+    e.shape = json.at("shape").get<std::vector<int64_t>>();
+    const auto needed = detail::byte_size(e.shape, c10::elementSize(e.dtype));
+    ARC_CHECK(needed && *needed == static_cast<uint64_t>(e.bytes), "checkpoint '", path_, "' is corrupt ('", name,
+              "' of shape ", shape_text(e.shape), " and type ", c10::toString(e.dtype), " has ", e.bytes,
+              " bytes of data); use an earlier one");
+  }
+  entries_[name] = std::move(e);
 }
 
 const CheckpointReader::Entry& CheckpointReader::entry(const std::string& name, const std::string& kind) const {

@@ -8,6 +8,7 @@
 // (sharded_checkpoint.h); the reader opens either.
 #pragma once
 
+#include <arc/base/error.h>
 #include <arc/base/output_file.h>
 
 #include <torch/serialize/input-archive.h>
@@ -29,6 +30,27 @@ class CheckpointReader;
 namespace detail {
 class ReadFile;
 }  // namespace detail
+
+namespace detail {
+[[noreturn]] void fail_unreadable_checkpoint(const std::string& path, const std::exception& error);
+}  // namespace detail
+
+/// Runs `read` over the checkpoint at `path`. What JSON, LibTorch or the standard library throw
+/// there, for a checkpoint whose checksums hold but which does not hold what Arclight writes (a key
+/// missing, a value of another type, a generator state of another size), becomes an arc::Error that
+/// names the file.
+template <typename Read>
+decltype(auto) reading_checkpoint(const std::string& path, Read&& read) {
+  try {
+    return read();
+  } catch (const nlohmann::json::exception& error) {
+    detail::fail_unreadable_checkpoint(path, error);
+  } catch (const c10::Error& error) {
+    detail::fail_unreadable_checkpoint(path, error);
+  } catch (const std::logic_error& error) {
+    detail::fail_unreadable_checkpoint(path, error);
+  }
+}
 
 /// The format this build writes, and the oldest it reads.
 ///@{
@@ -179,6 +201,7 @@ class CheckpointReader {
   /// Opens a sharded checkpoint's shards and takes their entries as its own.
   void open_shards();
   void read_index();
+  void read_entry(const std::string& name, const nlohmann::json& json, uint64_t data_end);
   void verify_checksums();
 
   std::string path_;

@@ -144,6 +144,11 @@ void Fabric::save(const std::string& path, const FabricState& state) {
 
 LoadResult Fabric::load(const std::string& path, FabricState& state, bool strict) {
   const CheckpointReader checkpoint(path);
+  return reading_checkpoint(path, [&] { return load_checked(checkpoint, state, strict); });
+}
+
+LoadResult Fabric::load_checked(const CheckpointReader& checkpoint, FabricState& state, bool strict) {
+  const auto& path = checkpoint.path();
   LoadResult unmatched;
   for (const auto& [name, module] : state.modules_)
     if (!checkpoint.holds_under(name)) unmatched.missing_keys.push_back(name);

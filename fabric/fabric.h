@@ -161,6 +161,9 @@ class Fabric {
   Strategy& strategy() const { return *strategy_; }
 
  private:
+  /// load's work, once the file is open and verified.
+  LoadResult load_checked(const CheckpointReader& checkpoint, FabricState& state, bool strict);
+
   FabricOptions options_;
   std::shared_ptr<AcceleratorBackend> backend_;
   std::shared_ptr<Strategy> strategy_;

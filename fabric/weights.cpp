@@ -100,17 +100,6 @@ nlohmann::json parse_unique(const std::string& text, const std::string& what) {
   return json;
 }
 
-// The count of elements of `shape` times `item` bytes, or nullopt on overflow.
-std::optional<uint64_t> byte_size(const std::vector<int64_t>& shape, uint64_t item) {
-  uint64_t total = item;
-  for (const int64_t dim : shape) {
-    const auto d = static_cast<uint64_t>(dim);
-    if (d != 0 && total > std::numeric_limits<uint64_t>::max() / d) return std::nullopt;
-    total *= d;
-  }
-  return total;
-}
-
 // One safetensors file.
 class SafetensorsReader : public WeightsReader {
  public:
@@ -187,7 +176,7 @@ class SafetensorsReader : public WeightsReader {
                     offsets[1].is_number_unsigned() && offsets[0].get<uint64_t>() <= offsets[1].get<uint64_t>(),
                 entry, " has data_offsets ", offsets.dump(), "; they must be [begin, end] with begin <= end");
       const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
-      const auto bytes = byte_size(out.shape, c10::elementSize(out.dtype));
+      const auto bytes = detail::byte_size(out.shape, c10::elementSize(out.dtype));
       ARC_CHECK(bytes && *bytes == end - begin, entry, " has shape ", value["shape"].dump(), " of ", dtype.dump(),
                 " but data_offsets ", offsets.dump(), " of ", end - begin, " bytes; the file is corrupt");
       ARC_CHECK(end <= file_.size() - data_start_, entry, " has data_offsets ", offsets.dump(), " past the end of ",

@@ -6,6 +6,8 @@
 #include <yaml-cpp/yaml.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdio>
 #include <regex>
 #include <sstream>
 #include <vector>
@@ -156,9 +158,41 @@ bool indents_with_tab(const std::string& text, int line) {
   return indentation.find('\t') != std::string::npos;
 }
 
+// The length of the UTF-8 sequence that starts at `at`, or 0 when none does (RFC 3629's table).
+size_t utf8_sequence(const std::string& text, size_t at) {
+  const auto byte = [&](size_t i) { return i < text.size() ? static_cast<unsigned char>(text[i]) : 0u; };
+  const auto in = [](unsigned value, unsigned low, unsigned high) { return value >= low && value <= high; };
+  const unsigned first = byte(at), second = byte(at + 1);
+  if (first < 0x80) return 1;
+  if (in(first, 0xC2, 0xDF)) return in(second, 0x80, 0xBF) ? 2 : 0;
+  const unsigned low = first == 0xE0 ? 0xA0 : first == 0xF0 ? 0x90 : 0x80;
+  const unsigned high = first == 0xED ? 0x9F : first == 0xF4 ? 0x8F : 0xBF;
+  size_t length = 0;
+  if (in(first, 0xE0, 0xEF)) length = 3;
+  if (in(first, 0xF0, 0xF4)) length = 4;
+  if (length == 0 || !in(second, low, high)) return 0;
+  for (size_t i = 2; i < length; ++i)
+    if (!in(byte(at + i), 0x80, 0xBF)) return 0;
+  return length;
+}
+
 }  // namespace
 
+void check_utf8(const std::string& text, const std::string& source) {
+  for (size_t at = 0; at < text.size();) {
+    const size_t length = utf8_sequence(text, at);
+    if (length == 0) {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "0x%02X", static_cast<unsigned char>(text[at]));
+      ARC_FAIL(source, ":", std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n') + 1,
+               ": not UTF-8 text (byte ", hex, " at byte ", at, "); write it in UTF-8");
+    }
+    at += length;
+  }
+}
+
 nlohmann::json from_yaml(const std::string& text, const std::string& source) {
+  check_utf8(text, source);
   std::vector<YAML::Node> documents;
   try {
     documents = YAML::LoadAll(text);

@@ -210,13 +210,14 @@ void CheckpointConnector::save_sharded(TrainModule& module, const std::string& p
 std::optional<int64_t> CheckpointConnector::train_batch_size(const std::string& path) {
   const auto meta = CheckpointReader::read_meta(path);
   if (!meta.contains("train_batch_size")) return std::nullopt;
-  return meta.at("train_batch_size").get<int64_t>();
+  return reading_checkpoint(path, [&] { return meta.at("train_batch_size").get<int64_t>(); });
 }
 
 void CheckpointConnector::restore_data_module(DataModule* data, const std::string& path) {
   if (data == nullptr) return;
   const auto meta = CheckpointReader::read_meta(path);
-  if (const auto state = meta.find("data_module"); state != meta.end()) data->load_state_dict(*state);
+  if (const auto state = meta.find("data_module"); state != meta.end())
+    reading_checkpoint(path, [&] { data->load_state_dict(*state); });
 }
 
 void CheckpointConnector::restore_weights(TrainModule& module, const std::string& path) {
@@ -225,6 +226,11 @@ void CheckpointConnector::restore_weights(TrainModule& module, const std::string
 
 void CheckpointConnector::restore_training(TrainModule& module, const std::string& path) {
   const CheckpointReader checkpoint(path);
+  reading_checkpoint(path, [&] { restore_training(module, checkpoint); });
+}
+
+void CheckpointConnector::restore_training(TrainModule& module, const CheckpointReader& checkpoint) {
+  const auto& path = checkpoint.path();
   const auto& meta = checkpoint.meta();
   ARC_CHECK(!meta.value("weights_only", false), "checkpoint '", path, "' holds weights only and cannot resume ",
             "training; pass it to validate/test/predict, or resume from a full checkpoint");
@@ -286,7 +292,8 @@ void CheckpointConnector::restore_logger_versions(const nlohmann::json& saved) {
     auto& logger = *loggers[i];
     const std::string version = saved[i].value("version", "");
     if (logger.version_fixed() || logger.versions_folder().empty() || saved[i].value("name", "") != logger.name() ||
-        version.rfind("version_", 0) != 0)
+        version.rfind("version_", 0) != 0 || version.size() == 8 || version.size() > 17 ||
+        version.find_first_not_of("0123456789", 8) != std::string::npos)
       continue;
     const std::string claimed = logger.log_dir();
     logger.set_version_number(std::stoll(version.substr(8)));

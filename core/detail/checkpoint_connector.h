@@ -12,6 +12,7 @@
 namespace arc {
 
 class AsyncCheckpointWriter;
+class CheckpointReader;
 class CheckpointWriter;
 class DataModule;
 class Trainer;
@@ -73,6 +74,8 @@ class CheckpointConnector {
   void save_whole(TrainModule& module, const std::string& path, bool weights_only, bool in_background);
   /// save's work for a sharded checkpoint (the strategy's state_dict_type "sharded").
   void save_sharded(TrainModule& module, const std::string& path, bool weights_only);
+  /// restore_training's work, once the file is open and verified.
+  void restore_training(TrainModule& module, const CheckpointReader& checkpoint);
   void restore_logger_versions(const nlohmann::json& saved);
   std::string newest_hpc_checkpoint() const;
   /// Where "last" and "best" look without a ModelCheckpoint dirpath, as the errors name it.

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 namespace arc::detail {
 
@@ -43,6 +44,17 @@ void ReadFile::read_at(uint64_t offset, void* into, size_t size) const {
     offset += static_cast<uint64_t>(n);
     size -= static_cast<size_t>(n);
   }
+}
+
+std::optional<uint64_t> byte_size(const std::vector<int64_t>& shape, uint64_t item) {
+  uint64_t total = item;
+  for (const int64_t dim : shape) {
+    if (dim < 0) return std::nullopt;
+    const auto d = static_cast<uint64_t>(dim);
+    if (d != 0 && total > std::numeric_limits<uint64_t>::max() / d) return std::nullopt;
+    total *= d;
+  }
+  return total;
 }
 
 }  // namespace arc::detail

@@ -3,7 +3,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace arc::detail {
 
@@ -29,5 +31,9 @@ class ReadFile {
   int fd_ = -1;
   uint64_t size_ = 0;
 };
+
+/// The count of elements of `shape` times `item` bytes, or nullopt on overflow (or a size < 0): what
+/// a file's tensor must hold before anything is allocated for it.
+std::optional<uint64_t> byte_size(const std::vector<int64_t>& shape, uint64_t item);
 
 }  // namespace arc::detail

@@ -1,3 +1,4 @@
+#include <arc/base/config.h>
 #include <arc/base/detail/yaml.h>
 
 #include "support/errors.h"
@@ -36,6 +37,19 @@ TEST(Yaml, ASecondDocumentIsAnErrorNamingItsLine) {
   EXPECT_EQ(from_yaml("---\ntrainer: {max_epochs: 1}\n...\n", "run.yaml"),
             nlohmann::json({{"trainer", {{"max_epochs", 1}}}}));
   EXPECT_TRUE(from_yaml("# nothing\n", "run.yaml").is_null());
+}
+
+TEST(Yaml, TextThatIsNotUtf8IsAnErrorNamingItsLineAndByte) {
+  EXPECT_EQ(error_of([] { from_yaml("trainer:\n  name: caf\xe9\n", "run.yaml"); }),
+            "run.yaml:2: not UTF-8 text (byte 0xE9 at byte 20); write it in UTF-8");
+  // A sequence cut short, an overlong encoding, a surrogate; and UTF-8 of every length is taken.
+  for (const std::string bad : {"\xe2\x82", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80"})
+    EXPECT_NE(error_of([&] { check_utf8("a: " + bad, "run.yaml"); }).find("not UTF-8"), std::string::npos) << bad;
+  EXPECT_EQ(from_yaml("a: \"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"\n", "run.yaml")["a"],
+            "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  nlohmann::json root = nlohmann::json::object();
+  EXPECT_EQ(error_of([&] { set_dotted(root, "trainer.name", "caf\xe9"); }),
+            "--set:1: not UTF-8 text (byte 0xE9 at byte 16); write it in UTF-8");
 }
 
 TEST(Yaml, ALineIndentedWithATabSaysSo) {
