@@ -219,8 +219,9 @@ nlohmann::json parse_json(const std::string& text, const std::string& source) {
   };
   try {
     return nlohmann::json::parse(text, check);
-  } catch (const nlohmann::json::parse_error& error) {
-    // "[json.exception.parse_error.101] parse error at line 3, column 2: ..." without the bracket.
+  } catch (const nlohmann::json::exception& error) {
+    // "[json.exception.parse_error.101] parse error at line 3, column 2: ..." without the bracket (a
+    // number past a double's range is an out_of_range error of the parse).
     const std::string what = error.what();
     throw Error("config file '" + source + "' is not valid JSON: " + what.substr(what.find(']') + 2) +
                 "; check its syntax");

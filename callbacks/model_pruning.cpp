@@ -172,7 +172,9 @@ void ModelPruning::setup(Trainer&, TrainModule& module, Stage stage) {
         if (!container(*owner)) add(path, owner, name);
   } else {
     for (const auto& [path, name] : options_.parameters_to_prune()) {
-      const auto owner = std::find_if(modules.begin(), modules.end(), [&](const auto& m) { return m.first == path; });
+      // A reference of its own for the lambda: C++17 cannot capture a structured binding (clang holds to it).
+      const std::string& wanted = path;
+      const auto owner = std::find_if(modules.begin(), modules.end(), [&](const auto& m) { return m.first == wanted; });
       ARC_CHECK(owner != modules.end() && add(path, owner->second, name), "ModelPruning: parameters_to_prune names (\"",
                 path, "\", \"", name, "\"), which ", module.name(), " does not have; name a submodule as ",
                 "named_modules() does (\"fc1\", \"\" for the module itself) and one of its own parameters");

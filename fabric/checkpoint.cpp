@@ -434,15 +434,24 @@ void CheckpointReader::read_entry(const std::string& name, const nlohmann::json&
   }
   ARC_CHECK(e.kind == "tensor" || e.kind == "archive", "checkpoint '", path_, "' is corrupt ('", name,
             "' is of unknown kind '", e.kind, "'); use an earlier one");
-  e.offset = json.at("offset").get<int64_t>();
-  e.bytes = json.at("bytes").get<int64_t>();
+  // Integers only: a float's conversion is undefined outside int64's range.
+  const auto integer = [&](const nlohmann::json& value, const char* what) {
+    ARC_CHECK(value.is_number_integer(), "checkpoint '", path_, "' is corrupt ('", name, "' has ", what, " ",
+              value.dump(), "); use an earlier one");
+    return value.get<int64_t>();
+  };
+  e.offset = integer(json.at("offset"), "offset");
+  e.bytes = integer(json.at("bytes"), "size");
   ARC_CHECK(e.offset >= 0 && e.bytes >= 0 && static_cast<uint64_t>(e.offset) <= data_end &&
                 static_cast<uint64_t>(e.bytes) <= data_end - static_cast<uint64_t>(e.offset),
             "checkpoint '", path_, "' is corrupt ('", name, "' lies outside the file); use an earlier one");
   e.checksum = json.at("checksum").get<std::string>();
   if (e.kind == "tensor") {
     e.dtype = scalar_type_named(json.at("dtype").get<std::string>(), path_);
-    e.shape = json.at("shape").get<std::vector<int64_t>>();
+    const auto& shape = json.at("shape");
+    ARC_CHECK(shape.is_array(), "checkpoint '", path_, "' is corrupt ('", name, "' has shape ", shape.dump(),
+              "); use an earlier one");
+    for (const auto& size : shape) e.shape.push_back(integer(size, "a size"));
     const auto needed = detail::byte_size(e.shape, c10::elementSize(e.dtype));
     ARC_CHECK(needed && *needed == static_cast<uint64_t>(e.bytes), "checkpoint '", path_, "' is corrupt ('", name,
               "' of shape ", shape_text(e.shape), " and type ", c10::toString(e.dtype), " has ", e.bytes,

@@ -3,6 +3,7 @@
 
 #include <arc/base/error.h>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 #include <nlohmann/json.hpp>
 
@@ -72,14 +73,24 @@ nlohmann::json resolve(const std::string& text, const std::string& at) {
   if (std::regex_match(text, null_value)) return nullptr;
   if (std::regex_match(text, true_value)) return true;
   if (std::regex_match(text, false_value)) return false;
+  // A number outside a double's range is an error, not infinity or 0: JSON, which configs become,
+  // has no infinity.
+  const auto real_number = [&] {
+    try {
+      return std::stod(text);
+    } catch (const std::out_of_range&) {
+      ARC_FAIL(at, ": ", text, " is outside what a double holds (magnitudes from about 2.2e-308 to 1.8e308); ",
+               "write a number within it, or quote it for the text");
+    }
+  };
   if (std::regex_match(text, integer)) {
     try {
       return std::stoll(text);
     } catch (const std::out_of_range&) {
-      return std::stod(text);
+      return real_number();
     }
   }
-  if (std::regex_match(text, real)) return std::stod(text);
+  if (std::regex_match(text, real)) return real_number();
   ARC_CHECK(!std::regex_match(text, yaml11_bool), at, ": '", text,
             "' is a boolean in YAML 1.1 but text in YAML 1.2; write true or false, or quote it for the text");
   return text;
@@ -158,6 +169,57 @@ bool indents_with_tab(const std::string& text, int line) {
   return indentation.find('\t') != std::string::npos;
 }
 
+// The documents of a YAML text, as parse events tell them. yaml-cpp's LoadAll never returns from a
+// text where a "," "]" or "}" stands where a document's value begins (each call yields an empty
+// document without moving on); document_values makes that an error.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    starts.push_back(mark);
+    values.push_back(mark);
+    awaiting_value = true;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { value_at(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { value_at(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    value_at(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    value_at(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    value_at(mark);
+  }
+  void OnMapEnd() override {}
+
+  /// Where each document starts (its "---", if any), and where its value does.
+  std::vector<YAML::Mark> starts, values;
+
+ private:
+  void value_at(const YAML::Mark& mark) {
+    if (awaiting_value) values.back() = mark;
+    awaiting_value = false;
+  }
+  bool awaiting_value = false;
+};
+
+// Where the value of each document of `text` begins, reading no further than a second document.
+std::vector<YAML::Mark> document_values(const std::string& text, const std::string& source) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts documents;
+  while (documents.starts.size() < 2 && parser.HandleNextDocument(documents)) {
+    const auto& starts = documents.starts;
+    const auto at = static_cast<size_t>(starts.back().pos);
+    ARC_CHECK(starts.size() < 2 || starts[0].pos != starts[1].pos, source, ":", starts.back().line + 1,
+              ": not valid YAML (a value cannot begin with '", at < text.size() ? text.substr(at, 1) : "",
+              "'); check its syntax");
+  }
+  return documents.values;
+}
+
 // The length of the UTF-8 sequence that starts at `at`, or 0 when none does (RFC 3629's table).
 size_t utf8_sequence(const std::string& text, size_t at) {
   const auto byte = [&](size_t i) { return i < text.size() ? static_cast<unsigned char>(text[i]) : 0u; };
@@ -193,9 +255,11 @@ void check_utf8(const std::string& text, const std::string& source) {
 
 nlohmann::json from_yaml(const std::string& text, const std::string& source) {
   check_utf8(text, source);
-  std::vector<YAML::Node> documents;
+  YAML::Node document;
+  std::vector<YAML::Mark> starts;
   try {
-    documents = YAML::LoadAll(text);
+    starts = document_values(text, source);
+    if (starts.size() == 1) document = YAML::Load(text);
   } catch (const YAML::Exception& error) {
     const int line = error.mark.line + 1;
     throw Error(source + ":" + std::to_string(line) + ": not valid YAML (" + error.msg + "); " +
@@ -204,10 +268,10 @@ nlohmann::json from_yaml(const std::string& text, const std::string& source) {
   }
   // As PyYAML's safe_load, which LightningCLI reads configs with: a second document is an error, not
   // keys silently left out.
-  ARC_CHECK(documents.size() <= 1, source, ":", documents.size() < 2 ? 0 : documents[1].Mark().line + 1,
+  ARC_CHECK(starts.size() <= 1, source, ":", starts.size() < 2 ? 0 : starts[1].line + 1,
             ": a second YAML document begins here (after ---); a config is one document: put its keys in the "
             "first, or give it its own --config");
-  return documents.empty() ? nlohmann::json() : convert(documents[0], source, "");
+  return starts.empty() ? nlohmann::json() : convert(document, source, "");
 }
 
 std::string to_yaml(const nlohmann::json& value) {

@@ -258,15 +258,23 @@ void CheckpointConnector::restore_training(TrainModule& module, const Checkpoint
       configs[i].lr_scheduler->scheduler->load_state_dict(schedulers[i]);
   }
   auto& progress = state_.progress;
-  progress.current_epoch = meta.at("epoch").get<int64_t>();
-  progress.global_step = meta.at("global_step").get<int64_t>();
-  progress.epoch_batches = meta.at("epoch_batches").get<int64_t>();
-  progress.total_batches = meta.at("total_batches").get<int64_t>();
+  // Integers only: a float's conversion is undefined outside int64's range.
+  const auto counter = [&](const char* key) {
+    const auto& value = meta.at(key);
+    ARC_CHECK(value.is_number_integer(), "checkpoint '", path, "' is corrupt (its ", key, " is ", value.dump(),
+              "); use an earlier one");
+    return value.get<int64_t>();
+  };
+  progress.current_epoch = counter("epoch");
+  progress.global_step = counter("global_step");
+  progress.epoch_batches = counter("epoch_batches");
+  progress.total_batches = counter("total_batches");
   // Files from before stepped_batches was kept: every batch steps under manual optimization; the
   // automatic loop counts one step per stepped batch.
-  progress.stepped_batches =
-      meta.value("stepped_batches", module.automatic_optimization() ? progress.global_step : progress.total_batches);
-  progress.validation_runs = meta.at("validation_runs").get<int64_t>();
+  progress.stepped_batches = meta.contains("stepped_batches")  ? counter("stepped_batches")
+                             : module.automatic_optimization() ? progress.global_step
+                                                               : progress.total_batches;
+  progress.validation_runs = counter("validation_runs");
   state_.resumed_train_data = meta.value("train_data", nlohmann::json(nullptr));
   if (meta.at("mid_accumulation").get<bool>()) {
     const auto parameters = trainable(module);

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include <string_view>
 #include <type_traits>
 
 namespace arc {
@@ -40,6 +41,10 @@ struct SgdKind : Types<torch::optim::SGD, torch::optim::SGDOptions, torch::optim
   static void each_field(S& s, Field&& field) {
     field("momentum_buffer", s.momentum_buffer());
   }
+  // Whether a parameter's state must hold tensor `field` under options `o`: its step reads it.
+  static bool needs(const Options& o, std::string_view field) {
+    return field == "momentum_buffer" && o.momentum() != 0;
+  }
 };
 
 template <typename OptimizerT, typename OptionsT, typename StateT>
@@ -58,6 +63,9 @@ struct AdamFamily : Types<OptimizerT, OptionsT, StateT> {
     field("exp_avg", s.exp_avg());
     field("exp_avg_sq", s.exp_avg_sq());
     field("max_exp_avg_sq", s.max_exp_avg_sq());
+  }
+  static bool needs(const OptionsT& o, std::string_view field) {
+    return field == "exp_avg" || field == "exp_avg_sq" || (field == "max_exp_avg_sq" && o.amsgrad());
   }
 };
 
@@ -87,6 +95,10 @@ struct RmspropKind : Types<torch::optim::RMSprop, torch::optim::RMSpropOptions, 
     field("momentum_buffer", s.momentum_buffer());
     field("grad_avg", s.grad_avg());
   }
+  static bool needs(const Options& o, std::string_view field) {
+    return field == "square_avg" || (field == "momentum_buffer" && o.momentum() > 0) ||
+           (field == "grad_avg" && o.centered());
+  }
 };
 
 struct AdagradKind : Types<torch::optim::Adagrad, torch::optim::AdagradOptions, torch::optim::AdagradParamState> {
@@ -104,6 +116,7 @@ struct AdagradKind : Types<torch::optim::Adagrad, torch::optim::AdagradOptions, 
     field("step", s.step());
     field("sum", s.sum());
   }
+  static bool needs(const Options&, std::string_view field) { return field == "sum"; }
 };
 
 template <typename T>
@@ -204,7 +217,18 @@ bool load_raw(const CheckpointReader& reader, const std::string& name, const nlo
       Kind::each_field(*state, [&](const char* key, auto& value) {
         if constexpr (is_tensor<decltype(value)>) {
           const auto entry = field_entry(name, index, key);
-          if (std::find(tensors.begin(), tensors.end(), key) == tensors.end()) {
+          const bool saved_tensor = std::find(tensors.begin(), tensors.end(), key) != tensors.end();
+          // What the optimizer's step reads must be there, in the parameter's shape.
+          ARC_CHECK(saved_tensor || !Kind::needs(static_cast<const typename Kind::Options&>(group.options()), key),
+                    "checkpoint '", reader.path(), "' is corrupt: the ", Kind::type, " state of parameter ", index,
+                    " of '", name, "' lacks its '", key, "'; use an earlier one");
+          if (saved_tensor) {
+            const auto shape = reader.tensor_layout(entry).second;
+            ARC_CHECK(shape == parameter.sizes().vec(), "checkpoint '", reader.path(), "' is corrupt: '", entry,
+                      "' has shape ", c10::IntArrayRef(shape), ", its parameter ", parameter.sizes(),
+                      "; use an earlier one");
+          }
+          if (!saved_tensor) {
             value = torch::Tensor();
           } else if (value.defined() && value.device() == parameter.device()) {
             reads.emplace_back(entry, value);

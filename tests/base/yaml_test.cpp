@@ -52,6 +52,21 @@ TEST(Yaml, TextThatIsNotUtf8IsAnErrorNamingItsLineAndByte) {
             "--set:1: not UTF-8 text (byte 0xE9 at byte 16); write it in UTF-8");
 }
 
+// yaml-cpp's own LoadAll never returns from these.
+TEST(Yaml, AValueBeginningWithAFlowIndicatorIsAnError) {
+  for (const std::string text : {",", ",[", "]", "a: 1\n}", ", [x]"})
+    EXPECT_NE(error_of([&] { from_yaml(text, "run.yaml"); }).find("run.yaml:"), std::string::npos) << text;
+  EXPECT_EQ(error_of([] { from_yaml(",[", "run.yaml"); }),
+            "run.yaml:1: not valid YAML (a value cannot begin with ','); check its syntax");
+}
+
+TEST(Yaml, ANumberOutsideADoublesRangeIsAnError) {
+  EXPECT_NE(
+      error_of([] { from_yaml("module:\n  lr: 3e333\n", "run.yaml"); }).find("run.yaml:2: module.lr: 3e333 is outside"),
+      std::string::npos);
+  EXPECT_EQ(from_yaml("big: 123456789012345678901234567890\n", "run.yaml")["big"], 1.2345678901234568e29);
+}
+
 TEST(Yaml, ALineIndentedWithATabSaysSo) {
   const auto message = error_of([] { from_yaml("trainer:\n\tmax_epochs: 1\n", "run.yaml"); });
   EXPECT_EQ(message.rfind("run.yaml:2: not valid YAML (", 0), 0u) << message;
