@@ -1,6 +1,7 @@
 // Learning-rate schedulers.
 #include <arc/core/lr_scheduler.h>
 
+#include <arc/base/detail/json_integer.h>
 #include <arc/base/error.h>
 
 #include <torch/torch.h>
@@ -77,7 +78,7 @@ std::vector<double> LRScheduler::last_lr() const {
 nlohmann::json LRScheduler::state_dict() const { return {{"last_epoch", last_epoch_}, {"base_lrs", base_lrs_}}; }
 
 void LRScheduler::load_state_dict(const nlohmann::json& state) {
-  last_epoch_ = state.at("last_epoch").get<int64_t>();
+  last_epoch_ = detail::json_integer(state.at("last_epoch"), "last_epoch", -1);
   base_lrs_ = state.at("base_lrs").get<std::vector<double>>();
   apply();
 }
@@ -416,11 +417,11 @@ nlohmann::json ReduceLROnPlateau::state_dict() const {
 }
 
 void ReduceLROnPlateau::load_state_dict(const nlohmann::json& state) {
-  last_epoch_ = state.at("last_epoch").get<int64_t>();
+  last_epoch_ = detail::json_integer(state.at("last_epoch"), "last_epoch", -1);
   base_lrs_ = state.at("base_lrs").get<std::vector<double>>();
   best_ = state.at("best").is_null() ? std::nullopt : std::optional<double>(state.at("best").get<double>());
-  bad_epochs_ = state.at("bad_epochs").get<int64_t>();
-  cooldown_left_ = state.at("cooldown_left").get<int64_t>();
+  bad_epochs_ = detail::json_integer(state.at("bad_epochs"), "bad_epochs");
+  cooldown_left_ = detail::json_integer(state.at("cooldown_left"), "cooldown_left");
   set_lrs(state.at("lrs").get<std::vector<double>>());
 }
 
@@ -447,7 +448,7 @@ nlohmann::json TorchLRScheduler::state_dict() const {
 }
 
 void TorchLRScheduler::load_state_dict(const nlohmann::json& state) {
-  const auto steps = state.at("last_epoch").get<int64_t>();
+  const auto steps = detail::json_integer(state.at("last_epoch"), "last_epoch", -1);
   ARC_CHECK(steps >= last_epoch_, "a LibTorch scheduler cannot step back from step ", last_epoch_, " to ", steps,
             "; load the checkpoint into a newly made one");
   while (last_epoch_ < steps) step(std::nullopt);

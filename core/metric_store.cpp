@@ -1,6 +1,7 @@
 // MetricStore: step values, epoch aggregation and Lightning's metric names.
 #include <arc/core/metric_store.h>
 
+#include <arc/base/detail/json_integer.h>
 #include <arc/base/error.h>
 #include <arc/metrics/metric.h>
 
@@ -134,11 +135,11 @@ void MetricStore::load_state_dict(const nlohmann::json& state) {
     e.prog_bar = json.at("prog_bar").get<bool>();
     e.logger = json.at("logger").get<bool>();
     e.sync_dist = json.at("sync_dist").get<bool>();
-    e.reduce = static_cast<Reduce>(json.at("reduce").get<int>());
+    e.reduce = static_cast<Reduce>(detail::json_integer(json.at("reduce"), "a metric's reduce", 0, 3));
     e.weighted_sum = metric_from_json(json.at("weighted_sum"));
     e.weight = metric_from_json(json.at("weight"));
     e.extreme = metric_from_json(json.at("extreme"));
-    e.count = json.at("count").get<int64_t>();
+    e.count = detail::json_integer(json.at("count"), "a metric's count");
     if (json.contains("step_value"))
       e.step_value = torch::tensor(metric_from_json(json.at("step_value")), torch::kDouble);
     if (json.contains("epoch_value")) e.epoch_value = metric_from_json(json.at("epoch_value"));

@@ -2,6 +2,7 @@
 #include <arc/data/data_loader.h>
 
 #include <arc/base/console.h>
+#include <arc/base/detail/json_integer.h>
 #include <arc/base/error.h>
 
 #include <torch/cuda.h>
@@ -37,7 +38,7 @@ class DataLoader::StreamReader {
       round_ = first_batch * options_.batch_size() * world_;
       skip(round_);
     } else {
-      round_ = state.at("position").get<int64_t>();
+      round_ = detail::json_integer(state.at("position"), "a loader's position");
       if (state.at("stream").is_null())
         skip(round_);
       else

@@ -4,6 +4,7 @@
 
 #include <arc/base/console.h>
 #include <arc/base/detail/crc32c.h>
+#include <arc/base/detail/json_integer.h>
 #include <arc/base/error.h>
 #include <arc/base/output_file.h>
 #include <arc/fabric/detail/read_file.h>
@@ -21,6 +22,7 @@
 #include <filesystem>
 #include <functional>
 #include <future>
+#include <limits>
 #include <set>
 
 namespace arc {
@@ -434,14 +436,9 @@ void CheckpointReader::read_entry(const std::string& name, const nlohmann::json&
   }
   ARC_CHECK(e.kind == "tensor" || e.kind == "archive", "checkpoint '", path_, "' is corrupt ('", name,
             "' is of unknown kind '", e.kind, "'); use an earlier one");
-  // Integers only: a float's conversion is undefined outside int64's range.
-  const auto integer = [&](const nlohmann::json& value, const char* what) {
-    ARC_CHECK(value.is_number_integer(), "checkpoint '", path_, "' is corrupt ('", name, "' has ", what, " ",
-              value.dump(), "); use an earlier one");
-    return value.get<int64_t>();
-  };
-  e.offset = integer(json.at("offset"), "offset");
-  e.bytes = integer(json.at("bytes"), "size");
+  constexpr int64_t kAny = std::numeric_limits<int64_t>::max();
+  e.offset = detail::json_integer(json.at("offset"), "the offset of '" + name + "'", 0, kAny);
+  e.bytes = detail::json_integer(json.at("bytes"), "the size of '" + name + "'", 0, kAny);
   ARC_CHECK(e.offset >= 0 && e.bytes >= 0 && static_cast<uint64_t>(e.offset) <= data_end &&
                 static_cast<uint64_t>(e.bytes) <= data_end - static_cast<uint64_t>(e.offset),
             "checkpoint '", path_, "' is corrupt ('", name, "' lies outside the file); use an earlier one");
@@ -451,7 +448,7 @@ void CheckpointReader::read_entry(const std::string& name, const nlohmann::json&
     const auto& shape = json.at("shape");
     ARC_CHECK(shape.is_array(), "checkpoint '", path_, "' is corrupt ('", name, "' has shape ", shape.dump(),
               "); use an earlier one");
-    for (const auto& size : shape) e.shape.push_back(integer(size, "a size"));
+    for (const auto& size : shape) e.shape.push_back(detail::json_integer(size, "a size of '" + name + "'", 0, kAny));
     const auto needed = detail::byte_size(e.shape, c10::elementSize(e.dtype));
     ARC_CHECK(needed && *needed == static_cast<uint64_t>(e.bytes), "checkpoint '", path_, "' is corrupt ('", name,
               "' of shape ", shape_text(e.shape), " and type ", c10::toString(e.dtype), " has ", e.bytes,

@@ -45,6 +45,8 @@ decltype(auto) reading_checkpoint(const std::string& path, Read&& read) {
     return read();
   } catch (const nlohmann::json::exception& error) {
     detail::fail_unreadable_checkpoint(path, error);
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // the machine's limit, not the file's fault
   } catch (const c10::Error& error) {
     detail::fail_unreadable_checkpoint(path, error);
   } catch (const std::logic_error& error) {

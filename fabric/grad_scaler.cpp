@@ -1,6 +1,7 @@
 // GradScaler.
 #include <arc/fabric/grad_scaler.h>
 
+#include <arc/base/detail/json_integer.h>
 #include <arc/base/error.h>
 
 #include <torch/torch.h>
@@ -65,8 +66,8 @@ void GradScaler::load_state_dict(const nlohmann::json& state) {
   scale_ = state.at("scale").get<double>();
   options_.growth_factor(state.at("growth_factor").get<double>());
   options_.backoff_factor(state.at("backoff_factor").get<double>());
-  options_.growth_interval(state.at("growth_interval").get<int64_t>());
-  growth_tracker_ = state.at("growth_tracker").get<int64_t>();
+  options_.growth_interval(detail::json_integer(state.at("growth_interval"), "growth_interval", 1));
+  growth_tracker_ = detail::json_integer(state.at("growth_tracker"), "growth_tracker");
 }
 
 }  // namespace arc

@@ -45,7 +45,8 @@ const char* const kVariables[] = {"GROUP_RANK",
                                   "TORCHELASTIC_MAX_RESTARTS",
                                   "TORCHELASTIC_RESTART_COUNT",
                                   "TORCHELASTIC_RUN_ID",
-                                  "TORCHELASTIC_USE_AGENT_STORE"};
+                                  "TORCHELASTIC_USE_AGENT_STORE",
+                                  "WORLD_SIZE"};
 
 // Everything an environment tells, each read on its own so that one error does not hide the rest.
 void read_everything(const arc::cluster::ClusterEnvironment& environment) {

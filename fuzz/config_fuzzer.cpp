@@ -7,6 +7,7 @@
 
 ARC_FUZZ_TARGET(config) {
   if (input.empty()) return;
-  const auto path = arc::fuzz::scratch_file(input[0] % 2 == 0 ? "fuzzed.yaml" : "fuzzed.json", input.substr(1));
+  const auto path =
+      arc::fuzz::scratch_file(static_cast<uint8_t>(input[0]) % 2 == 0 ? "fuzzed.yaml" : "fuzzed.json", input.substr(1));
   arc::fuzz::run_cli({"fit", "--print_config", "--config", path});
 }

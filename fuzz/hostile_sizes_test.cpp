@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -39,9 +40,11 @@ uint64_t data_segment_bytes() {
 Ended load_limited(const std::string& path, const std::function<void(const std::string&)>& load) {
   const uint64_t limit = data_segment_bytes() + fs::file_size(path) + kSlack;
   const pid_t child = ::fork();
+  if (child < 0) return Ended::kKilled;
   if (child == 0) {
+    ::alarm(120);  // a load that hangs ends as killed
     const rlimit data{limit, limit};
-    ::setrlimit(RLIMIT_DATA, &data);
+    if (::setrlimit(RLIMIT_DATA, &data) != 0) ::_exit(3);
     try {
       load(path);
       ::_exit(0);
@@ -54,8 +57,9 @@ Ended load_limited(const std::string& path, const std::function<void(const std::
     }
   }
   int status = 0;
-  ::waitpid(child, &status, 0);
-  if (!WIFEXITED(status)) return Ended::kKilled;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) == 3) return Ended::kKilled;
   return WEXITSTATUS(status) == 0 ? Ended::kLoaded : WEXITSTATUS(status) == 1 ? Ended::kArcError : Ended::kOtherError;
 }
 

@@ -12,7 +12,7 @@ namespace {
 
 std::string write_input(std::string_view input) {
   const auto body = input.substr(1);
-  switch (input[0] % 4) {
+  switch (static_cast<uint8_t>(input[0]) % 4) {
     case 0:
       return arc::fuzz::scratch_file("fuzzed.safetensors", body);
     case 1:

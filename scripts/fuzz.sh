@@ -11,6 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-900}
+[[ "$seconds" =~ ^[0-9]+$ && "${FUZZ_JOBS:-1}" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "usage: [FUZZ_JOBS=<n>] scripts/fuzz.sh [seconds] [target ...]" >&2; exit 2; }
 shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(checkpoint weights config command_line cluster)
@@ -35,11 +37,13 @@ fuzz() {
   [ -d "fuzz/regressions/$target" ] && kept=("fuzz/regressions/$target")
   # The first folder collects the inputs that reach new code; the others are read.
   "build-fuzz/fuzz/arc_fuzz_$target" -max_total_time="$seconds" -timeout=1 -rss_limit_mb=2048 \
-    -malloc_limit_mb=2048 -close_fd_mask=3 -print_final_stats=1 -artifact_prefix="build-fuzz/findings/$target-" \
+    -malloc_limit_mb=2048 -close_fd_mask=1 -print_final_stats=1 -artifact_prefix="build-fuzz/findings/$target-" \
     "build-fuzz/corpus/$target" "build-fuzz/seeds/$target" "${kept[@]}" >"build-fuzz/logs/$target.log" 2>&1 || code=$?
   echo "fuzz.sh: $target: exit $code; $(grep -E '^#[0-9]+.*DONE' "build-fuzz/logs/$target.log" | tail -1)" >&2
   return $code
 }
+# Ending the script ends the fuzzers it started.
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 status=0
 running=0
 for target in "${targets[@]}"; do

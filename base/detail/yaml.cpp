@@ -170,8 +170,8 @@ bool indents_with_tab(const std::string& text, int line) {
 }
 
 // The documents of a YAML text, as parse events tell them. yaml-cpp's LoadAll never returns from a
-// text where a "," "]" or "}" stands where a document's value begins (each call yields an empty
-// document without moving on); document_values makes that an error.
+// text where a "," stands where a document's value begins (each call yields an empty document
+// without moving on); document_values makes that an error.
 class DocumentStarts : public YAML::EventHandler {
  public:
   void OnDocumentStart(const YAML::Mark& mark) override {

@@ -2,6 +2,7 @@
 #include <arc/core/detail/checkpoint_connector.h>
 
 #include <arc/base/console.h>
+#include <arc/base/detail/json_integer.h>
 #include <arc/base/error.h>
 #include <arc/core/detail/run_state.h>
 #include <arc/core/load_from_checkpoint.h>
@@ -210,7 +211,8 @@ void CheckpointConnector::save_sharded(TrainModule& module, const std::string& p
 std::optional<int64_t> CheckpointConnector::train_batch_size(const std::string& path) {
   const auto meta = CheckpointReader::read_meta(path);
   if (!meta.contains("train_batch_size")) return std::nullopt;
-  return reading_checkpoint(path, [&] { return meta.at("train_batch_size").get<int64_t>(); });
+  return reading_checkpoint(path,
+                            [&] { return detail::json_integer(meta.at("train_batch_size"), "train_batch_size", 1); });
 }
 
 void CheckpointConnector::restore_data_module(DataModule* data, const std::string& path) {
@@ -258,13 +260,7 @@ void CheckpointConnector::restore_training(TrainModule& module, const Checkpoint
       configs[i].lr_scheduler->scheduler->load_state_dict(schedulers[i]);
   }
   auto& progress = state_.progress;
-  // Integers only: a float's conversion is undefined outside int64's range.
-  const auto counter = [&](const char* key) {
-    const auto& value = meta.at(key);
-    ARC_CHECK(value.is_number_integer(), "checkpoint '", path, "' is corrupt (its ", key, " is ", value.dump(),
-              "); use an earlier one");
-    return value.get<int64_t>();
-  };
+  const auto counter = [&](const char* key) { return detail::json_integer(meta.at(key), key); };
   progress.current_epoch = counter("epoch");
   progress.global_step = counter("global_step");
   progress.epoch_batches = counter("epoch_batches");
@@ -280,7 +276,13 @@ void CheckpointConnector::restore_training(TrainModule& module, const Checkpoint
     const auto parameters = trainable(module);
     for (size_t i = 0; i < parameters.size(); ++i) {
       const std::string name = "grad/" + std::to_string(i);
-      if (checkpoint.contains(name)) parameters[i].mutable_grad() = checkpoint.tensor(name).to(parameters[i].device());
+      if (!checkpoint.contains(name)) continue;
+      const auto [dtype, shape] = checkpoint.tensor_layout(name);
+      ARC_CHECK(shape == parameters[i].sizes().vec() && dtype == parameters[i].scalar_type(), "checkpoint '", path,
+                "' is corrupt: the gradient '", name, "' is ", c10::toString(dtype), " of shape ",
+                c10::IntArrayRef(shape), ", its parameter ", parameters[i].scalar_type(), " ", parameters[i].sizes(),
+                "; use an earlier one");
+      parameters[i].mutable_grad() = checkpoint.tensor(name).to(parameters[i].device());
     }
   }
   if (checkpoint.contains("rng_cpu")) set_cpu_rng_state(checkpoint.tensor("rng_cpu"));

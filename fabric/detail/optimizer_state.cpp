@@ -3,6 +3,7 @@
 // entry `<name>/<parameter index>/<field>` per state tensor, indexed over all groups in order.
 #include <arc/fabric/detail/optimizer_state.h>
 
+#include <arc/base/detail/json_integer.h>
 #include <arc/base/detail/torch_compat.h>
 #include <arc/base/error.h>
 #include <arc/fabric/checkpoint.h>
@@ -25,6 +26,8 @@ struct Types {
   using OptimizerType = OptimizerT;
   using Options = OptionsT;
   using State = StateT;
+  /// Whether every parameter has a state from the start (made by the constructor; step() asserts it).
+  static constexpr bool always_has_state = false;
 };
 
 struct SgdKind : Types<torch::optim::SGD, torch::optim::SGDOptions, torch::optim::SGDParamState> {
@@ -103,6 +106,7 @@ struct RmspropKind : Types<torch::optim::RMSprop, torch::optim::RMSpropOptions, 
 
 struct AdagradKind : Types<torch::optim::Adagrad, torch::optim::AdagradOptions, torch::optim::AdagradParamState> {
   static constexpr const char* type = "Adagrad";
+  static constexpr bool always_has_state = true;
   template <typename O, typename Field>
   static void each_option(O& o, Field&& field) {
     field("lr", o.lr());
@@ -192,7 +196,8 @@ bool load_raw(const CheckpointReader& reader, const std::string& name, const nlo
             "' holds ", name, " as the state of an optimizer of type ", Kind::type,
             ", but configure_optimizers() returns another type; resume with the optimizer it was saved with");
   std::vector<size_t> sizes;
-  for (const auto& group : layout.at("groups")) sizes.push_back(group.at("params").get<size_t>());
+  for (const auto& group : layout.at("groups"))
+    sizes.push_back(static_cast<size_t>(detail::json_integer(group.at("params"), "a parameter group's size")));
   check_groups(reader, name, sizes, optimizer);
   size_t index = 0;
   std::vector<std::pair<std::string, torch::Tensor>> reads;  // read together at the end
@@ -205,6 +210,9 @@ bool load_raw(const CheckpointReader& reader, const std::string& name, const nlo
     for (const auto& parameter : group.params()) {
       const auto& saved = layout.at("states").at(index);
       const bool others = !owners.empty() && owners.at(index) >= 0 && owners.at(index) != rank;
+      ARC_CHECK(!saved.is_null() || others || !Kind::always_has_state, "checkpoint '", reader.path(),
+                "' is corrupt: it holds no ", Kind::type, " state for parameter ", index, " of '", name,
+                "', which has one from the start; use an earlier one");
       if (saved.is_null() || others) {
         compat::set_param_state(optimizer, parameter, nullptr);
         ++index;
@@ -223,10 +231,12 @@ bool load_raw(const CheckpointReader& reader, const std::string& name, const nlo
                     "checkpoint '", reader.path(), "' is corrupt: the ", Kind::type, " state of parameter ", index,
                     " of '", name, "' lacks its '", key, "'; use an earlier one");
           if (saved_tensor) {
-            const auto shape = reader.tensor_layout(entry).second;
-            ARC_CHECK(shape == parameter.sizes().vec(), "checkpoint '", reader.path(), "' is corrupt: '", entry,
-                      "' has shape ", c10::IntArrayRef(shape), ", its parameter ", parameter.sizes(),
-                      "; use an earlier one");
+            // Floating point, as each optimizer makes it (its precision may differ from the
+            // parameter's: a run resumed in another precision).
+            const auto [dtype, shape] = reader.tensor_layout(entry);
+            ARC_CHECK(shape == parameter.sizes().vec() && c10::isFloatingType(dtype), "checkpoint '", reader.path(),
+                      "' is corrupt: '", entry, "' is ", c10::toString(dtype), " of shape ", c10::IntArrayRef(shape),
+                      ", its parameter ", parameter.sizes(), "; use an earlier one");
           }
           if (!saved_tensor) {
             value = torch::Tensor();
@@ -239,7 +249,12 @@ bool load_raw(const CheckpointReader& reader, const std::string& name, const nlo
             value = reader.tensor(entry).to(parameter.device());
           }
         } else {
-          value = saved.at("scalars").at(key).get<std::decay_t<decltype(value)>>();
+          const auto& scalar = saved.at("scalars").at(key);
+          if constexpr (std::is_integral_v<std::decay_t<decltype(value)>>) {
+            value = detail::json_integer(scalar, key);  // a step count
+          } else {
+            value = scalar.get<std::decay_t<decltype(value)>>();
+          }
         }
       });
       compat::set_param_state(optimizer, parameter, std::move(state));
