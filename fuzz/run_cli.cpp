@@ -8,24 +8,35 @@
 
 namespace arc::fuzz {
 
-void run_cli(std::vector<std::string> args) {
+namespace {
+
+// Sends `stream` to `into` while it lives.
+class Redirect {
+ public:
+  Redirect(std::ostream& stream, std::ostream& into) : stream_(stream), saved_(stream.rdbuf(into.rdbuf())) {}
+  Redirect(const Redirect&) = delete;
+  Redirect& operator=(const Redirect&) = delete;
+  ~Redirect() { stream_.rdbuf(saved_); }
+
+ private:
+  std::ostream& stream_;
+  std::streambuf* saved_;
+};
+
+}  // namespace
+
+std::string run_cli(std::vector<std::string> args) {
   args.insert(args.begin(), "arc");
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   std::ostringstream out, err;
-  auto* const cout = std::cout.rdbuf(out.rdbuf());
-  auto* const cerr = std::cerr.rdbuf(err.rdbuf());
   int code = 0;
-  try {
+  {
+    const Redirect to_out(std::cout, out), to_err(std::cerr, err);
     code = arc::cli::run(static_cast<int>(argv.size()), argv.data());
-  } catch (...) {
-    std::cout.rdbuf(cout);
-    std::cerr.rdbuf(cerr);
-    throw;
   }
-  std::cout.rdbuf(cout);
-  std::cerr.rdbuf(cerr);
   if (code == 1) throw std::runtime_error("arc failed with other than arc::Error: " + err.str());
+  return out.str();
 }
 
 }  // namespace arc::fuzz

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <sstream>
 #include <tuple>
 
@@ -74,16 +73,8 @@ void config_seeds(const std::filesystem::path& folder, const std::string& source
     const auto text = read_text(entry.path().string());
     const bool json = entry.path().extension() == ".json";
     write(folder, entry.path().filename().string(), json ? '\1' : '\0', text);
-    std::ostringstream resolved;
-    auto* const cout = std::cout.rdbuf(resolved.rdbuf());
-    try {
-      run_cli({"fit", "--print_config", "--config", entry.path().string()});
-    } catch (...) {
-      std::cout.rdbuf(cout);
-      throw;
-    }
-    std::cout.rdbuf(cout);
-    write(folder, entry.path().stem().string() + "_resolved.yaml", '\0', resolved.str());
+    const auto resolved = run_cli({"fit", "--print_config", "--config", entry.path().string()});
+    write(folder, entry.path().stem().string() + "_resolved.yaml", '\0', resolved);
   }
 }
 
